@@ -1,0 +1,67 @@
+"""The record of one episode that training consumes: token-in, token-out
+(``shared/spec/tasks.md`` §5), never rebuilt by re-tokenizing text."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field, model_validator
+
+FailureClass = Literal["none", "mask", "zero"]
+"""``none``: reward counts; ``mask``: infra failure, excluded from the baseline and the loss;
+``zero``: agent failure, reward 0, kept in the baseline (tasks.md §6)."""
+
+
+class Trajectory(BaseModel):
+    """One sampled episode of one task.
+
+    Attributes:
+        task_name: task folder name.
+        group_id: id shared by the n samples of one prompt (the RLOO group / ``uid``).
+        prompt_ids: (P,) token ids of the first prompt (chat template applied).
+        response_ids: (T,) every id after the prompt: generated ids and observation ids, in order.
+        loss_mask: (T,) 1 on model-generated ids, 0 on observation ids.
+        rollout_logprobs: (T,) sampling log-prob of each generated id (0.0 on observation ids),
+            or None when the backend returned none (TIS weight 1).
+        reward: verifier reward in [0, 1]; 0 for failures.
+        outcome: typed outcome (verifier outcome or episode end reason).
+        failure_class: how training treats it (see ``FailureClass``).
+        exclude_from_baseline: True for ``mask`` failures (RLOO-n leaves them out).
+        end_reason: why the episode stopped (task_complete, max_turns, context_overflow, ...).
+        num_turns: assistant turns taken.
+        num_generated_tokens: sum of ``loss_mask``.
+        hit_length_limit: a turn ended on ``max_new_tokens``.
+        messages: the chat transcript (for humans; never used to rebuild ids).
+        verifier_output_tail: last bytes of test.sh output, decoded with replacement.
+        weight_version: policy version that sampled the episode.
+    """
+
+    task_name: str
+    group_id: str
+    sample_index: int = 0
+    prompt_ids: list[int]
+    response_ids: list[int] = Field(default_factory=list)
+    loss_mask: list[int] = Field(default_factory=list)
+    rollout_logprobs: list[float] | None = None
+    reward: float = 0.0
+    outcome: str = "unknown"
+    failure_class: FailureClass = "none"
+    exclude_from_baseline: bool = False
+    end_reason: str = "unknown"
+    num_turns: int = 0
+    num_generated_tokens: int = 0
+    hit_length_limit: bool = False
+    messages: list[dict] = Field(default_factory=list)
+    verifier_output_tail: str = ""
+    weight_version: int = 0
+    timings_s: dict[str, float] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _aligned(self) -> "Trajectory":
+        if len(self.loss_mask) != len(self.response_ids):
+            raise ValueError(f"loss_mask has {len(self.loss_mask)} ids, response_ids {len(self.response_ids)}")
+        if self.rollout_logprobs is not None and len(self.rollout_logprobs) != len(self.response_ids):
+            raise ValueError(
+                f"rollout_logprobs has {len(self.rollout_logprobs)} values, response_ids {len(self.response_ids)}"
+            )
+        return self

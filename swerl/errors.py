@@ -1,0 +1,61 @@
+"""Typed errors of every stage, each carrying the CLI exit code it maps to.
+
+``cli.py`` catches :class:`SwerlError` once, prints its one-line message to stderr
+and exits with ``exit_code``: 2 for bad input or config, 3 for the environment
+(no Docker daemon, missing image), 1 for a failed run. Any other exception is a
+bug in swerl and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+
+class SwerlError(Exception):
+    """Base of all swerl errors; the message is one line naming the file/field and the fix."""
+
+    exit_code: int = 1
+
+
+class ConfigError(SwerlError, ValueError):
+    """A config file, field or CLI flag is invalid (exit 2)."""
+
+    exit_code = 2
+
+
+class TaskError(SwerlError, ValueError):
+    """A task folder or dataset row is malformed (exit 2)."""
+
+    exit_code = 2
+
+
+class EnvironmentProblem(SwerlError, RuntimeError):
+    """The machine lacks something swerl needs: Docker daemon, base image, model file (exit 3)."""
+
+    exit_code = 3
+
+
+class SandboxError(SwerlError, RuntimeError):
+    """A sandbox could not be built, started or talked to (exit 3 when it surfaces to the CLI)."""
+
+    exit_code = 3
+
+
+class SandboxTimeout(SandboxError, TimeoutError):
+    """A Docker operation exceeded its deadline in seconds."""
+
+
+class VerifierError(SwerlError, RuntimeError):
+    """The verifier produced no usable reward (missing, empty, non-finite or out-of-range file)."""
+
+    exit_code = 1
+
+
+class InferenceError(SwerlError, RuntimeError):
+    """A generation backend failed or returned unusable output (missing or NaN log-probs)."""
+
+    exit_code = 1
+
+
+class RunFailed(SwerlError, RuntimeError):
+    """A run finished but did not do what it was asked (e.g. trained zero steps) (exit 1)."""
+
+    exit_code = 1

@@ -1,0 +1,1 @@
+"""swerl.inference stage."""

@@ -1,0 +1,1 @@
+"""swerl.rl stage."""

@@ -1,0 +1,1 @@
+"""swerl.sandbox stage."""
