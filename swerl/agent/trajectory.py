@@ -34,6 +34,12 @@ class Trajectory(BaseModel):
         messages: the chat transcript (for humans; never used to rebuild ids).
         verifier_output_tail: last bytes of test.sh output, decoded with replacement.
         weight_version: policy version that sampled the episode.
+        timings_s: wall-clock seconds per phase (``agent_s``, ``verify_s``).
+        num_policy_tokens: ids sampled from the policy, counted even when the trajectory is
+            masked (``num_generated_tokens`` then is 0).
+        num_parse_failures: replies the protocol could not parse.
+        context_tokens: P + T, the final context length, tokens.
+        detail: one line on why the episode or its verification failed ("" if it did not).
     """
 
     task_name: str
@@ -55,6 +61,10 @@ class Trajectory(BaseModel):
     verifier_output_tail: str = ""
     weight_version: int = 0
     timings_s: dict[str, float] = Field(default_factory=dict)
+    num_policy_tokens: int = 0
+    num_parse_failures: int = 0
+    context_tokens: int = 0
+    detail: str = ""
 
     @model_validator(mode="after")
     def _aligned(self) -> "Trajectory":

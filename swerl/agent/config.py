@@ -1,0 +1,80 @@
+"""Settings of an agent episode: protocol, limits, sampling (``shared/spec/tasks.md`` §5-6)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from swerl.inference.base import SamplingParams
+
+ProtocolName = Literal["terminus-json", "tool-call", "single-turn"]
+AgentFailurePolicy = Literal["zero", "passthrough"]
+
+
+class EpisodeLimits(BaseModel):
+    """Budgets that end an episode (each names its unit)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_turns: int = Field(50, ge=1, description="Assistant turns before the episode ends with max_turns.")
+    max_new_tokens_per_turn: int = Field(4096, ge=1, description="Generation budget of one assistant turn, tokens.")
+    context_window_tokens: int = Field(
+        32768, ge=16, description="Prompt + response budget, tokens; exceeding it ends the episode (context_overflow)."
+    )
+    agent_timeout_s: float | None = Field(
+        None, gt=0, description="Wall-clock budget of the agent, seconds; None = task.toml [agent] timeout_sec."
+    )
+    command_timeout_s: float = Field(
+        60.0, gt=0, description="Longest wait for one command (terminus duration cap, tool-call bash timeout), seconds."
+    )
+    max_consecutive_parse_failures: int = Field(
+        3, ge=1, description="Unparsable replies in a row before the episode ends with parse_failures."
+    )
+
+
+class AgentConfig(BaseModel):
+    """How an agent acts in the sandbox and how its failures count.
+
+    Shared by ``swerl eval`` and ``swerl train`` (the trainer passes it to
+    :func:`swerl.agent.rollout.collect_rollouts`).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    protocol: ProtocolName = Field("terminus-json", description="Agent protocol (tasks.md §5).")
+    limits: EpisodeLimits = Field(default_factory=EpisodeLimits)
+    temperature: float = Field(0.7, ge=0.0, description="Sampling temperature; 0 = greedy.")
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus mass; 1.0 = off (exact TIS parity).")
+    top_k: int = Field(0, ge=0, description="Top-k; 0 = off.")
+    seed: int | None = Field(None, description="Base sampling seed; each turn of each sample derives its own.")
+    enable_thinking: bool = Field(False, description="Passed to the chat template (Qwen3 thinking).")
+    output_budget_bytes: int = Field(
+        10000, ge=256, description="Terminal/tool output shown per turn, bytes (head + tail kept, middle elided)."
+    )
+    solution_path: str = Field("/app/solution.py", description="Where single-turn writes the first Python block.")
+    on_agent_timeout: AgentFailurePolicy = Field(
+        "zero", description="zero: reward 0, kept in the baseline; passthrough: the verifier's reward counts."
+    )
+    on_parse_failures: AgentFailurePolicy = Field(
+        "zero", description="Same choice for an episode ended by unparsable replies."
+    )
+
+    @model_validator(mode="after")
+    def _turn_fits_window(self) -> "AgentConfig":
+        if self.limits.max_new_tokens_per_turn >= self.limits.context_window_tokens:
+            raise ValueError(
+                "limits.max_new_tokens_per_turn must be smaller than limits.context_window_tokens; lower it or raise the window"
+            )
+        return self
+
+    def sampling(self, max_new_tokens: int, stop_token_ids: list[int], seed: int | None = None) -> SamplingParams:
+        """Sampling params of one turn: ``max_new_tokens`` (tokens), end-of-turn ids, a per-turn seed."""
+        return SamplingParams(
+            temperature=self.temperature,
+            top_p=self.top_p,
+            top_k=self.top_k,
+            max_new_tokens=max_new_tokens,
+            seed=seed,
+            stop_token_ids=sorted(stop_token_ids),
+        )

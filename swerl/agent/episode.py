@@ -1,0 +1,214 @@
+"""One agent episode in one sandbox: sample, act, observe until an end reason, then verify.
+
+Token-in/token-out (``shared/spec/tasks.md`` §5): the prompt ids come from the chat
+template once; every assistant turn appends exactly the generated ids (loss mask 1) and
+every observation appends only the ids of the template's delta for the new messages
+(loss mask 0). The policy is always conditioned on ``prompt_ids + response_ids``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from swerl.agent.config import AgentConfig, EpisodeLimits
+from swerl.agent.outcome import judge
+from swerl.agent.policy import Policy
+from swerl.agent.protocols import AgentProtocol, EndReason, make_protocol
+from swerl.agent.tokens import ChatFormat, TokenRecord
+from swerl.agent.trajectory import Trajectory
+from swerl.errors import SandboxError
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class _EpisodeState:
+    """What the loop has built so far; kept when a timeout interrupts it."""
+
+    messages: list[dict]
+    record: TokenRecord
+    num_turns: int = 0
+    num_parse_failures: int = 0
+    hit_length_limit: bool = False
+    weight_version: int = 0
+    detail: str = ""
+    timings_s: dict[str, float] = field(default_factory=dict)
+
+
+def first_prompt(task: Any, policy: Policy, cfg: AgentConfig) -> tuple[AgentProtocol, ChatFormat, list[dict], list[int]]:
+    """The protocol, chat format, first messages and (P,) prompt ids of an episode of ``task``.
+
+    Needs no sandbox, so a trajectory can be recorded even when the sandbox never starts.
+    """
+    protocol = make_protocol(cfg, template_has_tools=_template_has_tools(policy.tokenizer))
+    chat = ChatFormat(policy.tokenizer, {"enable_thinking": cfg.enable_thinking}, tools=protocol.tools())
+    messages = protocol.initial_messages(task.instruction)
+    return protocol, chat, messages, chat.prompt_ids(messages)
+
+
+async def run_episode(
+    task: Any,
+    sandbox: Any,
+    policy: Policy,
+    protocol_cfg: AgentConfig,
+    limits: EpisodeLimits | None = None,
+    *,
+    group_id: str | None = None,
+    sample_index: int = 0,
+    seed: int | None = None,
+) -> Trajectory:
+    """Run one episode of ``task`` in a started ``sandbox`` and verify it.
+
+    Args:
+        task: a ``swerl.tasks.Task`` (instruction, ``config.agent.timeout_sec``).
+        sandbox: a started sandbox (``open_shell``, ``write_file``, ``verify``).
+        policy: what samples the assistant turns.
+        protocol_cfg: protocol, sampling and failure-policy settings.
+        limits: episode budgets; ``protocol_cfg.limits`` when None. ``agent_timeout_s`` None
+            means the task's ``[agent] timeout_sec``.
+        group_id, sample_index: identity of the trajectory in its RLOO group.
+        seed: episode sampling seed (turn t uses ``seed + t``); None = backend RNG.
+
+    Returns:
+        The trajectory, verified unless the sandbox failed; never raises for agent or
+        sandbox failures (they become end reasons and failure classes).
+    """
+    cfg, limits = protocol_cfg, limits or protocol_cfg.limits
+    protocol, chat, messages, prompt_ids = first_prompt(task, policy, cfg)
+    state = _EpisodeState(messages=messages, record=TokenRecord(prompt_ids=prompt_ids))
+    timeout_s = limits.agent_timeout_s or float(task.config.agent.timeout_sec)
+    sandbox_outcome: str | None = None
+
+    started = time.monotonic()
+    try:
+        async with asyncio.timeout(timeout_s):
+            end_reason = await _agent_loop(protocol, chat, sandbox, policy, cfg, limits, state, seed)
+    except SandboxError as err:
+        end_reason, sandbox_outcome, state.detail = "sandbox_error", _outcome_name(err), str(err)
+        logger.warning("%s #%d: sandbox failed during the episode: %s", task.name, sample_index, err)
+    except TimeoutError:
+        end_reason, state.detail = "agent_timeout", f"agent exceeded its {timeout_s:g} s budget"
+    state.timings_s["agent_s"] = time.monotonic() - started
+
+    verifier = None
+    if end_reason != "sandbox_error":
+        verifier, sandbox_outcome = await _verify(sandbox, state)
+    verdict = judge(end_reason if verifier is not None else "sandbox_error", verifier, cfg, sandbox_outcome)
+    return _trajectory(task, group_id, sample_index, state, end_reason, verdict, verifier)
+
+
+async def _agent_loop(
+    protocol: AgentProtocol,
+    chat: ChatFormat,
+    sandbox: Any,
+    policy: Policy,
+    cfg: AgentConfig,
+    limits: EpisodeLimits,
+    state: _EpisodeState,
+    seed: int | None,
+) -> EndReason:
+    """Turns until the protocol, a budget or the context window ends the episode."""
+    await protocol.start(sandbox)
+    record = state.record
+    while True:
+        # Budgets checked before each turn: turns, then the context window.
+        if state.num_turns >= limits.max_turns:
+            return "max_turns"
+        room = limits.context_window_tokens - record.num_tokens
+        if room <= 0:
+            return "context_overflow"
+        max_new = min(limits.max_new_tokens_per_turn, room)
+
+        # Sample one assistant turn conditioned on exactly the recorded ids.
+        turn_seed = None if seed is None else seed + state.num_turns
+        sampling = cfg.sampling(max_new, sorted(chat.stop_token_ids), turn_seed)
+        generation = await policy.generate(record.context_ids(), sampling)
+        record.add_generation(generation)
+        state.weight_version = generation.weight_version
+        state.num_turns += 1
+        reply = chat.decode_reply(generation.token_ids)
+        state.messages.append({"role": "assistant", "content": reply})
+        if generation.finish_reason == "length":
+            state.hit_length_limit = True
+            if max_new < limits.max_new_tokens_per_turn:
+                return "context_overflow"
+
+        # Act in the sandbox; the protocol says what the next user/tool turn is.
+        result = await protocol.act(reply, sandbox)
+        state.num_parse_failures += int(result.parse_failed)
+        if result.end_reason is not None:
+            return result.end_reason
+        last_id = generation.token_ids[-1] if generation.token_ids else None
+        observation_ids = chat.observation_ids(result.observation, last_id)
+        state.messages.extend(result.observation)
+        if record.num_tokens + len(observation_ids) > limits.context_window_tokens:
+            return "context_overflow"
+        record.add_observation(observation_ids)
+
+
+async def _verify(sandbox: Any, state: _EpisodeState) -> tuple[Any | None, str | None]:
+    """Run the task's tests; a sandbox failure here yields (None, its outcome)."""
+    started = time.monotonic()
+    try:
+        return await sandbox.verify(), None
+    except SandboxError as err:
+        state.detail = f"verification failed: {err}"
+        return None, _outcome_name(err)
+    finally:
+        state.timings_s["verify_s"] = time.monotonic() - started
+
+
+def _trajectory(task, group_id, sample_index, state, end_reason, verdict, verifier) -> Trajectory:
+    record = state.record
+    masked = verdict.failure_class == "mask"
+    loss_mask = [0] * len(record.loss_mask) if masked else list(record.loss_mask)
+    return Trajectory(
+        task_name=task.name,
+        group_id=group_id or task.name,
+        sample_index=sample_index,
+        prompt_ids=record.prompt_ids,
+        response_ids=record.response_ids,
+        loss_mask=loss_mask,
+        rollout_logprobs=list(record.logprobs) if record.has_logprobs else None,
+        reward=verdict.reward,
+        outcome=verdict.outcome,
+        failure_class=verdict.failure_class,
+        exclude_from_baseline=masked,
+        end_reason=end_reason,
+        num_turns=state.num_turns,
+        num_generated_tokens=sum(loss_mask),
+        num_policy_tokens=sum(record.loss_mask),
+        num_parse_failures=state.num_parse_failures,
+        context_tokens=record.num_tokens,
+        hit_length_limit=state.hit_length_limit,
+        messages=state.messages,
+        verifier_output_tail=getattr(verifier, "output_tail", "") if verifier is not None else "",
+        weight_version=state.weight_version,
+        timings_s=state.timings_s,
+        detail=state.detail or (getattr(verifier, "detail", "") if verifier is not None else ""),
+    )
+
+
+def masked_trajectory(task: Any, policy: Policy, cfg: AgentConfig, *, group_id: str, sample_index: int,
+                      outcome: str, detail: str) -> Trajectory:
+    """A trajectory for an episode that never ran (sandbox did not start, episode crashed):
+    the first prompt only, reward 0, class ``mask``."""
+    _, _, messages, prompt_ids = first_prompt(task, policy, cfg)
+    return Trajectory(
+        task_name=task.name, group_id=group_id, sample_index=sample_index, prompt_ids=prompt_ids,
+        outcome=outcome, failure_class="mask", exclude_from_baseline=True, end_reason="sandbox_error",
+        messages=messages, context_tokens=len(prompt_ids), detail=detail,
+    )
+
+
+def _template_has_tools(tokenizer: Any) -> bool:
+    return "tools" in (getattr(tokenizer, "chat_template", None) or "")
+
+
+def _outcome_name(err: BaseException) -> str:
+    outcome = getattr(err, "outcome", None)
+    return str(getattr(outcome, "value", outcome) or "sandbox_error")

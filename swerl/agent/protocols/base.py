@@ -1,0 +1,91 @@
+"""The interface every agent protocol implements, and the text helpers they share.
+
+A protocol is a small state machine: it builds the first messages of an episode from the
+task, then turns each assistant reply into actions in the sandbox and the observation
+messages of the next turn, or an end reason. Token bookkeeping is not its business
+(see ``swerl.agent.tokens``).
+"""
+
+from __future__ import annotations
+
+import re
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+from swerl.agent.config import AgentConfig
+
+EndReason = Literal[
+    "task_complete",
+    "completed",
+    "max_turns",
+    "context_overflow",
+    "agent_timeout",
+    "parse_failures",
+    "sandbox_error",
+]
+
+
+@dataclass
+class TurnResult:
+    """What one assistant reply led to.
+
+    Attributes:
+        observation: user/tool messages to show next (empty when the episode ends).
+        end_reason: set when the episode ends after this reply.
+        parse_failed: the reply could not be parsed (counted in ``parse_failures``).
+    """
+
+    observation: list[dict] = field(default_factory=list)
+    end_reason: EndReason | None = None
+    parse_failed: bool = False
+
+
+class AgentProtocol(ABC):
+    """One way of talking to the model (tasks.md §5)."""
+
+    name: ClassVar[str]
+
+    def __init__(self, cfg: AgentConfig):
+        self.cfg = cfg
+
+    def tools(self) -> list[dict] | None:
+        """JSON-schema tools handed to the chat template, or None."""
+        return None
+
+    @abstractmethod
+    def initial_messages(self, instruction: str) -> list[dict]:
+        """The chat messages of the first prompt for a task ``instruction``."""
+
+    async def start(self, sandbox: Any) -> None:
+        """Prepare the sandbox side (e.g. open the persistent shell). Default: nothing."""
+
+    @abstractmethod
+    async def act(self, reply: str, sandbox: Any) -> TurnResult:
+        """Carry out one assistant ``reply`` (text, thinking included) in ``sandbox``."""
+
+
+_THINK_RE = re.compile(r"<think>.*?</think>", re.DOTALL)
+
+
+def strip_thinking(reply: str) -> str:
+    """The reply without Qwen3 ``<think>...</think>`` blocks (an unclosed one swallows the rest)."""
+    text = _THINK_RE.sub("", reply)
+    open_at = text.find("<think>")
+    return text[:open_at] if open_at >= 0 else text
+
+
+def limit_output_bytes(output: str, max_bytes: int) -> str:
+    """Keep the first and last ``max_bytes // 2`` UTF-8 bytes of ``output``, eliding the middle.
+
+    Same rule and marker as Harbor terminus-2 ``_limit_output_length``; split characters
+    are dropped, never replaced. Returns ``output`` unchanged when it fits.
+    """
+    raw = output.encode("utf-8")
+    if len(raw) <= max_bytes:
+        return output
+    half = max_bytes // 2
+    head = raw[:half].decode("utf-8", errors="ignore")
+    tail = raw[-half:].decode("utf-8", errors="ignore")
+    omitted = len(raw) - len(head.encode("utf-8")) - len(tail.encode("utf-8"))
+    return f"{head}\n[... output limited to {max_bytes} bytes; {omitted} interior bytes omitted ...]\n{tail}"

@@ -1,0 +1,42 @@
+"""single-turn: one completion; its first fenced Python block becomes the solution file
+(tasks.md §5). The cheapest protocol: tiny models and smoke tests."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from swerl.agent.protocols.base import AgentProtocol, TurnResult, strip_thinking
+
+SYSTEM_PROMPT = "You are an expert Python programmer. Answer with a single complete Python code block."
+USER_SUFFIX = (
+    "\n\nReply with the complete contents of `{path}` in one fenced ```python code block: "
+    "the full function (signature included) and every import it needs."
+)
+
+_FENCE_RE = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL | re.IGNORECASE)
+
+
+def extract_python_block(reply: str) -> str | None:
+    """Body of the first fenced code block (```python, ```py or bare ```), or None.
+
+    An unclosed final fence (the turn ran out of tokens) counts up to the end of the reply.
+    """
+    match = _FENCE_RE.search(strip_thinking(reply))
+    return match.group(1) if match else None
+
+
+class SingleTurn(AgentProtocol):
+    """Ask once, write the first Python block to ``cfg.solution_path``, stop."""
+
+    name = "single-turn"
+
+    def initial_messages(self, instruction: str) -> list[dict]:
+        user = instruction.strip() + USER_SUFFIX.format(path=self.cfg.solution_path)
+        return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
+
+    async def act(self, reply: str, sandbox: Any) -> TurnResult:
+        code = extract_python_block(reply)
+        if code is not None:
+            await sandbox.write_file(self.cfg.solution_path, code.encode("utf-8"))
+        return TurnResult(end_reason="completed", parse_failed=code is None)

@@ -1,0 +1,128 @@
+"""Rollout collection: n episodes per task, each in a fresh sandbox, bounded by one
+semaphore. Used by ``swerl eval`` and by the trainer.
+
+Yields ``len(tasks) * n_samples`` trajectories, ordered task by task (a group's samples
+are contiguous, ``group_id`` shared, ``sample_index`` 0..n-1). A failed sandbox or a
+crashed episode never cancels the others: it becomes a masked trajectory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from swerl.agent.config import AgentConfig
+from swerl.agent.episode import masked_trajectory, run_episode
+from swerl.agent.policy import Policy
+from swerl.agent.trajectory import Trajectory
+from swerl.errors import SandboxError
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RolloutEvent:
+    """Progress of one episode, for live displays.
+
+    Attributes:
+        kind: ``started`` (sandbox acquired) or ``finished`` (trajectory ready).
+        task_name, sample_index: which episode.
+        trajectory: the result (``finished`` only).
+        done, total: episodes finished so far / in this call.
+    """
+
+    kind: Literal["started", "finished"]
+    task_name: str
+    sample_index: int
+    done: int
+    total: int
+    trajectory: Trajectory | None = None
+
+
+def group_id_for(task_index: int, task_name: str, prefix: str = "") -> str:
+    """Group id of the samples of ``tasks[task_index]`` (unique within one collection)."""
+    return f"{prefix}{task_index}:{task_name}"
+
+
+async def collect_rollouts(
+    tasks: list[Any],
+    n_samples: int,
+    policy: Policy,
+    sandbox_manager: Any,
+    agent_cfg: AgentConfig,
+    *,
+    concurrency: int,
+    on_event: Callable[[RolloutEvent], None] | None = None,
+    group_prefix: str = "",
+) -> list[Trajectory]:
+    """Sample ``n_samples`` episodes of every task.
+
+    Args:
+        tasks: ``swerl.tasks.Task`` objects (B prompts).
+        n_samples: G episodes per task (the RLOO group size).
+        policy: shared by all episodes (batching happens behind it).
+        sandbox_manager: entered ``SandboxManager``; ``sandbox(task)`` is an async context
+            manager yielding a started sandbox, raising ``SandboxError`` on infra failure.
+        agent_cfg: protocol, limits, sampling (``agent_cfg.seed`` makes seeds per episode).
+        concurrency: most episodes alive at once (>= 1).
+        on_event: called (in the event loop) when an episode starts and finishes.
+        group_prefix: prepended to every ``group_id`` (e.g. ``step12/``) for global uniqueness.
+
+    Returns:
+        N = B * G trajectories, groups contiguous, in task order then sample order.
+    """
+    if n_samples < 1 or concurrency < 1:
+        raise ValueError(f"n_samples ({n_samples}) and concurrency ({concurrency}) must be >= 1")
+    semaphore = asyncio.Semaphore(concurrency)
+    total = len(tasks) * n_samples
+    done = 0
+
+    def emit(kind: Literal["started", "finished"], task: Any, index: int, traj: Trajectory | None = None) -> None:
+        if on_event is not None:
+            on_event(RolloutEvent(kind, task.name, index, done, total, traj))
+
+    async def one(task_index: int, task: Any, sample_index: int) -> Trajectory:
+        nonlocal done
+        group_id = group_id_for(task_index, task.name, group_prefix)
+        async with semaphore:
+            traj = await _guarded_episode(task, sandbox_manager, policy, agent_cfg, group_id, sample_index,
+                                          _episode_seed(agent_cfg.seed, group_id, sample_index),
+                                          lambda: emit("started", task, sample_index))
+        done += 1
+        emit("finished", task, sample_index, traj)
+        return traj
+
+    jobs = [one(ti, task, si) for ti, task in enumerate(tasks) for si in range(n_samples)]
+    return list(await asyncio.gather(*jobs))
+
+
+async def _guarded_episode(task: Any, manager: Any, policy: Policy, cfg: AgentConfig, group_id: str,
+                           sample_index: int, seed: int | None, on_start: Callable[[], None]) -> Trajectory:
+    """One episode whose infra failures and crashes become masked trajectories."""
+    try:
+        async with manager.sandbox(task) as sandbox:
+            on_start()
+            return await run_episode(task, sandbox, policy, cfg, group_id=group_id,
+                                     sample_index=sample_index, seed=seed)
+    except SandboxError as err:
+        outcome = getattr(err, "outcome", None)
+        outcome_name = str(getattr(outcome, "value", outcome) or "sandbox_error")
+        logger.warning("%s #%d: sandbox failed: %s", task.name, sample_index, err)
+        return masked_trajectory(task, policy, cfg, group_id=group_id, sample_index=sample_index,
+                                 outcome=outcome_name, detail=str(err))
+    except Exception as err:  # a bug in one episode must not sink the batch; it is logged in full
+        logger.exception("%s #%d: episode crashed", task.name, sample_index)
+        return masked_trajectory(task, policy, cfg, group_id=group_id, sample_index=sample_index,
+                                 outcome="episode_error", detail=f"{type(err).__name__}: {err}")
+
+
+def _episode_seed(base_seed: int | None, group_id: str, sample_index: int) -> int | None:
+    """A stable per-episode seed from the config seed, the group and the sample index."""
+    if base_seed is None:
+        return None
+    digest = hashlib.sha256(f"{base_seed}/{group_id}/{sample_index}".encode()).digest()
+    return int.from_bytes(digest[:4], "little") * 1000

