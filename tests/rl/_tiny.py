@@ -1,0 +1,68 @@
+"""A tiny real causal LM and a ragged RL micro-batch, shared by the reduction/loss tests."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+VOCAB = 64
+SEQ = 14  # tokens per padded row; per-token logprobs have SEQ - 1 positions
+
+
+def tiny_model(seed: int = 0) -> torch.nn.Module:
+    """LlamaForCausalLM built from a config (no hub), fp32, deterministic weights."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(
+        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+    )
+    return LlamaForCausalLM(cfg).float()
+
+
+@dataclass
+class Batch:
+    input_ids: Tensor  # (B, SEQ) int64, right-padded
+    loss_mask: Tensor  # (B, SEQ-1) bool, model-generated positions
+    advantages: Tensor  # (B,) float32
+    old_logprobs: Tensor  # (B, SEQ-1) float32
+    rollout_logprobs: Tensor  # (B, SEQ-1) float32
+    has_rollout_logprobs: Tensor  # (B,) bool
+
+    def rows(self, idx) -> "Batch":
+        return Batch(*(getattr(self, f)[idx] for f in self.__dataclass_fields__))
+
+
+def token_logprobs(model: torch.nn.Module, input_ids: Tensor, temperature: float = 0.7) -> Tensor:
+    """(B, SEQ-1) log pi(x_{t+1} | x_<=t) from temperature-scaled logits."""
+    logits = model(input_ids=input_ids).logits[:, :-1].float() / temperature
+    return torch.log_softmax(logits, dim=-1).gather(-1, input_ids[:, 1:, None]).squeeze(-1)
+
+
+def ragged_batch(model: torch.nn.Module, rows: int = 8, seed: int = 1) -> Batch:
+    """Unequal lengths, a prompt span, an observation span, one empty row, one A = 0 row,
+    off-policy old/rollout logprobs (so ratios != 1 and TIS weights vary), one row without
+    rollout logprobs."""
+    gen = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, VOCAB, (rows, SEQ), generator=gen)
+    mask = torch.zeros(rows, SEQ - 1, dtype=torch.bool)
+    for i in range(rows):
+        prompt = 2 + i % 3
+        length = 3 + (5 * i) % (SEQ - 1 - prompt - 2)  # generated + observation tokens
+        mask[i, prompt : prompt + length] = True
+        if length > 5:
+            mask[i, prompt + 2 : prompt + 4] = False  # an observation span inside the response
+    mask[2] = False  # an empty row (e.g. context overflow before any generated token)
+    adv = torch.randn(rows, generator=gen)
+    adv[5] = 0.0  # a row with zero advantage (zero-variance group)
+    with torch.no_grad():
+        current = token_logprobs(model, ids)
+    old = current + 0.8 * torch.randn(current.shape, generator=gen)
+    rollout = old + 0.8 * torch.randn(current.shape, generator=gen)
+    has = torch.ones(rows, dtype=torch.bool)
+    has[6] = False
+    rollout[6] = float("nan")  # must never leak
+    return Batch(ids, mask, adv, old, rollout, has)

@@ -1,0 +1,162 @@
+"""The four loss reductions: formulas by hand, and invariance to micro-batching and gradient
+accumulation on a real tiny causal LM with ragged rows (algorithms.md §4)."""
+
+import pytest
+import torch
+
+from swerl.rl.config import AlgorithmConfig
+from swerl.rl.loss import compute_policy_loss
+from swerl.rl.reductions import StepDenominators, denominator_parts, dp_loss_scale, reduce_microbatch
+
+from ._tiny import ragged_batch, tiny_model, token_logprobs
+
+MODES = ["token_mean", "sequence_mean", "seq_mean_token_sum_norm", "seq_mean_token_sum_norm_global"]
+L_MAX = 32
+
+
+def _config(mode: str, policy_loss: str = "regular") -> AlgorithmConfig:
+    return AlgorithmConfig(loss_reduction=mode, max_seq_len=L_MAX, policy_loss=policy_loss)
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_model()
+
+
+@pytest.fixture(scope="module")
+def batch(model):
+    return ragged_batch(model)
+
+
+def _step(model, batch, config, micro_batches):
+    """One optimizer step's backward over the given row partition; returns (loss, grads)."""
+    model.zero_grad(set_to_none=True)
+    parts = [batch.rows(idx) for idx in micro_batches]
+    denominators = sum((denominator_parts(mb.loss_mask, mb.advantages) for mb in parts), StepDenominators.zero())
+    total = 0.0
+    for mb in parts:
+        loss, _ = compute_policy_loss(
+            config,
+            logprobs=token_logprobs(model, mb.input_ids),
+            old_logprobs=mb.old_logprobs,
+            advantages=mb.advantages,
+            loss_mask=mb.loss_mask,
+            denominators=denominators,
+            rollout_logprobs=mb.rollout_logprobs,
+            has_rollout_logprobs=mb.has_rollout_logprobs,
+        )
+        loss.backward()
+        total += float(loss.detach())
+    grads = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+    return total, grads
+
+
+def _close(a, b):
+    assert a[0] == pytest.approx(b[0], rel=1e-5, abs=1e-8)
+    assert torch.allclose(a[1], b[1], rtol=1e-4, atol=1e-7), float((a[1] - b[1]).abs().max())
+
+
+@pytest.mark.parametrize("policy_loss", ["regular", "dual_clip"])
+@pytest.mark.parametrize("mode", MODES)
+def test_micro_batch_of_one_equals_whole_batch(model, batch, mode, policy_loss):
+    config = _config(mode, policy_loss)
+    whole = _step(model, batch, config, [list(range(8))])
+    assert whole[1].abs().sum() > 0 and whole[0] != 0.0
+    _close(_step(model, batch, config, [[i] for i in range(8)]), whole)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_accumulating_four_micro_batches_equals_one_pass(model, batch, mode):
+    config = _config(mode)
+    whole = _step(model, batch, config, [list(range(8))])
+    _close(_step(model, batch, config, [[0, 7], [1, 2, 3], [4], [5, 6]]), whole)
+
+
+def test_mean_of_micro_batch_means_is_not_the_step_token_mean(model, batch):
+    # Negative control: the bug the step-level denominator avoids changes the loss.
+    config = _config("token_mean")
+    whole, _ = _step(model, batch, config, [list(range(8))])
+    wrong = 0.0
+    for idx in ([0, 7], [1, 2, 3], [4], [5, 6]):
+        mb = batch.rows(idx)
+        loss, _ = compute_policy_loss(
+            config, logprobs=token_logprobs(model, mb.input_ids), old_logprobs=mb.old_logprobs,
+            advantages=mb.advantages, loss_mask=mb.loss_mask,
+            denominators=denominator_parts(mb.loss_mask, mb.advantages),
+            rollout_logprobs=mb.rollout_logprobs, has_rollout_logprobs=mb.has_rollout_logprobs,
+        )
+        wrong += float(loss.detach()) / 4
+    assert abs(wrong - whole) > 1e-3 * abs(whole)
+
+
+def _by_hand(per_token, mask, adv, mode):
+    rows = []
+    for i in range(per_token.shape[0]):
+        n_i = int(mask[i].sum())
+        s_i = sum(float(per_token[i, t]) for t in range(per_token.shape[1]) if mask[i, t])
+        rows.append((n_i, s_i, float(adv[i])))
+    total = sum(s for _, s, _ in rows)
+    nonempty = sum(1 for n, _, _ in rows if n > 0)
+    signal = sum(1 for n, _, a in rows if n > 0 and a != 0)
+    return {
+        "token_mean": total / max(sum(n for n, _, _ in rows), 1),
+        "sequence_mean": sum(s / n for n, s, _ in rows if n > 0) / max(nonempty, 1),
+        "seq_mean_token_sum_norm": total / (max(nonempty, 1) * L_MAX),
+        "seq_mean_token_sum_norm_global": total / (max(signal, 1) * L_MAX),
+    }[mode]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_reduction_matches_the_formula_by_hand(mode):
+    gen = torch.Generator().manual_seed(3)
+    per_token = torch.randn(5, 7, generator=gen)
+    mask = torch.rand(5, 7, generator=gen) > 0.4
+    mask[1] = False
+    per_token[~mask] = float("inf")  # off-mask garbage must not leak
+    adv = torch.tensor([0.5, 1.0, 0.0, -0.3, 0.0])
+    d = denominator_parts(mask, adv)
+    assert d.num_tokens == float(mask.sum()) and d.num_nonempty_rows == 4
+    assert d.num_signal_rows == float((mask.any(-1) & (adv != 0)).sum())
+    got = reduce_microbatch(per_token, mask, d, mode, L_MAX)
+    assert float(got) == pytest.approx(_by_hand(per_token, mask, adv, mode), rel=1e-6)
+
+
+def test_zero_advantage_rows_add_nothing_to_numerator_or_global_denominator(model, batch):
+    config = _config("seq_mean_token_sum_norm_global")
+    signal_rows = [0, 1, 3, 4, 6, 7]  # row 2 is empty, row 5 has A = 0
+    with_zero_rows = _step(model, batch, config, [list(range(8))])
+    without = _step(model, batch, config, [signal_rows])
+    _close(with_zero_rows, without)
+    d = denominator_parts(batch.loss_mask, batch.advantages)
+    assert d.num_signal_rows == 6 and d.num_nonempty_rows == 7
+    # a zero-advantage row alone contributes exactly 0 loss and 0 gradient
+    lone = _step(model, batch, config, [[5]])
+    assert lone[0] == 0.0 and lone[1].abs().max() == 0.0
+
+
+def test_per_token_advantages_count_signal_rows_on_trainable_tokens_only():
+    mask = torch.tensor([[True, True, False], [True, False, False]])
+    adv = torch.tensor([[0.0, 0.0, 1.0], [2.0, 0.0, 0.0]])  # row 0: A != 0 only off-mask
+    assert denominator_parts(mask, adv).num_signal_rows == 1
+
+
+def test_all_empty_step_gives_zero_not_nan():
+    mask = torch.zeros(2, 4, dtype=torch.bool)
+    loss = torch.full((2, 4), float("nan"))
+    d = denominator_parts(mask, torch.zeros(2))
+    for mode in MODES:
+        assert float(reduce_microbatch(loss, mask, d, mode, L_MAX)) == 0.0
+
+
+def test_seqnorm_modes_need_max_seq_len():
+    mask = torch.ones(1, 2, dtype=torch.bool)
+    d = denominator_parts(mask, torch.ones(1))
+    with pytest.raises(ValueError, match="max_seq_len"):
+        reduce_microbatch(torch.ones(1, 2), mask, d, "seq_mean_token_sum_norm_global", None)
+
+
+def test_step_denominators_round_trip_and_add():
+    a, b = StepDenominators(3, 2, 1), StepDenominators(4, 1, 1)
+    assert a + b == StepDenominators(7, 3, 2)
+    assert StepDenominators.from_tensor((a + b).as_tensor()) == a + b
+    assert dp_loss_scale(4) == 4.0 and dp_loss_scale(4, grads_averaged=False) == 1.0
