@@ -3,10 +3,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple, overload
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from swerl.errors import TaskError
 
 
 class _Section(BaseModel):
@@ -85,3 +89,74 @@ class Task(BaseModel):
         """``<task>/solution`` when it holds ``solve.sh``, else None."""
         d = self.path / "solution"
         return d if (d / "solve.sh").is_file() else None
+
+    @property
+    def dockerfile(self) -> Path | None:
+        """``<task>/environment/Dockerfile``; None when ``[environment] docker_image`` names a prebuilt image."""
+        if self.config.environment.docker_image:
+            return None
+        return self.environment_dir / "Dockerfile"
+
+    @property
+    def test_script(self) -> Path:
+        """``<task>/tests/test.sh``, run as ``bash /tests/test.sh`` by the verifier."""
+        return self.tests_dir / "test.sh"
+
+
+class MalformedTask(TaskError):
+    """A task folder or dataset row is malformed (exit 2).
+
+    Attributes:
+        file: the file, folder or ``<dataset>#<row>`` that is wrong.
+        reason: what is wrong and, where it helps, the fix (one line).
+    """
+
+    def __init__(self, file: Path | str, reason: str) -> None:
+        self.file = str(file)
+        self.reason = reason
+        super().__init__(f"{self.file}: {reason}")
+
+
+class TaskProblem(NamedTuple):
+    """One task left out of a :class:`TaskSet`: where (file or dataset row) and why."""
+
+    path: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class TaskSet(Sequence[Task]):
+    """The tasks loaded from one source, in order, plus the malformed ones left out.
+
+    Behaves as a read-only sequence of :class:`Task`; ``problems`` lists the
+    ``(path, reason)`` of every task skipped with ``on_error="skip"``.
+    """
+
+    source: Path
+    tasks: tuple[Task, ...]
+    problems: tuple[TaskProblem, ...] = ()
+
+    @overload
+    def __getitem__(self, index: int) -> Task: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Task]: ...
+    def __getitem__(self, index: int | slice) -> Task | Sequence[Task]:
+        return self.tasks[index]
+
+    def __len__(self) -> int:
+        return len(self.tasks)
+
+    def __iter__(self) -> Iterator[Task]:
+        return iter(self.tasks)
+
+    @property
+    def names(self) -> list[str]:
+        """Task names in load order."""
+        return [t.name for t in self.tasks]
+
+    def by_name(self, name: str) -> Task:
+        """The task called ``name``; raises KeyError if absent."""
+        for task in self.tasks:
+            if task.name == name:
+                return task
+        raise KeyError(name)

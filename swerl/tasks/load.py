@@ -1,0 +1,215 @@
+"""Load Harbor task folders into validated :class:`Task` objects.
+
+``load_task`` checks one folder against ``shared/spec/tasks.md`` §1 and raises
+:class:`MalformedTask` (a ``TaskError``, exit 2) naming the file and the reason.
+``load_tasks`` reads a whole source: a folder of task folders, one task folder, or a
+Parquet/JSONL dataset of ``path`` + ``task_binary`` rows; with ``on_error="skip"`` a
+malformed task is logged, listed in ``TaskSet.problems`` and left out, never crashing
+the batch.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import tomllib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Literal
+
+from pydantic import ValidationError
+
+from swerl.errors import TaskError
+from swerl.tasks.models import MalformedTask, Task, TaskConfig, TaskProblem, TaskSet
+
+log = logging.getLogger(__name__)
+
+COMPOSE_FILES = ("docker-compose.yaml", "docker-compose.yml", "compose.yaml", "compose.yml")
+ROW_SUFFIXES = (".parquet", ".jsonl", ".ndjson", ".jsonl.gz", ".ndjson.gz")
+DEFAULT_CACHE_DIR = Path.home() / ".cache" / "swerl" / "tasks"
+
+_warned_keys: set[str] = set()
+_warned_lock = threading.Lock()
+
+
+def _format_validation_error(err: ValidationError) -> str:
+    """One line naming each bad task.toml field, pydantic's reason and the value given."""
+    parts = []
+    for e in err.errors():
+        field = ".".join(str(x) for x in e["loc"]) or "(top level)"
+        parts.append(f"field {field!r}: {e['msg']} (got {e.get('input')!r})")
+    return "; ".join(parts)
+
+
+def _unknown_keys(config: TaskConfig) -> list[str]:
+    """Dotted names of task.toml keys the spec does not define (kept in ``model_extra``)."""
+    keys = [k for k in (config.model_extra or {})]
+    for section in ("agent", "verifier", "environment"):
+        keys += [f"{section}.{k}" for k in (getattr(config, section).model_extra or {})]
+    return keys
+
+
+def _warn_unknown_keys(config: TaskConfig, toml_path: Path) -> None:
+    """Log each unknown key once per process (the first file it was seen in is named)."""
+    for key in _unknown_keys(config):
+        with _warned_lock:
+            if key in _warned_keys:
+                continue
+            _warned_keys.add(key)
+        log.warning("task.toml key %r is not part of the task format; kept but unused (first seen in %s)",
+                    key, toml_path)
+
+
+def _read_config(toml_path: Path) -> TaskConfig:
+    if not toml_path.is_file():
+        raise MalformedTask(toml_path, "missing task.toml (limits and metadata; may be empty for defaults)")
+    try:
+        raw = tomllib.loads(toml_path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as err:
+        raise MalformedTask(toml_path, f"not UTF-8 text: {err}") from err
+    except tomllib.TOMLDecodeError as err:
+        raise MalformedTask(toml_path, f"bad TOML: {err}") from err
+    try:
+        config = TaskConfig.model_validate(raw)
+    except ValidationError as err:
+        raise MalformedTask(toml_path, _format_validation_error(err)) from err
+    _warn_unknown_keys(config, toml_path)
+    return config
+
+
+def _read_instruction(path: Path) -> str:
+    if not path.is_file():
+        raise MalformedTask(path, "missing instruction.md (the prompt shown to the agent)")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise MalformedTask(path, f"not UTF-8 text: {err}") from err
+    if not text.strip():
+        raise MalformedTask(path, "instruction.md is empty")
+    return text
+
+
+def _check_environment(root: Path, config: TaskConfig) -> None:
+    env_dir = root / "environment"
+    for name in COMPOSE_FILES:
+        if (env_dir / name).exists():
+            raise MalformedTask(env_dir / name, "docker compose environments are not supported yet; "
+                                "use a single environment/Dockerfile")
+    if config.environment.docker_image:
+        return
+    if not (env_dir / "Dockerfile").is_file():
+        raise MalformedTask(env_dir / "Dockerfile",
+                            "missing environment/Dockerfile (or set [environment] docker_image in task.toml)")
+
+
+def _check_links(root: Path) -> None:
+    """Reject symlinks that point outside the task folder (they would leak host files into the sandbox)."""
+    for path in root.rglob("*"):
+        if path.is_symlink():
+            target = path.resolve()
+            if target != root and root not in target.parents:
+                raise MalformedTask(path, f"symlink points outside the task folder (-> {target})")
+
+
+def load_task(path: Path | str, *, name: str | None = None) -> Task:
+    """Load and validate one Harbor task folder.
+
+    Args:
+        path: the task folder (holding instruction.md, task.toml, environment/, tests/).
+        name: task name; defaults to the folder's name.
+    Returns:
+        The validated :class:`Task` (``path`` absolute).
+    Raises:
+        MalformedTask: naming the file and the reason: missing instruction.md or task.toml,
+            bad TOML (with line and column), wrong field types (field named), a compose
+            environment (not supported yet), missing environment/Dockerfile or tests/test.sh,
+            a symlink escaping the folder.
+    """
+    root = Path(path).resolve()
+    if not root.is_dir():
+        raise MalformedTask(root, "not a task folder (no such directory)")
+    instruction = _read_instruction(root / "instruction.md")
+    config = _read_config(root / "task.toml")
+    _check_environment(root, config)
+    if not (root / "tests" / "test.sh").is_file():
+        raise MalformedTask(root / "tests" / "test.sh", "missing tests/test.sh (the verifier entry point)")
+    _check_links(root)
+    return Task(name=name or root.name, path=root, instruction=instruction, config=config)
+
+
+def _is_task_folder(path: Path) -> bool:
+    return (path / "task.toml").is_file() or (path / "instruction.md").is_file()
+
+
+Candidate = tuple[str, Callable[[], Task]]
+
+
+def _folder_candidates(root: Path) -> Iterator[Candidate]:
+    """One candidate per sub-folder of ``root``, sorted by name (hidden folders skipped)."""
+    for child in sorted(root.iterdir(), key=lambda p: p.name):
+        if child.is_dir() and not child.name.startswith((".", "__")):
+            yield str(child), (lambda c=child: load_task(c))
+
+
+def _candidates(source: Path, cache_dir: Path) -> Iterator[Candidate]:
+    if source.is_dir():
+        if _is_task_folder(source):
+            yield str(source), (lambda: load_task(source))
+        else:
+            yield from _folder_candidates(source)
+    elif source.name.endswith(ROW_SUFFIXES):
+        from swerl.tasks.rows import row_candidates
+
+        yield from row_candidates(source, cache_dir)
+    else:
+        raise TaskError(f"{source}: not a task folder, a folder of tasks, or a .parquet/.jsonl dataset")
+
+
+def load_tasks(
+    source: Path | str,
+    *,
+    limit: int | None = None,
+    on_error: Literal["raise", "skip"] = "raise",
+    cache_dir: Path | None = None,
+) -> TaskSet:
+    """Load every task of a source, in order.
+
+    Args:
+        source: a folder of task folders (sorted by name), a single task folder, or a
+            ``.parquet`` / ``.jsonl`` (``.jsonl.gz``) file of ``path`` + ``task_binary`` rows.
+        limit: stop after this many valid tasks (None: all).
+        on_error: ``"raise"`` re-raises the first MalformedTask; ``"skip"`` logs it, records
+            ``(path, reason)`` in ``TaskSet.problems`` and goes on.
+        cache_dir: where dataset rows are extracted (default ``~/.cache/swerl/tasks``),
+            one folder per archive SHA-256.
+    Returns:
+        A :class:`TaskSet` of the valid tasks and the problems found.
+    Raises:
+        TaskError: the source does not exist, has an unknown format, lacks the dataset
+            columns, or holds no task at all (even with ``on_error="skip"``).
+        MalformedTask: with ``on_error="raise"``, the first malformed task.
+    """
+    src = Path(source).expanduser().resolve()
+    if not src.exists():
+        raise TaskError(f"{src}: no such file or folder; pass a task folder or a .parquet/.jsonl dataset")
+    tasks: list[Task] = []
+    problems: list[TaskProblem] = []
+    seen: dict[str, str] = {}
+    for label, load in _candidates(src, cache_dir or DEFAULT_CACHE_DIR):
+        if limit is not None and len(tasks) >= limit:
+            break
+        try:
+            task = load()
+            if task.name in seen:
+                raise MalformedTask(label, f"duplicate task name {task.name!r} (first in {seen[task.name]})")
+        except MalformedTask as err:
+            if on_error == "raise":
+                raise
+            log.warning("skipping malformed task: %s", err)
+            problems.append(TaskProblem(err.file, err.reason))
+            continue
+        seen[task.name] = label
+        tasks.append(task)
+    if not tasks and not problems:
+        raise TaskError(f"{src}: holds no task folders (a task has instruction.md, task.toml, environment/, tests/)")
+    return TaskSet(source=src, tasks=tuple(tasks), problems=tuple(problems))
