@@ -1,1 +1,39 @@
-"""swerl.sandbox stage."""
+"""swerl.sandbox: Docker sandboxes for trials (offline images, isolated containers, exec with
+in-container timeouts, persistent shells, the verifier protocol, leak-free lifecycle).
+
+Public API::
+
+    async with SandboxManager(SandboxConfig(...)) as mgr:
+        async with mgr.sandbox(task) as sb:
+            await sb.exec("cmd", timeout_s=10.0)
+            shell = await sb.open_shell()
+            verdict = await sb.verify()
+"""
+
+from swerl.sandbox.manager import SandboxManager, new_run_id, outcome_of
+from swerl.sandbox.models import (
+    ExecResult,
+    FailureClass,
+    Outcome,
+    SandboxConfig,
+    TrialRecord,
+    TrialTimings,
+    VerifierResult,
+)
+from swerl.sandbox.sandbox import Sandbox
+from swerl.sandbox.shell import Shell
+
+__all__ = [
+    "ExecResult",
+    "FailureClass",
+    "Outcome",
+    "Sandbox",
+    "SandboxConfig",
+    "SandboxManager",
+    "Shell",
+    "TrialRecord",
+    "TrialTimings",
+    "VerifierResult",
+    "new_run_id",
+    "outcome_of",
+]

@@ -1,0 +1,115 @@
+"""The one shared Docker client and the bounded, non-blocking way to call it.
+
+Every blocking docker-SDK call runs in a worker thread (``asyncio.to_thread`` semantics on a
+pool sized to the concurrency) and is awaited with a deadline in seconds, so one hung
+container never stalls the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+import docker
+import docker.errors
+import requests.exceptions
+
+from swerl.errors import EnvironmentProblem, SandboxError, SandboxTimeout
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+# Labels on everything swerl creates; `swerl sandbox gc` and start-up sweeps find leaks by them.
+LABEL_RUN = "swerl.run"
+LABEL_PID = "swerl.pid"
+LABEL_PID_START = "swerl.pid_start"
+LABEL_TASK = "swerl.task"
+LABEL_POOL = "swerl.pool"
+TASK_IMAGE_REPO = "swerl-task"
+
+DOCKER_ERRORS: tuple[type[BaseException], ...] = (
+    docker.errors.DockerException,
+    requests.exceptions.RequestException,
+    ConnectionError,
+    OSError,
+)
+
+
+def connect(base_url: str | None, pool_size: int, timeout_s: float) -> docker.DockerClient:
+    """Open the shared client with an HTTP pool of ``pool_size`` connections.
+
+    Raises:
+        EnvironmentProblem: (exit 3) no Docker daemon answers.
+    """
+    try:
+        if base_url:
+            client = docker.DockerClient(base_url=base_url, timeout=int(timeout_s), max_pool_size=pool_size)
+        else:
+            client = docker.from_env(timeout=int(timeout_s), max_pool_size=pool_size)
+        client.ping()
+    except DOCKER_ERRORS as err:
+        raise EnvironmentProblem(
+            f"Docker is not reachable ({type(err).__name__}: {err}); start dockerd "
+            "(`bash sandboxes/ensure-docker.sh`) or set DOCKER_HOST"
+        ) from err
+    return client
+
+
+class DockerCaller:
+    """Runs blocking SDK calls on a private thread pool with a deadline.
+
+    Args:
+        max_workers: threads; size it to the concurrency (a few calls per sandbox at once).
+        default_timeout_s: deadline used when a call names none.
+    """
+
+    def __init__(self, max_workers: int, default_timeout_s: float) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="swerl-docker")
+        self.default_timeout_s = default_timeout_s
+
+    async def __call__(self, fn: Callable[..., T], *args: Any, timeout_s: float | None = None, **kwargs: Any) -> T:
+        """Await ``fn(*args, **kwargs)`` in a worker thread.
+
+        Raises:
+            SandboxTimeout: the call took longer than ``timeout_s`` seconds (the thread is left
+                to finish on its own; the SDK's socket timeout bounds it).
+            SandboxError: the daemon answered with an error (``outcome`` = ``daemon_error``).
+        """
+        limit = self.default_timeout_s if timeout_s is None else timeout_s
+        loop = asyncio.get_running_loop()
+        future = loop.run_in_executor(self._pool, functools.partial(fn, *args, **kwargs))
+        name = getattr(fn, "__qualname__", repr(fn))
+        try:
+            return await asyncio.wait_for(future, limit)
+        except asyncio.TimeoutError as err:
+            raise SandboxTimeout(f"Docker call {name} exceeded {limit:.0f} s") from err
+        except docker.errors.NotFound:
+            raise
+        except DOCKER_ERRORS as err:
+            raise daemon_error(f"Docker call {name} failed: {err}") from err
+
+    def close(self) -> None:
+        """Stop the worker threads (pending calls finish first)."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def daemon_error(message: str) -> SandboxError:
+    """A :class:`SandboxError` tagged with the ``daemon_error`` outcome."""
+    from swerl.sandbox.models import Outcome
+
+    err = SandboxError(message)
+    err.outcome = Outcome.daemon_error  # type: ignore[attr-defined]
+    return err
+
+
+def sandbox_error(message: str, outcome: str) -> SandboxError:
+    """A :class:`SandboxError` whose ``.outcome`` names the trial outcome it causes."""
+    from swerl.sandbox.models import Outcome
+
+    err = SandboxError(message)
+    err.outcome = Outcome(outcome)  # type: ignore[attr-defined]
+    return err

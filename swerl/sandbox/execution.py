@@ -1,0 +1,192 @@
+"""Run one command in a container with a timeout that kills it *inside* the container,
+and move files in and out as tar streams.
+
+The command runs as ``timeout -s KILL T bash -c CMD`` in the background of a small ``sh``
+wrapper that records its pid (= its process group, since ``timeout`` makes its own group).
+``timeout`` kills the whole group when T runs out; if the output stream still does not end
+(a daemonized grandchild holds it open) swerl kills the group itself and stops reading.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import logging
+import tarfile
+import time
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from swerl.errors import SandboxError
+from swerl.sandbox.models import ExecResult
+from swerl.sandbox.streams import CappedOutput, open_exec_stream, read_frames
+
+if TYPE_CHECKING:
+    import docker
+
+    from swerl.sandbox.docker_api import DockerCaller
+
+log = logging.getLogger(__name__)
+
+# $1 pid file, $2 timeout seconds, $3 command. The job's pid is its process group id.
+_WRAPPER = (
+    'timeout -s KILL "$2" bash -c "$3" & echo $! > "$1"; wait $!; rc=$?; rm -f "$1"; exit $rc'
+)
+# Kill the process group recorded in the pid file, then the leader itself.
+_KILLER = 'p=$(cat "$1" 2>/dev/null) && { kill -KILL -- "-$p" 2>/dev/null; kill -KILL "$p" 2>/dev/null; rm -f "$1"; }; true'
+# Seconds allowed past the command's timeout before swerl kills from outside and stops reading.
+STREAM_GRACE_S = 5.0
+
+
+async def exec_command(
+    call: DockerCaller,
+    client: docker.DockerClient,
+    container_id: str,
+    command: str,
+    timeout_s: float,
+    max_output_bytes: int,
+    env: dict[str, str] | None = None,
+    workdir: str | None = None,
+) -> ExecResult:
+    """Run ``bash -c command`` in the container and wait for it, at most ``timeout_s`` seconds.
+
+    Returns:
+        ExecResult with output (stdout+stderr, capped to ``max_output_bytes``) and
+        ``timed_out=True``/``exit_code=None`` when the timeout killed the command.
+
+    Raises:
+        SandboxError: the container is gone or the daemon failed (``outcome`` daemon_error).
+    """
+    pid_file = f"/tmp/.swerl-exec-{uuid.uuid4().hex}"
+    argv = ["/bin/sh", "-c", _WRAPPER, "swerl-exec", pid_file, _fmt_seconds(timeout_s), command]
+    raw = await exec_argv(call, client, container_id, argv, timeout_s + STREAM_GRACE_S, max_output_bytes, env, workdir)
+    if raw.timed_out:
+        await kill_exec(call, client, container_id, pid_file)
+        timed_out = True
+    else:
+        # `timeout -s KILL` kills its own group too, so the wrapper sees 137 (or 124) at the deadline.
+        timed_out = raw.exit_code in (124, 137) and raw.duration_s >= timeout_s - 0.05
+    if raw.exit_code is None and not timed_out:
+        log.warning("exec in %s ended without an exit code", container_id[:12])
+    return ExecResult(
+        exit_code=None if timed_out else raw.exit_code,
+        output=raw.output,
+        timed_out=timed_out,
+        duration_s=raw.duration_s,
+        truncated_bytes=raw.truncated_bytes,
+    )
+
+
+async def exec_argv(
+    call: DockerCaller,
+    client: docker.DockerClient,
+    container_id: str,
+    argv: list[str],
+    deadline_s: float,
+    max_output_bytes: int,
+    env: dict[str, str] | None = None,
+    workdir: str | None = None,
+) -> ExecResult:
+    """Run ``argv`` as-is and read its output for at most ``deadline_s`` seconds.
+
+    Returns:
+        ExecResult; ``exit_code`` None and ``timed_out`` True when the stream outlived the
+        deadline (the process is *not* killed here; callers own that).
+
+    Raises:
+        SandboxError: the container is gone or the daemon failed.
+    """
+    api = client.api
+    start = time.monotonic()
+    created = await call(
+        api.exec_create, container_id, argv, stdout=True, stderr=True, environment=env, workdir=workdir
+    )
+    exec_id = created["Id"]
+    reader, writer = await open_exec_stream(api.base_url, api._version, exec_id, False, call.default_timeout_s)
+    sink = CappedOutput(max_output_bytes)
+    stream_done = True
+    try:
+        await asyncio.wait_for(read_frames(reader, sink), max(deadline_s - (time.monotonic() - start), 0.1))
+    except asyncio.TimeoutError:
+        stream_done = False
+    finally:
+        writer.close()
+    exit_code = await _exit_code(call, client, exec_id) if stream_done else None
+    return ExecResult(
+        exit_code=exit_code,
+        output=sink.text(),
+        timed_out=not stream_done,
+        duration_s=time.monotonic() - start,
+        truncated_bytes=sink.dropped,
+    )
+
+
+async def kill_exec(call: DockerCaller, client: docker.DockerClient, container_id: str, pid_file: str) -> None:
+    """Kill the process group recorded in ``pid_file`` inside the container (best effort)."""
+    try:
+        await call(_run_detached, client, container_id, ["/bin/sh", "-c", _KILLER, "swerl-kill", pid_file])
+    except SandboxError as err:
+        log.debug("kill of %s in %s failed: %s", pid_file, container_id[:12], err)
+
+
+def _run_detached(client: docker.DockerClient, container_id: str, argv: list[str]) -> None:
+    exec_id = client.api.exec_create(container_id, argv)["Id"]
+    client.api.exec_start(exec_id)
+
+
+async def _exit_code(call: DockerCaller, client: docker.DockerClient, exec_id: str) -> int | None:
+    # The stream can end a moment before the daemon records the exit code.
+    for _ in range(50):
+        info = await call(client.api.exec_inspect, exec_id)
+        if not info.get("Running") and info.get("ExitCode") is not None:
+            return int(info["ExitCode"])
+        await asyncio.sleep(0.01)
+    return None
+
+
+def _fmt_seconds(seconds: float) -> str:
+    return f"{max(seconds, 0.001):.3f}"
+
+
+# --- tar streams --------------------------------------------------------------
+
+
+def tar_of_files(files: dict[str, tuple[bytes, int]]) -> bytes:
+    """A tar archive (bytes) holding ``{absolute_path: (data, mode)}``, to be extracted at
+    ``/`` (the daemon creates missing parent directories, mode 0755)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for path, (data, mode) in files.items():
+            rel = path.lstrip("/")
+            info = tarfile.TarInfo(rel)
+            info.size, info.mode, info.mtime = len(data), mode, int(time.time())
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def tar_of_dir(local_dir: Path, dest: str) -> bytes:
+    """A tar archive (bytes) of ``local_dir``'s contents placed under ``dest`` (absolute),
+    to be extracted at ``/``. Symlinks are stored as links, never followed."""
+    buf = io.BytesIO()
+    rel_dest = dest.strip("/")
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for item in sorted(local_dir.rglob("*")):
+            arcname = f"{rel_dest}/{item.relative_to(local_dir).as_posix()}".lstrip("/")
+            tar.add(item, arcname=arcname, recursive=False)
+    return buf.getvalue()
+
+
+def file_from_tar(stream: bytes, max_bytes: int) -> bytes:
+    """The one regular file in a ``get_archive`` tar stream (first ``max_bytes`` bytes).
+
+    Raises:
+        SandboxError: the path is not a regular file.
+    """
+    with tarfile.open(fileobj=io.BytesIO(stream), mode="r") as tar:
+        for member in tar:
+            if member.isfile():
+                fh = tar.extractfile(member)
+                assert fh is not None
+                return fh.read(max_bytes)
+    raise SandboxError("not a regular file")

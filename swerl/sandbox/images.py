@@ -1,0 +1,160 @@
+"""Sandbox images: the offline Python base image and task images cached by content hash.
+
+The base image is Debian bookworm from the host's apt sources (``sandboxes/build-base.sh``:
+mmdebstrap piped into ``docker import``), tagged ``swerl/base:<recipe hash>`` and under the
+``python:3.X-slim`` names tasks use when those are absent (spec §4). A task image is built
+from ``environment/`` without network and tagged ``swerl-task:<hash of the folder>``; a
+second build of the same folder is a cache hit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import subprocess
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import docker.errors
+
+from swerl.errors import EnvironmentProblem, TaskError
+from swerl.sandbox.docker_api import TASK_IMAGE_REPO, sandbox_error
+
+if TYPE_CHECKING:
+    import docker
+
+    from swerl.sandbox.docker_api import DockerCaller
+
+log = logging.getLogger(__name__)
+
+BASE_REPO = "swerl/base"
+BASE_ALIASES = ("python:3.10-slim", "python:3.11-slim", "python:3.12-slim")
+RECIPE = Path(__file__).resolve().parents[2] / "sandboxes" / "build-base.sh"
+
+
+def base_image_tag(recipe: Path = RECIPE) -> str:
+    """``swerl/base:<first 12 hex of sha256(recipe script)>``."""
+    return f"{BASE_REPO}:{hashlib.sha256(recipe.read_bytes()).hexdigest()[:12]}"
+
+
+def build_base_image(client: docker.DockerClient, recipe: Path = RECIPE, force: bool = False) -> tuple[str, list[str]]:
+    """Build the offline base image unless present, then add the missing ``python:3.X-slim`` tags.
+
+    Returns:
+        (base tag, aliases newly tagged).
+
+    Raises:
+        EnvironmentProblem: (exit 3) the recipe script failed (no mmdebstrap, no apt mirror).
+    """
+    tag = base_image_tag(recipe)
+    if force or not _image_exists(client, tag):
+        log.info("building %s with %s (mmdebstrap from the host's apt sources)", tag, recipe.name)
+        proc = subprocess.run(["bash", str(recipe), tag], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False)
+        if proc.returncode != 0 or not _image_exists(client, tag):
+            tail = proc.stdout.decode("utf-8", "replace").strip().splitlines()[-5:]
+            raise EnvironmentProblem(
+                f"{recipe} failed (exit {proc.returncode}): {' | '.join(tail)}; "
+                "check that mmdebstrap is installed and the host's apt sources answer"
+            )
+    image = client.images.get(tag)
+    tagged = []
+    for alias in BASE_ALIASES:
+        if not _image_exists(client, alias) or _is_stale_base(client.images.get(alias), image):
+            repo, _, version = alias.partition(":")
+            image.tag(repo, version)
+            tagged.append(alias)
+    return tag, tagged
+
+
+def _is_stale_base(alias: docker.models.images.Image, current: docker.models.images.Image) -> bool:
+    # An alias swerl itself set from an older recipe moves to the new base; a real pulled image stays.
+    return alias.id != current.id and str(alias.attrs.get("Comment", "")).startswith("swerl offline base")
+
+
+def _image_exists(client: docker.DockerClient, ref: str) -> bool:
+    try:
+        client.images.get(ref)
+        return True
+    except docker.errors.ImageNotFound:
+        return False
+
+
+def environment_hash(environment_dir: Path) -> str:
+    """sha256 (first 16 hex) over every file's relative path, mode bit x and bytes, sorted."""
+    digest = hashlib.sha256()
+    for item in sorted(environment_dir.rglob("*")):
+        rel = item.relative_to(environment_dir).as_posix()
+        if item.is_symlink():
+            digest.update(f"L {rel} {item.readlink()}\n".encode())
+        elif item.is_file():
+            digest.update(f"F {rel} {item.stat().st_mode & 0o111:o} {item.stat().st_size}\n".encode())
+            digest.update(item.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def task_image_tag(environment_dir: Path) -> str:
+    """``swerl-task:<environment hash>``.
+
+    Raises:
+        TaskError: (exit 2) no Dockerfile, or a docker-compose environment (not supported yet).
+    """
+    if not environment_dir.is_dir():
+        raise TaskError(f"{environment_dir}: missing environment folder; add environment/Dockerfile")
+    for compose in ("docker-compose.yaml", "docker-compose.yml", "compose.yaml"):
+        if (environment_dir / compose).exists():
+            raise TaskError(
+                f"{environment_dir / compose}: docker-compose environments are not supported yet; "
+                "use a single environment/Dockerfile"
+            )
+    if not (environment_dir / "Dockerfile").is_file():
+        raise TaskError(f"{environment_dir}: no Dockerfile; add environment/Dockerfile")
+    return f"{TASK_IMAGE_REPO}:{environment_hash(environment_dir)}"
+
+
+async def ensure_task_image(
+    call: DockerCaller,
+    client: docker.DockerClient,
+    environment_dir: Path,
+    build_timeout_s: float,
+    allow_network: bool,
+) -> str:
+    """Return the task image tag, building ``environment/`` first when it is not cached.
+
+    Raises:
+        TaskError: no Dockerfile / docker-compose environment.
+        SandboxError: ``outcome`` build_error when the build fails or exceeds ``build_timeout_s``.
+    """
+    tag = task_image_tag(environment_dir)
+    if await call(_image_exists, client, tag):
+        return tag
+    log.info("building %s from %s", tag, environment_dir)
+    try:
+        await call(_build, client, environment_dir, tag, allow_network, timeout_s=build_timeout_s)
+    except TimeoutError as err:
+        raise sandbox_error(f"{environment_dir}: image build exceeded {build_timeout_s:.0f} s", "build_error") from err
+    except (docker.errors.BuildError, docker.errors.APIError, _BuildFailed) as err:
+        raise sandbox_error(f"{environment_dir}: image build failed: {err}", "build_error") from err
+    except Exception as err:
+        if getattr(err, "outcome", None) is not None:
+            raise sandbox_error(f"{environment_dir}: image build failed: {err}", "build_error") from err
+        raise
+    return tag
+
+
+class _BuildFailed(RuntimeError):
+    pass
+
+
+def _build(client: docker.DockerClient, environment_dir: Path, tag: str, allow_network: bool) -> None:
+    stream = client.api.build(
+        path=str(environment_dir), tag=tag, rm=True, forcerm=True, pull=False, decode=True,
+        network_mode=None if allow_network else "none", labels={"swerl.image": "task"},
+    )
+    last = []
+    for chunk in stream:
+        if "error" in chunk:
+            raise _BuildFailed(str(chunk["error"]).strip())
+        if "stream" in chunk:
+            last = (last + [chunk["stream"].rstrip()])[-5:]
+    if not _image_exists(client, tag):
+        raise _BuildFailed(" | ".join(line for line in last if line))

@@ -1,0 +1,192 @@
+"""Containers for trials: how one is created, and a warm pool that starts them ahead of use.
+
+Every trial still gets its own fresh container (never reused); the pool only moves
+create+start off the critical path, and :class:`Reaper` moves removal off it too. Both keep
+track of every container id they own and drain on exit; the ``swerl.run`` / ``swerl.pid``
+labels let the next start-up (or ``swerl sandbox gc``) remove whatever a ``kill -9`` left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import TYPE_CHECKING
+
+import docker.errors
+from pydantic import BaseModel, ConfigDict
+
+from swerl.errors import SandboxError
+from swerl.sandbox.docker_api import LABEL_POOL, LABEL_TASK, sandbox_error
+
+if TYPE_CHECKING:
+    import docker
+
+    from swerl.sandbox.docker_api import DockerCaller
+
+log = logging.getLogger(__name__)
+
+
+class ContainerSpec(BaseModel):
+    """What a trial container looks like; equal specs share one warm pool."""
+
+    model_config = ConfigDict(frozen=True)
+
+    image: str
+    cpus: float
+    memory_mb: int
+    pids_limit: int
+    network: bool
+    workdir: str | None = None
+
+    def key(self) -> str:
+        """Short, label-safe identity of the spec."""
+        net = "net" if self.network else "nonet"
+        return f"{self.image}|{self.cpus:g}c|{self.memory_mb}m|{self.pids_limit}p|{net}"
+
+
+def create_and_start(
+    client: docker.DockerClient, spec: ContainerSpec, labels: dict[str, str], name: str | None = None
+) -> str:
+    """Create and start one isolated container (blocking); returns its id.
+
+    Isolation: no network unless ``spec.network``, CPU/memory (no swap)/pids limits,
+    ``cap_drop=ALL``, ``no-new-privileges``; PID 1 is ``sleep infinity`` (the image's
+    entrypoint is overridden), so commands run only through exec.
+    """
+    api = client.api
+    host_config = api.create_host_config(
+        network_mode="bridge" if spec.network else "none",
+        nano_cpus=int(spec.cpus * 1e9),
+        mem_limit=f"{spec.memory_mb}m",
+        memswap_limit=f"{spec.memory_mb}m",
+        pids_limit=spec.pids_limit,
+        cap_drop=["ALL"],
+        security_opt=["no-new-privileges"],
+    )
+    created = api.create_container(
+        spec.image, entrypoint=["sleep", "infinity"], command=[], labels=labels, name=name,
+        host_config=host_config, working_dir=spec.workdir, network_disabled=not spec.network,
+    )
+    container_id = created["Id"]
+    try:
+        api.start(container_id)
+    except BaseException:
+        with contextlib.suppress(docker.errors.DockerException):
+            api.remove_container(container_id, force=True)
+        raise
+    return container_id
+
+
+class Reaper:
+    """Removes containers in the background (off the trial's critical path), at most
+    ``parallel`` at once; :meth:`drain` waits for all of them."""
+
+    def __init__(self, call: DockerCaller, client: docker.DockerClient, parallel: int = 2) -> None:
+        self._call, self._client = call, client
+        self._slots = asyncio.Semaphore(parallel)
+        self._tasks: set[asyncio.Task[float]] = set()
+
+    def remove(self, container_id: str) -> asyncio.Task[float]:
+        """Schedule removal; the task's result is the seconds it took."""
+        task = asyncio.create_task(self._remove(container_id), name=f"swerl-remove-{container_id[:12]}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def _remove(self, container_id: str) -> float:
+        async with self._slots:
+            began = time.monotonic()
+            try:
+                await self._call(self._client.api.remove_container, container_id, force=True, v=True)
+            except docker.errors.NotFound:
+                pass
+            except SandboxError as err:  # left for gc; never fails the trial
+                log.warning("could not remove container %s: %s", container_id[:12], err)
+            return time.monotonic() - began
+
+    async def drain(self, timeout_s: float) -> None:
+        """Wait (at most ``timeout_s``) for every scheduled removal."""
+        if self._tasks:
+            await asyncio.wait(set(self._tasks), timeout=timeout_s)
+
+
+class WarmPool:
+    """Started, never-used containers of one :class:`ContainerSpec`, refilled in the background.
+
+    Args:
+        size: idle containers to keep ready; 0 disables pre-starting (create on demand).
+        labels: owner labels (run, pid) put on every container.
+    """
+
+    def __init__(
+        self,
+        call: DockerCaller,
+        client: docker.DockerClient,
+        spec: ContainerSpec,
+        size: int,
+        labels: dict[str, str],
+        reaper: Reaper,
+        start_timeout_s: float,
+        parallel_starts: int = 2,
+    ) -> None:
+        self._call, self._client, self.spec, self.size = call, client, spec, size
+        self._labels = {**labels, LABEL_POOL: spec.key()[:200], LABEL_TASK: "(warm pool)"}
+        self._reaper = reaper
+        self._start_timeout_s = start_timeout_s
+        self._ready: list[str] = []
+        self._filling: set[asyncio.Task[None]] = set()
+        self._starts = asyncio.Semaphore(parallel_starts)
+        self._closed = False
+        self.last_error: SandboxError | None = None
+
+    async def take(self, task_name: str, labels: dict[str, str]) -> str:
+        """A started container for one trial: a warm one if ready, else one started now.
+
+        Raises:
+            SandboxError: ``outcome`` start_error when the container cannot be created/started.
+        """
+        if self._closed:
+            raise sandbox_error("the sandbox manager is closed", "start_error")
+        container_id = self._ready.pop(0) if self._ready else None
+        self._refill()
+        if container_id is not None:
+            return container_id
+        return await self._start({**labels, LABEL_TASK: task_name})
+
+    def _refill(self) -> None:
+        while not self._closed and len(self._ready) + len(self._filling) < self.size:
+            task = asyncio.create_task(self._fill_one(), name="swerl-warm-pool")
+            self._filling.add(task)
+            task.add_done_callback(self._filling.discard)
+
+    async def _fill_one(self) -> None:
+        try:
+            async with self._starts:
+                container_id = await self._start(self._labels)
+        except SandboxError as err:
+            self.last_error = err  # the next take() starts on demand and reports the real error
+            log.debug("warm pool start failed: %s", err)
+            return
+        if self._closed:
+            self._reaper.remove(container_id)
+        else:
+            self._ready.append(container_id)
+
+    async def _start(self, labels: dict[str, str]) -> str:
+        try:
+            return await self._call(
+                create_and_start, self._client, self.spec, labels, timeout_s=self._start_timeout_s
+            )
+        except (SandboxError, docker.errors.DockerException) as err:
+            raise sandbox_error(f"container start failed ({self.spec.image}): {err}", "start_error") from err
+
+    async def close(self, timeout_s: float) -> None:
+        """Stop refilling, wait for starts in flight, and hand every idle container to the reaper."""
+        self._closed = True
+        if self._filling:
+            await asyncio.wait(set(self._filling), timeout=timeout_s)
+        for container_id in self._ready:
+            self._reaper.remove(container_id)
+        self._ready.clear()

@@ -1,0 +1,167 @@
+"""One trial's container and what can be done in it: exec, files, a persistent shell, verify.
+
+A :class:`Sandbox` is handed out by ``SandboxManager.sandbox(task)``, which owns its
+lifecycle (start from the warm pool, removal in ``finally``). The task's tests are not in
+the container until :meth:`Sandbox.verify` uploads them.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import docker.errors
+
+from swerl.sandbox.docker_api import sandbox_error
+from swerl.sandbox.execution import exec_argv, exec_command, file_from_tar, tar_of_dir, tar_of_files
+from swerl.sandbox.models import ExecResult, Outcome, SandboxConfig, VerifierResult
+from swerl.sandbox.shell import Shell
+from swerl.sandbox.verifier import VERIFY_SCRIPT, parse_sections, verdict
+
+if TYPE_CHECKING:
+    import docker
+
+    from swerl.sandbox.docker_api import DockerCaller
+    from swerl.tasks.models import Task
+
+log = logging.getLogger(__name__)
+_VERIFY_GRACE_S = 10.0
+
+
+class Sandbox:
+    """A started container bound to one task and one trial.
+
+    Attributes:
+        task: the task it runs.
+        container_id: Docker id of the container.
+        timings: seconds per phase (``build_s``, ``start_s``, ...) filled as the trial goes.
+    """
+
+    def __init__(
+        self, call: DockerCaller, client: docker.DockerClient, config: SandboxConfig, task: Task, container_id: str
+    ) -> None:
+        self._call, self._client, self._config = call, client, config
+        self.task = task
+        self.container_id = container_id
+        self._shells: list[Shell] = []
+
+    async def exec(
+        self, command: str, timeout_s: float = 60.0, env: dict[str, str] | None = None, workdir: str | None = None
+    ) -> ExecResult:
+        """Run ``bash -c command``; the timeout kills it inside the container.
+
+        Args:
+            timeout_s: seconds; output is capped at ``config.max_output_bytes``.
+
+        Raises:
+            SandboxError: container gone / daemon failure (``outcome`` daemon_error or oom).
+        """
+        try:
+            return await exec_command(
+                self._call, self._client, self.container_id, command, timeout_s,
+                self._config.max_output_bytes, env, workdir,
+            )
+        except docker.errors.NotFound as err:
+            raise await self._container_failure(err) from err
+
+    async def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
+        """Write ``data`` to absolute ``path`` (parents created) as a tar stream."""
+        await self._put({path: (data, mode)})
+
+    async def read_file(self, path: str, max_bytes: int = 16 * 1024 * 1024) -> bytes:
+        """Read the first ``max_bytes`` of the regular file at ``path``.
+
+        Raises:
+            SandboxError: no such file (``FileNotFoundError`` chained) or daemon failure.
+        """
+        try:
+            stream, _ = await self._call(self._client.api.get_archive, self.container_id, path)
+            data = await self._call(lambda: b"".join(stream))
+        except docker.errors.NotFound as err:
+            raise sandbox_error(f"{path}: no such file in the sandbox", "daemon_error") from err
+        return file_from_tar(data, max_bytes)
+
+    async def upload_dir(self, local_dir: Path, dest: str) -> None:
+        """Copy ``local_dir``'s contents under absolute ``dest`` (created if missing)."""
+        archive = tar_of_dir(local_dir, dest)
+        await self._put_archive(archive)
+
+    async def open_shell(self, env: dict[str, str] | None = None, workdir: str | None = None) -> Shell:
+        """A persistent ``bash -i`` (see :class:`~swerl.sandbox.shell.Shell`); closed with the sandbox."""
+        shell = await Shell.open(
+            self._call, self._client, self.container_id, env=env, workdir=workdir,
+            max_buffer_bytes=self._config.max_output_bytes, timeout_s=self._config.docker_timeout_s,
+        )
+        self._shells.append(shell)
+        return shell
+
+    async def run_solution(self, timeout_s: float | None = None) -> ExecResult:
+        """The oracle: copy ``solution/`` to ``/solution`` and run ``bash /solution/solve.sh``
+        under the agent timeout of task.toml.
+
+        Raises:
+            SandboxError: the task has no ``solution/solve.sh``.
+        """
+        solution = self.task.solution_dir
+        if solution is None:
+            raise sandbox_error(f"{self.task.path}: no solution/solve.sh", "start_error")
+        await self.upload_dir(solution, "/solution")
+        limit = timeout_s if timeout_s is not None else self.task.config.agent.timeout_sec
+        return await self.exec("bash /solution/solve.sh", timeout_s=limit)
+
+    async def verify(self, timeout_s: float | None = None) -> VerifierResult:
+        """Run the task's hidden tests (spec §2) and read the reward.
+
+        Kills every process left in the container, wipes ``/logs/verifier``, uploads
+        ``tests/`` to ``/tests``, runs ``bash /tests/test.sh`` (``[verifier] env`` applied)
+        under ``timeout_s`` (default: task.toml ``[verifier] timeout_sec``), then reads
+        ``reward.txt`` else ``reward.json``. Never raises for a misbehaving verifier: the
+        outcome says what happened.
+
+        Raises:
+            SandboxError: only when the container/daemon fails (``outcome`` daemon_error/oom).
+        """
+        limit = timeout_s if timeout_s is not None else self.task.config.verifier.timeout_sec
+        began = time.monotonic()
+        staging = f"/tmp/.swerl-verify-{uuid.uuid4().hex}"
+        await self.upload_dir(self.task.tests_dir, f"{staging}/tests")
+        argv = ["/bin/sh", "-c", VERIFY_SCRIPT, "swerl-verify", staging, f"{limit:.3f}"]
+        try:
+            raw = await exec_argv(
+                self._call, self._client, self.container_id, argv, limit + _VERIFY_GRACE_S, 256 * 1024,
+                env=dict(self.task.config.verifier.env) or None,
+            )
+        except docker.errors.NotFound as err:
+            raise await self._container_failure(err) from err
+        if raw.timed_out:  # the stream outlived the deadline: kill everything from outside
+            await exec_argv(self._call, self._client, self.container_id, ["sh", "-c", "kill -KILL -1"], 10.0, 4096)
+        return verdict(parse_sections(raw.output), raw.timed_out, limit, time.monotonic() - began)
+
+    async def close_shells(self) -> None:
+        """Close every shell opened on this sandbox."""
+        for shell in self._shells:
+            await shell.close()
+        self._shells.clear()
+
+    async def _put(self, files: dict[str, tuple[bytes, int]]) -> None:
+        await self._put_archive(tar_of_files(files))
+
+    async def _put_archive(self, archive: bytes) -> None:
+        try:
+            ok = await self._call(self._client.api.put_archive, self.container_id, "/", archive)
+        except docker.errors.NotFound as err:
+            raise await self._container_failure(err) from err
+        if not ok:
+            raise sandbox_error("copying files into the sandbox failed", "daemon_error")
+
+    async def _container_failure(self, err: Exception) -> Exception:
+        """Say why the container vanished: ``oom`` when the kernel killed it for memory."""
+        try:
+            state = (await self._call(self._client.api.inspect_container, self.container_id))["State"]
+        except Exception:  # noqa: BLE001 - the container may be gone entirely
+            state = {}
+        outcome = Outcome.oom if state.get("OOMKilled") else Outcome.daemon_error
+        return sandbox_error(f"the sandbox container stopped ({outcome.value}): {err}", outcome.value)

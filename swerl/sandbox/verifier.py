@@ -1,0 +1,114 @@
+"""The verifier protocol of ``shared/spec/tasks.md`` §2, and reading its reward.
+
+After the agent stops: kill every process the agent left, wipe and recreate
+``/logs/verifier`` (a planted reward file is gone), put ``tests/`` at ``/tests`` (uploaded
+only now), run ``bash /tests/test.sh`` under the verifier timeout with its output in
+``/logs/verifier/test-stdout.txt``, then read ``reward.txt`` else ``reward.json``. All of it
+is one ``docker exec`` of :data:`VERIFY_SCRIPT`, which reports back in marked sections.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+
+from swerl.sandbox.models import Outcome, VerifierResult
+
+# $1 staging dir holding tests/ (uploaded just before), $2 timeout seconds.
+VERIFY_SCRIPT = r"""
+oom() { sed -n 's/^oom_kill //p' /sys/fs/cgroup/memory.events /sys/fs/cgroup/memory/memory.oom_control 2>/dev/null | head -n1; }
+emit() { printf '\036%s\037' "$1"; }
+kill -KILL -1 2>/dev/null
+emit oom_before; oom
+rm -rf /tests /logs/verifier
+mkdir -p /logs/verifier && mv "$1/tests" /tests && rm -rf "$1"
+timeout -s KILL "$2" bash /tests/test.sh >/logs/verifier/test-stdout.txt 2>&1 </dev/null &
+wait $!; rc=$?
+kill -KILL -1 2>/dev/null
+emit rc; printf %s "$rc"
+emit oom_after; oom
+[ -f /logs/verifier/reward.txt ] && { emit reward_txt; head -c 4096 /logs/verifier/reward.txt; }
+[ -f /logs/verifier/reward.json ] && { emit reward_json; head -c 65536 /logs/verifier/reward.json; }
+emit tail; tail -c 4000 /logs/verifier/test-stdout.txt 2>/dev/null
+true
+"""
+_SECTION_RE = re.compile(r"\x1e([a-z_]+)\x1f")
+
+
+def parse_sections(output: str) -> dict[str, str]:
+    """Split the script's output into ``{section: text}``; ``tail`` is taken verbatim to the end."""
+    sections: dict[str, str] = {}
+    tail_at = output.find("\x1etail\x1f")
+    head, tail = (output, None) if tail_at < 0 else (output[:tail_at], output[tail_at + 6 :])
+    parts = _SECTION_RE.split(head)
+    for name, value in zip(parts[1::2], parts[2::2]):
+        sections[name] = value
+    if tail is not None:
+        sections["tail"] = tail
+    return sections
+
+
+def read_reward(sections: dict[str, str]) -> tuple[Outcome | None, float, str]:
+    """Reward from ``reward.txt`` (one float) else ``reward.json`` (``{"reward": x, ...}``).
+
+    Returns:
+        (None, reward, "") for a valid reward in [0, 1]; else (no_reward_file | bad_reward, 0.0, why).
+    """
+    txt = sections.get("reward_txt", "").strip()
+    js = sections.get("reward_json", "").strip()
+    if txt:
+        source, raw = "reward.txt", txt
+        try:
+            value = float(raw)
+        except ValueError:
+            return Outcome.bad_reward, 0.0, f"reward.txt is not a number: {raw[:40]!r}"
+    elif js:
+        source = "reward.json"
+        try:
+            data = json.loads(js)
+        except ValueError:
+            return Outcome.bad_reward, 0.0, f"reward.json is not JSON: {js[:40]!r}"
+        if not isinstance(data, dict) or "reward" not in data:
+            return Outcome.bad_reward, 0.0, 'reward.json has no "reward" key'
+        try:
+            value = float(data["reward"])
+        except (TypeError, ValueError):
+            return Outcome.bad_reward, 0.0, f"reward.json reward is not a number: {data['reward']!r}"
+    else:
+        which = "empty" if ("reward_txt" in sections or "reward_json" in sections) else "missing"
+        return Outcome.no_reward_file, 0.0, f"/logs/verifier/reward.txt and reward.json {which}"
+    if not math.isfinite(value) or not 0.0 <= value <= 1.0:
+        return Outcome.bad_reward, 0.0, f"{source} holds {value!r}, not a finite number in [0, 1]"
+    return None, value, ""
+
+
+def verdict(sections: dict[str, str], timed_out: bool, timeout_s: float, duration_s: float) -> VerifierResult:
+    """Turn the script's sections into a :class:`VerifierResult` (typed outcome, reward, class)."""
+    tail = sections.get("tail", "")
+    rc_text = sections.get("rc", "").strip()
+    oom_delta = _int(sections.get("oom_after")) - _int(sections.get("oom_before"))
+
+    def result(outcome: Outcome, reward: float = 0.0, detail: str = "") -> VerifierResult:
+        return VerifierResult(
+            outcome=outcome, reward=reward, failure_class=outcome.failure_class,
+            output_tail=tail, duration_s=duration_s, detail=detail,
+        )
+
+    if timed_out or (rc_text in ("124", "137") and duration_s >= timeout_s - 0.05):
+        return result(Outcome.verifier_timeout, detail=f"tests/test.sh exceeded the verifier timeout of {timeout_s:g} s")
+    problem, reward, why = read_reward(sections)
+    if oom_delta > 0 and (problem is not None or reward < 1.0):
+        return result(Outcome.oom, detail=f"the memory limit was hit ({oom_delta} process(es) OOM-killed)")
+    if problem is not None:
+        return result(problem, detail=f"{why} (test.sh exit {rc_text or '?'})")
+    if reward >= 1.0:
+        return result(Outcome.passed, reward)
+    return result(Outcome.failed, reward, detail=f"reward {reward:g} (test.sh exit {rc_text or '?'})")
+
+
+def _int(text: str | None) -> int:
+    try:
+        return int((text or "").strip() or 0)
+    except ValueError:
+        return 0
