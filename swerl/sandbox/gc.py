@@ -93,3 +93,18 @@ def collect_garbage(client: docker.DockerClient, everything: bool = False, run_i
     if any(removed.values()):
         log.info("gc: removed %s", ", ".join(f"{n} {kind}" for kind, n in removed.items() if n))
     return removed
+
+
+def remove_task_images(client: docker.DockerClient) -> int:
+    """Remove every cached ``swerl-task:*`` image not used by a container; returns how many."""
+    from swerl.sandbox.docker_api import TASK_IMAGE_REPO
+
+    removed = 0
+    for image in client.images.list(name=TASK_IMAGE_REPO):
+        for tag in image.tags:
+            try:
+                client.images.remove(tag)
+                removed += 1
+            except docker.errors.APIError as err:  # in use by a running trial
+                log.debug("gc: image %s: %s", tag, err)
+    return removed

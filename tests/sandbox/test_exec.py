@@ -1,0 +1,89 @@
+"""Exec in a real container: output, exit codes, in-container timeout kills, output caps, files."""
+
+from __future__ import annotations
+
+import pytest
+
+from swerl.sandbox import SandboxConfig, SandboxManager
+
+from ._support import containers_of, fixture_task, run
+
+pytestmark = pytest.mark.docker
+
+COUNT_PROCS = "n=0; for p in /proc/[0-9]*; do n=$((n+1)); done; echo $n"
+
+
+async def _in_sandbox(body, **config):
+    async with SandboxManager(SandboxConfig(concurrency=1, warm_pool=False, **config)) as mgr:
+        async with mgr.sandbox(fixture_task("add")) as sb:
+            return await body(sb), mgr.run_id
+
+
+def test_exec_returns_output_and_exit_code(docker_client):
+    async def body(sb):
+        return await sb.exec("echo out; echo err >&2; exit 7", timeout_s=10)
+
+    result, run_id = run(_in_sandbox(body))
+    assert result.exit_code == 7 and not result.timed_out
+    assert sorted(result.output.splitlines()) == ["err", "out"]  # two pipes: order may vary
+    assert containers_of(docker_client, run_id) == []
+
+
+def test_exec_timeout_kills_the_process_inside_the_container(docker_client):
+    async def body(sb):
+        timed = await sb.exec("sleep 300 & sleep 301; echo never", timeout_s=1.0)
+        left = await sb.exec("ps -eo args | grep -c '^sleep 30[01]' || true", timeout_s=10)
+        return timed, left
+
+    (timed, left), _ = run(_in_sandbox(body))
+    assert timed.timed_out and timed.exit_code is None
+    assert "never" not in timed.output
+    assert 1.0 <= timed.duration_s < 5.0
+    assert left.output.strip() == "0"  # the foreground and the background sleep are both gone
+
+
+def test_exec_caps_megabytes_of_invalid_utf8_and_counts_dropped_bytes(docker_client):
+    async def body(sb):
+        script = "import sys\nfor _ in range(3000): sys.stdout.buffer.write(b'\\xff\\xfe' * 512 + b'\\n')"
+        await sb.write_file("/tmp/noise.py", script.encode())
+        return await sb.exec("python3 /tmp/noise.py", timeout_s=30)
+
+    result, _ = run(_in_sandbox(body, max_output_bytes=64 * 1024))
+    assert result.exit_code == 0
+    assert result.truncated_bytes == 3000 * 1025 - 64 * 1024
+    assert "\ufffd" in result.output and "bytes truncated" in result.output
+    assert len(result.output.encode()) < 4 * 64 * 1024
+
+
+def test_files_round_trip_as_tar_streams(docker_client, tmp_path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "mod.py").write_text("X = 1\n")
+    (tmp_path / "run.sh").write_text("echo ran\n")
+
+    async def body(sb):
+        await sb.write_file("/app/deep/dir/data.bin", b"\x00\xff binary", mode=0o600)
+        await sb.upload_dir(tmp_path, "/work/up")
+        data = await sb.read_file("/app/deep/dir/data.bin")
+        listing = await sb.exec("stat -c '%a %n' /app/deep/dir/data.bin; cat /work/up/pkg/mod.py; bash /work/up/run.sh", timeout_s=10)
+        return data, listing
+
+    (data, listing), _ = run(_in_sandbox(body))
+    assert data == b"\x00\xff binary"
+    assert listing.output == "600 /app/deep/dir/data.bin\nX = 1\nran\n"
+
+
+def test_container_is_isolated_and_limited(docker_client):
+    async def body(sb):
+        attrs = docker_client.api.inspect_container(sb.container_id)
+        nets = await sb.exec("ls /sys/class/net", timeout_s=10)
+        return attrs, nets
+
+    (attrs, nets), run_id = run(_in_sandbox(body, pids_limit=128))
+    host = attrs["HostConfig"]
+    assert host["NetworkMode"] == "none" and nets.output.split() == ["lo"]
+    assert host["CapDrop"] == ["ALL"] and host["SecurityOpt"] == ["no-new-privileges"]
+    assert host["PidsLimit"] == 128
+    assert host["Memory"] == 512 * 1024 * 1024 and host["MemorySwap"] == host["Memory"]
+    assert host["NanoCpus"] == 1_000_000_000
+    labels = attrs["Config"]["Labels"]
+    assert labels["swerl.run"] == run_id and labels["swerl.task"] == "add" and labels["swerl.pid"].isdigit()
