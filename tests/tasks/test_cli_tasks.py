@@ -1,0 +1,71 @@
+"""`swerl tasks validate|list|import humaneval`: output and exit codes."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from swerl.cli import app
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "tasks"
+SWERL = Path(sys.executable).parent / "swerl"
+runner = CliRunner()
+
+
+def test_validate_all_valid_exits_0():
+    result = runner.invoke(app, ["tasks", "validate", str(FIXTURES)])
+    assert result.exit_code == 0, result.output
+    assert "3 valid, 0 malformed" in result.stdout
+
+
+def test_validate_lists_every_malformed_task_and_exits_1(tmp_path: Path):
+    shutil.copytree(FIXTURES, tmp_path / "set", ignore=shutil.ignore_patterns("conftest.py"))
+    (tmp_path / "set" / "add-two" / "instruction.md").unlink()
+    (tmp_path / "set" / "reverse-words" / "environment" / "compose.yaml").write_text("services: {}\n")
+    proc = subprocess.run([str(SWERL), "tasks", "validate", str(tmp_path / "set")], capture_output=True,
+                          text=True, timeout=60, env={**os.environ, "COLUMNS": "400"})
+    assert proc.returncode == 1, proc.stderr
+    rows = [line for line in proc.stdout.splitlines() if line.startswith("│")]
+    assert len(rows) == 2
+    assert "set/add-two/instruction.md" in rows[0] and "missing instruction.md" in rows[0]
+    assert "set/reverse-words/environment/compose.yaml" in rows[1] and "not supported yet" in rows[1]
+    assert "1 valid, 2 malformed" in proc.stdout
+
+
+def test_validate_missing_path_exits_2_with_one_line(tmp_path: Path):
+    proc = subprocess.run([str(SWERL), "tasks", "validate", str(tmp_path / "nowhere")],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    assert "no such file or folder" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_validate_folder_without_tasks_exits_2(tmp_path: Path):
+    proc = subprocess.run([str(SWERL), "tasks", "validate", str(tmp_path)], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 2 and "holds no task" in proc.stderr
+
+
+def test_list_shows_names_and_limits():
+    result = runner.invoke(app, ["tasks", "list", str(FIXTURES)])
+    assert result.exit_code == 0, result.output
+    for name in ("add-two", "count-vowels", "reverse-words"):
+        assert name in result.stdout
+
+
+def test_import_humaneval_writes_and_refuses_to_overwrite(tmp_path: Path):
+    out = tmp_path / "he"
+    result = runner.invoke(app, ["tasks", "import", "humaneval", str(out), "--limit", "2"])
+    assert result.exit_code == 0, result.output
+    assert "wrote 2 HumanEval tasks" in result.stdout
+    assert sorted(p.name for p in out.iterdir()) == ["humaneval-000", "humaneval-001"]
+    proc = subprocess.run([str(SWERL), "tasks", "import", "humaneval", str(out), "--limit", "2"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "--force" in proc.stderr
+    forced = runner.invoke(app, ["tasks", "import", "humaneval", str(out), "--limit", "2", "--force"])
+    assert forced.exit_code == 0, forced.output
