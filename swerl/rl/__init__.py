@@ -1,1 +1,11 @@
-"""swerl.rl stage."""
+"""swerl.rl stage: the RL math as pure torch functions (algorithms.md §1-4).
+
+- ``config.py``: ``AlgorithmConfig`` (validated once) and the ``SEED_RUN`` preset.
+- ``advantages.py``: ``rloo``, ``rloo_n``, ``grpo`` from rewards, group ids and exclusion flags.
+- ``policy_loss.py``: per-token ``regular`` / ``dual_clip`` PPO losses, k3 KL, entropy.
+- ``tis.py``: truncated importance-sampling weights against the sampler's log-probs.
+- ``reductions.py``: the four loss reductions with optimizer-step-level denominators.
+- ``loss.py``: ``compute_advantages`` and ``compute_policy_loss``, the trainer's two calls.
+
+Nothing here does I/O, holds state or calls torch.distributed; the trainer all-reduces.
+"""

@@ -104,6 +104,14 @@ def compute_policy_loss(
         )
     mask = loss_mask.bool()
     n_tok = max(denominators.num_tokens, 1.0)
+    # Off-mask positions (padding, prompt, observations) may hold -inf/NaN log-probs: replace them
+    # before any arithmetic so that neither the value nor the gradient (0 * nan) can pick them up.
+    logprobs = torch.where(mask, logprobs, 0.0)
+    old_logprobs = torch.where(mask, old_logprobs, 0.0)
+    if ref_logprobs is not None:
+        ref_logprobs = torch.where(mask, ref_logprobs, 0.0)
+    if entropy is not None:
+        entropy = torch.where(mask, entropy, 0.0)
     out = _per_token_policy_loss(config, logprobs, old_logprobs, advantages)
     per_token = out.per_token_loss
     metrics: dict[str, float] = {"policy/clip_fraction": float((out.is_clipped & mask).sum()) / n_tok}

@@ -116,3 +116,17 @@ def test_shape_mismatch_is_reported(model):
     batch = ragged_batch(model)
     with pytest.raises(ValueError, match="loss_mask"):
         _loss(SEED_RUN, model, batch, loss_mask=batch.loss_mask[:, :-1])
+
+
+def test_non_finite_logprobs_off_the_mask_never_reach_value_or_gradient():
+    mask = torch.tensor([[True, True, False, False]])
+    logp = torch.tensor([[-1.0, -2.0, -float("inf"), float("nan")]], requires_grad=True)
+    old = torch.tensor([[-1.02, -1.99, -float("inf"), -3.0]])
+    adv = torch.tensor([1.0])
+    loss, _ = compute_policy_loss(
+        SEED_RUN, logprobs=logp, old_logprobs=old, advantages=adv, loss_mask=mask,
+        denominators=denominator_parts(mask, adv), rollout_logprobs=old.clone(),
+    )
+    loss.backward()
+    assert torch.isfinite(loss) and torch.isfinite(logp.grad).all()
+    assert logp.grad[0, 2:].tolist() == [0.0, 0.0] and (logp.grad[0, :2] != 0).all()
