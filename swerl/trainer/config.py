@@ -1,0 +1,237 @@
+"""The one config of ``swerl train``: a pydantic ``TrainConfig`` loaded from YAML, with dotted
+``--set a.b=v`` overrides, validated once here; the run plan that ``--dry-run`` prints.
+
+Sub-configs of other stages are reused as they are: ``AgentConfig`` (protocol, limits,
+sampling), ``SandboxConfig``, ``AlgorithmConfig``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from swerl.agent.config import AgentConfig
+from swerl.errors import ConfigError
+from swerl.rl.config import AlgorithmConfig
+from swerl.sandbox.models import SandboxConfig
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ModelConfig(_Strict):
+    """The policy being trained."""
+
+    path: str | None = Field(
+        None, description="HF folder or GGUF file of the initial policy; None = the default SmolLM2-135M-Instruct."
+    )
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="Training device; auto = CUDA when present.")
+    dtype: Literal["float32", "bfloat16"] = Field(
+        "float32", description="Compute dtype of trainer forwards (bf16 autocast / FSDP mixed precision); master weights stay fp32."
+    )
+    gradient_checkpointing: bool = Field(False, description="Recompute activations in backward (less memory, ~30% slower).")
+    fsdp: bool = Field(False, description="Shard parameters with FSDP2 fully_shard (CUDA only); else replicate + all-reduce.")
+
+
+class DataConfig(_Strict):
+    """Where the tasks come from and in which order they are visited."""
+
+    tasks: str = Field(..., description="Task source: a folder of Harbor task folders, or a .parquet/.jsonl of rows.")
+    limit: int | None = Field(None, ge=1, description="Use only the first N tasks of the source (sorted by name).")
+    shuffle: bool = Field(True, description="Visit tasks in a fresh seeded permutation every epoch.")
+    seed: int | None = Field(None, description="Prompt-order seed; None = the top-level seed.")
+
+
+class GeneratorConfig(_Strict):
+    """The inference engine that samples rollouts (sampling settings live in ``agent``)."""
+
+    backend: Literal["hf", "vllm"] = Field(
+        "hf", description="hf: transformers generate on the live policy module; vllm: engine with in-place weight sync (GPU)."
+    )
+    max_batch_size: int = Field(8, ge=1, description="Most sequences one backend call generates at once.")
+    batch_wait_s: float = Field(0.05, ge=0, description="How long the async batcher waits to fill a batch, seconds.")
+    gpu_memory_utilization: float = Field(0.5, gt=0, le=1, description="vllm: fraction of GPU memory for weights + KV cache.")
+    max_num_seqs: int = Field(256, ge=1, description="vllm: sequences scheduled at once.")
+    enforce_eager: bool = Field(False, description="vllm: disable CUDA graphs.")
+    max_staleness_steps: int = Field(
+        0, ge=0, description="Async rollouts may lag the trainer by this many steps (0 = synchronous, on-policy)."
+    )
+
+
+class OptimizerConfig(_Strict):
+    """AdamW and its learning-rate schedule."""
+
+    lr: float = Field(1e-6, gt=0, description="Peak learning rate.")
+    betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW (beta1, beta2).")
+    eps: float = Field(1e-8, gt=0, description="AdamW epsilon.")
+    weight_decay: float = Field(0.0, ge=0, description="Decoupled weight decay.")
+    grad_clip: float | None = Field(1.0, gt=0, description="Max global gradient L2 norm; None = no clipping.")
+    schedule: Literal["constant", "cosine"] = Field("constant", description="LR after warmup: constant or cosine decay.")
+    warmup_steps: int = Field(0, ge=0, description="Linear warmup from 0, in optimizer steps.")
+    min_lr_ratio: float = Field(0.0, ge=0, le=1, description="cosine: final LR as a fraction of lr.")
+
+
+class LoopConfig(_Strict):
+    """How many prompts, samples and optimizer steps a run takes."""
+
+    train_batch_size: int = Field(4, ge=1, description="Prompts per training step (each sampled algorithm.n_samples_per_prompt times).")
+    epochs: int = Field(1, ge=1, description="Passes over the task set.")
+    max_steps: int | None = Field(None, ge=1, description="Stop after this many training steps (None = epochs' worth).")
+    mini_batch_size: int | None = Field(
+        None, ge=1, description="Prompts per optimizer step; None = train_batch_size (one optimizer step per training step)."
+    )
+    micro_batch_size: int = Field(1, ge=1, description="Trajectories per forward/backward on one rank (gradient accumulation).")
+    update_epochs: int = Field(1, ge=1, description="Passes of optimizer steps over one training batch (PPO epochs).")
+    rollout_concurrency: int | None = Field(
+        None, ge=1, description="Episodes in flight at once; None = sandbox.concurrency."
+    )
+
+    @model_validator(mode="after")
+    def _mini_divides(self) -> "LoopConfig":
+        mini = self.mini_batch_size or self.train_batch_size
+        if self.train_batch_size % mini:
+            raise ValueError(
+                f"mini_batch_size={mini} must divide train_batch_size={self.train_batch_size}: pick a divisor"
+            )
+        return self
+
+
+class CheckpointConfig(_Strict):
+    """When full-state checkpoints and HF exports are written."""
+
+    ckpt_interval: int = Field(1, ge=0, description="Save the full training state every N steps (0 = only at the end).")
+    keep_last: int | None = Field(None, ge=1, description="Keep the N newest checkpoints; None = keep all.")
+    hf_save_interval: int = Field(0, ge=0, description="Write an HF export every N steps under exports/ (0 = only at the end).")
+    save_final: bool = Field(True, description="Also checkpoint and export the last step.")
+
+
+class LoggingConfig(_Strict):
+    """What the run writes besides checkpoints."""
+
+    tensorboard: bool = Field(False, description="Also write metrics to RUN_DIR/tensorboard (SummaryWriter).")
+    dump_trajectories: bool = Field(False, description="Write every trajectory to RUN_DIR/trajectories/step_N.jsonl.")
+
+
+class TrainConfig(_Strict):
+    """Everything ``swerl train`` needs; see ``examples/*.yaml``."""
+
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    data: DataConfig
+    generator: GeneratorConfig = Field(default_factory=GeneratorConfig)
+    agent: AgentConfig = Field(default_factory=AgentConfig)
+    sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
+    algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
+    optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
+    loop: LoopConfig = Field(default_factory=LoopConfig)
+    checkpointing: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    logging: LoggingConfig = Field(default_factory=LoggingConfig)
+    seed: int = Field(0, description="Seed of torch, numpy, python and (unless data.seed) the prompt order.")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "TrainConfig":
+        if self.agent.temperature <= 0:
+            raise ValueError(
+                "agent.temperature must be > 0 for training (log-probs are taken at the sampling temperature): set e.g. 0.7"
+            )
+        if self.model.fsdp and self.model.device == "cpu":
+            raise ValueError("model.fsdp needs CUDA: set model.device=cuda or model.fsdp=false")
+        return self
+
+    @property
+    def n_samples(self) -> int:
+        """Samples per prompt (the group size), from ``algorithm.n_samples_per_prompt``."""
+        return self.algorithm.n_samples_per_prompt
+
+    @property
+    def data_seed(self) -> int:
+        """The prompt-order seed."""
+        return self.seed if self.data.seed is None else self.data.seed
+
+    def to_yaml(self) -> str:
+        """The resolved config as YAML (what ``RUN_DIR/config.yaml`` holds)."""
+        return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
+
+
+def _known_keys(model: type[BaseModel]) -> list[str]:
+    return list(model.model_fields)
+
+
+def _check_path(keys: list[str], raw: str) -> None:
+    """Raise a one-line ConfigError when a dotted override path names no field."""
+    model: Any = TrainConfig
+    for depth, key in enumerate(keys):
+        if not (isinstance(model, type) and issubclass(model, BaseModel)):
+            return  # inside a dict-typed field: any key is legal
+        if key not in model.model_fields:
+            where = ".".join(keys[:depth]) or "the top level"
+            raise ConfigError(
+                f"--set {raw}: unknown key {'.'.join(keys[: depth + 1])!r}; {where} has {', '.join(_known_keys(model))}"
+            )
+        model = model.model_fields[key].annotation
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Apply ``a.b=value`` overrides (value parsed as YAML) to a raw config dict, in order.
+
+    Raises:
+        ConfigError: a malformed override or an unknown key path.
+    """
+    for raw in overrides:
+        if "=" not in raw:
+            raise ConfigError(f"--set {raw}: expected KEY=VALUE with a dotted key, e.g. optimizer.lr=1e-5")
+        path, value = raw.split("=", 1)
+        keys = path.strip().split(".")
+        if not all(keys):
+            raise ConfigError(f"--set {raw}: empty key segment in {path!r}")
+        _check_path(keys, raw)
+        node = data
+        for key in keys[:-1]:
+            child = node.get(key)
+            if not isinstance(child, dict):
+                child = {}
+                node[key] = child
+            node = child
+        try:
+            node[keys[-1]] = yaml.safe_load(value) if value.strip() else None
+        except yaml.YAMLError as err:
+            raise ConfigError(f"--set {raw}: value is not valid YAML ({err.__class__.__name__})") from err
+    return data
+
+
+def _validation_message(source: str, err: ValidationError) -> str:
+    first = err.errors()[0]
+    loc = ".".join(str(p) for p in first["loc"]) or "(top level)"
+    msg = first["msg"].removeprefix("Value error, ")
+    more = f" (+{err.error_count() - 1} more)" if err.error_count() > 1 else ""
+    return f"{source}: {loc}: {msg}{more}"
+
+
+def load_train_config(path: str | Path, overrides: list[str] | None = None) -> TrainConfig:
+    """Read a YAML config, apply ``--set`` overrides and validate.
+
+    Raises:
+        ConfigError: missing/unreadable file, bad YAML, unknown field, illegal value (one line,
+            naming the file and the field).
+    """
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read config ({err.strerror}): pass an existing YAML file") from err
+    try:
+        data = yaml.safe_load(text) or {}
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise ConfigError(f"{path}:{where} invalid YAML: fix the syntax") from err
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: top level must be a mapping of sections (model, data, loop, ...)")
+    data = apply_overrides(data, overrides or [])
+    try:
+        return TrainConfig.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(_validation_message(str(path), err)) from err

@@ -1,0 +1,128 @@
+"""Data-parallel plumbing: process group setup under ``torchrun``, sums across ranks, rank slices.
+
+Gradients are reduced by an explicit SUM (never an average), so that the gradient every rank
+applies equals the one of a single process over the whole batch (algorithms.md §4: no extra
+1/world_size). Without ``torchrun`` everything here degrades to a one-rank no-op.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import torch
+import torch.distributed as dist
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class DistInfo:
+    """Where this process sits: ``rank`` in ``[0, world_size)``, its ``device``."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    device: torch.device = torch.device("cpu")
+
+    @property
+    def is_main(self) -> bool:
+        """True on rank 0, the rank that writes files and drives rollouts."""
+        return self.rank == 0
+
+
+def init_distributed(device: str = "auto", timeout_s: float = 1800.0) -> DistInfo:
+    """Join the process group that ``torchrun`` describes (gloo on CPU, NCCL on CUDA).
+
+    Args:
+        device: ``cpu``, ``cuda`` or ``auto`` (CUDA when available).
+        timeout_s: collective timeout in seconds (rollouts of one step run between collectives).
+    Returns: the rank layout; ``DistInfo()`` for a plain single process.
+    """
+    use_cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
+    launched = dist.is_torchelastic_launched() or "RANK" in os.environ and "WORLD_SIZE" in os.environ
+    if not launched:
+        return DistInfo(device=torch.device("cuda" if use_cuda else "cpu"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if use_cuda:
+        torch.cuda.set_device(local_rank)
+    if not dist.is_initialized():
+        dist.init_process_group(
+            backend="nccl" if use_cuda else "gloo", timeout=dt.timedelta(seconds=timeout_s)
+        )
+    dev = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
+    return DistInfo(rank=dist.get_rank(), world_size=dist.get_world_size(), local_rank=local_rank, device=dev)
+
+
+def is_distributed() -> bool:
+    """True when a process group with more than one rank is up."""
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+def all_reduce_sum(values: torch.Tensor) -> torch.Tensor:
+    """In-place SUM over ranks of a tensor (identity on one rank); returns it."""
+    if is_distributed():
+        dist.all_reduce(values, op=dist.ReduceOp.SUM)
+    return values
+
+
+def all_reduce_grads(model: torch.nn.Module) -> None:
+    """SUM the ``.grad`` of every trainable parameter over ranks (one flat buffer per dtype).
+
+    Ranks must hold the same parameters in the same order (replicated, not sharded, models).
+    A parameter without a gradient contributes zeros.
+    """
+    if not is_distributed():
+        return
+    params = [p for p in model.parameters() if p.requires_grad]
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+    by_dtype: dict[torch.dtype, list[torch.nn.Parameter]] = {}
+    for p in params:
+        by_dtype.setdefault(p.grad.dtype, []).append(p)
+    for group in by_dtype.values():
+        flat = torch.cat([p.grad.reshape(-1) for p in group])
+        dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+        offset = 0
+        for p in group:
+            n = p.grad.numel()
+            p.grad.copy_(flat[offset : offset + n].view_as(p.grad))
+            offset += n
+
+
+def broadcast_object(obj: T | None, src: int = 0) -> T:
+    """Send a picklable object from ``src`` to every rank; returns it everywhere."""
+    if not is_distributed():
+        return obj  # type: ignore[return-value]
+    box: list[Any] = [obj]
+    dist.broadcast_object_list(box, src=src)
+    return box[0]
+
+
+def barrier() -> None:
+    """Wait for every rank (no-op on one rank)."""
+    if is_distributed():
+        dist.barrier()
+
+
+def rank_slice(num_rows: int, rank: int, world_size: int) -> tuple[range, int]:
+    """The contiguous rows of ``rank`` and the padded per-rank row count.
+
+    Every rank gets ``ceil(num_rows / world_size)`` slots so that all ranks run the same number
+    of forward/backward calls (FSDP collectives need it); slots past the real rows are padding
+    rows with an all-zero loss mask.
+
+    Returns: (range of real row indices of this rank, rows per rank including padding).
+    """
+    per_rank = -(-num_rows // world_size) if num_rows else 0
+    start = min(rank * per_rank, num_rows)
+    return range(start, min(start + per_rank, num_rows)), per_rank
+
+
+def destroy() -> None:
+    """Tear the process group down if this process set one up."""
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()

@@ -1,0 +1,190 @@
+"""The policy update of one training step: old log-probs, then micro-batched optimizer steps.
+
+Per optimizer step (algorithms.md §4): count the step's denominators over all its micro-batches,
+SUM them over ranks (one all-reduce), then for each micro-batch forward at the sampling
+temperature, ``compute_policy_loss`` (PPO clip, TIS, reduction) and ``backward``; gradients are
+SUMMED over ranks (replicated models) or FSDP's average is cancelled by scaling the loss by W;
+clip the global norm, step AdamW and the schedule. Nothing is divided by the number of
+micro-batches. Padding rows (rank balance) and failed rows carry an all-zero loss mask, so they
+reach neither a numerator nor a denominator.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, replace
+
+import torch
+
+from swerl.rl.config import AlgorithmConfig
+from swerl.rl.loss import compute_policy_loss
+from swerl.rl.policy_loss import entropy_from_logits
+from swerl.rl.reductions import StepDenominators, denominator_parts, dp_loss_scale
+from swerl.trainer.batch import MicroBatch, Row, collate, padding_row
+from swerl.trainer.distributed import DistInfo, all_reduce_grads, all_reduce_sum, rank_slice
+
+
+@dataclass(frozen=True)
+class UpdateSettings:
+    """What the update needs besides the model and the rows.
+
+    Attributes:
+        temperature: sampling temperature; every trainer forward divides logits by it.
+        rows_per_mini_batch: rows (prompts x samples) per optimizer step.
+        micro_batch_size: rows per forward/backward on one rank.
+        update_epochs: passes over the mini-batches.
+        grad_clip: max global grad norm, or None.
+        compute_dtype: autocast dtype on a replicated model (None = fp32).
+        sharded: True when the model is FSDP-sharded (it averages gradients itself).
+        pad_id: padding token id.
+    """
+
+    temperature: float
+    rows_per_mini_batch: int
+    micro_batch_size: int = 1
+    update_epochs: int = 1
+    grad_clip: float | None = 1.0
+    compute_dtype: torch.dtype | None = None
+    sharded: bool = False
+    pad_id: int = 0
+
+
+def _autocast(device: torch.device, dtype: torch.dtype | None):
+    if dtype is None or dtype == torch.float32:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def forward_logprobs(
+    model: torch.nn.Module, mb: MicroBatch, temperature: float, with_entropy: bool = False
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """log pi (and optionally the entropy) of every next token at the sampling temperature.
+
+    Returns: (n, L-1) float32 log-probs, and (n, L-1) float32 entropies or None.
+    """
+    logits = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask, use_cache=False).logits
+    logits = logits[:, :-1].float() / temperature
+    picked = logits.gather(-1, mb.input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+    logprobs = picked - torch.logsumexp(logits, dim=-1)
+    return logprobs, (entropy_from_logits(logits) if with_entropy else None)
+
+
+def rank_rows(mini_batch: list[Row], dist_info: DistInfo) -> list[Row]:
+    """This rank's contiguous share of a mini-batch, padded so every rank has as many rows."""
+    indices, per_rank = rank_slice(len(mini_batch), dist_info.rank, dist_info.world_size)
+    mine = [mini_batch[i] for i in indices]
+    while len(mine) < per_rank:
+        mine.append(padding_row(mini_batch[-1]))
+    return mine
+
+
+def _micro_batches(rows: list[Row], size: int) -> list[list[Row]]:
+    return [rows[i : i + size] for i in range(0, len(rows), size)]
+
+
+@torch.no_grad()
+def with_old_logprobs(model: torch.nn.Module, rows: list[Row], s: UpdateSettings, device: torch.device) -> list[Row]:
+    """Attach log pi_old (current weights, sampling temperature) to each row, micro-batched."""
+    out: list[Row] = []
+    for chunk in _micro_batches(rows, s.micro_batch_size):
+        mb = collate(chunk, s.pad_id).to(device)
+        with _autocast(device, None if s.sharded else s.compute_dtype):
+            lp, _ = forward_logprobs(model, mb, s.temperature)
+        out.extend(replace(r, old_logprobs=v) for r, v in zip(chunk, mb.response_values(lp)))
+    return out
+
+
+def optimizer_step(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    rows: list[Row],
+    algo: AlgorithmConfig,
+    s: UpdateSettings,
+    dist_info: DistInfo,
+) -> dict[str, float]:
+    """One optimizer step over this rank's ``rows`` (every rank calls it with equally many rows).
+
+    Returns: step metrics, already summed over micro-batches and ranks: ``loss/*``,
+        ``policy/*``, ``tis/*``, ``grad_norm``, ``lr`` and ``policy/num_tokens``.
+    """
+    device = dist_info.device
+    micro = [collate(chunk, s.pad_id) for chunk in _micro_batches(rows, s.micro_batch_size)]
+    row_adv = [torch.tensor([r.advantage for r in chunk]) for chunk in _micro_batches(rows, s.micro_batch_size)]
+    # Step-level denominators: every micro-batch of this step on every rank, one all-reduce.
+    parts = sum((denominator_parts(mb.loss_mask, a) for mb, a in zip(micro, row_adv)), StepDenominators.zero())
+    denominators = StepDenominators.from_tensor(all_reduce_sum(parts.as_tensor(device)))
+    scale = dp_loss_scale(dist_info.world_size, grads_averaged=s.sharded)
+
+    totals: dict[str, float] = {}
+    with_entropy = algo.entropy_coef > 0
+    for mb, adv in zip(micro, row_adv):
+        mb = mb.to(device)
+        with _autocast(device, None if s.sharded else s.compute_dtype):
+            logprobs, entropy = forward_logprobs(model, mb, s.temperature, with_entropy)
+        loss, metrics = compute_policy_loss(
+            algo,
+            logprobs=logprobs,
+            old_logprobs=mb.old_logprobs,
+            advantages=adv.to(device),
+            loss_mask=mb.loss_mask,
+            denominators=denominators,
+            rollout_logprobs=mb.rollout_logprobs,
+            has_rollout_logprobs=mb.has_rollout_logprobs,
+            entropy=entropy,
+        )
+        (loss * scale).backward()
+        for k, v in metrics.items():
+            totals[k] = totals.get(k, 0.0) + v
+
+    # Replicated weights: SUM the ranks' gradients (the formula's gradient, no 1/W).
+    if not s.sharded:
+        all_reduce_grads(model)
+    params = [p for p in model.parameters() if p.requires_grad]
+    max_norm = s.grad_clip if s.grad_clip is not None else float("inf")
+    grad_norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+    if hasattr(grad_norm, "full_tensor"):
+        grad_norm = grad_norm.full_tensor()
+    lr = optimizer.param_groups[0]["lr"]
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+
+    # Metrics are additive over micro-batches and ranks (see compute_policy_loss).
+    keys = sorted(totals)
+    summed = all_reduce_sum(torch.tensor([totals[k] for k in keys], dtype=torch.float64, device=device))
+    out = dict(zip(keys, (float(v) for v in summed.cpu())))
+    out.update({"grad_norm": float(grad_norm), "lr": lr, "policy/num_tokens": denominators.num_tokens,
+                "policy/num_signal_rows": denominators.num_signal_rows})
+    return out
+
+
+def train_on_batch(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    rows: list[Row],
+    algo: AlgorithmConfig,
+    s: UpdateSettings,
+    dist_info: DistInfo,
+) -> dict[str, float]:
+    """The whole update of one training step.
+
+    ``rows`` is the full training batch in group order, identical on every rank. It is cut into
+    mini-batches of ``rows_per_mini_batch`` rows (one optimizer step each); each rank keeps its
+    slice, computes pi_old for it with the weights that produced the batch, then runs
+    ``update_epochs`` passes of optimizer steps.
+
+    Returns: metrics averaged over the optimizer steps, plus ``policy/optimizer_steps``.
+    """
+    minis = [rows[i : i + s.rows_per_mini_batch] for i in range(0, len(rows), s.rows_per_mini_batch)]
+    model.eval()  # dropout off: pi_old and pi must be the same function of the weights
+    local = [with_old_logprobs(model, rank_rows(mini, dist_info), s, dist_info.device) for mini in minis]
+    history: list[dict[str, float]] = []
+    for _ in range(s.update_epochs):
+        for mini_rows in local:
+            history.append(optimizer_step(model, optimizer, scheduler, mini_rows, algo, s, dist_info))
+    keys = sorted({k for h in history for k in h})
+    out = {k: sum(h.get(k, 0.0) for h in history) / len(history) for k in keys}
+    out["policy/optimizer_steps"] = float(len(history))
+    return out

@@ -1,0 +1,48 @@
+"""Worker of ``test_distributed.py``, launched by ``torchrun --nproc_per_node W``: one update of
+the tiny model on a fixed batch of synthetic trajectories; rank 0 saves the weights and metrics."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from conftest import build_tiny_model, make_trajectories  # noqa: E402
+
+from swerl.rl.advantages import group_index  # noqa: E402
+from swerl.rl.config import AlgorithmConfig  # noqa: E402
+from swerl.rl.loss import compute_advantages  # noqa: E402
+from swerl.trainer import distributed  # noqa: E402
+from swerl.trainer.batch import row_from_trajectory  # noqa: E402
+from swerl.trainer.update import UpdateSettings, train_on_batch  # noqa: E402
+
+
+def run(out: Path | None, reduction: str) -> tuple[dict, dict]:
+    info = distributed.init_distributed("cpu")
+    algo = AlgorithmConfig(n_samples_per_prompt=3, min_group_size=2, loss_reduction=reduction, max_seq_len=32)
+    trajs = make_trajectories(num_groups=3, group_size=3, seed=7)
+    for i in (0, 3, 6):
+        trajs[i] = trajs[i].model_copy(update={"reward": 1.0})
+        trajs[i + 1] = trajs[i + 1].model_copy(update={"reward": 0.0})
+    rewards = torch.tensor([t.reward for t in trajs])
+    adv, _ = compute_advantages(algo, rewards, group_index([t.group_id for t in trajs]), None)
+    rows = [row_from_trajectory(t, float(a)) for t, a in zip(trajs, adv)]
+    model = build_tiny_model(16, seed=0)
+    opt = torch.optim.SGD(model.parameters(), lr=1.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
+    s = UpdateSettings(temperature=0.7, rows_per_mini_batch=9, micro_batch_size=2, update_epochs=2, grad_clip=None)
+    metrics = train_on_batch(model, opt, sched, rows, algo, s, info)
+    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    if out is not None and info.is_main:
+        torch.save(state, out / "weights.pt")
+        (out / "metrics.json").write_text(json.dumps(metrics))
+    distributed.destroy()
+    return state, metrics
+
+
+if __name__ == "__main__":
+    run(Path(sys.argv[1]), sys.argv[2])

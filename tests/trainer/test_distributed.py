@@ -1,0 +1,46 @@
+"""Data parallelism: 2 CPU processes (gloo, launched by torchrun) update exactly like 1 process."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from swerl.trainer.distributed import rank_slice
+
+HERE = Path(__file__).parent
+
+
+def test_rank_slice_pads_to_equal_rows():
+    assert rank_slice(9, 0, 2) == (range(0, 5), 5)
+    assert rank_slice(9, 1, 2) == (range(5, 9), 5)
+    assert rank_slice(1, 1, 2) == (range(1, 1), 1)
+
+
+@pytest.mark.parametrize("reduction", ["token_mean", "seq_mean_token_sum_norm_global"])
+def test_two_processes_equal_one(tmp_path, reduction):
+    sys.path.insert(0, str(HERE))
+    from dp_worker import run
+
+    single_state, single_metrics = run(None, reduction)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+           str(HERE / "dp_worker.py"), str(tmp_path), reduction]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    dp_state = torch.load(tmp_path / "weights.pt")
+    dp_metrics = json.loads((tmp_path / "metrics.json").read_text())
+    for key, value in single_state.items():
+        torch.testing.assert_close(dp_state[key], value, rtol=1e-5, atol=1e-6)
+    assert any(not torch.equal(dp_state[k], v) for k, v in build_initial().items())
+    for key in ("loss/policy", "grad_norm", "policy/num_tokens", "policy/clip_fraction"):
+        assert dp_metrics[key] == pytest.approx(single_metrics[key], rel=1e-5, abs=1e-7), key
+
+
+def build_initial():
+    from conftest import build_tiny_model
+
+    return build_tiny_model(16, seed=0).state_dict()
