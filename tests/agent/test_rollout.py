@@ -1,0 +1,77 @@
+"""Rollout collection over real sandboxes: grouping, bounded concurrency, failures masked
+without cancelling the rest, and the eval output files."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from swerl.agent.config import AgentConfig
+from swerl.agent.evaluate import evaluate, write_eval_outputs
+from swerl.agent.policy import ScriptedPolicy
+from swerl.agent.rollout import collect_rollouts
+from swerl.sandbox import SandboxConfig, SandboxManager
+from swerl.tasks.load import load_task
+
+pytestmark = pytest.mark.docker
+
+FIXTURE_TASKS = Path(__file__).resolve().parents[1] / "fixtures" / "tasks"
+SOLVE_ADD_TWO = "```python\ndef add_two(x):\n    return x + 2\n```"
+
+
+@pytest.fixture
+def broken_task(tmp_path: Path):
+    """add-two whose image build fails (an infrastructure failure)."""
+    folder = tmp_path / "broken-build"
+    shutil.copytree(FIXTURE_TASKS / "add-two", folder)
+    (folder / "environment" / "Dockerfile").write_text("FROM python:3.10-slim\nRUN exit 3\n")
+    return load_task(folder)
+
+
+def test_rollouts_are_grouped_and_a_broken_sandbox_is_masked(broken_task, smol_tokenizer):
+    tasks = [load_task(FIXTURE_TASKS / "add-two"), broken_task, load_task(FIXTURE_TASKS / "count-vowels")]
+    policy = ScriptedPolicy([SOLVE_ADD_TWO], smol_tokenizer)
+    events = []
+    live, peak = 0, 0
+
+    def on_event(event):
+        nonlocal live, peak
+        events.append(event)
+        live += 1 if event.kind == "started" else -1 if event.trajectory.end_reason != "sandbox_error" else 0
+        peak = max(peak, live)
+
+    async def main():
+        async with SandboxManager(SandboxConfig(concurrency=4, warm_pool=False)) as manager:
+            return await collect_rollouts(tasks, 2, policy, manager, AgentConfig(protocol="single-turn"),
+                                          concurrency=2, on_event=on_event)
+
+    trajs = asyncio.run(main())
+    assert [(t.task_name, t.sample_index) for t in trajs] == [
+        ("add-two", 0), ("add-two", 1), ("broken-build", 0), ("broken-build", 1), ("count-vowels", 0), ("count-vowels", 1)]
+    assert len({t.group_id for t in trajs}) == 3 and trajs[0].group_id == trajs[1].group_id
+    assert [t.outcome for t in trajs] == ["passed", "passed", "build_error", "build_error", "failed", "failed"]
+    broken = trajs[2]
+    assert broken.failure_class == "mask" and broken.exclude_from_baseline and broken.response_ids == []
+    assert broken.prompt_ids == trajs[0].prompt_ids  # same instruction, same first prompt
+    assert sum(e.kind == "finished" for e in events) == 6 and events[-1].done == 6
+    assert sum(e.kind == "started" for e in events) == 4  # the broken sandboxes never started
+    assert peak <= 2
+
+
+def test_eval_writes_trajectories_and_summary(tmp_path, smol_tokenizer):
+    tasks = [load_task(FIXTURE_TASKS / "add-two"), load_task(FIXTURE_TASKS / "reverse-words")]
+    policy = ScriptedPolicy([SOLVE_ADD_TWO], smol_tokenizer)
+    trajs, summary = asyncio.run(evaluate(tasks, policy, SandboxConfig(concurrency=2, warm_pool=False),
+                                          AgentConfig(protocol="single-turn"), n_samples=2, concurrency=2))
+    assert summary["pass@1"] == pytest.approx(0.5) and summary["pass@2"] == pytest.approx(0.5)
+    assert summary["outcomes"] == {"passed": 2, "failed": 2}
+    traj_path, summary_path = write_eval_outputs(tmp_path / "out", trajs, summary)
+    rows = [json.loads(line) for line in traj_path.read_text().splitlines()]
+    assert len(rows) == 4 and rows[0]["messages"][-1]["role"] == "assistant"
+    assert rows[0]["reward"] == 1.0 and "passed" in rows[0]["verifier_output_tail"]
+    assert json.loads(summary_path.read_text())["num_trajectories"] == 4
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["summary.json", "trajectories.jsonl"]
