@@ -49,7 +49,9 @@ def test_default_gguf_converts_once_and_answers_a_chat_prompt() -> None:
     assert models.resolve_model(None) == folder  # cached: same folder, no re-conversion
     backend = HFBackend.from_pretrained(None)
     messages = [{"role": "user", "content": "What is the capital of France?"}]
-    prompt = backend.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
+    prompt = backend.tokenizer.apply_chat_template(
+        messages, add_generation_prompt=True, tokenize=True, return_dict=False
+    )
     gen = backend.generate([prompt], SamplingParams(temperature=0.0, max_new_tokens=12))[0]
     assert "Paris" in backend.tokenizer.decode(gen.token_ids)
     assert gen.token_ids[-1] == backend.tokenizer.convert_tokens_to_ids("<|im_end|>") or gen.finish_reason == "length"

@@ -1,0 +1,67 @@
+"""Settings of the inference stage: which backend generates, on what model, with which engine knobs."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class InferenceConfig(BaseModel):
+    """One generation backend and its knobs (``make_backend`` builds it).
+
+    Sampling settings (temperature, top-p, ...) are per request (``SamplingParams``), not here.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    backend: Literal["hf", "vllm", "openai"] = Field(
+        "hf", description="hf: transformers generate (CPU/GPU); vllm: in-process vLLM engine (GPU); openai: a server."
+    )
+    model: str | None = Field(
+        None, description="HF folder or .gguf file (None = default SmolLM2-135M-Instruct); openai: the served name."
+    )
+    dtype: Literal["float32", "bfloat16", "float16"] | None = Field(
+        None, description="Weights dtype; None = float32 for hf, bfloat16 for vllm (must equal the trainer's)."
+    )
+    device: str = Field("cpu", description="hf: torch device, e.g. cpu or cuda:0.")
+    seed: int = Field(0, description="Backend sampling seed for requests without their own seed.")
+    max_batch_size: int = Field(8, ge=1, description="Most prompts per backend call (async batcher).")
+    batch_wait_s: float = Field(0.05, ge=0, description="How long the batcher waits to fill a batch, seconds.")
+
+    gpu_memory_utilization: float = Field(
+        0.3, gt=0, le=1, description="vllm: fraction of TOTAL GPU memory for weights + activations + KV cache."
+    )
+    max_model_len: int = Field(
+        8192, ge=16, description="vllm: longest prompt + generation, tokens (sizes the KV cache)."
+    )
+    max_num_seqs: int = Field(64, ge=1, description="vllm: sequences scheduled at once.")
+    max_num_batched_tokens: int | None = Field(4096, ge=16, description="vllm: tokens per scheduler step.")
+    enforce_eager: bool = Field(False, description="vllm: disable CUDA graphs (debugging).")
+    enable_prefix_caching: bool = Field(True, description="vllm: reuse KV of shared prefixes (reset on weight sync).")
+    enable_sleep_mode: bool = Field(True, description="vllm: allow sleep/wake to free GPU memory for training.")
+    fp32_lm_head: bool = Field(False, description="vllm: compute the LM head in fp32 (hf_overrides head_dtype).")
+
+    base_url: str | None = Field(None, description="openai: server root, e.g. http://127.0.0.1:8000/v1.")
+    tokenizer: str | None = Field(
+        None, description="openai: local HF folder or .gguf whose tokenizer the served model uses (chat template)."
+    )
+    api_key_env: str = Field("OPENAI_API_KEY", description="openai: environment variable holding the API key.")
+    openai_endpoint: Literal["completions", "chat"] = Field(
+        "completions", description="openai: /completions with token-id prompts, or /chat/completions with messages."
+    )
+    request_timeout_s: float = Field(600.0, gt=0, description="openai: per-request timeout, seconds.")
+
+    @model_validator(mode="after")
+    def _check_backend_fields(self) -> InferenceConfig:
+        if self.backend == "openai" and not self.base_url:
+            raise ValueError("inference.base_url is required for backend 'openai'; fix: set it to the server's /v1 URL")
+        if self.backend != "openai" and self.base_url:
+            raise ValueError(f"inference.base_url is only used by backend 'openai', not {self.backend!r}: remove it")
+        if self.backend == "vllm" and self.dtype == "float16":
+            raise ValueError("inference.dtype float16 is not supported with vllm; fix: use bfloat16 (trainer dtype)")
+        return self
+
+    def resolved_dtype(self) -> str:
+        """The dtype actually used: ``dtype`` or the backend default."""
+        return self.dtype or ("bfloat16" if self.backend == "vllm" else "float32")

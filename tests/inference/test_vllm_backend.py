@@ -1,0 +1,193 @@
+"""vLLM adapter logic without vLLM: engine/sampling kwargs, output conversion by token id,
+the loaded-names check, RNG save/restore, the sleep/wake state machine, the missing-vLLM error.
+
+The output objects below are plain dataclasses with the fields of vLLM's ``Logprob``,
+``CompletionOutput`` and ``RequestOutput`` (``vllm/logprobs.py``, ``vllm/outputs.py``)."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import random
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytest
+import torch
+
+from swerl.errors import ConfigError, EnvironmentProblem, InferenceError
+from swerl.inference.base import SamplingParams
+from swerl.inference.config import InferenceConfig
+from swerl.inference.vllm_backend import (
+    EngineState,
+    VLLMBackend,
+    check_all_loaded,
+    check_alloc_conf,
+    engine_kwargs,
+    generation_from_output,
+    rendezvous_defaults,
+    restore_rng_state,
+    sampling_kwargs,
+    save_rng_state,
+)
+
+
+@dataclass
+class Logprob:
+    logprob: float
+    rank: int | None = None
+    decoded_token: str | None = None
+
+
+@dataclass
+class CompletionOutput:
+    index: int
+    text: str
+    token_ids: list[int]
+    cumulative_logprob: float | None
+    logprobs: list[dict[int, Logprob]] | None
+    finish_reason: str | None = None
+    stop_reason: int | str | None = None
+
+
+@dataclass
+class RequestOutput:
+    request_id: str
+    prompt_token_ids: list[int]
+    outputs: list[CompletionOutput] = field(default_factory=list)
+    finished: bool = True
+
+
+def completion(token_ids, logprobs, finish_reason="stop") -> RequestOutput:
+    out = CompletionOutput(0, "", token_ids, None, logprobs, finish_reason, None)
+    return RequestOutput("0", [1, 2, 3], [out])
+
+
+def test_engine_kwargs_colocated_processed_logprobs_bf16() -> None:
+    kwargs = engine_kwargs(InferenceConfig(backend="vllm", gpu_memory_utilization=0.4, max_model_len=4096), "/m")
+    assert kwargs["distributed_executor_backend"] == "external_launcher"
+    assert kwargs["logprobs_mode"] == "processed_logprobs"
+    assert kwargs["dtype"] == "bfloat16" and kwargs["enable_sleep_mode"] is True
+    assert kwargs["gpu_memory_utilization"] == 0.4 and kwargs["max_model_len"] == 4096
+    assert "hf_overrides" not in kwargs
+
+
+def test_engine_kwargs_fp32_lm_head_override() -> None:
+    kwargs = engine_kwargs(InferenceConfig(backend="vllm", fp32_lm_head=True), "/m")
+    assert kwargs["hf_overrides"] == {"head_dtype": "float32"}
+
+
+@pytest.mark.parametrize("conf", ["expandable_segments:True", "max_split_size_mb:64,expandable_segments:True"])
+def test_expandable_segments_refused_with_sleep_mode(conf: str) -> None:
+    with pytest.raises(ConfigError, match="expandable_segments"):
+        check_alloc_conf(conf, sleep_mode=True)
+
+
+def test_expandable_segments_allowed_without_sleep_or_when_false() -> None:
+    check_alloc_conf("expandable_segments:True", sleep_mode=False)
+    check_alloc_conf("expandable_segments:False", sleep_mode=True)
+    check_alloc_conf(None, sleep_mode=True)
+
+
+def test_rendezvous_defaults_fill_only_missing_keys() -> None:
+    filled = rendezvous_defaults({"RANK": "3", "MASTER_PORT": "1234"})
+    assert "RANK" not in filled and "MASTER_PORT" not in filled
+    assert filled["WORLD_SIZE"] == "1" and filled["MASTER_ADDR"] == "127.0.0.1"
+    assert int(rendezvous_defaults({})["MASTER_PORT"]) > 0
+
+
+def test_sampling_kwargs_explicit_and_sampled_logprob_only() -> None:
+    sampling = SamplingParams(
+        temperature=0.7, top_p=0.95, top_k=20, max_new_tokens=64, stop_token_ids=[7], stop=["\n\n"]
+    )
+    kwargs = sampling_kwargs(sampling, seed=5)
+    assert kwargs["logprobs"] == 0 and kwargs["n"] == 1 and kwargs["seed"] == 5
+    assert (kwargs["temperature"], kwargs["top_p"], kwargs["top_k"], kwargs["max_tokens"]) == (0.7, 0.95, 20, 64)
+    assert kwargs["min_p"] == 0.0 and kwargs["repetition_penalty"] == 1.0
+    assert kwargs["stop_token_ids"] == [7] and kwargs["stop"] == ["\n\n"]
+
+
+def test_output_logprobs_read_by_token_id_not_rank() -> None:
+    # The sampled token (id 9) is not the top-ranked one; a rank-based read would return -0.1.
+    steps = [{9: Logprob(-2.5, rank=3), 4: Logprob(-0.1, rank=1)}, {2: Logprob(-0.3, rank=1)}]
+    gen = generation_from_output(completion([9, 2], steps), weight_version=4)
+    assert gen.token_ids == [9, 2] and gen.logprobs == [-2.5, -0.3]
+    assert gen.finish_reason == "stop" and gen.weight_version == 4
+
+
+def test_output_length_finish_reason_passes_through() -> None:
+    gen = generation_from_output(completion([5], [{5: Logprob(-1.0)}], finish_reason="length"), 0)
+    assert gen.finish_reason == "length"
+
+
+@pytest.mark.parametrize(
+    "token_ids,logprobs,reason,match",
+    [
+        ([1, 2], [{1: Logprob(-1.0)}], "stop", "log-prob entries"),
+        ([1, 2], None, "stop", "log-prob entries"),
+        ([1, 2], [{1: Logprob(-1.0)}, {3: Logprob(-1.0)}], "stop", "lack the sampled token id 2"),
+        ([1], [{1: Logprob(math.nan)}], "stop", "nan"),
+        ([1], [{1: Logprob(-math.inf)}], "stop", "-inf"),
+        ([1], [{1: Logprob(-1.0)}], "abort", "abort"),
+    ],
+)
+def test_unusable_outputs_raise(token_ids, logprobs, reason, match) -> None:
+    with pytest.raises(InferenceError, match=match):
+        generation_from_output(completion(token_ids, logprobs, reason), 0)
+
+
+def test_more_than_one_completion_is_refused() -> None:
+    request = completion([1], [{1: Logprob(-1.0)}])
+    request.outputs.append(request.outputs[0])
+    with pytest.raises(InferenceError, match="2 completions"):
+        generation_from_output(request, 0)
+
+
+def test_loaded_names_must_cover_every_parameter() -> None:
+    params = {"model.embed_tokens.weight", "model.layers.0.self_attn.qkv_proj.weight", "lm_head.weight"}
+    check_all_loaded(params, params)
+    with pytest.raises(InferenceError, match="1 vLLM parameters stale: lm_head.weight"):
+        check_all_loaded(params - {"lm_head.weight"}, params)
+
+
+def test_rng_state_round_trip_undoes_reseeding() -> None:
+    state = save_rng_state()
+    expected = (random.random(), np.random.rand(), torch.rand(1).item())
+    restore_rng_state(state)
+    random.seed(0), np.random.seed(0), torch.manual_seed(0)  # what engine construction does
+    restore_rng_state(state)
+    assert (random.random(), np.random.rand(), torch.rand(1).item()) == expected
+
+
+def test_state_machine_level2_needs_full_load_before_kv_and_generation() -> None:
+    asleep = EngineState().sleep(2)
+    assert asleep.name == "asleep_l2_weights_invalid" and not asleep.can_generate
+    with pytest.raises(InferenceError, match="discarded weights"):
+        asleep.wake(["weights", "kv_cache"])
+    weights = asleep.wake(["weights"])
+    assert weights.name == "waking" and not weights.can_generate
+    awake = weights.loaded_all_weights().wake(["kv_cache"])
+    assert awake.name == "awake" and awake.can_generate
+
+
+def test_state_machine_level1_wakes_directly() -> None:
+    asleep = EngineState().sleep(1)
+    assert asleep.name == "asleep_l1"
+    assert asleep.wake(["weights", "kv_cache"]).can_generate
+
+
+def test_state_machine_refuses_invalid_transitions() -> None:
+    with pytest.raises(InferenceError, match="level must be 1 or 2"):
+        EngineState().sleep(3)
+    with pytest.raises(InferenceError, match="not awake"):
+        EngineState().sleep(1).sleep(1)
+    with pytest.raises(InferenceError, match="wake tags=\\['weights'\\] first"):
+        EngineState().sleep(2).loaded_all_weights()
+    with pytest.raises(InferenceError, match="unknown wake tags"):
+        EngineState().wake(["everything"])
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vllm is installed here")
+def test_backend_without_vllm_raises_clear_environment_problem() -> None:
+    with pytest.raises(EnvironmentProblem, match=r"swerl\[gpu\]"):
+        VLLMBackend(InferenceConfig(backend="vllm"), "/nonexistent")
