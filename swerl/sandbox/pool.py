@@ -28,6 +28,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+KEEPER = "while :; do sleep 3600 & wait $!; done"
+
+
 class ContainerSpec(BaseModel):
     """What a trial container looks like; equal specs share one warm pool."""
 
@@ -52,8 +55,9 @@ def create_and_start(
     """Create and start one isolated container (blocking); returns its id.
 
     Isolation: no network unless ``spec.network``, CPU/memory (no swap)/pids limits,
-    ``cap_drop=ALL``, ``no-new-privileges``; PID 1 is ``sleep infinity`` (the image's
-    entrypoint is overridden), so commands run only through exec.
+    ``cap_drop=ALL``, ``no-new-privileges``. PID 1 is a tiny ``sh`` loop (the image's
+    entrypoint is overridden): it survives ``kill -KILL -1`` from inside (the verifier's
+    sweep of leftover processes) and reaps orphans, so killed processes leave no zombies.
     """
     api = client.api
     host_config = api.create_host_config(
@@ -66,7 +70,7 @@ def create_and_start(
         security_opt=["no-new-privileges"],
     )
     created = api.create_container(
-        spec.image, entrypoint=["sleep", "infinity"], command=[], labels=labels, name=name,
+        spec.image, entrypoint=["/bin/sh", "-c", KEEPER], command=[], labels=labels, name=name,
         host_config=host_config, working_dir=spec.workdir, network_disabled=not spec.network,
     )
     container_id = created["Id"]

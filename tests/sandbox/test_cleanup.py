@@ -1,0 +1,72 @@
+"""After a misbehaving verifier nothing keeps running in the container, and after the trial
+the container itself is gone, on every exit path."""
+
+from __future__ import annotations
+
+import pytest
+
+from swerl.sandbox import Outcome, SandboxConfig, SandboxManager
+
+from ._support import containers_of, fixture_task, run
+
+pytestmark = pytest.mark.docker
+
+# Processes other than PID 1's keeper loop, its `sleep`, and this probe's own wrapper.
+PROCS = (
+    "for s in /proc/[0-9]*/stat; do read -r p c st pp r < $s 2>/dev/null || continue; echo \"$p $c $st $pp\"; done"
+)
+
+
+def _leftovers(listing: str) -> list[str]:
+    keep = ("(sh)", "(sleep)", "(timeout)", "(bash)")
+    return [line for line in listing.splitlines() if line.split()[1] not in keep or line.split()[2] == "Z"]
+
+
+@pytest.mark.parametrize(("task_name", "outcome"), [("loop_forever", Outcome.verifier_timeout), ("fork_bomb", Outcome.failed)])
+def test_verifier_leaves_no_process_behind(docker_client, task_name, outcome):
+    async def body():
+        async with SandboxManager(SandboxConfig(concurrency=1, warm_pool=False, pids_limit=64)) as mgr:
+            async with mgr.sandbox(fixture_task(task_name)) as sb:
+                verdict = await sb.verify()
+                listing = await sb.exec(PROCS, timeout_s=10)
+            return verdict, listing, mgr.run_id
+
+    verdict, listing, run_id = run(body())
+    assert verdict.outcome is outcome and verdict.reward == 0.0
+    assert _leftovers(listing.output) == [], listing.output
+    assert len(listing.output.splitlines()) <= 6
+    if task_name == "fork_bomb":
+        count = int(verdict.output_tail.split("processes:")[1].split()[0])
+        assert 0 < count <= 64  # bounded by the pids limit
+    assert containers_of(docker_client, run_id) == []
+
+
+def test_exception_inside_a_trial_still_removes_its_container(docker_client):
+    seen = {}
+
+    async def body():
+        async with SandboxManager(SandboxConfig(concurrency=1, warm_pool=False)) as mgr:
+            seen["run"] = mgr.run_id
+            async with mgr.sandbox(fixture_task("add")) as sb:
+                seen["id"] = sb.container_id
+                raise RuntimeError("agent crashed")
+
+    with pytest.raises(RuntimeError, match="agent crashed"):
+        run(body())
+    assert containers_of(docker_client, seen["run"]) == []
+
+
+def test_warm_pool_gives_a_fresh_container_per_trial_and_drains(docker_client):
+    async def body():
+        async with SandboxManager(SandboxConfig(concurrency=2, warm_pool=True)) as mgr:
+            ids = []
+            for _ in range(3):
+                async with mgr.sandbox(fixture_task("add")) as sb:
+                    marker = await sb.exec("test -e /tmp/used && echo reused; touch /tmp/used", timeout_s=10)
+                    ids.append((sb.container_id, marker.output))
+            return ids, mgr.run_id
+
+    ids, run_id = run(body())
+    assert len({cid for cid, _ in ids}) == 3
+    assert all(out == "" for _, out in ids)
+    assert containers_of(docker_client, run_id) == []

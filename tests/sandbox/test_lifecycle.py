@@ -1,0 +1,59 @@
+"""Process death: a `kill -9` of a running `swerl sandbox-test` leaves containers that the next
+run removes; SIGTERM unwinds and removes them before the process exits."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from ._support import FIXTURES
+
+pytestmark = pytest.mark.docker
+SWERL = [sys.executable, "-m", "swerl.cli"]
+
+
+def _containers_of_pid(client, pid: int) -> list:
+    return client.containers.list(all=True, filters={"label": f"swerl.pid={pid}"})
+
+
+def _start_sandbox_test(client, task: str) -> subprocess.Popen:
+    proc = subprocess.Popen([*SWERL, "sandbox-test", str(FIXTURES / task), "-c", "1"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while not _containers_of_pid(client, proc.pid):
+        assert proc.poll() is None, proc.stderr.read().decode()
+        assert time.monotonic() < deadline, "sandbox-test started no container within 60 s"
+        time.sleep(0.1)
+    time.sleep(0.5)  # let it get into the verifier
+    return proc
+
+
+def test_kill_9_then_a_new_run_leaves_no_container_of_the_dead_run(docker_client):
+    proc = _start_sandbox_test(docker_client, "loop_forever")
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(10)
+    assert _containers_of_pid(docker_client, proc.pid), "kill -9 should leave the container behind"
+    after = subprocess.run([*SWERL, "sandbox-test", str(FIXTURES / "add"), "-c", "1"], capture_output=True, timeout=120)
+    assert after.returncode == 0, after.stderr.decode()
+    assert _containers_of_pid(docker_client, proc.pid) == []
+
+
+def test_sigterm_removes_the_containers_before_exit(docker_client):
+    proc = _start_sandbox_test(docker_client, "loop_forever")
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == 143
+    assert _containers_of_pid(docker_client, proc.pid) == []
+
+
+def test_sandbox_gc_removes_containers_of_dead_processes(docker_client):
+    container = docker_client.containers.create(
+        "python:3.10-slim", ["sleep", "60"], labels={"swerl.run": "gc-test", "swerl.pid": "999999999"}
+    )
+    out = subprocess.run([*SWERL, "sandbox", "gc"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "container" in out.stdout
+    assert docker_client.containers.list(all=True, filters={"id": container.id}) == []
