@@ -107,6 +107,11 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+def full_model_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The unsharded state dict on CPU (collective under FSDP: every rank calls it)."""
+    return get_model_state_dict(model, options=_FULL)
+
+
 def save_checkpoint(
     run_dir: Path,
     step: int,

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from swerl.agent.config import AgentConfig
 from swerl.errors import ConfigError
+from swerl.inference.config import InferenceConfig
 from swerl.rl.config import AlgorithmConfig
 from swerl.sandbox.models import SandboxConfig
 
@@ -46,22 +47,6 @@ class DataConfig(_Strict):
     seed: int | None = Field(None, description="Prompt-order seed; None = the top-level seed.")
 
 
-class GeneratorConfig(_Strict):
-    """The inference engine that samples rollouts (sampling settings live in ``agent``)."""
-
-    backend: Literal["hf", "vllm"] = Field(
-        "hf", description="hf: transformers generate on the live policy module; vllm: engine with in-place weight sync (GPU)."
-    )
-    max_batch_size: int = Field(8, ge=1, description="Most sequences one backend call generates at once.")
-    batch_wait_s: float = Field(0.05, ge=0, description="How long the async batcher waits to fill a batch, seconds.")
-    gpu_memory_utilization: float = Field(0.5, gt=0, le=1, description="vllm: fraction of GPU memory for weights + KV cache.")
-    max_num_seqs: int = Field(256, ge=1, description="vllm: sequences scheduled at once.")
-    enforce_eager: bool = Field(False, description="vllm: disable CUDA graphs.")
-    max_staleness_steps: int = Field(
-        0, ge=0, description="Async rollouts may lag the trainer by this many steps (0 = synchronous, on-policy)."
-    )
-
-
 class OptimizerConfig(_Strict):
     """AdamW and its learning-rate schedule."""
 
@@ -88,6 +73,9 @@ class LoopConfig(_Strict):
     update_epochs: int = Field(1, ge=1, description="Passes of optimizer steps over one training batch (PPO epochs).")
     rollout_concurrency: int | None = Field(
         None, ge=1, description="Episodes in flight at once; None = sandbox.concurrency."
+    )
+    max_staleness_steps: int = Field(
+        0, ge=0, description="Async rollouts may lag the trainer by this many steps (seed run: 16); only 0 (synchronous) runs today."
     )
 
     @model_validator(mode="after")
@@ -121,7 +109,10 @@ class TrainConfig(_Strict):
 
     model: ModelConfig = Field(default_factory=ModelConfig)
     data: DataConfig
-    generator: GeneratorConfig = Field(default_factory=GeneratorConfig)
+    generator: InferenceConfig = Field(
+        default_factory=InferenceConfig,
+        description="Inference backend that samples rollouts (hf or vllm); its model is model.path, leave generator.model unset.",
+    )
     agent: AgentConfig = Field(default_factory=AgentConfig)
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
@@ -137,6 +128,12 @@ class TrainConfig(_Strict):
             raise ValueError(
                 "agent.temperature must be > 0 for training (log-probs are taken at the sampling temperature): set e.g. 0.7"
             )
+        if self.generator.backend == "openai":
+            raise ValueError("generator.backend=openai cannot receive trained weights: use hf or vllm")
+        if self.generator.model is not None and self.generator.model != self.model.path:
+            raise ValueError("generator.model must be unset (the generator samples from model.path): remove it")
+        if self.algorithm.use_kl_loss:
+            raise ValueError("algorithm.use_kl_loss needs a reference policy, which the trainer does not hold yet: set false")
         if self.model.fsdp and self.model.device == "cpu":
             raise ValueError("model.fsdp needs CUDA: set model.device=cuda or model.fsdp=false")
         return self

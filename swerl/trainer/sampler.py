@@ -23,16 +23,13 @@ class PromptSampler:
         seed: base seed; epoch e uses the permutation of ``random.Random(seed * 1_000_003 + e)``.
         shuffle: False keeps file order in every epoch.
 
-    Raises:
-        ConfigError: when the task set holds fewer tasks than one batch.
+    A task set smaller than one batch gives ``batches_per_epoch == 0``: the run plan then has
+    no steps and :meth:`next_batch` raises.
     """
 
     def __init__(self, num_tasks: int, batch_size: int, seed: int, shuffle: bool = True) -> None:
-        if batch_size < 1 or num_tasks < batch_size:
-            raise ConfigError(
-                f"loop.train_batch_size={batch_size} needs at least that many tasks, the task set has "
-                f"{num_tasks}: lower loop.train_batch_size or add tasks"
-            )
+        if batch_size < 1:
+            raise ConfigError(f"loop.train_batch_size={batch_size} must be >= 1")
         self.num_tasks = num_tasks
         self.batch_size = batch_size
         self.seed = seed
@@ -53,7 +50,16 @@ class PromptSampler:
         return order
 
     def next_batch(self) -> tuple[int, list[int]]:
-        """Advance one step; returns ``(epoch, task indices)`` of length B."""
+        """Advance one step; returns ``(epoch, task indices)`` of length B.
+
+        Raises:
+            ConfigError: the task set holds fewer tasks than one batch.
+        """
+        if self.batches_per_epoch == 0:
+            raise ConfigError(
+                f"loop.train_batch_size={self.batch_size} needs at least that many tasks, the task set has "
+                f"{self.num_tasks}: lower loop.train_batch_size or add tasks"
+            )
         if self.batch_in_epoch >= self.batches_per_epoch:
             self.epoch += 1
             self.batch_in_epoch = 0

@@ -178,7 +178,6 @@ def train_on_batch(
     Returns: metrics averaged over the optimizer steps, plus ``policy/optimizer_steps``.
     """
     minis = [rows[i : i + s.rows_per_mini_batch] for i in range(0, len(rows), s.rows_per_mini_batch)]
-    model.eval()  # dropout off: pi_old and pi must be the same function of the weights
     local = [with_old_logprobs(model, rank_rows(mini, dist_info), s, dist_info.device) for mini in minis]
     history: list[dict[str, float]] = []
     for _ in range(s.update_epochs):

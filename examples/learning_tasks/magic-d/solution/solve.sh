@@ -1,0 +1,4 @@
+#!/bin/bash
+# Oracle: write the rewarded word.
+mkdir -p /app
+echo "MAGIC = 1" > /app/solution.py

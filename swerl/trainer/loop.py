@@ -1,0 +1,307 @@
+"""The training loop of ``swerl train``: RLOO-n with PPO-clip, TIS and step-level loss reductions,
+rewards from real verifiers in Docker sandboxes.
+
+Reads top to bottom like nanoGPT ``train.py``: setup (ranks, seeds, tasks, policy, optimizer,
+resume), then one loop whose blocks each call a named step of a lower stage:
+
+    sample prompts -> collect rollouts (agent + sandboxes + verifier) -> failure classes ->
+    advantages -> pi_old at the sampling temperature -> micro-batched policy update (clip, AdamW,
+    LR schedule) -> sync weights to the generator -> log -> checkpoint / HF export.
+
+How it departs from a textbook PPO/GRPO trainer (see ``shared/spec/algorithms.md``):
+- No critic, no std normalization: RLOO-n advantages with infrastructure failures left out of
+  the baseline; zero-variance and too-small groups get A = 0.
+- Loss denominators are counted over the whole optimizer step (all micro-batches, all ranks),
+  never a mean of per-micro-batch means; gradients are SUMMED over ranks.
+- TIS weights against the sampler's own per-token log-probs; pi_old is recomputed by the
+  trainer with logits divided by the sampling temperature.
+- One optimizer step per training batch by default (the ratio is ~1: REINFORCE with a
+  leave-one-out baseline); mini-batches and update epochs are options.
+- Synchronous rollouts (staleness 0): the batch is sampled with the current weights.
+
+Rank 0 drives the rollouts and writes files; every rank trains on its slice of each batch.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+
+from swerl.agent.trajectory import Trajectory
+from swerl.errors import ConfigError, RunFailed
+from swerl.rl.advantages import group_index
+from swerl.rl.loss import compute_advantages
+from swerl.trainer import checkpoint as ckpt
+from swerl.trainer import distributed as dist
+from swerl.trainer.batch import row_from_trajectory
+from swerl.trainer.config import TrainConfig
+from swerl.trainer.metrics import MetricsSink, dump_trajectories, effective_reward, rollout_metrics
+from swerl.trainer.model import compute_dtype, load_policy
+from swerl.trainer.optim import build_optimizer
+from swerl.trainer.plan import RunPlan, make_plan
+from swerl.trainer.sampler import PromptSampler
+from swerl.trainer.update import UpdateSettings, train_on_batch
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TrainEvent:
+    """Progress for live displays (the CLI renders them; the library only logs).
+
+    kind: ``plan`` (data: RunPlan), ``step_start`` (step, data: episodes this step),
+    ``rollout`` (data: agent ``RolloutEvent``), ``phase`` (data: phase name),
+    ``step_end`` (data: the step's metrics record).
+    """
+
+    kind: Literal["plan", "step_start", "rollout", "phase", "step_end"]
+    step: int = 0
+    data: Any = None
+
+
+@dataclass
+class TrainResult:
+    """What a call to :func:`train` did.
+
+    Attributes:
+        run_dir: the run directory.
+        steps_trained: training steps run by this call.
+        last_step: global step reached (0 when nothing was ever trained).
+        already_finished: the resumed checkpoint was already at the planned last step.
+        records: the metrics records written by this call.
+    """
+
+    run_dir: Path
+    steps_trained: int = 0
+    last_step: int = 0
+    already_finished: bool = False
+    records: list[dict] = field(default_factory=list)
+
+
+def seed_everything(seed: int) -> None:
+    """Seed python, numpy and torch (CPU and CUDA) generators."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def group_batch(trajs: list[Trajectory]) -> list[Trajectory]:
+    """Groups contiguous, in first-appearance order, samples by ``sample_index`` (mini-batches cut
+    along groups)."""
+    order = {g: i for i, g in enumerate(dict.fromkeys(t.group_id for t in trajs))}
+    return sorted(trajs, key=lambda t: (order[t.group_id], t.sample_index))
+
+
+def _truncate_metrics(run_dir: Path, last_step: int) -> None:
+    """Drop records of steps after ``last_step`` (a crashed step is re-run after a resume)."""
+    import json
+    import os
+
+    path = run_dir / "metrics.jsonl"
+    if not path.is_file():
+        return
+    kept = [ln for ln in path.read_text().splitlines() if ln.strip() and json.loads(ln)["global_step"] <= last_step]
+    tmp = path.with_name(".tmp-metrics.jsonl")
+    tmp.write_text("".join(ln + "\n" for ln in kept))
+    os.replace(tmp, path)
+
+
+def _make_generator(config: TrainConfig, model: torch.nn.Module, tokenizer: Any, model_path: Path) -> Any:
+    """The rollout backend: HF on the live policy module (no copy), or vLLM (weights synced per step)."""
+    if config.generator.backend == "hf":
+        from swerl.inference.hf import HFBackend
+
+        return HFBackend(model, tokenizer, seed=config.generator.seed)
+    from swerl.inference.vllm_backend import VLLMBackend
+
+    return VLLMBackend(config.generator, str(model_path))
+
+
+def _sync_generator(backend: Any, model: torch.nn.Module) -> None:
+    """Make the generator sample from the updated weights."""
+    if getattr(backend, "model", None) is model:
+        backend.set_model(model)  # same module: nothing to copy, bump the weight version
+    else:
+        backend.update_weights(ckpt.full_model_state_dict(model))
+
+
+def train(
+    config: TrainConfig,
+    run_dir: Path,
+    resume: str | None = None,
+    *,
+    on_event: Callable[[TrainEvent], None] | None = None,
+) -> TrainResult:
+    """Run (or resume) a training run in ``run_dir``.
+
+    Args:
+        config: the validated config.
+        run_dir: where config.yaml, metrics.jsonl, checkpoints/ and exports/ go.
+        resume: None (fresh run; refuses a run_dir that already has checkpoints), ``latest``
+            or a checkpoint folder path.
+        on_event: progress callback, called on rank 0 only.
+    Returns: TrainResult.
+    Raises:
+        ConfigError: bad settings found at run time (task set smaller than a batch, resume
+            mismatch, existing checkpoints without ``--resume``).
+        RunFailed: the run trained zero steps although steps were planned.
+        SandboxError / EnvironmentProblem: Docker is unusable.
+    """
+    from swerl.tasks.load import load_tasks
+
+    emit = on_event or (lambda event: None)
+    if config.loop.max_staleness_steps > 0:
+        raise ConfigError("loop.max_staleness_steps > 0 (async rollouts) is not implemented yet: set it to 0")
+
+    # --- setup: ranks, seeds, run directory ---------------------------------------------------
+    info = dist.init_distributed(config.model.device)
+    seed_everything(config.seed)
+    run_dir = Path(run_dir)
+    if info.is_main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    ckpt_path = ckpt.resolve_resume(run_dir, resume)
+    if resume is None and ckpt.list_checkpoints(run_dir / ckpt.CKPT_DIR):
+        raise ConfigError(f"{run_dir} already holds checkpoints: pass --resume latest, or another --run-dir")
+    if info.is_main:
+        (run_dir / "config.yaml").write_text(config.to_yaml())
+
+    # --- data: tasks and the prompt sampler --------------------------------------------------
+    tasks = list(load_tasks(config.data.tasks, limit=config.data.limit))
+    sampler = PromptSampler(len(tasks), config.loop.train_batch_size, config.data_seed, config.data.shuffle)
+    plan: RunPlan = make_plan(config, len(tasks))
+    emit(TrainEvent("plan", data=plan))
+    if plan.total_steps == 0:
+        raise RunFailed(
+            f"the plan trains 0 steps: {len(tasks)} tasks < loop.train_batch_size={config.loop.train_batch_size}; "
+            "lower the batch size or add tasks"
+        )
+    log.info("plan: %d steps x %d prompts x %d samples, %d optimizer steps", plan.total_steps,
+             plan.prompts_per_step, config.n_samples, plan.total_optimizer_steps)
+
+    # --- policy, optimizer, schedule ----------------------------------------------------------
+    model, tokenizer, model_path = load_policy(config.model, info)
+    optimizer, scheduler = build_optimizer(model, config.optimizer, max(plan.total_optimizer_steps, 1))
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.eos_token_id or 0)
+    settings = UpdateSettings(
+        temperature=config.agent.temperature,
+        rows_per_mini_batch=(config.loop.mini_batch_size or config.loop.train_batch_size) * config.n_samples,
+        micro_batch_size=config.loop.micro_batch_size,
+        update_epochs=config.loop.update_epochs,
+        grad_clip=config.optimizer.grad_clip,
+        compute_dtype=compute_dtype(config.model),
+        sharded=config.model.fsdp,
+        pad_id=pad_id,
+    )
+
+    # --- resume: weights, optimizer, scheduler, RNG, data position ----------------------------
+    start_step = 0
+    protect: frozenset[int] = frozenset()
+    if ckpt_path is not None:
+        state = ckpt.load_checkpoint(ckpt_path, model, optimizer, scheduler, info)
+        sampler.load_state_dict(state["sampler"])
+        start_step = int(state["global_step"])
+        protect = frozenset({start_step})
+        if info.is_main:
+            _truncate_metrics(run_dir, start_step)
+    result = TrainResult(run_dir=run_dir, last_step=start_step)
+    if start_step >= plan.total_steps and ckpt_path is not None:
+        log.info("run already finished at global step %d of %d: nothing to train", start_step, plan.total_steps)
+        result.already_finished = True
+        return result
+
+    # --- the loop -------------------------------------------------------------------------------
+    backend = _make_generator(config, model, tokenizer, model_path) if info.is_main else None
+    concurrency = config.loop.rollout_concurrency or config.sandbox.concurrency
+    sink = MetricsSink(run_dir, config.logging.tensorboard) if info.is_main else None
+    runner = None
+    try:
+        if info.is_main:
+            from swerl.trainer.rollouts import RolloutRunner
+
+            runner = RolloutRunner(backend, tokenizer, config.sandbox, config.agent, concurrency,
+                                   config.generator.max_batch_size, config.generator.batch_wait_s, config.seed)
+            runner.__enter__()
+        for step in range(start_step + 1, plan.total_steps + 1):
+            timings: dict[str, float] = {}
+            t_step = time.monotonic()
+
+            # Prompts: the sampler's next batch (same order on every rank and after a resume).
+            epoch, indices = sampler.next_batch()
+            batch_tasks = [tasks[i] for i in indices]
+            emit(TrainEvent("step_start", step, len(batch_tasks) * config.n_samples))
+
+            # Rollouts: n episodes per prompt in sandboxes on rank 0, verified as each ends.
+            t0 = time.monotonic()
+            trajs = None
+            if runner is not None:
+                model.eval()
+                trajs = runner.collect(batch_tasks, config.n_samples, step,
+                                       on_event=lambda ev: emit(TrainEvent("rollout", step, ev)))
+            trajs = group_batch(dist.broadcast_object(trajs))
+            timings["timing/rollout_s"] = time.monotonic() - t0
+
+            # Failure classes and advantages: masked rows leave the baseline, failures score 0.
+            emit(TrainEvent("phase", step, "advantages"))
+            rewards = torch.tensor([effective_reward(t) for t in trajs], dtype=torch.float32)
+            exclude = torch.tensor([t.exclude_from_baseline or t.failure_class == "mask" for t in trajs])
+            advantages, adv_metrics = compute_advantages(
+                config.algorithm, rewards, group_index([t.group_id for t in trajs]), exclude
+            )
+            rows = [row_from_trajectory(t, float(a)) for t, a in zip(trajs, advantages)]
+
+            # Update: pi_old at the sampling temperature, then micro-batched optimizer step(s).
+            emit(TrainEvent("phase", step, "update"))
+            t0 = time.monotonic()
+            model.train()
+            update_metrics = train_on_batch(model, optimizer, scheduler, rows, config.algorithm, settings, info)
+            model.eval()
+            timings["timing/update_s"] = time.monotonic() - t0
+            if backend is not None:
+                _sync_generator(backend, model)
+
+            # Log: one record per step (spec names), rank 0 writes.
+            metrics = {**rollout_metrics(trajs), **adv_metrics, **update_metrics, **timings, "epoch": float(epoch)}
+            if info.is_main and config.logging.dump_trajectories:
+                dump_trajectories(run_dir, step, trajs, [float(a) for a in advantages])
+
+            # Checkpoint and HF export at their intervals (and at the end).
+            t0 = time.monotonic()
+            if step in plan.checkpoint_steps:
+                trainer_state = {"sampler": sampler.state_dict(), "epoch": epoch}
+                ckpt.save_checkpoint(run_dir, step, model, optimizer, scheduler, trainer_state, config.to_yaml(),
+                                     info, config.checkpointing.keep_last, protect)
+            if step in plan.export_steps:
+                ckpt.export_hf(run_dir, step, model, tokenizer, info)
+            metrics["timing/checkpoint_s"] = time.monotonic() - t0
+            metrics["timing/step_s"] = time.monotonic() - t_step
+            if sink is not None:
+                record = sink.log(step, metrics)
+                result.records.append(record)
+                emit(TrainEvent("step_end", step, record))
+                log.info(
+                    "step %d/%d | reward %.3f | pass@n %.2f | loss %.4f | grad %.3f | %.1fs",
+                    step, plan.total_steps, metrics["reward/avg_raw_reward"], metrics["reward/avg_pass_at_n"],
+                    metrics.get("loss/policy", 0.0), metrics["grad_norm"], metrics["timing/step_s"],
+                )
+            result.steps_trained += 1
+            result.last_step = step
+    finally:
+        if runner is not None:
+            runner.__exit__(None, None, None)
+        if sink is not None:
+            sink.close()
+    # A run that was asked to train and trained nothing is a failure, not a success.
+    if result.steps_trained == 0:
+        raise RunFailed(
+            f"trained 0 steps (planned {plan.total_steps}; {len(tasks)} tasks, train_batch_size "
+            f"{config.loop.train_batch_size}): raise loop.max_steps/epochs or add tasks"
+        )
+    return result

@@ -1,0 +1,111 @@
+"""What a training step reports: rollout statistics with the spec's names (algorithms.md §6), and
+the sinks that record them (``metrics.jsonl``, TensorBoard, ``trajectories/step_N.jsonl``).
+
+Metric keys are slash-namespaced; every record carries ``global_step``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from swerl.agent.trajectory import Trajectory
+
+log = logging.getLogger(__name__)
+
+METRICS_FILE = "metrics.jsonl"
+
+
+def effective_reward(traj: Trajectory) -> float:
+    """The reward training uses: the verifier's for ``none``, 0 for ``mask``/``zero`` failures."""
+    return float(traj.reward) if traj.failure_class == "none" else 0.0
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
+def rollout_metrics(trajs: list[Trajectory]) -> dict[str, float]:
+    """Statistics of one training batch, before any advantage filtering.
+
+    ``reward/avg_raw_reward``: mean effective reward over ALL trajectories (failures = 0);
+    ``reward/avg_pass_at_n``: fraction of groups with a reward > 0; response lengths in
+    generated tokens (``loss_mask`` ones), split by rewarded / unrewarded; outcome and
+    failure-class counts; token totals.
+    """
+    rewards = [effective_reward(t) for t in trajs]
+    gen = [float(sum(t.loss_mask)) for t in trajs]
+    groups: dict[str, bool] = {}
+    for t, r in zip(trajs, rewards):
+        groups[t.group_id] = groups.get(t.group_id, False) or r > 0
+    out: dict[str, float] = {
+        "reward/avg_raw_reward": _mean(rewards),
+        "reward/avg_pass_at_n": _mean([float(v) for v in groups.values()]),
+        "reward/num_trajectories": float(len(trajs)),
+        "response_length/mean": _mean(gen),
+        "response_length/max": max(gen, default=0.0),
+        "response_length/clip_fraction": _mean([float(t.hit_length_limit) for t in trajs]),
+        "response_length/reward_pos_mean": _mean([g for g, r in zip(gen, rewards) if r > 0]),
+        "response_length/reward_zero_mean": _mean([g for g, r in zip(gen, rewards) if r <= 0]),
+        "turns/mean": _mean([float(t.num_turns) for t in trajs]),
+        "tokens/prompt": float(sum(len(t.prompt_ids) for t in trajs)),
+        "tokens/generated": float(sum(gen)),
+        "tokens/observation": float(sum(len(t.response_ids) for t in trajs) - sum(gen)),
+    }
+    for name, count in Counter(t.failure_class for t in trajs).items():
+        out[f"failure_class/{name}"] = float(count)
+    for name, count in Counter(t.outcome for t in trajs).items():
+        out[f"outcome/{name}"] = float(count)
+    return out
+
+
+class MetricsSink:
+    """Appends one JSON line per step to ``RUN_DIR/metrics.jsonl`` and, when asked, TensorBoard.
+
+    A line is written with a single ``write`` + flush + fsync, so an interrupted run leaves whole
+    lines only. Use from rank 0.
+    """
+
+    def __init__(self, run_dir: Path, tensorboard: bool = False) -> None:
+        self.path = run_dir / METRICS_FILE
+        self._fh = open(self.path, "a", encoding="utf-8")
+        self._tb = None
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._tb = SummaryWriter(log_dir=str(run_dir / "tensorboard"))
+
+    def log(self, step: int, metrics: dict[str, float]) -> dict[str, Any]:
+        """Record ``metrics`` of ``step``; returns the written record."""
+        record = {"global_step": step, **{k: metrics[k] for k in sorted(metrics)}}
+        self._fh.write(json.dumps(record) + "\n")
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+        if self._tb is not None:
+            for key, value in metrics.items():
+                self._tb.add_scalar(key, value, step)
+            self._tb.flush()
+        return record
+
+    def close(self) -> None:
+        """Flush and close the sinks."""
+        self._fh.close()
+        if self._tb is not None:
+            self._tb.close()
+
+
+def dump_trajectories(run_dir: Path, step: int, trajs: list[Trajectory], advantages: list[float]) -> Path:
+    """Write ``RUN_DIR/trajectories/step_N.jsonl``: every trajectory with its advantage (atomic)."""
+    folder = run_dir / "trajectories"
+    folder.mkdir(parents=True, exist_ok=True)
+    final = folder / f"step_{step}.jsonl"
+    tmp = folder / f".tmp-step_{step}.jsonl"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        for traj, adv in zip(trajs, advantages):
+            fh.write(json.dumps({"global_step": step, "advantage": adv, **traj.model_dump(mode="json")}) + "\n")
+    os.replace(tmp, final)
+    return final

@@ -1,0 +1,46 @@
+"""The policy the trainer optimizes: loaded from an HF folder or GGUF (converted once), put on the
+rank's device, optionally gradient-checkpointed and FSDP-sharded."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from swerl.trainer.config import ModelConfig
+from swerl.trainer.distributed import DistInfo
+
+log = logging.getLogger(__name__)
+
+
+def load_policy(cfg: ModelConfig, dist_info: DistInfo) -> tuple[torch.nn.Module, Any, Path]:
+    """Load the initial policy and its tokenizer.
+
+    Returns: (model in fp32 on ``dist_info.device``, tokenizer, resolved HF folder).
+    Raises: ConfigError / EnvironmentProblem from ``resolve_model`` (bad path, missing default).
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from swerl.inference.models import resolve_model
+
+    path = resolve_model(cfg.path)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    model.to(dist_info.device)
+    if cfg.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.config.use_cache = False
+    if cfg.fsdp:
+        from swerl.trainer.fsdp import shard_model
+
+        shard_model(model, bf16=cfg.dtype == "bfloat16")
+    n_params = sum(p.numel() for p in model.parameters())
+    log.info("policy %s: %.1fM parameters on %s", path, n_params / 1e6, dist_info.device)
+    return model, tokenizer, path
+
+
+def compute_dtype(cfg: ModelConfig) -> torch.dtype | None:
+    """Autocast dtype of a replicated model (None = fp32; FSDP handles bf16 itself)."""
+    return torch.bfloat16 if cfg.dtype == "bfloat16" and not cfg.fsdp else None
