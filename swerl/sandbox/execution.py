@@ -30,8 +30,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 # $1 pid file, $2 timeout seconds, $3 command. The job's pid is its process group id.
+# fd 3 carries stdin past sh's rule that a background job reads /dev/null.
 _WRAPPER = (
-    'timeout -s KILL "$2" bash -c "$3" & echo $! > "$1"; wait $!; rc=$?; rm -f "$1"; exit $rc'
+    'exec 3<&0; timeout -s KILL "$2" bash -c "$3" <&3 3<&- & echo $! > "$1"; exec 3<&-; '
+    'wait $!; rc=$?; rm -f "$1"; exit $rc'
 )
 # Kill the process group recorded in the pid file, then the leader itself.
 _KILLER = 'p=$(cat "$1" 2>/dev/null) && { kill -KILL -- "-$p" 2>/dev/null; kill -KILL "$p" 2>/dev/null; rm -f "$1"; }; true'
@@ -48,8 +50,11 @@ async def exec_command(
     max_output_bytes: int,
     env: dict[str, str] | None = None,
     workdir: str | None = None,
+    stdin: bytes | None = None,
 ) -> ExecResult:
     """Run ``bash -c command`` in the container and wait for it, at most ``timeout_s`` seconds.
+
+    ``stdin`` (bytes), when given, is the command's standard input (then EOF).
 
     Returns:
         ExecResult with output (stdout+stderr, capped to ``max_output_bytes``) and
@@ -60,7 +65,9 @@ async def exec_command(
     """
     pid_file = f"/tmp/.swerl-exec-{uuid.uuid4().hex}"
     argv = ["/bin/sh", "-c", _WRAPPER, "swerl-exec", pid_file, _fmt_seconds(timeout_s), command]
-    raw = await exec_argv(call, client, container_id, argv, timeout_s + STREAM_GRACE_S, max_output_bytes, env, workdir)
+    raw = await exec_argv(
+        call, client, container_id, argv, timeout_s + STREAM_GRACE_S, max_output_bytes, env, workdir, stdin
+    )
     if raw.timed_out:
         await kill_exec(call, client, container_id, pid_file)
         timed_out = True
@@ -87,8 +94,12 @@ async def exec_argv(
     max_output_bytes: int,
     env: dict[str, str] | None = None,
     workdir: str | None = None,
+    stdin: bytes | None = None,
 ) -> ExecResult:
     """Run ``argv`` as-is and read its output for at most ``deadline_s`` seconds.
+
+    ``stdin`` (bytes) is written to the process's standard input, followed by EOF; this is
+    how files travel with a command in one round trip (``tar -x`` reading stdin).
 
     Returns:
         ExecResult; ``exit_code`` None and ``timed_out`` True when the stream outlived the
@@ -100,14 +111,16 @@ async def exec_argv(
     api = client.api
     start = time.monotonic()
     created = await call(
-        api.exec_create, container_id, argv, stdout=True, stderr=True, environment=env, workdir=workdir
+        api.exec_create, container_id, argv, stdout=True, stderr=True, stdin=stdin is not None,
+        environment=env, workdir=workdir,
     )
     exec_id = created["Id"]
     reader, writer = await open_exec_stream(api.base_url, api._version, exec_id, False, call.default_timeout_s)
     sink = CappedOutput(max_output_bytes)
     stream_done = True
     try:
-        await asyncio.wait_for(read_frames(reader, sink), max(deadline_s - (time.monotonic() - start), 0.1))
+        feeding = asyncio.gather(read_frames(reader, sink), _feed(writer, stdin))
+        await asyncio.wait_for(feeding, max(deadline_s - (time.monotonic() - start), 0.1))
     except asyncio.TimeoutError:
         stream_done = False
     finally:
@@ -120,6 +133,18 @@ async def exec_argv(
         duration_s=time.monotonic() - start,
         truncated_bytes=sink.dropped,
     )
+
+
+async def _feed(writer: asyncio.StreamWriter, data: bytes | None) -> None:
+    if data is None:
+        return
+    try:
+        writer.write(data)
+        await writer.drain()
+        if writer.can_write_eof():
+            writer.write_eof()
+    except OSError as err:  # the process exited without reading everything
+        log.debug("stdin of exec not fully written: %s", err)
 
 
 async def kill_exec(call: DockerCaller, client: docker.DockerClient, container_id: str, pid_file: str) -> None:
@@ -161,6 +186,7 @@ def tar_of_files(files: dict[str, tuple[bytes, int]]) -> bytes:
             rel = path.lstrip("/")
             info = tarfile.TarInfo(rel)
             info.size, info.mode, info.mtime = len(data), mode, int(time.time())
+            info.uname = info.gname = "root"
             tar.addfile(info, io.BytesIO(data))
     return buf.getvalue()
 
@@ -173,8 +199,15 @@ def tar_of_dir(local_dir: Path, dest: str) -> bytes:
     with tarfile.open(fileobj=buf, mode="w") as tar:
         for item in sorted(local_dir.rglob("*")):
             arcname = f"{rel_dest}/{item.relative_to(local_dir).as_posix()}".lstrip("/")
-            tar.add(item, arcname=arcname, recursive=False)
+            tar.add(item, arcname=arcname, recursive=False, filter=_root_owned)
     return buf.getvalue()
+
+
+def _root_owned(info: tarfile.TarInfo) -> tarfile.TarInfo:
+    # Containers run without CAP_CHOWN: files must arrive owned by root, whoever owns them here.
+    info.uid = info.gid = 0
+    info.uname = info.gname = "root"
+    return info
 
 
 def file_from_tar(stream: bytes, max_bytes: int) -> bytes:

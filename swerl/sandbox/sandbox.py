@@ -49,12 +49,18 @@ class Sandbox:
         self._shells: list[Shell] = []
 
     async def exec(
-        self, command: str, timeout_s: float = 60.0, env: dict[str, str] | None = None, workdir: str | None = None
+        self,
+        command: str,
+        timeout_s: float = 60.0,
+        env: dict[str, str] | None = None,
+        workdir: str | None = None,
+        stdin: bytes | None = None,
     ) -> ExecResult:
         """Run ``bash -c command``; the timeout kills it inside the container.
 
         Args:
             timeout_s: seconds; output is capped at ``config.max_output_bytes``.
+            stdin: bytes fed to the command's standard input, then EOF.
 
         Raises:
             SandboxError: container gone / daemon failure (``outcome`` daemon_error or oom).
@@ -62,7 +68,7 @@ class Sandbox:
         try:
             return await exec_command(
                 self._call, self._client, self.container_id, command, timeout_s,
-                self._config.max_output_bytes, env, workdir,
+                self._config.max_output_bytes, env, workdir, stdin,
             )
         except docker.errors.NotFound as err:
             raise await self._container_failure(err) from err
@@ -108,9 +114,10 @@ class Sandbox:
         solution = self.task.solution_dir
         if solution is None:
             raise sandbox_error(f"{self.task.path}: no solution/solve.sh", "start_error")
-        await self.upload_dir(solution, "/solution")
         limit = timeout_s if timeout_s is not None else self.task.config.agent.timeout_sec
-        return await self.exec("bash /solution/solve.sh", timeout_s=limit)
+        # The files ride on the exec's stdin (one round trip instead of a copy plus an exec).
+        command = "mkdir -p /solution && tar -x -C /solution -f - && bash /solution/solve.sh"
+        return await self.exec(command, timeout_s=limit, stdin=tar_of_dir(solution, ""))
 
     async def verify(self, timeout_s: float | None = None) -> VerifierResult:
         """Run the task's hidden tests (spec §2) and read the reward.
@@ -126,19 +133,24 @@ class Sandbox:
         """
         limit = timeout_s if timeout_s is not None else self.task.config.verifier.timeout_sec
         began = time.monotonic()
-        staging = f"/tmp/.swerl-verify-{uuid.uuid4().hex}"
-        await self.upload_dir(self.task.tests_dir, f"{staging}/tests")
-        argv = ["/bin/sh", "-c", VERIFY_SCRIPT, "swerl-verify", staging, f"{limit:.3f}"]
-        try:
-            raw = await exec_argv(
-                self._call, self._client, self.container_id, argv, limit + _VERIFY_GRACE_S, 256 * 1024,
-                env=dict(self.task.config.verifier.env) or None,
-            )
-        except docker.errors.NotFound as err:
-            raise await self._container_failure(err) from err
+        raw = await self._run_verify_script("-", limit, stdin=tar_of_dir(self.task.tests_dir, ""))
+        if "\x1enotar\x1f" in raw.output:  # no tar in the image: copy the tests in first
+            staging = f"/tmp/.swerl-verify-{uuid.uuid4().hex}"
+            await self.upload_dir(self.task.tests_dir, f"{staging}/tests")
+            raw = await self._run_verify_script(staging, limit)
         if raw.timed_out:  # the stream outlived the deadline: kill everything from outside
             await exec_argv(self._call, self._client, self.container_id, ["sh", "-c", "kill -KILL -1"], 10.0, 4096)
         return verdict(parse_sections(raw.output), raw.timed_out, limit, time.monotonic() - began)
+
+    async def _run_verify_script(self, source: str, limit: float, stdin: bytes | None = None) -> ExecResult:
+        argv = ["/bin/sh", "-c", VERIFY_SCRIPT, "swerl-verify", source, f"{limit:.3f}"]
+        try:
+            return await exec_argv(
+                self._call, self._client, self.container_id, argv, limit + _VERIFY_GRACE_S, 256 * 1024,
+                env=dict(self.task.config.verifier.env) or None, stdin=stdin,
+            )
+        except docker.errors.NotFound as err:
+            raise await self._container_failure(err) from err
 
     async def close_shells(self) -> None:
         """Close every shell opened on this sandbox."""

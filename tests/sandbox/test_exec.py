@@ -87,3 +87,34 @@ def test_container_is_isolated_and_limited(docker_client):
     assert host["NanoCpus"] == 1_000_000_000
     labels = attrs["Config"]["Labels"]
     assert labels["swerl.run"] == run_id and labels["swerl.task"] == "add" and labels["swerl.pid"].isdigit()
+
+
+def test_exec_feeds_stdin_then_eof(docker_client):
+    async def body(sb):
+        return await sb.exec("wc -c; cat /dev/stdin | wc -c", timeout_s=10, stdin=b"x" * 100_000)
+
+    result, _ = run(_in_sandbox(body))
+    assert result.exit_code == 0 and result.output.split() == ["100000", "0"]
+
+
+def test_verifier_works_in_an_image_without_tar(docker_client, tmp_path):
+    from swerl.sandbox import Outcome
+    from swerl.tasks import load_task
+
+    from ._support import copy_task
+
+    folder = copy_task("add", tmp_path)
+    (folder / "environment" / "Dockerfile").write_text("FROM python:3.10-slim\nWORKDIR /app\nRUN rm -f /usr/bin/tar /bin/tar\n")
+
+    async def body():
+        async with SandboxManager(SandboxConfig(concurrency=1, warm_pool=False)) as mgr:
+            task = load_task(folder)
+            async with mgr.sandbox(task) as sb:
+                await sb.upload_dir(task.solution_dir, "/solution")
+                await sb.exec("bash /solution/solve.sh", timeout_s=10)
+                verdict = await sb.verify()
+            return verdict, await mgr.image_for(task)
+
+    verdict, image = run(body())
+    docker_client.images.remove(image)
+    assert verdict.outcome is Outcome.passed and verdict.reward == 1.0
