@@ -277,27 +277,16 @@ def _render_selection(sel) -> None:
 
 
 def main() -> None:
-    """Console-script entry: run the app, mapping SwerlError to one stderr line and its exit code."""
+    """Console-script entry: run the app, mapping SwerlError to one stderr line and its exit code.
+
+    Click's standalone mode handles usage errors (exit 2), ``typer.Exit(n)`` and Ctrl-C; any
+    other exception is a bug in swerl and keeps its traceback.
+    """
     try:
-        app(standalone_mode=False)
+        app()
     except SwerlError as err:
         err_console.print(f"[bold red]error:[/] {err}", highlight=False, soft_wrap=True)
         sys.exit(err.exit_code)
-    except typer.Abort:
-        err_console.print("aborted")
-        sys.exit(130)
-    except KeyboardInterrupt:
-        err_console.print("interrupted")
-        sys.exit(130)
-    except Exception as err:  # click usage errors keep their exit code 2
-        import click
-
-        if isinstance(err, click.exceptions.ClickException):
-            err.show()
-            sys.exit(err.exit_code)
-        if isinstance(err, click.exceptions.Exit):
-            sys.exit(err.exit_code)
-        raise
 
 
 if __name__ == "__main__":
