@@ -92,9 +92,10 @@ class DockerCaller:
         except DOCKER_ERRORS as err:
             raise daemon_error(f"Docker call {name} failed: {err}") from err
 
-    def close(self) -> None:
-        """Stop the worker threads (pending calls finish first)."""
-        self._pool.shutdown(wait=False, cancel_futures=True)
+    def close(self, wait: bool = False) -> None:
+        """Stop the worker threads; queued calls are cancelled, running ones finish
+        (``wait``: block until they have)."""
+        self._pool.shutdown(wait=wait, cancel_futures=True)
 
 
 def daemon_error(message: str) -> SandboxError:

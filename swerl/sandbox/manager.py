@@ -31,6 +31,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+# Warm pools kept at once (one per image + limits); older ones are drained.
+MAX_WARM_POOLS = 4
+
+
 def new_run_id() -> str:
     """A fresh run id: UTC time plus 6 random hex digits."""
     return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + uuid.uuid4().hex[:6]
@@ -59,6 +63,7 @@ class SandboxManager:
         self._images: dict[str, str] = {}
         self._reaper: Reaper | None = None
         self._labels: dict[str, str] = {}
+        self._evictions: set[asyncio.Task[None]] = set()
 
     async def __aenter__(self) -> SandboxManager:
         """Connect (EnvironmentProblem, exit 3, when Docker is unreachable) and gc dead runs."""
@@ -84,10 +89,15 @@ class SandboxManager:
         limit = self.config.drain_timeout_s
         for pool in self._pools.values():
             await pool.close(limit)
+        if self._evictions:
+            await asyncio.wait(set(self._evictions), timeout=limit)
         await self._reaper.drain(limit)
+        # Calls that timed out may still be running in worker threads (a late container create):
+        # let them finish, then sweep whatever this process created under this run id.
         with contextlib.suppress(Exception):
-            await self._call(self._sweep_own, timeout_s=limit)
-        self._call.close()
+            await asyncio.wait_for(asyncio.to_thread(self._call.close, True), limit)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(asyncio.to_thread(self._sweep_own), limit)
         self.client.close()
         self.client = None
 
@@ -135,14 +145,23 @@ class SandboxManager:
         )
 
     def _pool(self, spec: ContainerSpec) -> WarmPool:
-        if spec not in self._pools:
+        """The warm pool of ``spec``, most recently used last; pools beyond the few most recent
+        are closed, so a dataset with one image per task never piles up idle containers."""
+        pool = self._pools.pop(spec, None)
+        if pool is None:
             assert self._call is not None and self.client is not None and self._reaper is not None
             size = self.config.warm_pool_size if self.config.warm_pool_size is not None else self.config.concurrency
-            self._pools[spec] = WarmPool(
+            pool = WarmPool(
                 self._call, self.client, spec, size if self.config.warm_pool else 0,
                 self._labels, self._reaper, self.config.start_timeout_s,
             )
-        return self._pools[spec]
+        self._pools[spec] = pool  # re-insert: dict order is least -> most recently used
+        while len(self._pools) > MAX_WARM_POOLS:
+            stale = self._pools.pop(next(iter(self._pools)))
+            task = asyncio.create_task(stale.close(self.config.drain_timeout_s), name="swerl-pool-evict")
+            self._evictions.add(task)
+            task.add_done_callback(self._evictions.discard)
+        return pool
 
     @contextlib.asynccontextmanager
     async def sandbox(self, task: Task, timings: TrialTimings | None = None) -> AsyncIterator[Sandbox]:

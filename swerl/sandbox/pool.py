@@ -143,6 +143,7 @@ class WarmPool:
         self._filling: set[asyncio.Task[None]] = set()
         self._starts = asyncio.Semaphore(parallel_starts)
         self._closed = False
+        self.takes = 0
         self.last_error: SandboxError | None = None
 
     async def take(self, task_name: str, labels: dict[str, str]) -> str:
@@ -153,6 +154,7 @@ class WarmPool:
         """
         if self._closed:
             raise sandbox_error("the sandbox manager is closed", "start_error")
+        self.takes += 1
         container_id = self._ready.pop(0) if self._ready else None
         self._refill()
         if container_id is not None:
@@ -160,6 +162,9 @@ class WarmPool:
         return await self._start({**labels, LABEL_TASK: task_name})
 
     def _refill(self) -> None:
+        # Pre-start only for a spec seen twice: a one-off image would waste its warm containers.
+        if self.takes < 2:
+            return
         while not self._closed and len(self._ready) + len(self._filling) < self.size:
             task = asyncio.create_task(self._fill_one(), name="swerl-warm-pool")
             self._filling.add(task)

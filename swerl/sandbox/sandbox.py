@@ -10,11 +10,13 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections.abc import Awaitable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import docker.errors
 
+from swerl.errors import SandboxError
 from swerl.sandbox.docker_api import sandbox_error
 from swerl.sandbox.execution import exec_argv, exec_command, file_from_tar, tar_of_dir, tar_of_files
 from swerl.sandbox.models import ExecResult, Outcome, SandboxConfig, VerifierResult
@@ -28,6 +30,7 @@ if TYPE_CHECKING:
     from swerl.tasks.models import Task
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 _VERIFY_GRACE_S = 10.0
 
 
@@ -65,13 +68,10 @@ class Sandbox:
         Raises:
             SandboxError: container gone / daemon failure (``outcome`` daemon_error or oom).
         """
-        try:
-            return await exec_command(
-                self._call, self._client, self.container_id, command, timeout_s,
-                self._config.max_output_bytes, env, workdir, stdin,
-            )
-        except docker.errors.NotFound as err:
-            raise await self._container_failure(err) from err
+        return await self._guard(exec_command(
+            self._call, self._client, self.container_id, command, timeout_s,
+            self._config.max_output_bytes, env, workdir, stdin,
+        ))
 
     async def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
         """Write ``data`` to absolute ``path`` (parents created) as a tar stream."""
@@ -144,13 +144,10 @@ class Sandbox:
 
     async def _run_verify_script(self, source: str, limit: float, stdin: bytes | None = None) -> ExecResult:
         argv = ["/bin/sh", "-c", VERIFY_SCRIPT, "swerl-verify", source, f"{limit:.3f}"]
-        try:
-            return await exec_argv(
-                self._call, self._client, self.container_id, argv, limit + _VERIFY_GRACE_S, 256 * 1024,
-                env=dict(self.task.config.verifier.env) or None, stdin=stdin,
-            )
-        except docker.errors.NotFound as err:
-            raise await self._container_failure(err) from err
+        return await self._guard(exec_argv(
+            self._call, self._client, self.container_id, argv, limit + _VERIFY_GRACE_S, 256 * 1024,
+            env=dict(self.task.config.verifier.env) or None, stdin=stdin,
+        ))
 
     async def close_shells(self) -> None:
         """Close every shell opened on this sandbox."""
@@ -162,12 +159,18 @@ class Sandbox:
         await self._put_archive(tar_of_files(files))
 
     async def _put_archive(self, archive: bytes) -> None:
-        try:
-            ok = await self._call(self._client.api.put_archive, self.container_id, "/", archive)
-        except docker.errors.NotFound as err:
-            raise await self._container_failure(err) from err
+        ok = await self._guard(self._call(self._client.api.put_archive, self.container_id, "/", archive))
         if not ok:
             raise sandbox_error("copying files into the sandbox failed", "daemon_error")
+
+    async def _guard(self, awaitable: Awaitable[T]) -> T:
+        """Await a Docker operation; if it fails because the container died, say why (oom or not)."""
+        try:
+            return await awaitable
+        except (docker.errors.NotFound, SandboxError) as err:
+            if getattr(err, "outcome", Outcome.daemon_error) is not Outcome.daemon_error:
+                raise
+            raise await self._container_failure(err) from err
 
     async def _container_failure(self, err: Exception) -> Exception:
         """Say why the container vanished: ``oom`` when the kernel killed it for memory."""
@@ -175,5 +178,7 @@ class Sandbox:
             state = (await self._call(self._client.api.inspect_container, self.container_id))["State"]
         except Exception:  # noqa: BLE001 - the container may be gone entirely
             state = {}
+        if state.get("Running"):
+            return err if isinstance(err, SandboxError) else sandbox_error(str(err), "daemon_error")
         outcome = Outcome.oom if state.get("OOMKilled") else Outcome.daemon_error
         return sandbox_error(f"the sandbox container stopped ({outcome.value}): {err}", outcome.value)

@@ -3,6 +3,8 @@ the container itself is gone, on every exit path."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from swerl.sandbox import Outcome, SandboxConfig, SandboxManager
@@ -69,4 +71,22 @@ def test_warm_pool_gives_a_fresh_container_per_trial_and_drains(docker_client):
     ids, run_id = run(body())
     assert len({cid for cid, _ in ids}) == 3
     assert all(out == "" for _, out in ids)
+    assert containers_of(docker_client, run_id) == []
+
+
+def test_container_killed_mid_trial_is_daemon_error_and_other_trials_continue(docker_client):
+    from swerl.errors import SandboxError
+
+    async def victim(mgr):
+        async with mgr.sandbox(fixture_task("add")) as sb:
+            docker_client.api.kill(sb.container_id)
+            return await sb.verify()
+
+    async def body():
+        async with SandboxManager(SandboxConfig(concurrency=2, warm_pool=False)) as mgr:
+            return await asyncio.gather(victim(mgr), mgr.run_oracle(fixture_task("add")), return_exceptions=True), mgr.run_id
+
+    (failed, other), run_id = run(body())
+    assert isinstance(failed, SandboxError) and failed.outcome is Outcome.daemon_error
+    assert other.outcome is Outcome.passed and other.reward == 1.0
     assert containers_of(docker_client, run_id) == []
