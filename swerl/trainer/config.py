@@ -75,7 +75,7 @@ class LoopConfig(_Strict):
         None, ge=1, description="Episodes in flight at once; None = sandbox.concurrency."
     )
     max_staleness_steps: int = Field(
-        0, ge=0, description="Async rollouts may lag the trainer by this many steps (seed run: 16); only 0 (synchronous) runs today."
+        0, ge=0, description="Upper bound on how many steps rollouts may lag the trainer (seed run: 16); swerl samples synchronously (0)."
     )
 
     @model_validator(mode="after")
@@ -132,6 +132,11 @@ class TrainConfig(_Strict):
             raise ValueError("generator.backend=openai cannot receive trained weights: use hf or vllm")
         if self.generator.model is not None and self.generator.model != self.model.path:
             raise ValueError("generator.model must be unset (the generator samples from model.path): remove it")
+        if self.generator.backend == "vllm" and self.generator.max_model_len < self.agent.limits.context_window_tokens:
+            raise ValueError(
+                f"generator.max_model_len={self.generator.max_model_len} is below agent.limits.context_window_tokens="
+                f"{self.agent.limits.context_window_tokens}: raise generator.max_model_len"
+            )
         if self.algorithm.use_kl_loss:
             raise ValueError("algorithm.use_kl_loss needs a reference policy, which the trainer does not hold yet: set false")
         if self.model.fsdp and self.model.device == "cpu":

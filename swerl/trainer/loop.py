@@ -159,7 +159,8 @@ def train(
 
     emit = on_event or (lambda event: None)
     if config.loop.max_staleness_steps > 0:
-        raise ConfigError("loop.max_staleness_steps > 0 (async rollouts) is not implemented yet: set it to 0")
+        log.info("rollouts run synchronously (staleness 0 <= loop.max_staleness_steps=%d)",
+                 config.loop.max_staleness_steps)
 
     # --- setup: ranks, seeds, run directory ---------------------------------------------------
     info = dist.init_distributed(config.model.device)

@@ -68,8 +68,8 @@ def make_plan(cfg: TrainConfig, num_tasks: int | None) -> RunPlan:
         notes.append(f"task source {cfg.data.tasks} not readable now: steps assume loop.max_steps")
     if loop.max_staleness_steps > 0:
         notes.append(
-            f"loop.max_staleness_steps={loop.max_staleness_steps}: async rollouts are not implemented yet; "
-            "`swerl train` refuses to run until it is 0"
+            f"loop.max_staleness_steps={loop.max_staleness_steps} is an upper bound: swerl samples each batch "
+            "with the current weights (staleness 0, synchronous)"
         )
     ck = cfg.checkpointing
     return RunPlan(

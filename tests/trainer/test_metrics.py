@@ -1,0 +1,52 @@
+"""Step metrics: the spec's names and values, metrics.jsonl records, TensorBoard, trajectory dumps."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from swerl.trainer.metrics import MetricsSink, dump_trajectories, rollout_metrics
+
+from conftest import make_trajectories
+
+
+def test_rollout_metrics_follow_the_spec():
+    trajs = make_trajectories(num_groups=2, group_size=2, seed=0)
+    trajs[0] = trajs[0].model_copy(update={"reward": 1.0, "outcome": "passed"})
+    trajs[1] = trajs[1].model_copy(update={"reward": 0.0, "outcome": "failed"})
+    # an infra failure whose stale reward must count as 0, and an agent failure
+    trajs[2] = trajs[2].model_copy(update={"reward": 1.0, "failure_class": "mask", "outcome": "start_error"})
+    trajs[3] = trajs[3].model_copy(update={"reward": 0.0, "failure_class": "zero", "outcome": "agent_timeout",
+                                           "hit_length_limit": True})
+    m = rollout_metrics(trajs)
+    assert m["reward/avg_raw_reward"] == pytest.approx(0.25)
+    assert m["reward/avg_pass_at_n"] == pytest.approx(0.5)
+    gen = [sum(t.loss_mask) for t in trajs]
+    assert m["response_length/mean"] == pytest.approx(sum(gen) / 4)
+    assert m["response_length/max"] == max(gen)
+    assert m["response_length/reward_pos_mean"] == gen[0]
+    assert m["response_length/reward_zero_mean"] == pytest.approx(sum(gen[1:]) / 3)
+    assert m["response_length/clip_fraction"] == 0.25
+    assert m["failure_class/mask"] == 1 and m["failure_class/zero"] == 1 and m["failure_class/none"] == 2
+    assert m["outcome/passed"] == 1 and m["outcome/start_error"] == 1
+    assert m["tokens/generated"] == sum(gen)
+
+
+def test_sink_writes_one_record_per_step_with_global_step_and_tensorboard(tmp_path):
+    sink = MetricsSink(tmp_path, tensorboard=True)
+    sink.log(1, {"reward/avg_raw_reward": 0.5, "grad_norm": 1.0})
+    sink.log(2, {"reward/avg_raw_reward": 0.75, "grad_norm": 0.5})
+    sink.close()
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["global_step"] for r in records] == [1, 2]
+    assert records[1]["reward/avg_raw_reward"] == 0.75
+    assert list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
+
+
+def test_trajectory_dump_has_every_trajectory_with_its_advantage(tmp_path):
+    trajs = make_trajectories(num_groups=1, group_size=3)
+    path = dump_trajectories(tmp_path, 4, trajs, [0.5, -0.25, -0.25])
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert path.name == "step_4.jsonl" and len(rows) == 3
+    assert rows[1]["advantage"] == -0.25 and rows[1]["response_ids"] == trajs[1].response_ids

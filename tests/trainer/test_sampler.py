@@ -1,0 +1,55 @@
+"""PromptSampler: seeded per-epoch permutations, drop-last batches, resumable position."""
+
+from __future__ import annotations
+
+import pytest
+
+from swerl.errors import ConfigError
+from swerl.trainer.sampler import PromptSampler
+
+
+def take(sampler: PromptSampler, n: int) -> list[tuple[int, list[int]]]:
+    return [sampler.next_batch() for _ in range(n)]
+
+
+def test_same_seed_same_order_other_seed_other_order():
+    a, b, c = PromptSampler(10, 3, seed=1), PromptSampler(10, 3, seed=1), PromptSampler(10, 3, seed=2)
+    assert take(a, 6) == take(b, 6)
+    assert take(PromptSampler(10, 3, seed=1), 3) != take(c, 3)
+
+
+def test_each_epoch_is_a_fresh_permutation_with_the_tail_dropped():
+    s = PromptSampler(10, 3, seed=0)
+    batches = take(s, 6)
+    assert [e for e, _ in batches] == [0, 0, 0, 1, 1, 1]
+    first = [i for _, idx in batches[:3] for i in idx]
+    second = [i for _, idx in batches[3:] for i in idx]
+    assert len(set(first)) == 9 and len(set(second)) == 9  # no repeats inside an epoch, 1 task dropped
+    assert first != second
+
+
+def test_unshuffled_sampler_keeps_file_order():
+    assert take(PromptSampler(4, 2, seed=5, shuffle=False), 3) == [(0, [0, 1]), (0, [2, 3]), (1, [0, 1])]
+
+
+def test_resume_from_state_continues_the_same_order():
+    full = take(PromptSampler(7, 2, seed=3), 8)
+    s = PromptSampler(7, 2, seed=3)
+    take(s, 5)
+    restored = PromptSampler(7, 2, seed=3)
+    restored.load_state_dict(s.state_dict())
+    assert take(restored, 3) == full[5:]
+
+
+def test_state_from_another_task_set_is_refused():
+    s = PromptSampler(7, 2, seed=3)
+    other = PromptSampler(8, 2, seed=3)
+    with pytest.raises(ConfigError, match="num_tasks"):
+        other.load_state_dict(s.state_dict())
+
+
+def test_batch_larger_than_task_set_cannot_sample():
+    s = PromptSampler(3, 4, seed=0)
+    assert s.batches_per_epoch == 0
+    with pytest.raises(ConfigError, match="train_batch_size=4"):
+        s.next_batch()
