@@ -231,6 +231,11 @@ class HFBackend:
             use_cache=True,
         )
         was_training = self.model.training
+        # The model's own generation config (e.g. Qwen3's temperature/top-k, a repetition penalty)
+        # would fill every unset field of ours and add processors before our sampler: swap in a
+        # neutral one for the call, so mu is exactly our processed distribution.
+        model_defaults = getattr(self.model, "generation_config", None)
+        self.model.generation_config = GenerationConfig()
         self.model.eval()
         try:
             with torch.no_grad():
@@ -243,6 +248,7 @@ class HFBackend:
                 )
         finally:
             self.model.train(was_training)
+            self.model.generation_config = model_defaults
         generated = sequences[:, input_ids.shape[1] :].tolist()
         logprobs = torch.stack(recorder.logprobs, dim=1).tolist() if recorder.logprobs else [[] for _ in prompts]
         hits = stop_strings.hit_len if stop_strings is not None else [None] * len(prompts)

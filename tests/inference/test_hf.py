@@ -173,3 +173,15 @@ def test_train_mode_restored_after_generate(backend: HFBackend) -> None:
 def test_empty_prompt_rejected(backend: HFBackend) -> None:
     with pytest.raises(InferenceError, match="empty prompt"):
         backend.generate([[1, 2], []], SamplingParams(max_new_tokens=2))
+
+
+def test_model_generation_config_cannot_alter_sampling(backend: HFBackend) -> None:
+    # Checkpoints ship sampling defaults (Qwen3: do_sample, T=0.6, top_k=20); none may leak into mu.
+    config = backend.model.generation_config
+    config.do_sample, config.temperature, config.top_k, config.repetition_penalty = True, 0.3, 3, 1.5
+    sampling = SamplingParams(temperature=1.0, max_new_tokens=10, seed=1)
+    gen = backend.generate([PROMPTS[0]], sampling)[0]
+    steps = manual_logprobs(backend.model, PROMPTS[0], gen.token_ids, sampling)
+    expected = steps.gather(-1, torch.tensor(gen.token_ids)[:, None])[:, 0]
+    torch.testing.assert_close(torch.tensor(gen.logprobs), expected, atol=1e-5, rtol=0)
+    assert backend.model.generation_config is config  # restored after the call
