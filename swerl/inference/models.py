@@ -116,6 +116,7 @@ def convert_gguf(gguf: Path, cache_dir: Path | None = None) -> Path:
 
     Raises:
         EnvironmentProblem: transformers cannot read the GGUF (missing ``gguf`` package).
+        ConfigError: the file is not a GGUF transformers can convert (corrupt, unsupported architecture).
     """
     from filelock import FileLock
 
@@ -146,6 +147,8 @@ def _write_hf_folder(gguf: Path, out: Path) -> None:
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     except ImportError as err:
         raise EnvironmentProblem(f"cannot read GGUF {gguf}: {err}; fix: pip install gguf accelerate") from err
+    except (ValueError, KeyError, OSError) as err:
+        raise ConfigError(f"cannot convert GGUF {gguf}: {err}: pass a GGUF whose architecture transformers reads") from err
     config = loaded.config
     if hasattr(config, "quantization_config"):
         del config.quantization_config

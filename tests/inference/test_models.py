@@ -55,3 +55,13 @@ def test_default_gguf_converts_once_and_answers_a_chat_prompt() -> None:
     gen = backend.generate([prompt], SamplingParams(temperature=0.0, max_new_tokens=12))[0]
     assert "Paris" in backend.tokenizer.decode(gen.token_ids)
     assert gen.token_ids[-1] == backend.tokenizer.convert_tokens_to_ids("<|im_end|>") or gen.finish_reason == "length"
+
+
+def test_corrupt_gguf_is_config_error_and_leaves_no_cache_entry(tmp_path: Path) -> None:
+    bad = tmp_path / "broken.gguf"
+    bad.write_bytes(b"GGUF" + b"\0" * 64)
+    cache = tmp_path / "cache"
+    with pytest.raises(ConfigError, match="cannot convert GGUF"):
+        models.resolve_model(bad, cache_dir=cache)
+    assert not models.converted_dir(bad, cache).exists()
+    assert not [p for p in (cache / "models").iterdir() if ".tmp-" in p.name]
