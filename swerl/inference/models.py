@@ -148,7 +148,8 @@ def _write_hf_folder(gguf: Path, out: Path) -> None:
     except ImportError as err:
         raise EnvironmentProblem(f"cannot read GGUF {gguf}: {err}; fix: pip install gguf accelerate") from err
     except (ValueError, KeyError, OSError) as err:
-        raise ConfigError(f"cannot convert GGUF {gguf}: {err}: pass a GGUF whose architecture transformers reads") from err
+        fix = "pass a GGUF whose architecture transformers reads"
+        raise ConfigError(f"cannot convert GGUF {gguf}: {err}; fix: {fix}") from err
     config = loaded.config
     if hasattr(config, "quantization_config"):
         del config.quantization_config
