@@ -4,8 +4,11 @@
 # The image has python3, pip, pytest (Debian packages), python/pip/pip3 names on PATH,
 # no EXTERNALLY-MANAGED marker (so `pip install pytest` is an offline no-op), bash, procps,
 # coreutils `timeout`, tmux and python3-venv. swerl tags it under the python:3.X-slim names.
-# The recipe hash (sha256 of this file) is part of IMAGE_TAG: edit this file -> new image.
+# `pip`/`pip3` go through pip-offline-fastpath.py (an instant "already satisfied" for installed
+# packages, the real pip for anything else).
+# The recipe hash (sha256 of this file and the fast path) is part of IMAGE_TAG: edit -> new image.
 set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
 tag="${1:?usage: build-base.sh IMAGE_TAG}"
 suite="${SWERL_BASE_SUITE:-bookworm}"
 packages="python3,python3-pip,python3-pytest,python3-venv,procps,tmux,ca-certificates"
@@ -18,6 +21,9 @@ mmdebstrap --quiet --variant=apt --include="$packages" \
       [ -e "$1$src" ] && ln -sf "$src" "$1/usr/local/bin/$n"
     done' \
   --customize-hook='rm -f "$1"/usr/lib/python3*/EXTERNALLY-MANAGED' \
+  --customize-hook="copy-in $here/pip-offline-fastpath.py /usr/local/lib" \
+  --customize-hook='chmod 755 "$1/usr/local/lib/pip-offline-fastpath.py"
+    for n in pip pip3; do ln -sf /usr/local/lib/pip-offline-fastpath.py "$1/usr/local/bin/$n"; done' \
   --customize-hook='mkdir -p "$1/app" "$1/logs"' \
   --customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*.bin "$1"/usr/share/doc/* "$1"/usr/share/man/*' \
   "$suite" - \

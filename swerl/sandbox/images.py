@@ -30,11 +30,15 @@ log = logging.getLogger(__name__)
 BASE_REPO = "swerl/base"
 BASE_ALIASES = ("python:3.10-slim", "python:3.11-slim", "python:3.12-slim")
 RECIPE = Path(__file__).resolve().parents[2] / "sandboxes" / "build-base.sh"
+RECIPE_ASSETS = ("pip-offline-fastpath.py",)
 
 
 def base_image_tag(recipe: Path = RECIPE) -> str:
-    """``swerl/base:<first 12 hex of sha256(recipe script)>``."""
-    return f"{BASE_REPO}:{hashlib.sha256(recipe.read_bytes()).hexdigest()[:12]}"
+    """``swerl/base:<first 12 hex of sha256(recipe script + the assets it copies in)>``."""
+    digest = hashlib.sha256(recipe.read_bytes())
+    for asset in RECIPE_ASSETS:
+        digest.update((recipe.parent / asset).read_bytes())
+    return f"{BASE_REPO}:{digest.hexdigest()[:12]}"
 
 
 def build_base_image(client: docker.DockerClient, recipe: Path = RECIPE, force: bool = False) -> tuple[str, list[str]]:
@@ -57,6 +61,7 @@ def build_base_image(client: docker.DockerClient, recipe: Path = RECIPE, force: 
                 "check that mmdebstrap is installed and the host's apt sources answer"
             )
     image = client.images.get(tag)
+    _untag_old_bases(client, tag)
     tagged = []
     for alias in BASE_ALIASES:
         if not _image_exists(client, alias) or _is_stale_base(client.images.get(alias), image):
@@ -64,6 +69,17 @@ def build_base_image(client: docker.DockerClient, recipe: Path = RECIPE, force: 
             image.tag(repo, version)
             tagged.append(alias)
     return tag, tagged
+
+
+def _untag_old_bases(client: docker.DockerClient, current: str) -> None:
+    # Bases of older recipes: untag them so their layers go once no task image uses them.
+    for image in client.images.list(name=BASE_REPO):
+        for old in image.tags:
+            if old != current:
+                try:
+                    client.images.remove(old)
+                except docker.errors.APIError as err:
+                    log.debug("keeping %s: %s", old, err)
 
 
 def _is_stale_base(alias: docker.models.images.Image, current: docker.models.images.Image) -> bool:
@@ -92,8 +108,25 @@ def environment_hash(environment_dir: Path) -> str:
     return digest.hexdigest()[:16]
 
 
-def task_image_tag(environment_dir: Path) -> str:
-    """``swerl-task:<environment hash>``.
+def from_images(dockerfile: Path) -> list[str]:
+    """Images named by the Dockerfile's ``FROM`` lines (earlier build stages left out)."""
+    refs: list[str] = []
+    stages: set[str] = set()
+    for line in dockerfile.read_text(errors="replace").splitlines():
+        words = line.split()
+        if len(words) < 2 or words[0].upper() != "FROM":
+            continue
+        words = [w for w in words[1:] if not w.startswith("--")]
+        if words and words[0].lower() not in stages:
+            refs.append(words[0])
+        if len(words) >= 3 and words[1].upper() == "AS":
+            stages.add(words[2].lower())
+    return refs
+
+
+def task_image_tag(environment_dir: Path, base_ids: list[str] | None = None) -> str:
+    """``swerl-task:<hash of environment/ and of the local ids of its FROM images>``: a rebuilt
+    base image (e.g. a new offline ``python:3.10-slim``) gives a new tag.
 
     Raises:
         TaskError: (exit 2) no Dockerfile, or a docker-compose environment (not supported yet).
@@ -108,7 +141,20 @@ def task_image_tag(environment_dir: Path) -> str:
             )
     if not (environment_dir / "Dockerfile").is_file():
         raise TaskError(f"{environment_dir}: no Dockerfile; add environment/Dockerfile")
-    return f"{TASK_IMAGE_REPO}:{environment_hash(environment_dir)}"
+    key = environment_hash(environment_dir)
+    if base_ids:
+        key = hashlib.sha256((key + "|" + ",".join(base_ids)).encode()).hexdigest()[:16]
+    return f"{TASK_IMAGE_REPO}:{key}"
+
+
+def _local_ids(client: docker.DockerClient, refs: list[str]) -> list[str]:
+    ids = []
+    for ref in refs:
+        try:
+            ids.append(client.images.get(ref).id)
+        except docker.errors.ImageNotFound:
+            ids.append(f"missing:{ref}")
+    return ids
 
 
 async def ensure_task_image(
@@ -124,7 +170,9 @@ async def ensure_task_image(
         TaskError: no Dockerfile / docker-compose environment.
         SandboxError: ``outcome`` build_error when the build fails or exceeds ``build_timeout_s``.
     """
-    tag = task_image_tag(environment_dir)
+    task_image_tag(environment_dir)  # TaskError before any Docker call
+    base_ids = await call(_local_ids, client, from_images(environment_dir / "Dockerfile"))
+    tag = task_image_tag(environment_dir, base_ids)
     if await call(_image_exists, client, tag):
         return tag
     log.info("building %s from %s", tag, environment_dir)

@@ -124,8 +124,7 @@ class SandboxManager:
             return self._images[key]
         from swerl.sandbox.images import task_image_tag
 
-        tag = task_image_tag(task.environment_dir)
-        lock = self._image_locks.setdefault(tag, asyncio.Lock())
+        lock = self._image_locks.setdefault(task_image_tag(task.environment_dir), asyncio.Lock())
         async with lock:
             assert self._call is not None and self.client is not None
             tag = await ensure_task_image(

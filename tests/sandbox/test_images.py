@@ -83,3 +83,19 @@ def test_offline_base_image_has_python_pip_pytest_and_no_externally_managed(dock
         network_mode="none", remove=True, stderr=True, labels={"swerl.run": "base-image-test"},
     ).decode()
     assert "Python 3" in out and "already satisfied" in out.lower() and "pytest" in out
+
+
+def test_from_images_skips_build_stages(tmp_path):
+    from swerl.sandbox.images import from_images
+
+    dockerfile = tmp_path / "Dockerfile"
+    dockerfile.write_text(
+        "FROM --platform=linux/amd64 python:3.10-slim AS build\nRUN true\nfrom build\nFROM debian:bookworm\n"
+    )
+    assert from_images(dockerfile) == ["python:3.10-slim", "debian:bookworm"]
+
+
+def test_task_image_tag_changes_when_the_base_image_changes(tmp_path):
+    env = copy_task("add", tmp_path) / "environment"
+    assert task_image_tag(env, ["sha256:aaa"]) != task_image_tag(env, ["sha256:bbb"])
+    assert task_image_tag(env, ["sha256:aaa"]) == task_image_tag(env, ["sha256:aaa"])
