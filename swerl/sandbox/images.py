@@ -75,7 +75,7 @@ def _untag_old_bases(client: docker.DockerClient, current: str) -> None:
     # Bases of older recipes: untag them so their layers go once no task image uses them.
     for image in client.images.list(name=BASE_REPO):
         for old in image.tags:
-            if old != current:
+            if old.startswith(BASE_REPO + ":") and old != current:
                 try:
                     client.images.remove(old)
                 except docker.errors.APIError as err:
