@@ -26,6 +26,12 @@ class InferenceConfig(BaseModel):
     )
     device: str = Field("cpu", description="hf: torch device, e.g. cpu or cuda:0.")
     seed: int = Field(0, description="Backend sampling seed for requests without their own seed.")
+    num_threads: int | None = Field(
+        None,
+        ge=1,
+        description="hf on CPU: torch intra-op threads for the whole process (None = leave torch's setting); "
+        "1 is ~10x faster than 2 on a 2-core machine busy with sandboxes (bench/inference_throughput.py).",
+    )
     max_batch_size: int = Field(8, ge=1, description="Most prompts per backend call (async batcher).")
     batch_wait_s: float = Field(0.05, ge=0, description="How long the batcher waits to fill a batch, seconds.")
 

@@ -34,6 +34,10 @@ def build_backend(config: InferenceConfig) -> GenerationBackend:
     if config.backend == "hf":
         from swerl.inference.hf import HFBackend
 
+        if config.num_threads is not None:
+            import torch
+
+            torch.set_num_threads(config.num_threads)
         dtype = config.resolved_dtype()
         return HFBackend.from_pretrained(config.model, dtype=dtype, device=config.device, seed=config.seed)
     if config.backend == "vllm":

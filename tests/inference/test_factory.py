@@ -72,3 +72,14 @@ def test_missing_model_path_is_config_error(tmp_path: Path) -> None:
 def test_vllm_kind_without_vllm_is_environment_problem(tiny_folder: Path) -> None:
     with pytest.raises(EnvironmentProblem, match="vllm"):
         make_backend("vllm", str(tiny_folder))
+
+
+def test_num_threads_applied_for_hf(tiny_folder: Path) -> None:
+    import torch
+
+    before = torch.get_num_threads()
+    try:
+        make_backend("hf", str(tiny_folder), num_threads=1)
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
