@@ -308,6 +308,10 @@ def _run_eval_with_progress(config, run_eval):  # noqa: ANN001, ANN202 - types l
                 counts["masked"] += event.trajectory.failure_class == "mask"
             status = f"running {len(running)}  passed {counts['passed']}  masked {counts['masked']}"
             progress.update(bar, total=event.total, completed=event.done, status=status)
+            decile = event.done * 10 // max(event.total, 1)
+            if not err_console.is_terminal and event.kind == "finished" and decile > counts.get("decile", 0):
+                counts["decile"] = decile  # no live bar off a terminal: one line per 10 %
+                err_console.print(f"eval: {event.done}/{event.total} episodes, {status}", highlight=False)
 
         return run_eval(config, on_event)
 

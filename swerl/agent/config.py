@@ -68,8 +68,11 @@ class AgentConfig(BaseModel):
             )
         return self
 
-    def sampling(self, max_new_tokens: int, stop_token_ids: list[int], seed: int | None = None) -> SamplingParams:
-        """Sampling params of one turn: ``max_new_tokens`` (tokens), end-of-turn ids, a per-turn seed."""
+    def sampling(
+        self, max_new_tokens: int, stop_token_ids: list[int], seed: int | None = None, stop: list[str] | None = None
+    ) -> SamplingParams:
+        """Sampling params of one turn: ``max_new_tokens`` (tokens), end-of-turn ids, a per-turn
+        seed, and stop strings (only for protocols whose episode ends with the turn)."""
         return SamplingParams(
             temperature=self.temperature,
             top_p=self.top_p,
@@ -77,4 +80,5 @@ class AgentConfig(BaseModel):
             max_new_tokens=max_new_tokens,
             seed=seed,
             stop_token_ids=sorted(stop_token_ids),
+            stop=list(stop or []),
         )

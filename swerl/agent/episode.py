@@ -125,7 +125,7 @@ async def _agent_loop(
 
         # Sample one assistant turn conditioned on exactly the recorded ids.
         turn_seed = None if seed is None else seed + state.num_turns
-        sampling = cfg.sampling(max_new, sorted(chat.stop_token_ids), turn_seed)
+        sampling = cfg.sampling(max_new, sorted(chat.stop_token_ids), turn_seed, list(protocol.stop_strings))
         generation = await policy.generate(record.context_ids(), sampling)
         record.add_generation(generation)
         state.weight_version = generation.weight_version

@@ -45,6 +45,9 @@ class AgentProtocol(ABC):
     """One way of talking to the model (tasks.md §5)."""
 
     name: ClassVar[str]
+    stop_strings: ClassVar[tuple[str, ...]] = ()
+    """Stop strings of every turn. Only for protocols whose episode ends after that turn:
+    a multi-turn protocol must end turns on stop token ids (text stops break token-out)."""
 
     def __init__(self, cfg: AgentConfig):
         self.cfg = cfg

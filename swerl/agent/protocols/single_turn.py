@@ -30,6 +30,8 @@ class SingleTurn(AgentProtocol):
     """Ask once, write the first Python block to ``cfg.solution_path``, stop."""
 
     name = "single-turn"
+    # The first closing fence ends the answer (as Codex's stop sequences did): no rambling.
+    stop_strings = ("\n```\n",)
 
     def initial_messages(self, instruction: str) -> list[dict]:
         user = instruction.strip() + USER_SUFFIX.format(path=self.cfg.solution_path)
