@@ -2,16 +2,17 @@
 
     .venv/bin/python bench/sandbox_throughput.py [--tasks DIR] [--limit N] [--concurrency 1 2]
 
-(a) floor: the task's verifier commands (``tests/test.sh``: ``pip3 install pytest`` + ``pytest``)
-    as a bare host subprocess, paths rewritten to a temp folder, in a small venv with pytest;
-(b) naive: ``docker run --rm`` per verification (bind-mounted /app and /tests, network none):
-    the cold container-per-trial shape of common harnesses;
+(a) floor: the verifier's pytest command (``pytest tests/test_solution.py -v --tb=short``) as a
+    bare host subprocess, in a small venv with pytest (no sandbox, no pip, no bash);
+(b) naive: ``docker run --rm`` of the task's ``tests/test.sh`` per verification (solution and
+    tests bind-mounted, network none): the cold container-per-trial shape of common harnesses;
 (c) swerl: ``SandboxManager.run_oracle``: a fresh isolated container per trial (warm pool),
     ``solution/`` copied in and ``solve.sh`` run, tests uploaded at verify, the full verifier
     protocol, removal in the background.
 
 Prints trials/s and the per-trial overhead over the floor, per trial-slot
-(= wall seconds * concurrency / trials). Figures only: nothing here asserts a speed.
+(= wall seconds * concurrency / trials). The modes run interleaved in rounds of ``--chunk``
+tasks, so a busy shared machine slows them alike. Figures only: nothing here asserts a speed.
 """
 
 from __future__ import annotations
@@ -43,36 +44,30 @@ def floor_python_bin() -> Path:
 
 
 def stage_host_copy(task: Task, root: Path) -> Path:
-    """Copy tests/ and the oracle's solution.py under ``root``; rewrite test.sh's absolute paths."""
+    """Copy tests/ and the oracle's solution.py under ``root/<task>``, with the tests' ``/app``
+    path pointed at the copy."""
     work = root / task.name
     shutil.copytree(task.tests_dir, work / "tests")
     (work / "app").mkdir()
     assert task.solution_dir is not None
     shutil.copy(task.solution_dir / "solution.py", work / "app" / "solution.py")
-    (work / "logs").mkdir()
-    script = (work / "tests" / "test.sh").read_text()
-    script = script.replace("/logs/verifier", f"{work}/logs").replace("/tests/", f"{work}/tests/")
-    script = script.replace("cd /app", f"cd {work}/app")
-    (work / "tests" / "test.sh").write_text(script)
-    for name in ("test_solution.py",):
-        path = work / "tests" / name
-        path.write_text(path.read_text().replace('"/app"', f'"{work}/app"'))
+    test_file = work / "tests" / "test_solution.py"
+    test_file.write_text(test_file.read_text().replace('"/app"', f'"{work}/app"'))
     return work
 
 
-async def run_floor(tasks: list[Task], concurrency: int, root: Path, bin_dir: Path) -> tuple[float, int]:
+async def run_floor(works: list[Path], concurrency: int, bin_dir: Path) -> tuple[float, int]:
+    """(a) ``pytest tests/test_solution.py -v --tb=short`` per task as a host subprocess."""
     slots = asyncio.Semaphore(concurrency)
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
-    works = [stage_host_copy(t, root) for t in tasks]
 
     async def one(work: Path) -> bool:
         async with slots:
             proc = await asyncio.create_subprocess_exec(
-                "bash", str(work / "tests" / "test.sh"), stdout=asyncio.subprocess.DEVNULL,
-                stderr=asyncio.subprocess.DEVNULL, env=env, cwd=work,
+                str(bin_dir / "pytest"), str(work / "tests" / "test_solution.py"), "-v", "--tb=short",
+                "-p", "no:cacheprovider", stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+                cwd=work / "app", env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
             )
-            await proc.wait()
-        return _reward_is_one(work / "logs" / "reward.txt")
+            return await proc.wait() == 0
 
     began = time.monotonic()
     results = await asyncio.gather(*(one(w) for w in works))
@@ -80,11 +75,11 @@ async def run_floor(tasks: list[Task], concurrency: int, root: Path, bin_dir: Pa
 
 
 async def run_naive(tasks: list[Task], concurrency: int, root: Path, image: str) -> tuple[float, int]:
+    """(b) ``docker run --rm`` of the task's verifier per task (solution and tests bind-mounted)."""
     slots = asyncio.Semaphore(concurrency)
 
     async def one(task: Task) -> bool:
-        logs = root / f"logs-{task.name}"
-        logs.mkdir()
+        logs = Path(tempfile.mkdtemp(prefix=f"logs-{task.name}-", dir=root))
         assert task.solution_dir is not None
         async with slots:
             proc = await asyncio.create_subprocess_exec(
@@ -101,16 +96,33 @@ async def run_naive(tasks: list[Task], concurrency: int, root: Path, image: str)
     return time.monotonic() - began, sum(results)
 
 
-async def run_swerl(tasks: list[Task], concurrency: int) -> tuple[float, int]:
+async def run_swerl(mgr: SandboxManager, tasks: list[Task]) -> tuple[float, int]:
+    """(c) ``SandboxManager.run_oracle`` per task: fresh sandbox, solve.sh, verifier protocol."""
+    began = time.monotonic()
+    records = await asyncio.gather(*(mgr.run_oracle(t) for t in tasks))
+    return time.monotonic() - began, sum(r.outcome is Outcome.passed for r in records)
+
+
+async def bench(tasks: list[Task], image: str, concurrency: int, modes: list[str], chunk: int, root: Path,
+                bin_dir: Path) -> dict[str, tuple[float, int]]:
+    """Run the modes interleaved chunk by chunk (so machine load hits them alike); sum per mode."""
+    totals = {mode: (0.0, 0) for mode in modes}
+    works = {t.name: stage_host_copy(t, root / f"floor-c{concurrency}") for t in tasks} if "floor" in modes else {}
     async with SandboxManager(SandboxConfig(concurrency=concurrency)) as mgr:
-        await mgr.image_for(tasks[0])  # build outside the timing (cached after the first run)
-        async with mgr.sandbox(tasks[0]):  # let the warm pool fill, as in a long run
-            pass
-        await asyncio.sleep(1.0)
-        began = time.monotonic()
-        records = await asyncio.gather(*(mgr.run_oracle(t) for t in tasks))
-        wall = time.monotonic() - began
-    return wall, sum(r.outcome is Outcome.passed for r in records)
+        if "swerl" in modes:  # warm up once, as in a long run: image cached, pool filled
+            await asyncio.gather(*(mgr.run_null(tasks[0]) for _ in range(2)))
+            await asyncio.sleep(1.0)
+        for i in range(0, len(tasks), chunk):
+            part = tasks[i : i + chunk]
+            for mode in modes:
+                if mode == "floor":
+                    wall, ok = await run_floor([works[t.name] for t in part], concurrency, bin_dir)
+                elif mode == "naive":
+                    wall, ok = await run_naive(part, concurrency, root, image)
+                else:
+                    wall, ok = await run_swerl(mgr, part)
+                totals[mode] = (totals[mode][0] + wall, totals[mode][1] + ok)
+    return totals
 
 
 def _reward_is_one(path: Path) -> bool:
@@ -131,6 +143,7 @@ def main() -> None:
     parser.add_argument("--tasks", type=Path, help="HumanEval task folders (default: import into a temp dir)")
     parser.add_argument("--limit", type=int, default=None, help="Only the first N tasks")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--chunk", type=int, default=20, help="Tasks per interleaved round of the modes")
     parser.add_argument("--modes", nargs="+", default=["floor", "naive", "swerl"], choices=["floor", "naive", "swerl"])
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="swerl-bench-", ignore_cleanup_errors=True) as tmp:
@@ -142,19 +155,14 @@ def main() -> None:
         image = asyncio.run(_image(tasks[0]))
         bin_dir = floor_python_bin() if "floor" in args.modes else Path()
         n = len(tasks)
-        print(f"{n} HumanEval oracle verifications, image {image}, {os.cpu_count()} CPUs", flush=True)
+        print(f"{n} HumanEval oracle verifications, image {image}, {os.cpu_count()} CPUs, "
+              f"load average {os.getloadavg()[0]:.1f}", flush=True)
         for c in args.concurrency:
-            floor_slot = None
-            for mode in args.modes:
-                root = Path(tempfile.mkdtemp(prefix=f"{mode}-c{c}-", dir=tmp))
-                if mode == "floor":
-                    wall, ok = asyncio.run(run_floor(tasks, c, root, bin_dir))
-                    floor_slot = wall * c / n
-                elif mode == "naive":
-                    wall, ok = asyncio.run(run_naive(tasks, c, root, image))
-                else:
-                    wall, ok = asyncio.run(run_swerl(tasks, c))
+            totals = asyncio.run(bench(tasks, image, c, args.modes, args.chunk, Path(tmp), bin_dir))
+            floor_slot = totals["floor"][0] * c / n if "floor" in totals else None
+            for mode, (wall, ok) in totals.items():
                 print(line(mode, n, c, wall, ok, None if mode == "floor" else floor_slot), flush=True)
+        print(f"load average at the end {os.getloadavg()[0]:.1f}", flush=True)
 
 
 async def _image(task: Task) -> str:

@@ -4,7 +4,7 @@
 # The image has python3, pip, pytest (Debian packages), python/pip/pip3 names on PATH,
 # no EXTERNALLY-MANAGED marker (so `pip install pytest` is an offline no-op), bash, procps,
 # coreutils `timeout`, tmux and python3-venv. swerl tags it under the python:3.X-slim names.
-# `pip`/`pip3` go through pip-offline-fastpath.py (an instant "already satisfied" for installed
+# `pip`/`pip3` go through pip-offline-fastpath.sh (an instant "already satisfied" for installed
 # packages, the real pip for anything else).
 # The recipe hash (sha256 of this file and the fast path) is part of IMAGE_TAG: edit -> new image.
 set -euo pipefail
@@ -21,9 +21,9 @@ mmdebstrap --quiet --variant=apt --include="$packages" \
       [ -e "$1$src" ] && ln -sf "$src" "$1/usr/local/bin/$n"
     done' \
   --customize-hook='rm -f "$1"/usr/lib/python3*/EXTERNALLY-MANAGED' \
-  --customize-hook="copy-in $here/pip-offline-fastpath.py /usr/local/lib" \
-  --customize-hook='chmod 755 "$1/usr/local/lib/pip-offline-fastpath.py"
-    for n in pip pip3; do ln -sf /usr/local/lib/pip-offline-fastpath.py "$1/usr/local/bin/$n"; done' \
+  --customize-hook="copy-in $here/pip-offline-fastpath.sh /usr/local/lib" \
+  --customize-hook='chmod 755 "$1/usr/local/lib/pip-offline-fastpath.sh"
+    for n in pip pip3; do ln -sf /usr/local/lib/pip-offline-fastpath.sh "$1/usr/local/bin/$n"; done' \
   --customize-hook='mkdir -p "$1/app" "$1/logs"' \
   --customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*.bin "$1"/usr/share/doc/* "$1"/usr/share/man/*' \
   "$suite" - \

@@ -1,10 +1,10 @@
 """Run one command in a container with a timeout that kills it *inside* the container,
 and move files in and out as tar streams.
 
-The command runs as ``timeout -s KILL T bash -c CMD`` in the background of a small ``sh``
-wrapper that records its pid (= its process group, since ``timeout`` makes its own group).
-``timeout`` kills the whole group when T runs out; if the output stream still does not end
-(a daemonized grandchild holds it open) swerl kills the group itself and stops reading.
+The command runs as the exec's own process ``timeout -s KILL T bash -c CMD`` (``timeout``
+puts itself in a new process group and kills the whole group when T runs out). If the
+output stream still does not end (a daemonized grandchild holds it open), swerl kills every
+process carrying the exec's ``SWERL_EXEC`` environment marker and stops reading.
 """
 
 from __future__ import annotations
@@ -29,14 +29,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# $1 pid file, $2 timeout seconds, $3 command. The job's pid is its process group id.
-# fd 3 carries stdin past sh's rule that a background job reads /dev/null.
-_WRAPPER = (
-    'exec 3<&0; timeout -s KILL "$2" bash -c "$3" <&3 3<&- & echo $! > "$1"; exec 3<&-; '
-    'wait $!; rc=$?; rm -f "$1"; exit $rc'
+MARKER_ENV = "SWERL_EXEC"
+# $1: marker value. Kills every process whose environment carries SWERL_EXEC=$1.
+_KILLER = (
+    'for e in /proc/[0-9]*/environ; do grep -qz "^SWERL_EXEC=$1\\$" "$e" 2>/dev/null || continue; '
+    'p=${e#/proc/}; kill -KILL "${p%/environ}" 2>/dev/null; done; true'
 )
-# Kill the process group recorded in the pid file, then the leader itself.
-_KILLER = 'p=$(cat "$1" 2>/dev/null) && { kill -KILL -- "-$p" 2>/dev/null; kill -KILL "$p" 2>/dev/null; rm -f "$1"; }; true'
 # Seconds allowed past the command's timeout before swerl kills from outside and stops reading.
 STREAM_GRACE_S = 5.0
 
@@ -63,17 +61,16 @@ async def exec_command(
     Raises:
         SandboxError: the container is gone or the daemon failed (``outcome`` daemon_error).
     """
-    pid_file = f"/tmp/.swerl-exec-{uuid.uuid4().hex}"
-    argv = ["/bin/sh", "-c", _WRAPPER, "swerl-exec", pid_file, _fmt_seconds(timeout_s), command]
+    marker = uuid.uuid4().hex
+    argv = ["timeout", "-s", "KILL", _fmt_seconds(timeout_s), "bash", "-c", command]
+    env = {**(env or {}), MARKER_ENV: marker}
     raw = await exec_argv(
         call, client, container_id, argv, timeout_s + STREAM_GRACE_S, max_output_bytes, env, workdir, stdin
     )
-    if raw.timed_out:
-        await kill_exec(call, client, container_id, pid_file)
-        timed_out = True
-    else:
-        # `timeout -s KILL` kills its own group too, so the wrapper sees 137 (or 124) at the deadline.
-        timed_out = raw.exit_code in (124, 137) and raw.duration_s >= timeout_s - 0.05
+    # `timeout -s KILL` kills its own group too, so the exec ends with 137 (or 124) at the deadline.
+    timed_out = raw.timed_out or (raw.exit_code in (124, 137) and raw.duration_s >= timeout_s - 0.05)
+    if timed_out:  # also get what left the process group (setsid, daemons) of a timed-out command
+        await kill_exec(call, client, container_id, marker)
     if raw.exit_code is None and not timed_out:
         log.warning("exec in %s ended without an exit code", container_id[:12])
     return ExecResult(
@@ -147,12 +144,12 @@ async def _feed(writer: asyncio.StreamWriter, data: bytes | None) -> None:
         log.debug("stdin of exec not fully written: %s", err)
 
 
-async def kill_exec(call: DockerCaller, client: docker.DockerClient, container_id: str, pid_file: str) -> None:
-    """Kill the process group recorded in ``pid_file`` inside the container (best effort)."""
+async def kill_exec(call: DockerCaller, client: docker.DockerClient, container_id: str, marker: str) -> None:
+    """Kill every process of the exec tagged ``SWERL_EXEC=marker`` inside the container (best effort)."""
     try:
-        await call(_run_detached, client, container_id, ["/bin/sh", "-c", _KILLER, "swerl-kill", pid_file])
+        await call(_run_detached, client, container_id, ["/bin/sh", "-c", _KILLER, "swerl-kill", marker])
     except SandboxError as err:
-        log.debug("kill of %s in %s failed: %s", pid_file, container_id[:12], err)
+        log.debug("kill of exec %s in %s failed: %s", marker, container_id[:12], err)
 
 
 def _run_detached(client: docker.DockerClient, container_id: str, argv: list[str]) -> None:

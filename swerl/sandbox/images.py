@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 BASE_REPO = "swerl/base"
 BASE_ALIASES = ("python:3.10-slim", "python:3.11-slim", "python:3.12-slim")
 RECIPE = Path(__file__).resolve().parents[2] / "sandboxes" / "build-base.sh"
-RECIPE_ASSETS = ("pip-offline-fastpath.py",)
+RECIPE_ASSETS = ("pip-offline-fastpath.sh",)
 
 
 def base_image_tag(recipe: Path = RECIPE) -> str:

@@ -116,8 +116,8 @@ class Sandbox:
             raise sandbox_error(f"{self.task.path}: no solution/solve.sh", "start_error")
         limit = timeout_s if timeout_s is not None else self.task.config.agent.timeout_sec
         # The files ride on the exec's stdin (one round trip instead of a copy plus an exec).
-        command = "mkdir -p /solution && tar -x -C /solution -f - && bash /solution/solve.sh"
-        return await self.exec(command, timeout_s=limit, stdin=tar_of_dir(solution, ""))
+        command = "tar -x -C / -f - && exec bash /solution/solve.sh"
+        return await self.exec(command, timeout_s=limit, stdin=tar_of_dir(solution, "/solution"))
 
     async def verify(self, timeout_s: float | None = None) -> VerifierResult:
         """Run the task's hidden tests (spec §2) and read the reward.

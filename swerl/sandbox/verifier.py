@@ -18,8 +18,14 @@ from swerl.sandbox.models import Outcome, VerifierResult
 # $1: "-" = tests/ arrives as a tar on stdin, else a staging dir holding tests/ (uploaded
 # before); $2: timeout seconds. Leftover agent processes die before the tests land.
 VERIFY_SCRIPT = r"""
-oom() { sed -n 's/^oom_kill //p' /sys/fs/cgroup/memory.events /sys/fs/cgroup/memory/memory.oom_control 2>/dev/null | head -n1; }
+oom() {
+  for f in /sys/fs/cgroup/memory.events /sys/fs/cgroup/memory/memory.oom_control; do
+    [ -r "$f" ] || continue
+    while read -r k v; do [ "$k" = oom_kill ] && printf %s "$v"; done < "$f"; return
+  done
+}
 emit() { printf '\036%s\037' "$1"; }
+firstlines() { n=0; while [ $n -lt 8 ] && { IFS= read -r l || [ -n "$l" ]; }; do printf '%s\n' "$l"; n=$((n+1)); done < "$1"; }
 if [ "$1" = - ] && ! command -v tar >/dev/null 2>&1; then emit notar; exit 0; fi
 kill -KILL -1 2>/dev/null
 emit oom_before; oom
@@ -31,7 +37,7 @@ wait $!; rc=$?
 kill -KILL -1 2>/dev/null
 emit rc; printf %s "$rc"
 emit oom_after; oom
-[ -f /logs/verifier/reward.txt ] && { emit reward_txt; head -c 4096 /logs/verifier/reward.txt; }
+[ -f /logs/verifier/reward.txt ] && { emit reward_txt; firstlines /logs/verifier/reward.txt; }
 [ -f /logs/verifier/reward.json ] && { emit reward_json; head -c 65536 /logs/verifier/reward.json; }
 emit tail; tail -c 4000 /logs/verifier/test-stdout.txt 2>/dev/null
 true

@@ -118,3 +118,17 @@ def test_verifier_works_in_an_image_without_tar(docker_client, tmp_path):
     verdict, image = run(body())
     docker_client.images.remove(image)
     assert verdict.outcome is Outcome.passed and verdict.reward == 1.0
+
+
+def test_exec_timeout_also_kills_a_grandchild_that_left_the_process_group(docker_client):
+    async def body(sb):
+        held = await sb.exec("setsid sleep 300 & echo started; sleep 100", timeout_s=1.0)
+        left = await sb.exec("ps -eo args | grep -c '^sleep [13]00' || true", timeout_s=10)
+        background = await sb.exec("sleep 200 & echo ok", timeout_s=5.0)  # no timeout: jobs may outlive
+        still = await sb.exec("ps -eo args | grep -c '^sleep 200' || true", timeout_s=10)
+        return held, left, background, still
+
+    (held, left, background, still), _ = run(_in_sandbox(body))
+    assert held.timed_out and held.output == "started\n"
+    assert left.output.strip() == "0"
+    assert background.exit_code == 0 and still.output.strip() == "1"
