@@ -63,3 +63,12 @@ def tiny_model(tiny_tokenizer: PreTrainedTokenizerFast) -> LlamaForCausalLM:
 def make_tiny_model(tiny_tokenizer: PreTrainedTokenizerFast):
     """Factory: ``make_tiny_model(seed)`` -> another tiny Llama with the same vocab."""
     return lambda seed=0: build_tiny_model(len(tiny_tokenizer), seed)
+
+
+@pytest.fixture(autouse=True)
+def _one_torch_thread():
+    """Tiny models run fastest on one thread; two OpenMP threads on a busy 2-core box crawl."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
