@@ -66,6 +66,10 @@ class AsyncBatcher:
         if self._closed:
             raise InferenceError("AsyncBatcher.generate called after close()")
         loop = asyncio.get_running_loop()
+        if self._worker is not None and (self._worker.done() or self._worker.get_loop() is not loop):
+            # A previous asyncio.run() ended: its requests died with it; serve this loop afresh.
+            self._worker, self._in_flight = None, []
+            self._pending.clear()
         if self._worker is None:
             self._wakeup = asyncio.Event()
             self._worker = loop.create_task(self._run(), name="swerl-inference-batcher")

@@ -113,3 +113,11 @@ def test_close_fails_queued_requests_and_refuses_new_ones(backend: HFBackend) ->
 
     (outcome,) = asyncio.run(main())
     assert isinstance(outcome, InferenceError)
+
+
+def test_batcher_survives_successive_event_loops(backend: HFBackend) -> None:
+    batcher = AsyncBatcher(backend, max_batch_size=4, max_wait_s=0.01)
+    first = asyncio.run(batcher.generate(prompt(0), GREEDY))
+    second = asyncio.run(batcher.generate(prompt(0), GREEDY))  # e.g. one asyncio.run per training step
+    assert first.token_ids == second.token_ids
+    asyncio.run(batcher.close())
