@@ -60,7 +60,8 @@ def row_from_trajectory(traj: Trajectory, advantage: float) -> Row:
 
 def padding_row(like: Row) -> Row:
     """A row that only keeps ranks in step: same shape as ``like``, nothing trainable, A = 0."""
-    return replace(like, loss_mask=torch.zeros_like(like.loss_mask), advantage=0.0)
+    old = like.old_logprobs if like.old_logprobs is not None else torch.zeros(len(like.response_ids))
+    return replace(like, loss_mask=torch.zeros_like(like.loss_mask), advantage=0.0, old_logprobs=old)
 
 
 @dataclass(frozen=True)

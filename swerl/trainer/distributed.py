@@ -68,6 +68,17 @@ def all_reduce_sum(values: torch.Tensor) -> torch.Tensor:
     return values
 
 
+def all_reduce_max(value: int) -> int:
+    """The largest ``value`` over ranks (itself on one rank)."""
+    if not is_distributed():
+        return value
+    t = torch.tensor([value], dtype=torch.int64)
+    if dist.get_backend() == "nccl":
+        t = t.cuda()
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return int(t.item())
+
+
 def all_reduce_grads(model: torch.nn.Module) -> None:
     """SUM the ``.grad`` of every trainable parameter over ranks (one flat buffer per dtype).
 

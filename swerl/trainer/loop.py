@@ -24,8 +24,11 @@ Rank 0 drives the rollouts and writes files; every rank trains on its slice of e
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
+import signal
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -84,6 +87,25 @@ class TrainResult:
     last_step: int = 0
     already_finished: bool = False
     records: list[dict] = field(default_factory=list)
+
+
+@contextlib.contextmanager
+def sigterm_unwinds():
+    """SIGTERM/SIGHUP raise SystemExit(143) in the main thread, so every ``finally`` (sandbox
+    drain, metrics flush) runs; elsewhere (not the main thread) a no-op."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: Any) -> None:
+        raise SystemExit(143)
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def seed_everything(seed: int) -> None:
@@ -223,13 +245,15 @@ def train(
     concurrency = config.loop.rollout_concurrency or config.sandbox.concurrency
     sink = MetricsSink(run_dir, config.logging.tensorboard) if info.is_main else None
     runner = None
-    try:
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(sigterm_unwinds())
+        stack.callback(lambda: sink.close() if sink is not None else None)
         if info.is_main:
             from swerl.trainer.rollouts import RolloutRunner
 
-            runner = RolloutRunner(backend, tokenizer, config.sandbox, config.agent, concurrency,
-                                   config.generator.max_batch_size, config.generator.batch_wait_s, config.seed)
-            runner.__enter__()
+            runner = stack.enter_context(RolloutRunner(
+                backend, tokenizer, config.sandbox, config.agent, concurrency,
+                config.generator.max_batch_size, config.generator.batch_wait_s, config.seed))
         for step in range(start_step + 1, plan.total_steps + 1):
             timings: dict[str, float] = {}
             t_step = time.monotonic()
@@ -294,11 +318,6 @@ def train(
                 )
             result.steps_trained += 1
             result.last_step = step
-    finally:
-        if runner is not None:
-            runner.__exit__(None, None, None)
-        if sink is not None:
-            sink.close()
     # A run that was asked to train and trained nothing is a failure, not a success.
     if result.steps_trained == 0:
         raise RunFailed(

@@ -69,6 +69,12 @@ class RolloutRunner:
     def __exit__(self, *exc: object) -> None:
         assert self._loop is not None
         try:
+            # Episodes interrupted mid-step (SIGTERM, an error): cancel them so their sandboxes close.
+            pending = asyncio.all_tasks(self._loop)
+            for task in pending:
+                task.cancel()
+            if pending:
+                self._loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
             if self._manager is not None:
                 self._loop.run_until_complete(self._manager.__aexit__(*exc))
         finally:

@@ -21,7 +21,7 @@ from swerl.rl.loss import compute_policy_loss
 from swerl.rl.policy_loss import entropy_from_logits
 from swerl.rl.reductions import StepDenominators, denominator_parts, dp_loss_scale
 from swerl.trainer.batch import MicroBatch, Row, collate, padding_row
-from swerl.trainer.distributed import DistInfo, all_reduce_grads, all_reduce_sum, rank_slice
+from swerl.trainer.distributed import DistInfo, all_reduce_grads, all_reduce_max, all_reduce_sum, rank_slice
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,9 @@ class UpdateSettings:
         compute_dtype: autocast dtype on a replicated model (None = fp32).
         sharded: True when the model is FSDP-sharded (it averages gradients itself).
         pad_id: padding token id.
+        skip_no_signal_rows: do not forward rows whose advantage is 0 or that have no trainable
+            token (their policy loss and gradient are exactly 0); they still count in the
+            denominators. Ignored when an entropy bonus is on (it touches every token).
     """
 
     temperature: float
@@ -47,6 +50,7 @@ class UpdateSettings:
     compute_dtype: torch.dtype | None = None
     sharded: bool = False
     pad_id: int = 0
+    skip_no_signal_rows: bool = True
 
 
 def _autocast(device: torch.device, dtype: torch.dtype | None):
@@ -78,6 +82,26 @@ def rank_rows(mini_batch: list[Row], dist_info: DistInfo) -> list[Row]:
     return mine
 
 
+def has_signal(row: Row) -> bool:
+    """True when the row can change the policy loss: non-zero advantage and a trainable token."""
+    return row.advantage != 0.0 and row.num_trainable_tokens > 0
+
+
+def rows_to_forward(rows: list[Row], algo: AlgorithmConfig, s: UpdateSettings) -> list[Row]:
+    """The rows whose forward/backward is needed (all of them unless skipping is allowed)."""
+    if not s.skip_no_signal_rows or algo.entropy_coef > 0:
+        return rows
+    return [r for r in rows if has_signal(r)]
+
+
+def _pad_to_common_length(rows: list[Row], template: Row, s: UpdateSettings) -> list[Row]:
+    """FSDP: every rank must run as many micro-batches; pad with empty rows to the ranks' max."""
+    if not s.sharded:
+        return rows
+    longest = all_reduce_max(len(rows))
+    return rows + [padding_row(rows[0] if rows else template)] * (longest - len(rows))
+
+
 def _micro_batches(rows: list[Row], size: int) -> list[list[Row]]:
     return [rows[i : i + size] for i in range(0, len(rows), size)]
 
@@ -92,6 +116,17 @@ def with_old_logprobs(model: torch.nn.Module, rows: list[Row], s: UpdateSettings
             lp, _ = forward_logprobs(model, mb, s.temperature)
         out.extend(replace(r, old_logprobs=v) for r, v in zip(chunk, mb.response_values(lp)))
     return out
+
+
+def _metric_keys(algo: AlgorithmConfig) -> set[str]:
+    """Keys ``compute_policy_loss`` reports under ``algo``."""
+    keys = {"loss/policy", "loss/total", "policy/clip_fraction"}
+    if algo.use_tis:
+        keys |= {"tis/imp_ratio_mean", "tis/imp_ratio_capped_fraction", "tis/log_ratio_abs_mean",
+                 "tis/rows_without_logprobs"}
+    if algo.entropy_coef > 0:
+        keys.add("policy/entropy")
+    return keys
 
 
 def optimizer_step(
@@ -109,11 +144,14 @@ def optimizer_step(
         ``policy/*``, ``tis/*``, ``grad_norm``, ``lr`` and ``policy/num_tokens``.
     """
     device = dist_info.device
-    micro = [collate(chunk, s.pad_id) for chunk in _micro_batches(rows, s.micro_batch_size)]
-    row_adv = [torch.tensor([r.advantage for r in chunk]) for chunk in _micro_batches(rows, s.micro_batch_size)]
-    # Step-level denominators: every micro-batch of this step on every rank, one all-reduce.
-    parts = sum((denominator_parts(mb.loss_mask, a) for mb, a in zip(micro, row_adv)), StepDenominators.zero())
+    # Step-level denominators over ALL rows of this step on every rank (one all-reduce), then
+    # forward only the rows that carry signal (the others add exactly 0 to the numerator).
+    parts = sum((denominator_parts(r.loss_mask[None], torch.tensor([r.advantage])) for r in rows),
+                StepDenominators.zero())
     denominators = StepDenominators.from_tensor(all_reduce_sum(parts.as_tensor(device)))
+    forwarded = _pad_to_common_length(rows_to_forward(rows, algo, s), rows[0], s)
+    micro = [collate(chunk, s.pad_id) for chunk in _micro_batches(forwarded, s.micro_batch_size)]
+    row_adv = [torch.tensor([r.advantage for r in chunk]) for chunk in _micro_batches(forwarded, s.micro_batch_size)]
     scale = dp_loss_scale(dist_info.world_size, grads_averaged=s.sharded)
 
     totals: dict[str, float] = {}
@@ -137,10 +175,15 @@ def optimizer_step(
         for k, v in metrics.items():
             totals[k] = totals.get(k, 0.0) + v
 
+    # A parameter no forwarded row touched has gradient 0, not None: AdamW must still apply its
+    # momentum exactly as if the skipped rows had been forwarded.
+    params = [p for p in model.parameters() if p.requires_grad]
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
     # Replicated weights: SUM the ranks' gradients (the formula's gradient, no 1/W).
     if not s.sharded:
         all_reduce_grads(model)
-    params = [p for p in model.parameters() if p.requires_grad]
     max_norm = s.grad_clip if s.grad_clip is not None else float("inf")
     grad_norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
     if hasattr(grad_norm, "full_tensor"):
@@ -151,9 +194,15 @@ def optimizer_step(
     optimizer.zero_grad(set_to_none=True)
 
     # Metrics are additive over micro-batches and ranks (see compute_policy_loss).
-    keys = sorted(totals)
-    summed = all_reduce_sum(torch.tensor([totals[k] for k in keys], dtype=torch.float64, device=device))
+    keys = sorted(set(totals) | _metric_keys(algo))  # same keys on every rank, even one that forwarded nothing
+    summed = all_reduce_sum(torch.tensor([totals.get(k, 0.0) for k in keys], dtype=torch.float64, device=device))
     out = dict(zip(keys, (float(v) for v in summed.cpu())))
+    # TIS figures are token means over the forwarded rows (compute_policy_loss divides by all tokens).
+    fwd_tokens = float(all_reduce_sum(torch.tensor([float(sum(r.num_trainable_tokens for r in forwarded))],
+                                                   dtype=torch.float64, device=device))[0])
+    for key in ("tis/imp_ratio_mean", "tis/imp_ratio_capped_fraction", "tis/log_ratio_abs_mean"):
+        if key in out:
+            out[key] *= denominators.num_tokens / max(fwd_tokens, 1.0)
     out.update({"grad_norm": float(grad_norm), "lr": lr, "policy/num_tokens": denominators.num_tokens,
                 "policy/num_signal_rows": denominators.num_signal_rows})
     return out
@@ -178,7 +227,12 @@ def train_on_batch(
     Returns: metrics averaged over the optimizer steps, plus ``policy/optimizer_steps``.
     """
     minis = [rows[i : i + s.rows_per_mini_batch] for i in range(0, len(rows), s.rows_per_mini_batch)]
-    local = [with_old_logprobs(model, rank_rows(mini, dist_info), s, dist_info.device) for mini in minis]
+    local = []
+    for mini in minis:
+        mine = rank_rows(mini, dist_info)
+        needed = {id(r) for r in rows_to_forward(mine, algo, s)}
+        with_old = iter(with_old_logprobs(model, [r for r in mine if id(r) in needed], s, dist_info.device))
+        local.append([next(with_old) if id(r) in needed else r for r in mine])
     history: list[dict[str, float]] = []
     for _ in range(s.update_epochs):
         for mini_rows in local:

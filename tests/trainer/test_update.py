@@ -24,14 +24,16 @@ def rows_of(trajs, algo):
     return [row_from_trajectory(t, float(a)) for t, a in zip(trajs, adv)]
 
 
-def run_update(rows, algo, micro_batch_size, rows_per_mini=None, update_epochs=1, lr=1e-2, seed=0):
+def run_update(rows, algo, micro_batch_size, rows_per_mini=None, update_epochs=1, lr=1e-2, seed=0, skip=True,
+               adam=False):
     model = build_tiny_model(16, seed)
     # SGD: the parameter change is lr * gradient, so parameters compare gradients exactly
     # (Adam's g / sqrt(v) would amplify fp32 noise on near-zero gradient entries).
-    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr) if adam else torch.optim.SGD(model.parameters(), lr=lr)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
     s = UpdateSettings(temperature=0.7, rows_per_mini_batch=rows_per_mini or len(rows),
-                       micro_batch_size=micro_batch_size, update_epochs=update_epochs, grad_clip=None)
+                       micro_batch_size=micro_batch_size, update_epochs=update_epochs, grad_clip=None,
+                       skip_no_signal_rows=skip)
     metrics = train_on_batch(model, opt, sched, rows, algo, s, DistInfo())
     return model, metrics
 
@@ -97,3 +99,22 @@ def test_mini_batches_and_epochs_move_the_ratio_off_one():
     _, met = run_update(rows, algo, micro_batch_size=2, rows_per_mini=4, update_epochs=3, lr=20.0)
     assert met["policy/optimizer_steps"] == 6
     assert met["policy/clip_fraction"] > 0  # later steps see pi != pi_old and clip
+
+
+def test_skipping_rows_without_signal_changes_nothing():
+    """Rows with A = 0 are not forwarded, yet loss, clip fraction and weights (AdamW momentum
+    included, over two optimizer steps) equal the update that forwards every row."""
+    algo = AlgorithmConfig(n_samples_per_prompt=4, min_group_size=2, loss_reduction="sequence_mean")
+    trajs = make_trajectories(num_groups=3, group_size=4, seed=5)
+    trajs[0] = trajs[0].model_copy(update={"reward": 1.0})
+    trajs[1] = trajs[1].model_copy(update={"reward": 0.0})
+    for i in range(4, 12):  # groups 2 and 3: all equal rewards -> A = 0 for 8 of 12 rows
+        trajs[i] = trajs[i].model_copy(update={"reward": 1.0})
+    rows = rows_of(trajs, algo)
+    assert sum(r.advantage != 0 for r in rows) <= 4
+    m_all, met_all = run_update(rows, algo, micro_batch_size=2, rows_per_mini=4, update_epochs=2, skip=False, adam=True)
+    m_skip, met_skip = run_update(rows, algo, micro_batch_size=2, rows_per_mini=4, update_epochs=2, skip=True, adam=True)
+    for key in ("loss/policy", "policy/clip_fraction", "policy/num_tokens", "grad_norm"):
+        assert met_skip[key] == pytest.approx(met_all[key], rel=1e-5, abs=1e-8), key
+    for a, b in zip(m_all.parameters(), m_skip.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
