@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict
 
 from swerl.errors import SandboxError
 from swerl.sandbox.docker_api import LABEL_POOL, LABEL_TASK, sandbox_error
+from swerl.sandbox.keeper import keeper_script_args
 
 if TYPE_CHECKING:
     import docker
@@ -26,9 +27,6 @@ if TYPE_CHECKING:
     from swerl.sandbox.docker_api import DockerCaller
 
 log = logging.getLogger(__name__)
-
-
-KEEPER = "while :; do sleep 3600 & wait $!; done"
 
 
 class ContainerSpec(BaseModel):
@@ -55,9 +53,10 @@ def create_and_start(
     """Create and start one isolated container (blocking); returns its id.
 
     Isolation: no network unless ``spec.network``, CPU/memory (no swap)/pids limits,
-    ``cap_drop=ALL``, ``no-new-privileges``. PID 1 is a tiny ``sh`` loop (the image's
-    entrypoint is overridden): it survives ``kill -KILL -1`` from inside (the verifier's
-    sweep of leftover processes) and reaps orphans, so killed processes leave no zombies.
+    ``cap_drop=ALL``, ``no-new-privileges``. PID 1 is swerl's keeper (the image's entrypoint
+    is overridden; see :mod:`swerl.sandbox.keeper`): it runs commands sent on its stdin,
+    survives ``kill -KILL -1`` from inside (the verifier's sweep of leftover processes) and
+    reaps orphans.
     """
     api = client.api
     host_config = api.create_host_config(
@@ -70,7 +69,7 @@ def create_and_start(
         security_opt=["no-new-privileges"],
     )
     created = api.create_container(
-        spec.image, entrypoint=["/bin/sh", "-c", KEEPER], command=[], labels=labels, name=name,
+        spec.image, entrypoint=keeper_script_args(), command=[], labels=labels, name=name, stdin_open=True,
         host_config=host_config, working_dir=spec.workdir, network_disabled=not spec.network,
     )
     container_id = created["Id"]

@@ -8,6 +8,7 @@ the container until :meth:`Sandbox.verify` uploads them.
 from __future__ import annotations
 
 import logging
+import shlex
 import time
 import uuid
 from collections.abc import Awaitable
@@ -18,7 +19,16 @@ import docker.errors
 
 from swerl.errors import SandboxError
 from swerl.sandbox.docker_api import sandbox_error
-from swerl.sandbox.execution import exec_argv, exec_command, file_from_tar, tar_of_dir, tar_of_files
+from swerl.sandbox.execution import (
+    STREAM_GRACE_S,
+    exec_argv,
+    exec_command,
+    file_from_tar,
+    kill_exec,
+    tar_of_dir,
+    tar_of_files,
+)
+from swerl.sandbox.keeper import KeeperChannel
 from swerl.sandbox.models import ExecResult, Outcome, SandboxConfig, VerifierResult
 from swerl.sandbox.shell import Shell
 from swerl.sandbox.verifier import VERIFY_SCRIPT, parse_sections, verdict
@@ -50,6 +60,8 @@ class Sandbox:
         self.task = task
         self.container_id = container_id
         self._shells: list[Shell] = []
+        self._keeper: KeeperChannel | None = None
+        self._keeper_failed = False
 
     async def exec(
         self,
@@ -68,10 +80,22 @@ class Sandbox:
         Raises:
             SandboxError: container gone / daemon failure (``outcome`` daemon_error or oom).
         """
-        return await self._guard(exec_command(
-            self._call, self._client, self.container_id, command, timeout_s,
-            self._config.max_output_bytes, env, workdir, stdin,
+        channel = await self._channel()
+        if channel is None:  # busy with another command, or no keeper: a plain docker exec
+            return await self._guard(exec_command(
+                self._call, self._client, self.container_id, command, timeout_s,
+                self._config.max_output_bytes, env, workdir, stdin,
+            ))
+        script = _prelude(env, workdir) + command.encode("utf-8", "surrogateescape")
+        result, token = await self._guard(channel.run(
+            script, stdin or b"", timeout_s, timeout_s + STREAM_GRACE_S, self._config.max_output_bytes
         ))
+        # `timeout -s KILL` kills its own group too, so the command ends with 137 (or 124) at the deadline.
+        timed_out = result.timed_out or (result.exit_code in (124, 137) and result.duration_s >= timeout_s - 0.05)
+        if timed_out:  # also get what left the process group (setsid, daemons)
+            await kill_exec(self._call, self._client, self.container_id, token)
+            return result.model_copy(update={"exit_code": None, "timed_out": True})
+        return result
 
     async def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
         """Write ``data`` to absolute ``path`` (parents created) as a tar stream."""
@@ -143,17 +167,37 @@ class Sandbox:
         return verdict(parse_sections(raw.output), raw.timed_out, limit, time.monotonic() - began)
 
     async def _run_verify_script(self, source: str, limit: float, stdin: bytes | None = None) -> ExecResult:
+        env = dict(self.task.config.verifier.env) or None
+        channel = await self._channel()
+        if channel is not None:  # no in-container timeout here: the script kills all but itself and PID 1
+            script = _prelude(env, None) + f"set -- {shlex.quote(source)} {limit:.3f}\n".encode() + VERIFY_SCRIPT.encode()
+            result, _ = await self._guard(channel.run(script, stdin or b"", None, limit + _VERIFY_GRACE_S, 256 * 1024))
+            return result
         argv = ["/bin/sh", "-c", VERIFY_SCRIPT, "swerl-verify", source, f"{limit:.3f}"]
         return await self._guard(exec_argv(
             self._call, self._client, self.container_id, argv, limit + _VERIFY_GRACE_S, 256 * 1024,
-            env=dict(self.task.config.verifier.env) or None, stdin=stdin,
+            env=env, stdin=stdin,
         ))
 
     async def close_shells(self) -> None:
-        """Close every shell opened on this sandbox."""
+        """Close every shell and the keeper channel of this sandbox."""
         for shell in self._shells:
             await shell.close()
         self._shells.clear()
+        if self._keeper is not None:
+            self._keeper.close()
+
+    async def _channel(self) -> KeeperChannel | None:
+        """The keeper channel when free; None means use ``docker exec``."""
+        if self._keeper is None and not self._keeper_failed:
+            try:
+                self._keeper = await KeeperChannel.attach(self._client, self.container_id, self._config.docker_timeout_s)
+            except SandboxError as err:
+                log.debug("no keeper channel for %s: %s", self.container_id[:12], err)
+                self._keeper_failed = True
+        if self._keeper is None or self._keeper.busy:
+            return None
+        return self._keeper
 
     async def _put(self, files: dict[str, tuple[bytes, int]]) -> None:
         await self._put_archive(tar_of_files(files))
@@ -182,3 +226,11 @@ class Sandbox:
             return err if isinstance(err, SandboxError) else sandbox_error(str(err), "daemon_error")
         outcome = Outcome.oom if state.get("OOMKilled") else Outcome.daemon_error
         return sandbox_error(f"the sandbox container stopped ({outcome.value}): {err}", outcome.value)
+
+
+def _prelude(env: dict[str, str] | None, workdir: str | None) -> bytes:
+    """Shell lines that set the environment and working directory of a keeper command."""
+    lines = [f"export {k}={shlex.quote(v)}" for k, v in (env or {}).items() if k.isidentifier()]
+    if workdir:
+        lines.append(f"cd -- {shlex.quote(workdir)} || exit 1")
+    return ("\n".join(lines) + "\n").encode() if lines else b""
