@@ -179,13 +179,13 @@ def train(
     """
     from swerl.tasks.load import load_tasks
 
-    emit = on_event or (lambda event: None)
     if config.loop.max_staleness_steps > 0:
         log.info("rollouts run synchronously (staleness 0 <= loop.max_staleness_steps=%d)",
                  config.loop.max_staleness_steps)
 
     # --- setup: ranks, seeds, run directory ---------------------------------------------------
     info = dist.init_distributed(config.model.device)
+    emit = on_event if (on_event is not None and info.is_main) else (lambda event: None)
     seed_everything(config.seed)
     run_dir = Path(run_dir)
     if info.is_main:
