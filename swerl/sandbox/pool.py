@@ -67,6 +67,8 @@ def create_and_start(
         pids_limit=spec.pids_limit,
         cap_drop=["ALL"],
         security_opt=["no-new-privileges"],
+        # Output travels on the attach/exec streams; a json-file copy of it would only cost CPU and disk.
+        log_config={"type": "none", "config": {}},
     )
     created = api.create_container(
         spec.image, entrypoint=keeper_script_args(), command=[], labels=labels, name=name, stdin_open=True,

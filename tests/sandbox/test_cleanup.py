@@ -90,3 +90,30 @@ def test_container_killed_mid_trial_is_daemon_error_and_other_trials_continue(do
     assert isinstance(failed, SandboxError) and failed.outcome is Outcome.daemon_error
     assert other.outcome is Outcome.passed and other.reward == 1.0
     assert containers_of(docker_client, run_id) == []
+
+
+def test_warm_pools_beyond_the_most_recent_few_are_drained(docker_client):
+    from swerl.sandbox.manager import MAX_WARM_POOLS
+
+    task = fixture_task("add")
+
+    def with_memory(memory_mb):
+        env = task.config.environment.model_copy(update={"memory_mb": memory_mb})
+        return task.model_copy(update={"config": task.config.model_copy(update={"environment": env})})
+
+    async def body():
+        async with SandboxManager(SandboxConfig(concurrency=1, warm_pool=True, warm_pool_size=1)) as mgr:
+            for memory_mb in range(256, 256 + 32 * (MAX_WARM_POOLS + 2), 32):
+                for _ in range(2):  # a spec seen twice gets a warm container
+                    async with mgr.sandbox(with_memory(memory_mb)):
+                        pass
+            await asyncio.sleep(0.5)
+            await asyncio.wait(set(mgr._evictions), timeout=30) if mgr._evictions else None
+            await mgr._reaper.drain(30)
+            idle = [c for c in containers_of(docker_client, mgr.run_id) if c.labels.get("swerl.task") == "(warm pool)"]
+            return len(mgr._pools), len(idle), mgr.run_id
+
+    pools, idle, run_id = run(body())
+    assert pools == MAX_WARM_POOLS
+    assert idle <= MAX_WARM_POOLS  # at most one idle container per kept pool
+    assert containers_of(docker_client, run_id) == []
