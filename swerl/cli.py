@@ -234,6 +234,8 @@ def eval_cmd(
         help="openai: the model name the server expects.", rich_help_panel=_MODEL_PANEL)] = None,
     device: Annotated[str, typer.Option(help="hf: torch device.", rich_help_panel=_MODEL_PANEL)] = "cpu",
     batch_size: Annotated[int, typer.Option(min=1, help="Most prompts per generate call.", rich_help_panel=_MODEL_PANEL)] = 8,
+    threads: Annotated[Optional[int], typer.Option(
+        min=1, help="hf on CPU: torch threads (1 is faster on a busy machine).", rich_help_panel=_MODEL_PANEL)] = None,
     samples: Annotated[int, typer.Option("--samples", "-k", min=1, help="Samples per task (pass@1 and pass@k).")] = 1,
     limit: Annotated[Optional[int], typer.Option(min=1, help="Evaluate only the first N tasks.")] = None,
     concurrency: Annotated[int, typer.Option(min=1, help="Episodes (sandboxes) alive at once.")] = 8,
@@ -272,7 +274,8 @@ def eval_cmd(
                       "limits": {"max_new_tokens_per_turn": max_new_tokens, "max_turns": max_turns,
                                  "context_window_tokens": context_window, "agent_timeout_s": agent_timeout}},
             "inference": {"backend": kind, "model": served_model if is_url else model, "tokenizer": tokenizer,
-                          "base_url": model if is_url else None, "device": device, "max_batch_size": batch_size},
+                          "base_url": model if is_url else None, "device": device, "max_batch_size": batch_size,
+                          "num_threads": threads},
         })
     except ValidationError as err:
         first = err.errors()[0]

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import copy
+
+import pytest
 
 from swerl.agent.tokens import ChatFormat, TokenRecord
 from swerl.inference.base import Generation, SamplingParams
@@ -85,3 +88,65 @@ def test_policy_sees_exactly_the_recorded_ids_with_a_random_model(smol_tokenizer
     assert round_trip != last
     assert sum(record.loss_mask) == generated
     assert len(record.loss_mask) > generated  # observation ids carry mask 0
+
+
+# A Qwen3-like template (written for this test): earlier assistant turns lose their
+# <think> block when re-rendered, tool results are grouped into one user turn, and
+# enable_thinking=False pre-fills an empty think block in the generation prompt.
+QWEN3_LIKE_TEMPLATE = (
+    "{%- if tools %}{{ '<|im_start|>system\\n# Tools\\n' + (tools | tojson) + '<|im_end|>\\n' }}{% endif -%}"
+    "{%- for m in messages -%}"
+    "{%- if m.role == 'assistant' -%}"
+    "{%- set c = m.content -%}"
+    "{%- if '</think>' in c and not loop.last %}{% set c = c.split('</think>')[-1].lstrip('\\n') %}{% endif -%}"
+    "{{ '<|im_start|>assistant\\n' + c + '<|im_end|>\\n' }}"
+    "{%- elif m.role == 'tool' -%}"
+    "{%- if loop.first or messages[loop.index0 - 1].role != 'tool' %}{{ '<|im_start|>user' }}{% endif -%}"
+    "{{ '\\n<tool_response>\\n' + m.content + '\\n</tool_response>' }}"
+    "{%- if loop.last or messages[loop.index0 + 1].role != 'tool' %}{{ '<|im_end|>\\n' }}{% endif -%}"
+    "{%- else -%}{{ '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
+    "{%- if enable_thinking is defined and enable_thinking is false %}{{ '<think>\\n\\n</think>\\n\\n' }}{% endif %}"
+    "{%- endif -%}"
+)
+
+
+@pytest.fixture
+def qwen3_like_tokenizer(smol_tokenizer):
+    tok = copy.deepcopy(smol_tokenizer)
+    tok.chat_template = QWEN3_LIKE_TEMPLATE
+    return tok
+
+
+def test_thinking_stays_in_the_history_a_rerender_would_drop(qwen3_like_tokenizer):
+    tok = qwen3_like_tokenizer
+    chat = ChatFormat(tok, {"enable_thinking": True})
+    messages = [{"role": "user", "content": "task"}]
+    record = TokenRecord(prompt_ids=chat.prompt_ids(messages))
+    reply = "<think>\nsecret reasoning\n</think>\n\n{\"commands\": []}"
+    ids = [*tok.encode(reply, add_special_tokens=False), tok.convert_tokens_to_ids("<|im_end|>")]
+    record.add_generation(Generation(token_ids=ids, logprobs=None, finish_reason="stop"))
+    messages += [{"role": "assistant", "content": reply}, {"role": "user", "content": "output"}]
+    record.add_observation(chat.observation_ids(messages[-1:], ids[-1]))
+    context = tok.decode(record.context_ids())
+    assert "secret reasoning" in context  # what the policy saw and what training sees
+    assert "secret reasoning" not in chat.render(messages, add_generation_prompt=True)
+    assert context.endswith("<|im_start|>user\noutput<|im_end|>\n<|im_start|>assistant\n")
+    assert record.has_logprobs is False
+
+
+def test_thinking_off_prefills_an_empty_think_block_every_turn(qwen3_like_tokenizer):
+    chat = ChatFormat(qwen3_like_tokenizer, {"enable_thinking": False})
+    assert qwen3_like_tokenizer.decode(chat.prompt_ids([{"role": "user", "content": "t"}])).endswith(
+        "<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    assert chat.observation_text([{"role": "user", "content": "o"}], None).endswith("<think>\n\n</think>\n\n")
+
+
+def test_tool_results_of_one_turn_form_one_user_message(qwen3_like_tokenizer):
+    chat = ChatFormat(qwen3_like_tokenizer, tools=[{"type": "function", "function": {"name": "bash"}}])
+    end = qwen3_like_tokenizer.convert_tokens_to_ids("<|im_end|>")
+    text = chat.observation_text([{"role": "tool", "content": "A"}, {"role": "tool", "content": "B"}], end)
+    assert text == ("\n<|im_start|>user\n<tool_response>\nA\n</tool_response>\n<tool_response>\nB\n</tool_response>"
+                    "<|im_end|>\n<|im_start|>assistant\n")
+    assert chat.supports_tools and "# Tools" in chat.render([{"role": "user", "content": "x"}], True)
