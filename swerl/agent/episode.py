@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from swerl.agent.config import AgentConfig, EpisodeLimits
-from swerl.agent.outcome import judge
+from swerl.agent.outcome import Verdict, judge
 from swerl.agent.policy import Policy
 from swerl.agent.protocols import AgentProtocol, EndReason, make_protocol
 from swerl.agent.tokens import ChatFormat, TokenRecord
@@ -162,7 +162,9 @@ async def _verify(sandbox: Any, state: _EpisodeState) -> tuple[Any | None, str |
         state.timings_s["verify_s"] = time.monotonic() - started
 
 
-def _trajectory(task, group_id, sample_index, state, end_reason, verdict, verifier) -> Trajectory:
+def _trajectory(task: Any, group_id: str | None, sample_index: int, state: _EpisodeState, end_reason: str,
+                verdict: Verdict, verifier: Any | None) -> Trajectory:
+    """Assemble the trajectory; a ``mask`` verdict zeroes the loss mask (no trainable tokens)."""
     record = state.record
     masked = verdict.failure_class == "mask"
     loss_mask = [0] * len(record.loss_mask) if masked else list(record.loss_mask)
