@@ -92,7 +92,12 @@ class CheckpointConfig(_Strict):
     """When full-state checkpoints and HF exports are written."""
 
     ckpt_interval: int = Field(1, ge=0, description="Save the full training state every N steps (0 = only at the end).")
-    keep_last: int | None = Field(None, ge=1, description="Keep the N newest checkpoints; None = keep all.")
+    keep_last: int | None = Field(
+        None, ge=1, description="Keep the N newest checkpoints; None = keep all. The newest is never deleted."
+    )
+    protect_steps: list[int] = Field(
+        default_factory=list, description="Checkpoint steps keep_last never deletes (e.g. the one select-checkpoint chose)."
+    )
     hf_save_interval: int = Field(0, ge=0, description="Write an HF export every N steps under exports/ (0 = only at the end).")
     save_final: bool = Field(True, description="Also checkpoint and export the last step.")
 

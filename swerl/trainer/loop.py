@@ -226,12 +226,12 @@ def train(
 
     # --- resume: weights, optimizer, scheduler, RNG, data position ----------------------------
     start_step = 0
-    protect: frozenset[int] = frozenset()
+    protect = frozenset(config.checkpointing.protect_steps)
     if ckpt_path is not None:
         state = ckpt.load_checkpoint(ckpt_path, model, optimizer, scheduler, info)
         sampler.load_state_dict(state["sampler"])
         start_step = int(state["global_step"])
-        protect = frozenset({start_step})
+        protect |= {start_step}  # the checkpoint this run resumed from
         if info.is_main:
             _truncate_metrics(run_dir, start_step)
     result = TrainResult(run_dir=run_dir, last_step=start_step)

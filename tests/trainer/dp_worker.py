@@ -23,6 +23,10 @@ from swerl.trainer.update import UpdateSettings, train_on_batch  # noqa: E402
 
 def run(out: Path | None, reduction: str) -> tuple[dict, dict]:
     info = distributed.init_distributed("cpu")
+    return update(out, reduction, info)
+
+
+def update(out: Path | None, reduction: str, info: distributed.DistInfo) -> tuple[dict, dict]:
     algo = AlgorithmConfig(n_samples_per_prompt=3, min_group_size=2, loss_reduction=reduction, max_seq_len=32)
     trajs = make_trajectories(num_groups=3, group_size=3, seed=7)
     for i in (0, 3, 6):
@@ -38,11 +42,13 @@ def run(out: Path | None, reduction: str) -> tuple[dict, dict]:
     metrics = train_on_batch(model, opt, sched, rows, algo, s, info)
     state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     if out is not None and info.is_main:
-        torch.save(state, out / "weights.pt")
-        (out / "metrics.json").write_text(json.dumps(metrics))
-    distributed.destroy()
+        torch.save(state, out / f"weights-{reduction}.pt")
+        (out / f"metrics-{reduction}.json").write_text(json.dumps(metrics))
     return state, metrics
 
 
 if __name__ == "__main__":
-    run(Path(sys.argv[1]), sys.argv[2])
+    dist_info = distributed.init_distributed("cpu")
+    for name in sys.argv[2:]:
+        update(Path(sys.argv[1]), name, dist_info)
+    distributed.destroy()

@@ -21,23 +21,30 @@ def test_rank_slice_pads_to_equal_rows():
     assert rank_slice(1, 1, 2) == (range(1, 1), 1)
 
 
-@pytest.mark.parametrize("reduction", ["token_mean", "seq_mean_token_sum_norm_global"])
-def test_two_processes_equal_one(tmp_path, reduction):
-    sys.path.insert(0, str(HERE))
-    from dp_worker import run
+REDUCTIONS = ["token_mean", "sequence_mean", "seq_mean_token_sum_norm_global"]
 
-    single_state, single_metrics = run(None, reduction)
+
+def test_two_processes_equal_one(tmp_path):
+    """One torchrun launch (2 gloo ranks, 5 + 4 rows, one padding row) per reduction mode."""
+    sys.path.insert(0, str(HERE))
+    from dp_worker import update
+
+    from swerl.trainer.distributed import DistInfo
+
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           str(HERE / "dp_worker.py"), str(tmp_path), reduction]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+           str(HERE / "dp_worker.py"), str(tmp_path), *REDUCTIONS]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    dp_state = torch.load(tmp_path / "weights.pt")
-    dp_metrics = json.loads((tmp_path / "metrics.json").read_text())
-    for key, value in single_state.items():
-        torch.testing.assert_close(dp_state[key], value, rtol=1e-5, atol=1e-6)
-    assert any(not torch.equal(dp_state[k], v) for k, v in build_initial().items())
-    for key in ("loss/policy", "grad_norm", "policy/num_tokens", "policy/clip_fraction"):
-        assert dp_metrics[key] == pytest.approx(single_metrics[key], rel=1e-5, abs=1e-7), key
+    initial = build_initial()
+    for reduction in REDUCTIONS:
+        single_state, single_metrics = update(None, reduction, DistInfo())
+        dp_state = torch.load(tmp_path / f"weights-{reduction}.pt")
+        dp_metrics = json.loads((tmp_path / f"metrics-{reduction}.json").read_text())
+        for key, value in single_state.items():
+            torch.testing.assert_close(dp_state[key], value, rtol=1e-5, atol=1e-6)
+        assert any(not torch.equal(dp_state[k], v) for k, v in initial.items())
+        for key in ("loss/policy", "grad_norm", "policy/num_tokens", "policy/clip_fraction"):
+            assert dp_metrics[key] == pytest.approx(single_metrics[key], rel=1e-5, abs=1e-7), (reduction, key)
 
 
 def build_initial():
