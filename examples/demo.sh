@@ -1,7 +1,23 @@
 #!/usr/bin/env bash
-# The main job behind `make demo`.
+# The main job behind `make demo`, on the bundled default (HumanEval tasks, SmolLM2-135M, CPU):
+#   1. import the 164 HumanEval problems as pymethods2test-shaped task folders (once);
+#   2. `swerl sandbox-test`: every oracle must earn reward 1 and every null attempt 0 in Docker,
+#      so the rewards the run trains on can be trusted (SKIP_SANDBOX_TEST=1 skips it);
+#   3. `swerl train` a few steps of RLOO-n with TIS on the first 32 problems (exports included);
+#   4. `swerl select-checkpoint` picks the export with the best trailing EMA of the reward.
 set -euo pipefail
 OUT=${1:-runs/demo}
 SWERL=${SWERL:-.venv/bin/swerl}
-mkdir -p "$OUT"
-"$SWERL" --help
+TASKS=${TASKS:-runs/humaneval-tasks}
+start=$(date +%s)
+
+if [ ! -d "$TASKS/humaneval-163" ]; then
+  "$SWERL" tasks import humaneval "$TASKS" --force
+fi
+if [ "${SKIP_SANDBOX_TEST:-0}" != 1 ]; then
+  "$SWERL" sandbox-test "$TASKS" --json "$OUT/sandbox-test.json"
+fi
+rm -rf "$OUT/train"
+"$SWERL" train examples/humaneval-smollm2-cpu.yaml --run-dir "$OUT/train" --set "data.tasks=$TASKS"
+"$SWERL" select-checkpoint "$OUT/train"
+echo "demo finished in $(( $(date +%s) - start )) s; run directory: $OUT/train" >&2
