@@ -323,16 +323,18 @@ def _eval_table(summary: dict):  # noqa: ANN202 - rich Table
     """The eval summary as a two-column table (metric, value)."""
     from rich.table import Table
 
-    table = Table(title=f"swerl eval: {summary['model']}", title_justify="left")
+    table = Table(title="swerl eval", title_justify="left")
     table.add_column("metric")
-    table.add_column("value", justify="right")
+    table.add_column("value", justify="right", overflow="fold")
+    table.add_row("model", summary["model"])
+    table.add_row("protocol", summary["protocol"])
+    table.add_row("samples per task", str(summary["samples"]))
     keys = [k for k in summary if k.startswith("pass@")] + [
         "reward/mean", "turns/mean", "tokens/generated_mean", "tokens/context_mean",
         "num_tasks", "num_trajectories", "num_masked", "wall_s"]
     for key in keys:
         value = summary[key]
         table.add_row(key, f"{value:.4f}" if isinstance(value, float) else str(value))
-    table.add_row("protocol", summary["protocol"])
     for name, count in summary["outcomes"].items():
         table.add_row(f"outcome/{name}", str(count))
     for name, count in summary["end_reasons"].items():
