@@ -10,10 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from swerl.agent.config import AgentConfig
+from swerl.agent.config import AgentConfig, EpisodeLimits
 from swerl.agent.evaluate import evaluate, write_eval_outputs
-from swerl.agent.policy import ScriptedPolicy
+from swerl.agent.policy import BackendPolicy, ScriptedPolicy
 from swerl.agent.rollout import collect_rollouts
+from swerl.inference.batcher import AsyncBatcher
+from swerl.inference.hf import HFBackend
 from swerl.sandbox import SandboxConfig, SandboxManager
 from swerl.tasks.load import load_task
 
@@ -75,3 +77,27 @@ def test_eval_writes_trajectories_and_summary(tmp_path, smol_tokenizer):
     assert rows[0]["reward"] == 1.0 and "passed" in rows[0]["verifier_output_tail"]
     assert json.loads(summary_path.read_text())["num_trajectories"] == 4
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["summary.json", "trajectories.jsonl"]
+
+
+def test_backend_policy_records_sampling_logprobs_on_generated_ids_only(smol_tokenizer, tiny_model):
+    cfg = AgentConfig(protocol="terminus-json", temperature=1.0, seed=7,
+                      limits=EpisodeLimits(max_new_tokens_per_turn=6, max_consecutive_parse_failures=2))
+    tasks = [load_task(FIXTURE_TASKS / "add-two")]
+
+    async def main():
+        batcher = AsyncBatcher(HFBackend(tiny_model, smol_tokenizer, seed=0), max_batch_size=2, max_wait_s=0.05)
+        try:
+            async with SandboxManager(SandboxConfig(concurrency=2, warm_pool=False)) as manager:
+                return await collect_rollouts(tasks, 2, BackendPolicy(batcher, smol_tokenizer), manager, cfg,
+                                              concurrency=2)
+        finally:
+            await batcher.close()
+
+    trajs = asyncio.run(main())
+    for traj in trajs:  # random weights never produce valid JSON
+        assert (traj.end_reason, traj.failure_class, traj.num_turns) == ("parse_failures", "zero", 2)
+        generated = [lp for lp, m in zip(traj.rollout_logprobs, traj.loss_mask) if m == 1]
+        observed = [lp for lp, m in zip(traj.rollout_logprobs, traj.loss_mask) if m == 0]
+        assert len(generated) == traj.num_generated_tokens and all(lp < 0.0 for lp in generated)
+        assert observed and all(lp == 0.0 for lp in observed)
+    assert trajs[0].response_ids != trajs[1].response_ids  # per-episode seeds differ
