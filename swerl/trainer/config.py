@@ -112,19 +112,19 @@ class LoggingConfig(_Strict):
 class TrainConfig(_Strict):
     """Everything ``swerl train`` needs; see ``examples/*.yaml``."""
 
-    model: ModelConfig = Field(default_factory=ModelConfig)
-    data: DataConfig
+    model: ModelConfig = Field(default_factory=ModelConfig, description="The policy being trained.")
+    data: DataConfig = Field(..., description="Task source and prompt order.")
     generator: InferenceConfig = Field(
         default_factory=InferenceConfig,
         description="Inference backend that samples rollouts (hf or vllm); its model is model.path, leave generator.model unset.",
     )
-    agent: AgentConfig = Field(default_factory=AgentConfig)
-    sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
-    algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
-    optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
-    loop: LoopConfig = Field(default_factory=LoopConfig)
-    checkpointing: CheckpointConfig = Field(default_factory=CheckpointConfig)
-    logging: LoggingConfig = Field(default_factory=LoggingConfig)
+    agent: AgentConfig = Field(default_factory=AgentConfig, description="Agent protocol, episode limits, sampling (temperature, top-p, top-k).")
+    sandbox: SandboxConfig = Field(default_factory=SandboxConfig, description="Docker sandboxes: concurrency, limits, warm pool.")
+    algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig, description="Advantages, policy loss, TIS, loss reduction (rl stage).")
+    optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig, description="AdamW and the LR schedule.")
+    loop: LoopConfig = Field(default_factory=LoopConfig, description="Prompts per step, epochs, steps, mini/micro-batches.")
+    checkpointing: CheckpointConfig = Field(default_factory=CheckpointConfig, description="Checkpoint and HF export intervals, retention.")
+    logging: LoggingConfig = Field(default_factory=LoggingConfig, description="TensorBoard and trajectory dumps.")
     seed: int = Field(0, description="Seed of torch, numpy, python and (unless data.seed) the prompt order.")
 
     @model_validator(mode="after")

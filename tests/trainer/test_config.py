@@ -83,7 +83,7 @@ def test_cross_field_rules_name_the_fields(tmp_path):
     with pytest.raises(ConfigError, match="agent.temperature must be > 0"):
         load_train_config(DEMO_YAML, ["agent.temperature=0"])
     with pytest.raises(ConfigError, match="mini_batch_size=3 must divide train_batch_size=4"):
-        load_train_config(DEMO_YAML, ["loop.mini_batch_size=3"])
+        load_train_config(DEMO_YAML, ["loop.train_batch_size=4", "loop.mini_batch_size=3"])
     with pytest.raises(ConfigError, match="requires max_seq_len"):
         load_train_config(DEMO_YAML, ["algorithm.max_seq_len=null"])
 
@@ -94,7 +94,7 @@ def test_plan_counts_steps_samples_and_intervals():
     assert plan.steps_per_epoch == 78 and plan.total_steps == 80
     assert plan.samples_per_step == 512 and plan.token_budget_per_step == 512 * 32768
     assert plan.checkpoint_steps[:3] == [2, 4, 6] and plan.export_steps[-2:] == [75, 80]
-    small = make_plan(load_train_config(DEMO_YAML, ["loop.epochs=2", "loop.max_steps=null",
+    small = make_plan(load_train_config(DEMO_YAML, ["loop.train_batch_size=4", "loop.epochs=2", "loop.max_steps=null",
                                                     "loop.mini_batch_size=2", "loop.update_epochs=2"]), 10)
     assert (small.total_steps, small.optimizer_steps_per_step, small.total_optimizer_steps) == (4, 4, 16)
 
