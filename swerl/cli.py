@@ -371,6 +371,9 @@ def train_cmd(
         return
     from swerl.trainer.loop import train
 
+    if os.environ.get("RANK", "0") != "0":  # torchrun: other ranks train quietly, rank 0 shows and reports
+        train(cfg, target, resume)
+        return
     result = _train_with_live_view(cfg, target, resume, train)
     if result.already_finished:
         out_console.print(f"run already finished at global step {result.last_step}: nothing to train ({target})")

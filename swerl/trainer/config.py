@@ -144,6 +144,10 @@ class TrainConfig(_Strict):
             )
         if self.algorithm.use_kl_loss:
             raise ValueError("algorithm.use_kl_loss needs a reference policy, which the trainer does not hold yet: set false")
+        if self.model.fsdp and self.generator.backend == "hf":
+            raise ValueError(
+                "model.fsdp with generator.backend=hf: rank 0 cannot generate with a sharded module; use generator.backend=vllm"
+            )
         if self.model.fsdp and self.model.device == "cpu":
             raise ValueError("model.fsdp needs CUDA: set model.device=cuda or model.fsdp=false")
         return self

@@ -84,6 +84,10 @@ def test_cross_field_rules_name_the_fields(tmp_path):
         load_train_config(DEMO_YAML, ["agent.temperature=0"])
     with pytest.raises(ConfigError, match="mini_batch_size=3 must divide train_batch_size=4"):
         load_train_config(DEMO_YAML, ["loop.train_batch_size=4", "loop.mini_batch_size=3"])
+    with pytest.raises(ConfigError, match="model.fsdp with generator.backend=hf"):
+        load_train_config(DEMO_YAML, ["model.fsdp=true", "model.device=cuda"])
+    with pytest.raises(ConfigError, match="generator.max_model_len=8192 is below"):
+        load_train_config(SEED_YAML, ["generator.max_model_len=8192"])
     with pytest.raises(ConfigError, match="requires max_seq_len"):
         load_train_config(DEMO_YAML, ["algorithm.max_seq_len=null"])
 
