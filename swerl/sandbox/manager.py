@@ -33,6 +33,8 @@ log = logging.getLogger(__name__)
 
 # Warm pools kept at once (one per image + limits); older ones are drained.
 MAX_WARM_POOLS = 4
+# Default idle containers per pool (SandboxConfig.warm_pool_size overrides).
+DEFAULT_MAX_WARM = 4
 
 
 def new_run_id() -> str:
@@ -149,7 +151,9 @@ class SandboxManager:
         pool = self._pools.pop(spec, None)
         if pool is None:
             assert self._call is not None and self.client is not None and self._reaper is not None
-            size = self.config.warm_pool_size if self.config.warm_pool_size is not None else self.config.concurrency
+            size = self.config.warm_pool_size
+            if size is None:  # enough to stay ahead of trial starts; more would only idle
+                size = min(self.config.concurrency, DEFAULT_MAX_WARM)
             pool = WarmPool(
                 self._call, self.client, spec, size if self.config.warm_pool else 0,
                 self._labels, self._reaper, self.config.start_timeout_s,

@@ -71,7 +71,7 @@ class SandboxConfig(BaseModel):
         True, description="Pre-create and start containers ahead of use (one fresh container per trial)."
     )
     warm_pool_size: int | None = Field(
-        None, ge=0, description="Idle started containers kept per image; None means = concurrency."
+        None, ge=0, description="Idle started containers kept per image; None means min(concurrency, 4)."
     )
     pids_limit: int = Field(512, ge=16, description="Most processes inside one container (fork bombs).")
     max_output_bytes: int = Field(

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 _VERIFY_GRACE_S = 10.0
+KEEPER_MAX_STDIN_BYTES = 8 * 1024 * 1024
 
 
 class Sandbox:
@@ -80,7 +81,7 @@ class Sandbox:
         Raises:
             SandboxError: container gone / daemon failure (``outcome`` daemon_error or oom).
         """
-        channel = await self._channel()
+        channel = await self._channel(stdin)
         if channel is None:  # busy with another command, or no keeper: a plain docker exec
             return await self._guard(exec_command(
                 self._call, self._client, self.container_id, command, timeout_s,
@@ -168,7 +169,7 @@ class Sandbox:
 
     async def _run_verify_script(self, source: str, limit: float, stdin: bytes | None = None) -> ExecResult:
         env = dict(self.task.config.verifier.env) or None
-        channel = await self._channel()
+        channel = await self._channel(stdin)
         if channel is not None:  # no in-container timeout here: the script kills all but itself and PID 1
             script = _prelude(env, None) + f"set -- {shlex.quote(source)} {limit:.3f}\n".encode() + VERIFY_SCRIPT.encode()
             result, _ = await self._guard(channel.run(script, stdin or b"", None, limit + _VERIFY_GRACE_S, 256 * 1024))
@@ -187,8 +188,10 @@ class Sandbox:
         if self._keeper is not None:
             self._keeper.close()
 
-    async def _channel(self) -> KeeperChannel | None:
-        """The keeper channel when free; None means use ``docker exec``."""
+    async def _channel(self, stdin: bytes | None = None) -> KeeperChannel | None:
+        """The keeper channel when free (and ``stdin`` small); None means use ``docker exec``."""
+        if stdin is not None and len(stdin) > KEEPER_MAX_STDIN_BYTES:
+            return None  # the keeper buffers stdin in one `dd` block; stream big inputs instead
         if self._keeper is None and not self._keeper_failed:
             try:
                 self._keeper = await KeeperChannel.attach(self._client, self.container_id, self._config.docker_timeout_s)
