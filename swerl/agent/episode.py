@@ -84,13 +84,16 @@ async def run_episode(
     sandbox_outcome: str | None = None
 
     started = time.monotonic()
+    deadline = asyncio.timeout(timeout_s)
     try:
-        async with asyncio.timeout(timeout_s):
+        async with deadline:
             end_reason = await _agent_loop(protocol, chat, sandbox, policy, cfg, limits, state, seed)
     except SandboxError as err:
         end_reason, sandbox_outcome, state.detail = "sandbox_error", _outcome_name(err), str(err)
         logger.warning("%s #%d: sandbox failed during the episode: %s", task.name, sample_index, err)
     except TimeoutError:
+        if not deadline.expired():  # some other timeout: a bug, not the agent's budget
+            raise
         end_reason, state.detail = "agent_timeout", f"agent exceeded its {timeout_s:g} s budget"
     state.timings_s["agent_s"] = time.monotonic() - started
 
