@@ -11,7 +11,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from conftest import build_tiny_model, make_trajectories  # noqa: E402
+from _support import build_tiny_model, make_trajectories  # noqa: E402
 
 from swerl.rl.advantages import group_index  # noqa: E402
 from swerl.rl.config import AlgorithmConfig  # noqa: E402

@@ -24,7 +24,7 @@ from swerl.trainer.distributed import DistInfo
 from swerl.trainer.optim import build_optimizer
 from swerl.trainer.update import UpdateSettings, train_on_batch
 
-from conftest import build_tiny_model, build_tiny_tokenizer, make_trajectories
+from ._support import build_tiny_model, build_tiny_tokenizer, make_trajectories
 
 HERE = Path(__file__).parent
 ALGO = AlgorithmConfig(n_samples_per_prompt=4, min_group_size=2)
@@ -72,8 +72,8 @@ def test_resume_gives_identical_losses_and_weights(tmp_path):
 
 CRASH_SCRIPT = textwrap.dedent("""
     import sys, time, torch
-    sys.path.insert(0, {here!r})
-    from test_checkpoint import setup, save
+    sys.path.insert(0, {tests_dir!r})
+    from trainer.test_checkpoint import setup, save
     from swerl.trainer import checkpoint as ckpt
     run_dir = __import__("pathlib").Path(sys.argv[1])
     model, opt, sched = setup()
@@ -91,7 +91,7 @@ CRASH_SCRIPT = textwrap.dedent("""
 
 def test_kill_9_mid_save_leaves_previous_checkpoint_loadable(tmp_path):
     script = tmp_path / "crash.py"
-    script.write_text(CRASH_SCRIPT.format(here=str(HERE)))
+    script.write_text(CRASH_SCRIPT.format(tests_dir=str(HERE.parent)))
     proc = subprocess.Popen([sys.executable, str(script), str(tmp_path / "run")], stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "MID-SAVE"

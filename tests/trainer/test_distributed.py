@@ -48,7 +48,7 @@ def test_two_processes_equal_one(tmp_path):
 
 
 def build_initial():
-    from conftest import build_tiny_model
+    from ._support import build_tiny_model
 
     return build_tiny_model(16, seed=0).state_dict()
 
@@ -59,7 +59,7 @@ def test_torchrun_train_matches_single_process(tmp_path, tiny_model_dir):
     """`torchrun --nproc_per_node 2 -m swerl.cli train` (rank 0 rolls out, both ranks update their
     slice) logs the same losses and gradient norms as one process, step after step."""
     sys.path.insert(0, str(HERE))
-    from test_loop import records, tiny_config
+    from .test_loop import records, tiny_config
 
     cfg_path = tmp_path / "cfg.yaml"
     cfg_path.write_text(tiny_config(tiny_model_dir).to_yaml())

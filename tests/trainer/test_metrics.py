@@ -8,7 +8,7 @@ import pytest
 
 from swerl.trainer.metrics import MetricsSink, dump_trajectories, rollout_metrics
 
-from conftest import make_trajectories
+from ._support import make_trajectories
 
 
 def test_rollout_metrics_follow_the_spec():

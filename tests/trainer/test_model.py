@@ -12,8 +12,8 @@ from swerl.trainer.distributed import DistInfo
 from swerl.trainer.model import compute_dtype, load_policy
 from swerl.trainer.update import UpdateSettings, train_on_batch
 
-from test_update import rows_of
-from conftest import make_trajectories
+from .test_update import rows_of
+from ._support import make_trajectories
 
 ALGO = AlgorithmConfig(n_samples_per_prompt=4, min_group_size=2)
 

@@ -14,7 +14,7 @@ from swerl.trainer.batch import collate, row_from_trajectory
 from swerl.trainer.distributed import DistInfo
 from swerl.trainer.update import UpdateSettings, forward_logprobs, train_on_batch, with_old_logprobs
 
-from conftest import build_tiny_model, make_trajectories
+from ._support import build_tiny_model, make_trajectories
 
 
 def rows_of(trajs, algo):

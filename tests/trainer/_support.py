@@ -1,0 +1,79 @@
+"""Tiny real parts for trainer tests: a word-level tokenizer with a chat template and a
+2-layer Llama built from a config, saved as an HF folder that ``from_pretrained`` loads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+SPECIAL = ["<pad>", "<unk>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"]
+WORDS = ["```python\n", "\n```", "MAGIC", "print(", ")", "pass", "x = 1", "\n", "Write", "answer"]
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|end|>{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+
+
+def build_tiny_tokenizer():
+    """A word-level tokenizer: every WORDS entry is one id, any other text is ``<unk>``."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {tok: i for i, tok in enumerate(SPECIAL + WORDS)}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.decoder = decoders.Fuse()
+    tok.add_special_tokens(SPECIAL)
+    tok.add_tokens(WORDS)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token="<pad>", unk_token="<unk>", eos_token="<|end|>", chat_template=CHAT_TEMPLATE
+    )
+
+
+def build_tiny_model(vocab_size: int, seed: int = 0):
+    """A 2-layer Llama (hidden 32) with random weights drawn from ``seed``."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(
+        vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=512, tie_word_embeddings=False, pad_token_id=0, eos_token_id=5,
+        bos_token_id=None,
+    )
+    return LlamaForCausalLM(cfg)
+
+
+def save_tiny_model_dir(path: Path, seed: int = 0) -> Path:
+    """Write tokenizer + model to ``path`` (an HF folder) and return it."""
+    tok = build_tiny_tokenizer()
+    model = build_tiny_model(len(tok), seed)
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+def make_trajectories(num_groups: int = 2, group_size: int = 4, vocab_size: int = 16, seed: int = 0):
+    """Synthetic but well-formed trajectories: unequal prompt/response lengths, observation
+    tokens (loss mask 0) in the middle, 0/1 rewards, rollout log-probs near the model's."""
+    import random
+
+    from swerl.agent.trajectory import Trajectory
+
+    rng = random.Random(seed)
+    out = []
+    for g in range(num_groups):
+        prompt = [rng.randrange(6, vocab_size) for _ in range(rng.randint(3, 6))]
+        for i in range(group_size):
+            t = rng.randint(2, 9)
+            response = [rng.randrange(6, vocab_size) for _ in range(t)]
+            mask = [0 if 0 < k < t - 1 and k % 4 == 2 else 1 for k in range(t)]
+            logprobs = [(-rng.uniform(1.5, 3.5) if m else 0.0) for m in mask]
+            out.append(
+                Trajectory(
+                    task_name=f"task-{g}", group_id=f"g{g}", sample_index=i, prompt_ids=prompt, response_ids=response,
+                    loss_mask=mask, rollout_logprobs=logprobs, reward=float(rng.random() < 0.5),
+                    num_generated_tokens=sum(mask),
+                )
+            )
+    return out
