@@ -10,10 +10,11 @@ the batch.
 
 from __future__ import annotations
 
+import fnmatch
 import logging
 import threading
 import tomllib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -169,6 +170,7 @@ def load_tasks(
     source: Path | str,
     *,
     limit: int | None = None,
+    names: Sequence[str] | None = None,
     on_error: Literal["raise", "skip"] = "raise",
     cache_dir: Path | None = None,
 ) -> TaskSet:
@@ -177,7 +179,9 @@ def load_tasks(
     Args:
         source: a folder of task folders (sorted by name), a single task folder, or a
             ``.parquet`` / ``.jsonl`` (``.jsonl.gz``) file of ``path`` + ``task_binary`` rows.
-        limit: stop after this many valid tasks (None: all).
+        limit: stop after this many valid tasks (None: all); counted after ``names``.
+        names: keep only tasks whose name matches one of these shell patterns
+            (``fnmatch``, e.g. ``humaneval-00*``); None keeps all.
         on_error: ``"raise"`` re-raises the first MalformedTask; ``"skip"`` logs it, records
             ``(path, reason)`` in ``TaskSet.problems`` and goes on.
         cache_dir: where dataset rows are extracted (default ``~/.cache/swerl/tasks``),
@@ -186,7 +190,8 @@ def load_tasks(
         A :class:`TaskSet` of the valid tasks and the problems found.
     Raises:
         TaskError: the source does not exist, has an unknown format, lacks the dataset
-            columns, or holds no task at all (even with ``on_error="skip"``).
+            columns, or holds no task at all (even with ``on_error="skip"``), or no task
+            matches ``names``.
         MalformedTask: with ``on_error="raise"``, the first malformed task.
     """
     if on_error not in ("raise", "skip"):
@@ -211,7 +216,11 @@ def load_tasks(
             problems.append(TaskProblem(err.file, err.reason))
             continue
         seen[task.name] = label
+        if names is not None and not any(fnmatch.fnmatchcase(task.name, p) for p in names):
+            continue
         tasks.append(task)
+    if not tasks and names is not None and seen:
+        raise TaskError(f"{src}: no task name matches {list(names)}; check the names (e.g. humaneval-000)")
     if not tasks and not problems:
         raise TaskError(f"{src}: holds no task folders (a task has instruction.md, task.toml, environment/, tests/)")
     return TaskSet(source=src, tasks=tuple(tasks), problems=tuple(problems))

@@ -42,7 +42,10 @@ class DataConfig(_Strict):
     """Where the tasks come from and in which order they are visited."""
 
     tasks: str = Field(..., description="Task source: a folder of Harbor task folders, or a .parquet/.jsonl of rows.")
-    limit: int | None = Field(None, ge=1, description="Use only the first N tasks of the source (sorted by name).")
+    limit: int | None = Field(None, ge=1, description="Use only the first N tasks of the source (sorted by name), after `names`.")
+    names: list[str] | None = Field(
+        None, min_length=1, description="Use only tasks whose name matches one of these shell patterns (e.g. humaneval-00*)."
+    )
     shuffle: bool = Field(True, description="Visit tasks in a fresh seeded permutation every epoch.")
     seed: int | None = Field(None, description="Prompt-order seed; None = the top-level seed.")
 

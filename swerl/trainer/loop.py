@@ -197,7 +197,7 @@ def train(
         (run_dir / "config.yaml").write_text(config.to_yaml())
 
     # --- data: tasks and the prompt sampler --------------------------------------------------
-    tasks = list(load_tasks(config.data.tasks, limit=config.data.limit))
+    tasks = list(load_tasks(config.data.tasks, limit=config.data.limit, names=config.data.names))
     sampler = PromptSampler(len(tasks), config.loop.train_batch_size, config.data_seed, config.data.shuffle)
     plan: RunPlan = make_plan(config, len(tasks))
     emit(TrainEvent("plan", data=plan))

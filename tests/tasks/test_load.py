@@ -45,6 +45,16 @@ def test_limit_stops_after_n_valid_tasks():
     assert load_tasks(FIXTURES, limit=2).names == ["add-two", "count-vowels"]
 
 
+def test_names_keep_matching_tasks_before_the_limit():
+    assert load_tasks(FIXTURES, names=["reverse-*", "add-two"]).names == ["add-two", "reverse-words"]
+    assert load_tasks(FIXTURES, names=["*-*"], limit=1).names == ["add-two"]
+
+
+def test_names_matching_nothing_is_a_clear_error():
+    with pytest.raises(TaskError, match="no task name matches"):
+        load_tasks(FIXTURES, names=["nope-*"])
+
+
 def test_defaults_apply_for_an_empty_task_toml(task_dir: Path):
     (task_dir / "task.toml").write_text("")
     task = load_task(task_dir)
