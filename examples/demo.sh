@@ -10,6 +10,7 @@ OUT=${1:-runs/demo}
 SWERL=${SWERL:-.venv/bin/swerl}
 TASKS=${TASKS:-runs/humaneval-tasks}
 start=$(date +%s)
+mkdir -p "$OUT"
 
 if [ ! -d "$TASKS/humaneval-163" ]; then
   "$SWERL" tasks import humaneval "$TASKS" --force

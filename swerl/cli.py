@@ -201,6 +201,7 @@ def sandbox_test(
     if json_out is not None:
         import json
 
+        json_out.parent.mkdir(parents=True, exist_ok=True)
         tmp = json_out.with_name(json_out.name + ".tmp")
         tmp.write_text(json.dumps([r.model_dump(mode="json") for r in report.records], indent=1))
         os.replace(tmp, json_out)
@@ -391,7 +392,7 @@ def _train_dry_run(cfg, run_dir: Path) -> None:  # noqa: ANN001 - TrainConfig
     try:
         from swerl.tasks.load import load_tasks
 
-        num_tasks = len(load_tasks(cfg.data.tasks, limit=cfg.data.limit, on_error="skip"))
+        num_tasks = len(load_tasks(cfg.data.tasks, limit=cfg.data.limit, names=cfg.data.names, on_error="skip"))
     except SwerlError as err:
         logging.getLogger("swerl.cli").warning("tasks not counted: %s", err)
     plan = make_plan(cfg, num_tasks)
