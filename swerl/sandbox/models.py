@@ -73,6 +73,9 @@ class SandboxConfig(BaseModel):
     warm_pool_size: int | None = Field(
         None, ge=0, description="Idle started containers kept per image; None means min(concurrency, 4)."
     )
+    verifier_timeout_s: float | None = Field(
+        None, gt=0, description="Overrides every task's [verifier] timeout_sec, seconds (the seed run used 120); None = task.toml."
+    )
     pids_limit: int = Field(512, ge=16, description="Most processes inside one container (fork bombs).")
     max_output_bytes: int = Field(
         1_000_000, ge=1024, description="Exec output kept (head half + tail half); the rest is counted."

@@ -149,14 +149,15 @@ class Sandbox:
 
         Kills every process left in the container, wipes ``/logs/verifier``, uploads
         ``tests/`` to ``/tests``, runs ``bash /tests/test.sh`` (``[verifier] env`` applied)
-        under ``timeout_s`` (default: task.toml ``[verifier] timeout_sec``), then reads
+        under ``timeout_s`` (default: ``SandboxConfig.verifier_timeout_s``, else task.toml
+        ``[verifier] timeout_sec``), then reads
         ``reward.txt`` else ``reward.json``. Never raises for a misbehaving verifier: the
         outcome says what happened.
 
         Raises:
             SandboxError: only when the container/daemon fails (``outcome`` daemon_error/oom).
         """
-        limit = timeout_s if timeout_s is not None else self.task.config.verifier.timeout_sec
+        limit = timeout_s or self._config.verifier_timeout_s or self.task.config.verifier.timeout_sec
         began = time.monotonic()
         raw = await self._run_verify_script("-", limit, stdin=tar_of_dir(self.task.tests_dir, ""))
         if "\x1enotar\x1f" in raw.output:  # no tar in the image: copy the tests in first

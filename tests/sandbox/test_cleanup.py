@@ -117,3 +117,16 @@ def test_warm_pools_beyond_the_most_recent_few_are_drained(docker_client):
     assert pools == MAX_WARM_POOLS
     assert idle <= MAX_WARM_POOLS  # at most one idle container per kept pool
     assert containers_of(docker_client, run_id) == []
+
+
+def test_sandbox_config_verifier_timeout_overrides_task_toml(docker_client):
+    async def body():
+        config = SandboxConfig(concurrency=1, warm_pool=False, verifier_timeout_s=1.5)
+        async with SandboxManager(config) as mgr:
+            async with mgr.sandbox(fixture_task("loop_forever")) as sb:  # task.toml says 3 s
+                return await sb.verify(), mgr.run_id
+
+    verdict, run_id = run(body())
+    assert verdict.outcome is Outcome.verifier_timeout and verdict.reward == 0.0
+    assert "verifier timeout of 1.5 s" in verdict.detail
+    assert containers_of(docker_client, run_id) == []
