@@ -242,6 +242,9 @@ def eval_cmd(
     concurrency: Annotated[int, typer.Option(min=1, help="Episodes (sandboxes) alive at once.")] = 8,
     protocol: Annotated[str, typer.Option(
         help="terminus-json | tool-call | single-turn.", rich_help_panel=_AGENT_PANEL)] = "terminus-json",
+    prefill: Annotated[str, typer.Option(
+        help="single-turn assistant prefill: none | fence | starter_code (fence + the instruction's first "
+             "```python block).", rich_help_panel=_AGENT_PANEL)] = "none",
     temperature: Annotated[float, typer.Option(min=0.0, help="Sampling temperature.", rich_help_panel=_AGENT_PANEL)] = 0.7,
     top_p: Annotated[float, typer.Option(min=0.0, max=1.0, help="Nucleus mass.", rich_help_panel=_AGENT_PANEL)] = 1.0,
     max_new_tokens: Annotated[int, typer.Option(
@@ -271,7 +274,7 @@ def eval_cmd(
             "tasks": tasks, "samples": samples, "limit": limit, "concurrency": concurrency,
             "out_dir": out or Path("runs") / _time.strftime("eval-%Y%m%d-%H%M%S", _time.gmtime()),
             "agent": {"protocol": protocol, "temperature": temperature, "top_p": top_p, "seed": seed,
-                      "enable_thinking": enable_thinking,
+                      "enable_thinking": enable_thinking, "single_turn_prefill": prefill,
                       "limits": {"max_new_tokens_per_turn": max_new_tokens, "max_turns": max_turns,
                                  "context_window_tokens": context_window, "agent_timeout_s": agent_timeout}},
             "inference": {"backend": kind, "model": served_model if is_url else model, "tokenizer": tokenizer,

@@ -10,6 +10,7 @@ from swerl.inference.base import SamplingParams
 
 ProtocolName = Literal["terminus-json", "tool-call", "single-turn"]
 AgentFailurePolicy = Literal["zero", "passthrough"]
+SingleTurnPrefill = Literal["none", "fence", "starter_code"]
 
 
 class EpisodeLimits(BaseModel):
@@ -53,6 +54,15 @@ class AgentConfig(BaseModel):
         10000, ge=256, description="Terminal/tool output shown per turn, bytes (head + tail kept, middle elided)."
     )
     solution_path: str = Field("/app/solution.py", description="Where single-turn writes the first Python block.")
+    single_turn_prefill: SingleTurnPrefill = Field(
+        "none",
+        description=(
+            "Text the single-turn assistant turn starts with (part of the prompt ids, never trained on): "
+            "none; fence = '```python\\n'; starter_code = the fence plus the first ```python block of the "
+            "instruction (signature + docstring, as EvalPlus does for chat models), or just the fence when "
+            "the instruction has none. The solution is then prefill + completion up to the closing fence."
+        ),
+    )
     on_agent_timeout: AgentFailurePolicy = Field(
         "zero", description="zero: reward 0, kept in the baseline; passthrough: the verifier's reward counts."
     )
@@ -65,6 +75,11 @@ class AgentConfig(BaseModel):
         if self.limits.max_new_tokens_per_turn >= self.limits.context_window_tokens:
             raise ValueError(
                 "limits.max_new_tokens_per_turn must be smaller than limits.context_window_tokens; lower it or raise the window"
+            )
+        if self.single_turn_prefill != "none" and self.protocol != "single-turn":
+            raise ValueError(
+                f"single_turn_prefill={self.single_turn_prefill!r} only applies to protocol 'single-turn' "
+                f"(got {self.protocol!r}); set it to 'none' or switch the protocol"
             )
         return self
 

@@ -42,12 +42,18 @@ class _EpisodeState:
 def first_prompt(task: Any, policy: Policy, cfg: AgentConfig) -> tuple[AgentProtocol, ChatFormat, list[dict], list[int]]:
     """The protocol, chat format, first messages and (P,) prompt ids of an episode of ``task``.
 
-    Needs no sandbox, so a trajectory can be recorded even when the sandbox never starts.
+    The prompt ids are the template over the messages with the assistant header, followed
+    by the ids of the protocol's assistant prefill (tokenized once, on its own), if any:
+    everything before the first generated id. Needs no sandbox, so a trajectory can be
+    recorded even when the sandbox never starts.
     """
     protocol = make_protocol(cfg, template_has_tools=_template_has_tools(policy.tokenizer))
     chat = ChatFormat(policy.tokenizer, {"enable_thinking": cfg.enable_thinking}, tools=protocol.tools())
     messages = protocol.initial_messages(task.instruction)
-    return protocol, chat, messages, chat.prompt_ids(messages)
+    prompt_ids = chat.prompt_ids(messages)
+    if protocol.prefill:
+        prompt_ids += chat.encode(protocol.prefill)
+    return protocol, chat, messages, prompt_ids
 
 
 async def run_episode(
@@ -134,6 +140,8 @@ async def _agent_loop(
         state.weight_version = generation.weight_version
         state.num_turns += 1
         reply = chat.decode_reply(generation.token_ids)
+        if state.num_turns == 1:  # the assistant turn started with the prefill (prompt ids)
+            reply = protocol.prefill + reply
         state.messages.append({"role": "assistant", "content": reply})
         if generation.finish_reason == "length":
             state.hit_length_limit = True

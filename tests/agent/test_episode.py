@@ -193,6 +193,48 @@ def test_single_turn_without_code_fails_verification(add_two, smol_tokenizer):
     assert (traj.outcome, traj.reward, traj.failure_class, traj.num_parse_failures) == ("failed", 0.0, "none", 1)
 
 
+def test_starter_code_prefill_lets_a_body_only_reply_pass(humaneval_task, smol_tokenizer):
+    """HumanEval/0 needs ``from typing import List``: the body alone passes only when the
+    prefill supplies the imports, signature and docstring."""
+    task, solution = humaneval_task
+    body = solution.split('    """\n')[-1]  # canonical solution: the lines after the docstring
+    reply = body + "```\nHope this helps.\n```python\nraise SystemExit\n```"
+    cfg = AgentConfig(protocol="single-turn", single_turn_prefill="starter_code")
+    traj, policy = run(episode(task, [reply], smol_tokenizer, cfg))
+    assert (traj.end_reason, traj.outcome, traj.reward, traj.num_turns) == ("completed", "passed", 1.0, 1)
+    answer = traj.messages[-1]["content"]
+    assert answer.startswith("```python\nfrom typing import List\n") and answer.endswith(reply)
+    # The prefill is prompt (never trained on); only the reply's ids are generated.
+    assert policy.prompts == [traj.prompt_ids]
+    assert traj.response_ids == [*smol_tokenizer.encode(reply, add_special_tokens=False), policy.end_token_id]
+    assert traj.loss_mask == [1] * len(traj.response_ids)
+
+    plain, _ = run(episode(task, [reply], smol_tokenizer, AgentConfig(protocol="single-turn")))
+    assert (plain.outcome, plain.reward) == ("failed", 0.0)
+
+
+def test_prefill_ids_follow_the_assistant_header_verbatim(add_two, smol_tokenizer):
+    """prompt_ids = template(messages, generation prompt) + ids of the prefill tokenized alone;
+    the generated ids (non-canonical: one id per character) follow verbatim."""
+    from swerl.agent.episode import first_prompt
+    from swerl.agent.protocols.single_turn import prefill_text
+    from swerl.agent.tokens import ChatFormat
+
+    cfg = AgentConfig(protocol="single-turn", single_turn_prefill="fence")
+    end = smol_tokenizer.convert_tokens_to_ids("<|im_end|>")
+    text = "def add_two(x):\n    return x + 2\n```\n"
+    reply = [i for ch in text for i in smol_tokenizer.encode(ch, add_special_tokens=False)] + [end]
+    traj, policy = run(episode(add_two, [reply], smol_tokenizer, cfg))
+    assert (traj.outcome, traj.reward) == ("passed", 1.0)
+    chat = ChatFormat(smol_tokenizer, {"enable_thinking": False})
+    _, _, messages, _ = first_prompt(add_two, policy, cfg)
+    header = chat.prompt_ids(messages)
+    prefill_ids = smol_tokenizer.encode(prefill_text(add_two.instruction, "fence"), add_special_tokens=False)
+    assert traj.prompt_ids == header + prefill_ids == policy.prompts[0]
+    assert traj.response_ids == reply and traj.loss_mask == [1] * len(reply)
+    assert smol_tokenizer.decode(traj.prompt_ids).endswith("<|im_start|>assistant\n```python\n")
+
+
 def test_recorded_ids_are_exactly_what_the_policy_saw(add_two, smol_tokenizer):
     """Token for token, with replies whose ids are not the tokenizer's canonical encoding and
     observations (odd whitespace, combining marks, emoji) that do not survive decode/encode."""

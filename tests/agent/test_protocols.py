@@ -3,7 +3,7 @@
 import json
 
 from swerl.agent.protocols import limit_output_bytes, strip_thinking
-from swerl.agent.protocols.single_turn import extract_python_block
+from swerl.agent.protocols.single_turn import extract_python_block, prefill_text
 from swerl.agent.protocols.terminus_json import translate_keystrokes
 from swerl.agent.protocols.terminus_parser import parse_terminus_reply
 from swerl.agent.protocols.tool_call import parse_tool_calls
@@ -98,3 +98,20 @@ def test_first_python_block_is_extracted():
     assert extract_python_block("```\nprint(1)\n```") == "print(1)\n"
     assert extract_python_block("```python\ndef g():\n    pass") == "def g():\n    pass"
     assert extract_python_block("no code here") is None
+
+
+def test_prefill_modes():
+    instruction = "Do it.\n\n```text\nnot code\n```\n\n```python\nfrom typing import List\n\n\ndef f(x: List[int]) -> int:\n    \"\"\"Sum.\"\"\"\n```\nmore\n```python\nx = 2\n```"
+    assert prefill_text(instruction, "none") == ""
+    assert prefill_text(instruction, "fence") == "```python\n"
+    assert prefill_text(instruction, "starter_code") == (
+        "```python\nfrom typing import List\n\n\ndef f(x: List[int]) -> int:\n    \"\"\"Sum.\"\"\"\n"
+    )
+    # No python block (only an untagged one): the fence alone.
+    assert prefill_text("Write f.\n```\ndef f(): ...\n```", "starter_code") == "```python\n"
+
+
+def test_prefill_plus_body_only_completion_is_the_whole_solution():
+    prefill = prefill_text("```python\ndef add(x, y):\n    \"\"\"Add.\"\"\"\n```", "starter_code")
+    code = extract_python_block(prefill + "    return x + y\n```\nThat's it.\n```python\nraise SystemExit\n```")
+    assert code == "def add(x, y):\n    \"\"\"Add.\"\"\"\n    return x + y\n"

@@ -51,6 +51,9 @@ class AgentProtocol(ABC):
 
     def __init__(self, cfg: AgentConfig):
         self.cfg = cfg
+        self.prefill = ""
+        """Text the first assistant turn starts with, set by :meth:`initial_messages`; the
+        episode appends its ids to the prompt ids and prepends it to the first reply."""
 
     def tools(self) -> list[dict] | None:
         """JSON-schema tools handed to the chat template, or None."""

@@ -15,6 +15,8 @@ USER_SUFFIX = (
 )
 
 _FENCE_RE = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL | re.IGNORECASE)
+# A closed block explicitly tagged python: where an instruction shows the starter code.
+_PYTHON_FENCE_RE = re.compile(r"```[ \t]*(?:python3?|py)[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
 
 
 def extract_python_block(reply: str) -> str | None:
@@ -26,14 +28,41 @@ def extract_python_block(reply: str) -> str | None:
     return match.group(1) if match else None
 
 
+PREFILL_FENCE = "```python\n"
+
+
+def prefill_text(instruction: str, mode: str) -> str:
+    """The assistant prefill of ``mode`` (``AgentConfig.single_turn_prefill``) for ``instruction``.
+
+    ``none`` -> ""; ``fence`` -> "```python\\n"; ``starter_code`` -> the fence plus the body of
+    the instruction's first ```python block (the EvalPlus chat-model prefill), or the fence
+    alone when the instruction has no such block. The result always ends with a newline
+    (or is empty), so the model continues on a fresh line.
+    """
+    if mode == "none":
+        return ""
+    if mode == "starter_code":
+        match = _PYTHON_FENCE_RE.search(instruction)
+        if match and match.group(1).strip():
+            code = match.group(1)
+            return PREFILL_FENCE + (code if code.endswith("\n") else code + "\n")
+    return PREFILL_FENCE
+
+
 class SingleTurn(AgentProtocol):
-    """Ask once, write the first Python block to ``cfg.solution_path``, stop."""
+    """Ask once, write the first Python block to ``cfg.solution_path``, stop.
+
+    With ``cfg.single_turn_prefill`` the assistant turn starts with a prefill (see
+    :func:`prefill_text`) and the reply passed to :meth:`act` is prefill + completion.
+    """
 
     name = "single-turn"
     # The first closing fence ends the answer (as Codex's stop sequences did): no rambling.
+    # Stop strings match generated text only, so a prefilled opening fence never triggers it.
     stop_strings = ("\n```\n",)
 
     def initial_messages(self, instruction: str) -> list[dict]:
+        self.prefill = prefill_text(instruction, self.cfg.single_turn_prefill)
         user = instruction.strip() + USER_SUFFIX.format(path=self.cfg.solution_path)
         return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
 
