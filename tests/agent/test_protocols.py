@@ -115,3 +115,15 @@ def test_prefill_plus_body_only_completion_is_the_whole_solution():
     prefill = prefill_text("```python\ndef add(x, y):\n    \"\"\"Add.\"\"\"\n```", "starter_code")
     code = extract_python_block(prefill + "    return x + y\n```\nThat's it.\n```python\nraise SystemExit\n```")
     assert code == "def add(x, y):\n    \"\"\"Add.\"\"\"\n    return x + y\n"
+
+
+def test_prefilled_turn_stops_on_any_fence():
+    from swerl.agent.config import AgentConfig
+    from swerl.agent.protocols.single_turn import SingleTurn
+
+    plain = SingleTurn(AgentConfig(protocol="single-turn"))
+    plain.initial_messages("```python\ndef f(): ...\n```")
+    assert (plain.prefill, plain.stop_strings) == ("", ("\n```\n",))
+    prefilled = SingleTurn(AgentConfig(protocol="single-turn", single_turn_prefill="starter_code"))
+    prefilled.initial_messages("```python\ndef f(): ...\n```")
+    assert (prefilled.prefill, prefilled.stop_strings) == ("```python\ndef f(): ...\n", ("```",))

@@ -58,11 +58,14 @@ class SingleTurn(AgentProtocol):
 
     name = "single-turn"
     # The first closing fence ends the answer (as Codex's stop sequences did): no rambling.
-    # Stop strings match generated text only, so a prefilled opening fence never triggers it.
     stop_strings = ("\n```\n",)
 
     def initial_messages(self, instruction: str) -> list[dict]:
         self.prefill = prefill_text(instruction, self.cfg.single_turn_prefill)
+        if self.prefill:
+            # Stop strings match generated text only: with the opening fence in the prompt, any
+            # ``` the model writes closes the block, even at the very start of the completion.
+            self.stop_strings = ("```",)
         user = instruction.strip() + USER_SUFFIX.format(path=self.cfg.solution_path)
         return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
 
