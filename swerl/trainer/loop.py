@@ -141,6 +141,8 @@ def _make_generator(config: TrainConfig, model: torch.nn.Module, tokenizer: Any,
     if config.generator.backend == "hf":
         from swerl.inference.hf import HFBackend
 
+        if config.generator.num_threads is not None:  # CPU: leave cores to the sandboxes' verifiers
+            torch.set_num_threads(config.generator.num_threads)
         return HFBackend(model, tokenizer, seed=config.generator.seed)
     from swerl.inference.vllm_backend import VLLMBackend
 
