@@ -234,12 +234,13 @@ def eval_cmd(
     served_model: Annotated[Optional[str], typer.Option(
         help="openai: the model name the server expects.", rich_help_panel=_MODEL_PANEL)] = None,
     device: Annotated[str, typer.Option(help="hf: torch device.", rich_help_panel=_MODEL_PANEL)] = "cpu",
-    batch_size: Annotated[int, typer.Option(min=1, help="Most prompts per generate call.", rich_help_panel=_MODEL_PANEL)] = 8,
+    batch_size: Annotated[int, typer.Option(min=1, help="Most prompts per generate call.", rich_help_panel=_MODEL_PANEL)] = 16,
     threads: Annotated[Optional[int], typer.Option(
-        min=1, help="hf on CPU: torch threads (1 is faster on a busy machine).", rich_help_panel=_MODEL_PANEL)] = None,
+        min=1, help="hf on CPU: torch threads (default: CPU count - 1, leaving a core to the sandboxes).",
+        rich_help_panel=_MODEL_PANEL)] = None,
     samples: Annotated[int, typer.Option("--samples", "-k", min=1, help="Samples per task (pass@1 and pass@k).")] = 1,
     limit: Annotated[Optional[int], typer.Option(min=1, help="Evaluate only the first N tasks.")] = None,
-    concurrency: Annotated[int, typer.Option(min=1, help="Episodes (sandboxes) alive at once.")] = 8,
+    concurrency: Annotated[int, typer.Option(min=1, help="Episodes (sandboxes) alive at once.")] = 16,
     protocol: Annotated[str, typer.Option(
         help="terminus-json | tool-call | single-turn.", rich_help_panel=_AGENT_PANEL)] = "terminus-json",
     prefill: Annotated[str, typer.Option(
@@ -279,7 +280,7 @@ def eval_cmd(
                                  "context_window_tokens": context_window, "agent_timeout_s": agent_timeout}},
             "inference": {"backend": kind, "model": served_model if is_url else model, "tokenizer": tokenizer,
                           "base_url": model if is_url else None, "device": device, "max_batch_size": batch_size,
-                          "num_threads": threads},
+                          "num_threads": threads or (max(1, (os.cpu_count() or 2) - 1) if device == "cpu" else None)},
         })
     except ValidationError as err:
         first = err.errors()[0]
