@@ -477,7 +477,7 @@ def select_checkpoint_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print the selection as JSON on stdout.")] = False,
     skip_bad_lines: Annotated[bool, typer.Option(help="Skip malformed metrics lines (reported on stderr).")] = False,
 ) -> None:
-    """Pick the checkpoint with the best trailing EMA of a metric (algorithms.md §6)."""
+    """Pick the checkpoint with the best trailing EMA of a metric (default: 5-step EMA of reward/avg_raw_reward)."""
     from swerl.errors import ConfigError, RunFailed
     from swerl.selection import select_checkpoint
 
