@@ -4,6 +4,7 @@ Modules: ``base`` (SamplingParams, Generation, GenerationBackend), ``sampling`` 
 log-prob math), ``hf`` (transformers backend), ``vllm_backend`` (in-process vLLM), ``openai_backend``
 (OpenAI-compatible server), ``batcher`` (AsyncBatcher for concurrent episodes), ``models``
 (model resolution, GGUF -> cached HF folder), ``config`` (InferenceConfig), ``factory``
-(make_backend, make_batcher), ``probe`` (backend/trainer log-prob parity). Nothing heavy is
+(make_backend, make_batcher), ``probe`` (backend/trainer log-prob parity), ``rng`` (process RNG
+state capture/restore, shared with trainer checkpoints). Nothing heavy is
 imported here, so ``import swerl.inference`` stays cheap.
 """

@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-import random
 import socket
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
@@ -21,6 +20,7 @@ from typing import Any
 from swerl.errors import ConfigError, EnvironmentProblem, InferenceError
 from swerl.inference.base import Generation, SamplingParams
 from swerl.inference.config import InferenceConfig
+from swerl.inference.rng import restore_rng_state, save_rng_state
 
 log = logging.getLogger(__name__)
 
@@ -154,33 +154,6 @@ def check_all_loaded(loaded: Iterable[str], parameters: Iterable[str]) -> None:
     if missing:
         shown = ", ".join(missing[:5]) + (" ..." if len(missing) > 5 else "")
         raise InferenceError(f"weight sync left {len(missing)} vLLM parameters stale: {shown}; send all weights")
-
-
-def save_rng_state() -> dict[str, Any]:
-    """Python, NumPy and torch (CPU + all CUDA devices) RNG states: ``LLM(...)`` reseeds them all."""
-    import numpy as np
-    import torch
-
-    state: dict[str, Any] = {
-        "python": random.getstate(),
-        "numpy": np.random.get_state(),
-        "torch": torch.get_rng_state(),
-    }
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def restore_rng_state(state: dict[str, Any]) -> None:
-    """Undo the reseeding done by engine construction (exact resume of the trainer's RNG)."""
-    import numpy as np
-    import torch
-
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state:
-        torch.cuda.set_rng_state_all(state["cuda"])
 
 
 @dataclass(frozen=True)

@@ -17,13 +17,11 @@ from __future__ import annotations
 import json
 import logging
 import os
-import random
 import re
 import shutil
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
@@ -34,6 +32,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 
 from swerl.errors import ConfigError
+from swerl.inference.rng import restore_rng_state, save_rng_state
 from swerl.trainer.distributed import DistInfo, barrier
 
 log = logging.getLogger(__name__)
@@ -90,23 +89,6 @@ def _remove_stale_temps(root: Path) -> None:
         shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
 
 
-def rng_state() -> dict[str, Any]:
-    """Python, NumPy and torch (CPU and CUDA) generator states of this process."""
-    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def set_rng_state(state: dict[str, Any]) -> None:
-    """Restore what :func:`rng_state` captured."""
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
 def full_model_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """The unsharded state dict on CPU (collective under FSDP: every rank calls it)."""
     return get_model_state_dict(model, options=_FULL)
@@ -143,7 +125,7 @@ def save_checkpoint(
         _remove_stale_temps(root)
         tmp.mkdir()
     barrier()
-    torch.save(rng_state(), tmp / f"rng_rank{dist_info.rank}.pt")
+    torch.save(save_rng_state(), tmp / f"rng_rank{dist_info.rank}.pt")
     if dist_info.is_main:
         torch.save(model_sd, tmp / "model.pt")
         torch.save(optim_sd, tmp / "optimizer.pt")
@@ -231,7 +213,7 @@ def load_checkpoint(
     optim_sd = torch.load(path / "optimizer.pt", map_location="cpu", weights_only=False)
     set_optimizer_state_dict(model, optimizer, optim_sd, options=StateDictOptions(full_state_dict=True))
     scheduler.load_state_dict(torch.load(path / "scheduler.pt", weights_only=False))
-    set_rng_state(torch.load(path / f"rng_rank{dist_info.rank}.pt", weights_only=False))
+    restore_rng_state(torch.load(path / f"rng_rank{dist_info.rank}.pt", weights_only=False))
     log.info("resumed from %s (global step %d)", path, state["global_step"])
     return state
 
