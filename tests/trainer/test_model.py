@@ -35,7 +35,7 @@ def update_once(model_dir, **model_opts):
 def test_gradient_checkpointing_gives_the_same_update(tiny_model_dir):
     plain, m1 = update_once(tiny_model_dir)
     ckpt, m2 = update_once(tiny_model_dir, gradient_checkpointing=True)
-    assert ckpt.is_activation_checkpointing and not plain.is_activation_checkpointing
+    assert ckpt.is_gradient_checkpointing and not plain.is_gradient_checkpointing
     assert m1["grad_norm"] == pytest.approx(m2["grad_norm"], rel=1e-5)
     for a, b in zip(plain.parameters(), ckpt.parameters()):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
