@@ -14,6 +14,7 @@ from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from swerl.errors import SwerlError
 
@@ -22,7 +23,8 @@ app = typer.Typer(
     help="Reinforcement learning of coding agents in Docker sandboxes.",
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,
-    add_completion=False,
+    add_completion=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
 tasks_app = typer.Typer(help="Import, inspect and validate task sets.", no_args_is_help=True)
 sandbox_app = typer.Typer(help="Offline base images and sandbox housekeeping.", no_args_is_help=True)
@@ -48,9 +50,20 @@ def _setup_logging(verbose: bool = False) -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        out_console.print(f"swerl {version('swerl')}", highlight=False)
+        raise typer.Exit()
+
+
 @app.callback()
 def _root(
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False,
+    show_version: Annotated[
+        bool, typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
 ) -> None:
     _setup_logging(verbose)
 
@@ -524,7 +537,8 @@ def main() -> None:
     try:
         app()
     except SwerlError as err:
-        err_console.print(f"[bold red]error:[/] {err}", highlight=False, soft_wrap=True)
+        # The message is plain text: escape it so rich keeps square brackets (`swerl[gpu]`).
+        err_console.print(f"[bold red]error:[/] {escape(str(err))}", highlight=False, soft_wrap=True)
         sys.exit(err.exit_code)
 
 
