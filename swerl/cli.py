@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -31,21 +32,34 @@ sandbox_app = typer.Typer(help="Offline base images and sandbox housekeeping.", 
 app.add_typer(tasks_app, name="tasks")
 app.add_typer(sandbox_app, name="sandbox")
 
-err_console = Console(stderr=True)
-out_console = Console()
+# Off a terminal (CI logs, `2> file`) lines are never wrapped at 80 columns.
+_PLAIN_WIDTH = 240
+err_console = Console(stderr=True, width=None if sys.stderr.isatty() else _PLAIN_WIDTH)
+out_console = Console(width=None if sys.stdout.isatty() else _PLAIN_WIDTH)
 
 
 def _setup_logging(verbose: bool = False) -> None:
-    """Install one RichHandler on stderr; level from ``SWERL_LOG_LEVEL`` or ``--verbose``."""
-    from rich.logging import RichHandler
+    """One handler on stderr; level from ``SWERL_LOG_LEVEL`` or ``--verbose``.
 
+    On a terminal: rich's handler. Off a terminal: plain lines with ISO-8601 UTC timestamps, so a
+    CI log or ``2> run.log`` can be read and grepped. Third-party progress bars (Hugging Face,
+    tqdm) are off either way: swerl draws its own.
+    """
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TQDM_DISABLE", "1")
     level = "DEBUG" if verbose else os.environ.get("SWERL_LOG_LEVEL", "INFO").upper()
-    logging.basicConfig(
-        level=level,
-        format="%(message)s",
-        handlers=[RichHandler(console=err_console, show_path=False, rich_tracebacks=False)],
-        force=True,
-    )
+    if err_console.is_terminal:
+        from rich.logging import RichHandler
+
+        handler: logging.Handler = RichHandler(console=err_console, show_path=False, rich_tracebacks=False)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+    else:
+        handler = logging.StreamHandler(sys.stderr)
+        formatter = logging.Formatter("%(asctime)s.%(msecs)03dZ %(levelname)-7s %(name)s: %(message)s",
+                                      datefmt="%Y-%m-%dT%H:%M:%S")
+        formatter.converter = time.gmtime
+        handler.setFormatter(formatter)
+    logging.basicConfig(level=level, handlers=[handler], force=True)
     for noisy in ("urllib3", "docker", "httpx", "filelock"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 

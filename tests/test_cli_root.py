@@ -34,3 +34,26 @@ def test_error_lines_keep_square_brackets(tmp_path):
                           timeout=120)
     assert proc.returncode == 2
     assert "bad[gpu].yaml" in proc.stderr
+
+
+def test_logs_off_a_terminal_have_iso_timestamps_and_are_not_wrapped(tmp_path):
+    # A long config error path, stderr to a pipe: one log line, not cut at 80 columns.
+    deep = tmp_path / ("d" * 120)
+    deep.mkdir()
+    cfg = deep / "c.yaml"
+    cfg.write_text("data: {tasks: /nowhere}\nnot_a_section: 1\n")
+    proc = subprocess.run([sys.executable, "-m", "swerl.cli", "train", str(cfg), "--dry-run"], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 2
+    error_lines = [ln for ln in proc.stderr.splitlines() if "error:" in ln]
+    assert len(error_lines) == 1 and str(cfg) in error_lines[0]
+
+
+def test_log_records_off_a_terminal_carry_utc_iso_timestamps():
+    import re
+
+    code = ("import logging, swerl.cli as c; c._setup_logging(); "
+            "logging.getLogger('swerl.test').info('hello from the test')")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    line = proc.stderr.strip().splitlines()[-1]
+    assert re.match(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z INFO +swerl\.test: hello from the test$", line), line
