@@ -12,6 +12,7 @@ Every estimator takes
 and returns ``(advantages, metrics)``: (N,) float32 and a dict with
 ``advantage/zero_variance_groups``, ``advantage/below_min_groups``,
 ``advantage/excluded_rows`` (counts) and ``advantage/mean_abs`` (mean |A| over all N rows).
+A group whose rows are all excluded has no baseline: it counts in ``below_min_groups``.
 Group statistics are computed in float64 and a zero-variance group gets exactly 0, so that
 fp32 residue never creates a spurious non-zero advantage (which would also change the
 ``seq_mean_token_sum_norm_global`` denominator).
@@ -131,9 +132,8 @@ def rloo(
     adv = scale * (g.rewards - g.mean[g.inverse])
     keep = g.included & (m > 1) & ~g.all_equal[g.inverse]
     adv = torch.where(keep, adv, 0.0).to(torch.float32)
-    nonempty = g.count > 0
     zero_var = int((g.all_equal & (g.count > 1)).sum())
-    below = int((nonempty & (g.count < 2)).sum())
+    below = int((g.count < 2).sum())  # a group whose rows are all excluded counts too
     return adv, _metrics(adv, int((~g.included).sum()), zero_var, below)
 
 
@@ -151,7 +151,8 @@ def rloo_n(
       1. excluded rows get A = 0;
       2. if ``filter_zero_variance_groups`` and m > 1 and all R_i (i in I) are exactly equal:
          every row gets 0 (counted in ``advantage/zero_variance_groups``);
-      3. else if m < ``min_group_size``: every row gets 0 (``advantage/below_min_groups``);
+      3. else if m < ``min_group_size``: every row gets 0 (``advantage/below_min_groups``,
+         m = 0 included: a group whose rows are all excluded);
       4. else A_i = m/(m-1) * (R_i - mean_{j in I} R_j) for i in I.
     With the filter off, step 4 applied to an all-equal group is exactly 0 as well (computed
     so, never fp residue); the flag then only decides which counter the group lands in.
@@ -172,7 +173,7 @@ def rloo_n(
     g = _group_stats(rewards, group_ids, exclude)
     nonempty = g.count > 0
     zero_var = g.all_equal & (g.count > 1) if filter_zero_variance_groups else torch.zeros_like(nonempty)
-    below_min = nonempty & ~zero_var & (g.count < min_group_size)
+    below_min = ~zero_var & (g.count < min_group_size)  # includes groups whose rows are all excluded
     trainable = nonempty & ~zero_var & ~below_min & ~g.all_equal
     m = g.count[g.inverse]
     adv = m / (m - 1).clamp(min=1.0) * (g.rewards - g.mean[g.inverse])
@@ -207,7 +208,6 @@ def grpo(
     flat = g.all_equal | (std < 1e-6) | (g.count < 2)
     adv = dev / (std[g.inverse] + std_eps)
     adv = torch.where(g.included & ~flat[g.inverse], adv, 0.0).to(torch.float32)
-    nonempty = g.count > 0
-    zero_var = int((nonempty & flat & (g.count > 1)).sum())
-    below = int((nonempty & (g.count < 2)).sum())
+    zero_var = int((flat & (g.count > 1)).sum())
+    below = int((g.count < 2).sum())  # a group whose rows are all excluded counts too
     return adv, _metrics(adv, int((~g.included).sum()), zero_var, below)

@@ -29,16 +29,31 @@ def _mean(values: list[float]) -> float:
     return sum(values) / len(values) if values else 0.0
 
 
+def generated_tokens(traj: Trajectory) -> int:
+    """Ids the policy generated in the episode, whether or not they are trainable.
+
+    A ``mask``-class row (context overflow, sandbox error) has an all-zero ``loss_mask`` but its
+    ``num_policy_tokens`` still counts what was sampled; records that predate that field fall
+    back to the loss mask.
+    """
+    return max(traj.num_policy_tokens, sum(traj.loss_mask))
+
+
 def rollout_metrics(trajs: list[Trajectory]) -> dict[str, float]:
     """Statistics of one training batch, before any advantage filtering.
 
     ``reward/avg_raw_reward``: mean effective reward over ALL trajectories (failures = 0);
-    ``reward/avg_pass_at_n``: fraction of groups with a reward > 0; response lengths in
-    generated tokens (``loss_mask`` ones), split by rewarded / unrewarded; outcome and
-    failure-class counts; token totals.
+    ``reward/avg_pass_at_n``: fraction of groups with a reward > 0. ``response_length/*`` are in
+    generated tokens (:func:`generated_tokens`) of EVERY row, masked ones included (a context
+    overflow is the longest episode, never a 0), split by rewarded / unrewarded (effective reward
+    > 0 / <= 0); ``response_length/masked_mean`` and ``/masked_rows`` report the ``mask``-class
+    rows separately. ``tokens/generated`` sums every row's generated tokens, ``tokens/trainable``
+    the ``loss_mask`` ones. Outcome and failure-class counts.
     """
     rewards = [effective_reward(t) for t in trajs]
-    gen = [float(sum(t.loss_mask)) for t in trajs]
+    gen = [float(generated_tokens(t)) for t in trajs]
+    trainable = [float(sum(t.loss_mask)) for t in trajs]
+    masked = [g for g, t in zip(gen, trajs) if t.failure_class == "mask"]
     groups: dict[str, bool] = {}
     for t, r in zip(trajs, rewards):
         groups[t.group_id] = groups.get(t.group_id, False) or r > 0
@@ -51,9 +66,12 @@ def rollout_metrics(trajs: list[Trajectory]) -> dict[str, float]:
         "response_length/clip_fraction": _mean([float(t.hit_length_limit) for t in trajs]),
         "response_length/reward_pos_mean": _mean([g for g, r in zip(gen, rewards) if r > 0]),
         "response_length/reward_zero_mean": _mean([g for g, r in zip(gen, rewards) if r <= 0]),
+        "response_length/masked_mean": _mean(masked),
+        "response_length/masked_rows": float(len(masked)),
         "turns/mean": _mean([float(t.num_turns) for t in trajs]),
         "tokens/prompt": float(sum(len(t.prompt_ids) for t in trajs)),
         "tokens/generated": float(sum(gen)),
+        "tokens/trainable": float(sum(trainable)),
         "tokens/observation": float(sum(len(t.response_ids) for t in trajs) - sum(gen)),
     }
     for name, count in Counter(t.failure_class for t in trajs).items():

@@ -147,3 +147,16 @@ def test_non_finite_reward_names_the_trajectory(bad, estimator):
 
 def test_group_index_maps_strings_in_first_appearance_order():
     assert group_index(["b", "a", "b", "c"]).tolist() == [0, 1, 0, 2]
+
+
+@pytest.mark.parametrize("estimator", [rloo, rloo_n, grpo])
+def test_group_with_every_row_excluded_counts_as_below_min(estimator):
+    # Group 1 lost all its rows to infrastructure failures: no baseline exists, and the
+    # counter must say so (it used to skip such groups).
+    rewards = _t([1, 0, 1, 0, 0, 0, 0, 0])
+    groups = torch.tensor([0] * 4 + [1] * 4)
+    exclude = torch.tensor([False] * 4 + [True] * 4)
+    adv, metrics = estimator(rewards, groups, exclude)
+    assert adv[4:].tolist() == [0.0] * 4
+    assert metrics["advantage/below_min_groups"] == 1
+    assert metrics["advantage/excluded_rows"] == 4

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from swerl.trainer.metrics import MetricsSink, dump_trajectories, rollout_metrics
+from swerl.trainer.metrics import MetricsSink, dump_trajectories, effective_reward, rollout_metrics
 
 from ._support import make_trajectories
 
@@ -50,3 +50,24 @@ def test_trajectory_dump_has_every_trajectory_with_its_advantage(tmp_path):
     rows = [json.loads(line) for line in path.read_text().splitlines()]
     assert path.name == "step_4.jsonl" and len(rows) == 3
     assert rows[1]["advantage"] == -0.25 and rows[1]["response_ids"] == trajs[1].response_ids
+
+
+def test_response_lengths_count_generated_tokens_of_masked_rows():
+    # A context overflow is a mask-class row: no trainable token, but the policy generated 40
+    # ids, the longest episode of the batch. It must not enter the length figures as 0.
+    trajs = make_trajectories(num_groups=1, group_size=3, seed=0)
+    trajs = [t.model_copy(update={"num_policy_tokens": sum(t.loss_mask)}) for t in trajs]
+    gen = [sum(t.loss_mask) for t in trajs]
+    overflow = trajs[0].model_copy(update={
+        "loss_mask": [0] * len(trajs[0].response_ids), "num_generated_tokens": 0, "num_policy_tokens": 40,
+        "failure_class": "mask", "outcome": "context_overflow", "end_reason": "context_overflow"})
+    m = rollout_metrics([overflow, *trajs[1:]])
+    lengths = [40, *gen[1:]]
+    assert m["response_length/mean"] == pytest.approx(sum(lengths) / 3)
+    assert m["response_length/max"] == 40
+    rows = [overflow, *trajs[1:]]
+    zero = [n for n, t in zip(lengths, rows) if effective_reward(t) <= 0]  # the overflow scores 0
+    assert m["response_length/reward_zero_mean"] == pytest.approx(sum(zero) / len(zero))
+    assert m["response_length/masked_mean"] == 40 and m["response_length/masked_rows"] == 1
+    assert m["tokens/generated"] == sum(lengths)
+    assert m["tokens/trainable"] == sum(gen[1:])
