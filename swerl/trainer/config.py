@@ -61,6 +61,9 @@ class OptimizerConfig(_Strict):
     schedule: Literal["constant", "cosine"] = Field("constant", description="LR after warmup: constant or cosine decay.")
     warmup_steps: int = Field(0, ge=0, description="Linear warmup from 0, in optimizer steps.")
     min_lr_ratio: float = Field(0.0, ge=0, le=1, description="cosine: final LR as a fraction of lr.")
+    max_consecutive_nonfinite_steps: int = Field(
+        3, ge=1, description="A NaN/inf gradient skips its optimizer step; this many skipped in a row stop the run (exit 1)."
+    )
 
 
 class LoopConfig(_Strict):

@@ -48,6 +48,7 @@ from swerl.trainer.batch import row_from_trajectory
 from swerl.trainer.config import TrainConfig
 from swerl.trainer.metrics import MetricsSink, dump_trajectories, effective_reward, rollout_metrics
 from swerl.trainer.model import compute_dtype, load_policy
+from swerl.trainer.nonfinite import NonFiniteStreak
 from swerl.trainer.optim import build_optimizer
 from swerl.trainer.plan import RunPlan, make_plan
 from swerl.trainer.sampler import PromptSampler
@@ -247,6 +248,7 @@ def train(
     concurrency = config.loop.rollout_concurrency or config.sandbox.concurrency
     sink = MetricsSink(run_dir, config.logging.tensorboard) if info.is_main else None
     runner = None
+    nonfinite = NonFiniteStreak(config.optimizer.max_consecutive_nonfinite_steps)
     with contextlib.ExitStack() as stack:
         stack.enter_context(sigterm_unwinds())
         stack.callback(lambda: sink.close() if sink is not None else None)
@@ -320,6 +322,7 @@ def train(
                 )
             result.steps_trained += 1
             result.last_step = step
+            nonfinite.observe(step, update_metrics)  # K skipped optimizer steps in a row: RunFailed
     # A run that was asked to train and trained nothing is a failure, not a success.
     if result.steps_trained == 0:
         raise RunFailed(

@@ -22,6 +22,7 @@ from swerl.rl.policy_loss import entropy_from_logits
 from swerl.rl.reductions import StepDenominators, denominator_parts, dp_loss_scale
 from swerl.trainer.batch import MicroBatch, Row, collate, padding_row
 from swerl.trainer.distributed import DistInfo, all_reduce_grads, all_reduce_max, all_reduce_sum, rank_slice
+from swerl.trainer.nonfinite import SKIPPED, skip_counts, step_if_finite
 
 
 @dataclass(frozen=True)
@@ -189,7 +190,7 @@ def optimizer_step(
     if hasattr(grad_norm, "full_tensor"):
         grad_norm = grad_norm.full_tensor()
     lr = optimizer.param_groups[0]["lr"]
-    optimizer.step()
+    skipped = step_if_finite(optimizer, grad_norm)  # a NaN/inf gradient must never reach the weights
     scheduler.step()
     optimizer.zero_grad(set_to_none=True)
 
@@ -204,7 +205,7 @@ def optimizer_step(
         if key in out:
             out[key] *= denominators.num_tokens / max(fwd_tokens, 1.0)
     out.update({"grad_norm": float(grad_norm), "lr": lr, "policy/num_tokens": denominators.num_tokens,
-                "policy/num_signal_rows": denominators.num_signal_rows})
+                "policy/num_signal_rows": denominators.num_signal_rows, SKIPPED: skipped})
     return out
 
 
@@ -224,7 +225,9 @@ def train_on_batch(
     slice, computes pi_old for it with the weights that produced the batch, then runs
     ``update_epochs`` passes of optimizer steps.
 
-    Returns: metrics averaged over the optimizer steps, plus ``policy/optimizer_steps``.
+    Returns: metrics averaged over the optimizer steps, plus ``policy/optimizer_steps``; the counts
+        ``update/skipped_nonfinite_steps`` (with ``update/trailing_nonfinite_steps``) and
+        ``tis/rows_without_logprobs`` (every row of the step) are totals, not means.
     """
     minis = [rows[i : i + s.rows_per_mini_batch] for i in range(0, len(rows), s.rows_per_mini_batch)]
     local = []
@@ -240,4 +243,7 @@ def train_on_batch(
     keys = sorted({k for h in history for k in h})
     out = {k: sum(h.get(k, 0.0) for h in history) / len(history) for k in keys}
     out["policy/optimizer_steps"] = float(len(history))
+    out.update(skip_counts([h[SKIPPED] for h in history]))  # counts over the step, not means
+    if algo.use_tis:  # every row of the step, forwarded or not (rows is identical on every rank)
+        out["tis/rows_without_logprobs"] = float(sum(r.rollout_logprobs is None for r in rows))
     return out
