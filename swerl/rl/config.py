@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 AdvantageEstimator = Literal["rloo", "rloo_n", "grpo"]
 PolicyLossName = Literal["regular", "dual_clip"]
+AgentFailureTokens = Literal["train", "mask"]
 LossReduction = Literal["token_mean", "sequence_mean", "seq_mean_token_sum_norm", "seq_mean_token_sum_norm_global"]
 
 TIS_COMPATIBLE_LOSSES: frozenset[str] = frozenset({"regular", "dual_clip"})
@@ -78,6 +79,12 @@ class AlgorithmConfig(BaseModel):
     """L_max in tokens (prompt budget + generation budget); required by the two seqnorm
     reductions, never inferred."""
 
+    agent_failure_tokens: AgentFailureTokens = "train"
+    """How agent-failure rows (failure class ``zero``: agent timeouts, parse failures, verifier
+    timeouts) enter the loss. Both keep reward 0 in the group baseline. ``train``: their generated
+    tokens train with their (negative) advantage; ``mask``: their tokens are loss-masked, as the
+    seed run's trainer did (they then reach no numerator and no seqnorm denominator)."""
+
     use_kl_loss: bool = False
     """Add a k3 KL penalty against the reference policy (token mean over the step)."""
 
@@ -114,7 +121,8 @@ class AlgorithmConfig(BaseModel):
     @classmethod
     def seed_run(cls) -> "AlgorithmConfig":
         """The seed run's recipe: RLOO-n (n=8, k=4, zero-variance filter), PPO clip 0.2/0.05,
-        TIS cap 2.0, ``seq_mean_token_sum_norm_global`` with L_max = 32768, KL and entropy off."""
+        TIS cap 2.0, ``seq_mean_token_sum_norm_global`` with L_max = 32768, agent-failure rows
+        loss-masked, KL and entropy off."""
         return SEED_RUN
 
 
@@ -131,6 +139,7 @@ SEED_RUN = AlgorithmConfig(
     tis_imp_ratio_cap=2.0,
     loss_reduction="seq_mean_token_sum_norm_global",
     max_seq_len=SEED_RUN_MAX_SEQ_LEN,
+    agent_failure_tokens="mask",
     use_kl_loss=False,
     kl_loss_coef=0.0,
     entropy_coef=0.0,

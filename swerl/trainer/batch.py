@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 
 from swerl.agent.trajectory import Trajectory
+from swerl.rl.config import AgentFailureTokens
 
 
 @dataclass(frozen=True)
@@ -43,10 +44,11 @@ class Row:
         return int(self.loss_mask.sum())
 
 
-def row_from_trajectory(traj: Trajectory, advantage: float) -> Row:
-    """Build a :class:`Row`; a ``mask``-class trajectory keeps its tokens but no trainable ones."""
+def row_from_trajectory(traj: Trajectory, advantage: float, agent_failure_tokens: AgentFailureTokens = "train") -> Row:
+    """Build a :class:`Row`; a ``mask``-class trajectory keeps its tokens but no trainable ones,
+    and so does a ``zero``-class one (agent failure) when ``agent_failure_tokens="mask"``."""
     mask = torch.tensor(traj.loss_mask, dtype=torch.bool)
-    if traj.failure_class == "mask":
+    if traj.failure_class == "mask" or (traj.failure_class == "zero" and agent_failure_tokens == "mask"):
         mask = torch.zeros_like(mask)
     lp = None if traj.rollout_logprobs is None else torch.tensor(traj.rollout_logprobs, dtype=torch.float32)
     return Row(

@@ -284,7 +284,8 @@ def train(
             advantages, adv_metrics = compute_advantages(
                 config.algorithm, rewards, group_index([t.group_id for t in trajs]), exclude
             )
-            rows = [row_from_trajectory(t, float(a)) for t, a in zip(trajs, advantages)]
+            rows = [row_from_trajectory(t, float(a), config.algorithm.agent_failure_tokens)
+                    for t, a in zip(trajs, advantages)]
 
             # Update: pi_old at the sampling temperature, then micro-batched optimizer step(s).
             emit(TrainEvent("phase", step, "update"))
