@@ -411,6 +411,23 @@ def train_cmd(
         out_console.print(f"run already finished at global step {result.last_step}: nothing to train ({target})")
         return
     out_console.print(f"trained {result.steps_trained} steps, global step {result.last_step}; run dir {target}")
+    if cfg.logging.wandb is not None:
+        _log_selection_to_trackers(cfg, target)
+
+
+def _log_selection_to_trackers(cfg, run_dir: Path) -> None:  # noqa: ANN001 - TrainConfig
+    """Give the run's trackers the checkpoint `swerl select-checkpoint` would pick (if any)."""
+    from swerl.selection import select_checkpoint
+    from swerl.trainer.trackers import log_selection
+
+    try:
+        sel = select_checkpoint(run_dir, skip_bad_lines=True)
+    except SwerlError as err:
+        logging.getLogger("swerl.cli").warning("no checkpoint selection for the trackers: %s", err)
+        return
+    if sel.chosen is not None:
+        log_selection(cfg.logging, run_dir, {"step": sel.chosen.step, "ema": sel.chosen.ema, "metric": sel.metric,
+                                             "span": sel.span, "export_path": sel.chosen.export_path})
 
 
 def _train_dry_run(cfg, run_dir: Path) -> None:  # noqa: ANN001 - TrainConfig
@@ -540,6 +557,50 @@ def _render_selection(sel) -> None:
             f"selected step {sel.chosen.step}: EMA {sel.chosen.ema:.4f} of {sel.metric} -> {sel.chosen.export_path}",
             highlight=False, soft_wrap=True,
         )
+
+
+# --- report / view -------------------------------------------------------------
+# (commands: `swerl report`, `swerl view`)
+
+
+@app.command("report")
+def report_cmd(
+    run_dirs: Annotated[list[Path], typer.Argument(help="One or more run directories of `swerl train` (one arm each).")],
+    out: Annotated[Path, typer.Option(help="HTML file to write; the PNGs go beside it.")] = Path("report.html"),
+    span: Annotated[int, typer.Option(min=1, help="EMA span of the reward curve and the checkpoint selection.")] = 5,
+) -> None:
+    """Plot runs side by side: reward + EMA + selected checkpoint, pass@n, eval, lengths, TIS, time, outcomes."""
+    from rich.table import Table
+
+    from swerl.report.report import ARM_COLUMNS, build_report
+
+    result = build_report(run_dirs, out, span)
+    table = Table(title="arms", title_justify="left")
+    for column in ARM_COLUMNS:
+        table.add_column(column, overflow="fold")
+    for row in result.arms:
+        table.add_row(*(row[c] for c in ARM_COLUMNS))
+    out_console.print(table)
+    err_console.print(f"wrote {result.html_path} and {len(result.png_paths)} PNGs beside it", highlight=False)
+
+
+@app.command("view")
+def view_cmd(
+    run_dir: Annotated[Path, typer.Argument(help="Run directory of `swerl train`, or an output folder of `swerl eval`.")],
+    step: Annotated[Optional[int], typer.Option(help="Training step whose trajectories to show (default: the latest).")] = None,
+    task: Annotated[Optional[str], typer.Option(help="Show the conversations of this task's episodes.")] = None,
+    sample: Annotated[Optional[int], typer.Option(help="With --task: only this sample index.")] = None,
+    out: Annotated[Optional[Path], typer.Option(help="Write a static HTML page with every conversation instead.")] = None,
+) -> None:
+    """Read episodes: groups, then episodes (reward, advantage, outcome, verifier tail), then the conversation."""
+    from swerl.report.view import load_episodes, render_terminal, write_html
+
+    episodes = load_episodes(run_dir, step)
+    if out is not None:
+        write_html(episodes, out)
+        err_console.print(f"wrote {out} ({len(episodes.episodes)} episodes)", highlight=False)
+        return
+    render_terminal(episodes, out_console, task=task, sample=sample)
 
 
 def main() -> None:

@@ -18,6 +18,7 @@ from swerl.errors import ConfigError
 from swerl.inference.config import InferenceConfig
 from swerl.rl.config import AlgorithmConfig
 from swerl.sandbox.models import SandboxConfig
+from swerl.trainer.trackers import WandbConfig
 
 
 class _Strict(BaseModel):
@@ -113,6 +114,9 @@ class LoggingConfig(_Strict):
 
     tensorboard: bool = Field(False, description="Also write metrics to RUN_DIR/tensorboard (SummaryWriter).")
     dump_trajectories: bool = Field(False, description="Write every trajectory to RUN_DIR/trajectories/step_N.jsonl.")
+    wandb: WandbConfig | None = Field(
+        None, description="Also log to Weights & Biases (offline by default: RUN_DIR/wandb); None = off."
+    )
 
 
 class TrainConfig(_Strict):
@@ -130,7 +134,7 @@ class TrainConfig(_Strict):
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig, description="AdamW and the LR schedule.")
     loop: LoopConfig = Field(default_factory=LoopConfig, description="Prompts per step, epochs, steps, mini/micro-batches.")
     checkpointing: CheckpointConfig = Field(default_factory=CheckpointConfig, description="Checkpoint and HF export intervals, retention.")
-    logging: LoggingConfig = Field(default_factory=LoggingConfig, description="TensorBoard and trajectory dumps.")
+    logging: LoggingConfig = Field(default_factory=LoggingConfig, description="TensorBoard, W&B, trajectory dumps.")
     seed: int = Field(0, description="Seed of torch, numpy, python and (unless data.seed) the prompt order.")
 
     @model_validator(mode="after")

@@ -52,6 +52,7 @@ from swerl.trainer.nonfinite import NonFiniteStreak
 from swerl.trainer.optim import build_optimizer
 from swerl.trainer.plan import RunPlan, make_plan
 from swerl.trainer.sampler import PromptSampler
+from swerl.trainer.trackers import open_trackers
 from swerl.trainer.update import UpdateSettings, train_on_batch
 
 log = logging.getLogger(__name__)
@@ -246,7 +247,8 @@ def train(
     # --- the loop -------------------------------------------------------------------------------
     backend = _make_generator(config, model, tokenizer, model_path) if info.is_main else None
     concurrency = config.loop.rollout_concurrency or config.sandbox.concurrency
-    sink = MetricsSink(run_dir, config.logging.tensorboard) if info.is_main else None
+    trackers = open_trackers(config.logging, run_dir, config.model_dump(mode="json"), plan) if info.is_main else []
+    sink = MetricsSink(run_dir, config.logging.tensorboard, trackers) if info.is_main else None
     runner = None
     nonfinite = NonFiniteStreak(config.optimizer.max_consecutive_nonfinite_steps)
     with contextlib.ExitStack() as stack:

@@ -82,13 +82,16 @@ def rollout_metrics(trajs: list[Trajectory]) -> dict[str, float]:
 
 
 class MetricsSink:
-    """Appends one JSON line per step to ``RUN_DIR/metrics.jsonl`` and, when asked, TensorBoard.
+    """Appends one JSON line per step to ``RUN_DIR/metrics.jsonl`` and, when asked, TensorBoard and
+    the experiment trackers (``trainer/trackers.py``: objects with ``log(step, metrics)`` and
+    ``close()``).
 
     A line is written with a single ``write`` + flush + fsync, so an interrupted run leaves whole
     lines only. Use from rank 0.
     """
 
-    def __init__(self, run_dir: Path, tensorboard: bool = False) -> None:
+    def __init__(self, run_dir: Path, tensorboard: bool = False, trackers: list[Any] | None = None) -> None:
+        self.trackers = list(trackers or [])
         self.path = run_dir / METRICS_FILE
         self._fh = open(self.path, "a", encoding="utf-8")
         self._tb = None
@@ -107,6 +110,8 @@ class MetricsSink:
             for key, value in metrics.items():
                 self._tb.add_scalar(key, value, step)
             self._tb.flush()
+        for tracker in self.trackers:
+            tracker.log(step, metrics)
         return record
 
     def close(self) -> None:
@@ -114,6 +119,8 @@ class MetricsSink:
         self._fh.close()
         if self._tb is not None:
             self._tb.close()
+        for tracker in self.trackers:
+            tracker.close()
 
 
 def dump_trajectories(run_dir: Path, step: int, trajs: list[Trajectory], advantages: list[float]) -> Path:

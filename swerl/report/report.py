@@ -1,0 +1,139 @@
+"""``swerl report``: one self-contained HTML page (PNGs embedded as data URIs) comparing runs as
+arms, and the same PNGs written beside it.
+
+Stage: after the trainer; reads run directories (``metrics.jsonl``, ``config.yaml``, exports for
+the checkpoint selection) and writes files only. Each file is written to a temp path and renamed.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from swerl.errors import ConfigError
+from swerl.report.plots import all_figures, color
+from swerl.report.runs import Run, label_arms, load_run
+from swerl.selection import ema
+
+ARM_COLUMNS = ["arm", "run dir", "steps", "final reward", "final EMA", "selected step (EMA)",
+               "mean length", "rewarded length", "unrewarded length", "clip fraction"]
+"""Columns of the arms table (lengths: means over steps of ``response_length/*``, tokens)."""
+
+
+@dataclass
+class ReportResult:
+    """What :func:`build_report` wrote: the HTML page, the PNGs, the arms table and the config
+    keys that tell the arms apart."""
+
+    html_path: Path
+    png_paths: list[Path]
+    arms: list[dict[str, str]]
+    differences: list[str]
+
+
+def _mean_of(run: Run, key: str) -> float | None:
+    _, values = run.steps(key)
+    return sum(values) / len(values) if values else None
+
+
+def _fmt(value: float | None, digits: int = 3) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def arm_row(run: Run, span: int) -> dict[str, str]:
+    """The arms-table row of one run (strings, columns of ``ARM_COLUMNS``)."""
+    steps, rewards = run.steps("reward/avg_raw_reward")
+    chosen = run.selection.chosen if run.selection else None
+    return {
+        "arm": run.label,
+        "run dir": str(run.run_dir),
+        "steps": str(len(run.records)),
+        "final reward": _fmt(rewards[-1] if rewards else None),
+        "final EMA": _fmt(ema(rewards, span)[-1] if rewards else None),
+        "selected step (EMA)": f"{chosen.step} ({chosen.ema:.3f})" if chosen else "none eligible",
+        "mean length": _fmt(_mean_of(run, "response_length/mean"), 1),
+        "rewarded length": _fmt(_mean_of(run, "response_length/reward_pos_mean"), 1),
+        "unrewarded length": _fmt(_mean_of(run, "response_length/reward_zero_mean"), 1),
+        "clip fraction": _fmt(_mean_of(run, "response_length/clip_fraction")),
+    }
+
+
+def _atomic_write_bytes(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600; a report is meant to be shared
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _table_html(arms: list[dict[str, str]], runs: list[Run]) -> str:
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in ARM_COLUMNS)
+    body = []
+    for i, row in enumerate(arms):
+        swatch = f'<span class="swatch" style="background:{color(i)}"></span>'
+        cells = "".join(f"<td>{swatch if c == 'arm' else ''}{html.escape(row[c])}</td>" for c in ARM_COLUMNS)
+        body.append(f"<tr>{cells}</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+STYLE = """body{font-family:sans-serif;margin:24px;max-width:1300px;color:#222}
+table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:4px 8px;text-align:left}
+th{background:#f2f2f2}.swatch{display:inline-block;width:12px;height:12px;margin-right:6px;vertical-align:middle}
+img{max-width:100%;border:1px solid #eee;margin:8px 0}code{background:#f5f5f5;padding:1px 4px}"""
+
+
+def render_html(runs: list[Run], arms: list[dict[str, str]], diffs: list[str], figures: list[tuple[str, str, bytes]],
+                span: int) -> str:
+    """The report page: arms table, differing config keys, then one section per figure."""
+    diff_text = ", ".join(f"<code>{html.escape(d)}</code>" for d in diffs) or "none (one run or identical configs)"
+    sections = [
+        f'<h2>{html.escape(title)}</h2><img alt="{html.escape(name)}" '
+        f'src="data:image/png;base64,{base64.b64encode(png).decode()}">'
+        for name, title, png in figures
+    ]
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>swerl report</title><style>{STYLE}</style></head>"
+        f"<body><h1>swerl report: {len(runs)} run(s)</h1>"
+        f"<p>Checkpoint selection: trailing EMA (span {span}) of <code>reward/avg_raw_reward</code> over "
+        f"exported steps (as <code>swerl select-checkpoint</code>).</p>{_table_html(arms, runs)}"
+        f"<p>Config keys that differ between arms: {diff_text}</p>{''.join(sections)}</body></html>\n"
+    )
+
+
+def build_report(run_dirs: list[Path], out: Path, span: int = 5) -> ReportResult:
+    """Write ``out`` (HTML) and ``<out stem>-<panel>.png`` beside it for the given runs.
+
+    Args:
+        run_dirs: one or more ``swerl train`` run directories (each one arm).
+        out: the HTML file to write; its folder is created.
+        span: EMA span of the reward curve and the checkpoint selection.
+    Returns: ReportResult.
+    Raises: ConfigError for no run dirs, a missing folder or one without metrics.jsonl.
+    """
+    if not run_dirs:
+        raise ConfigError("swerl report needs at least one RUN_DIR")
+    runs = [load_run(Path(d), span) for d in run_dirs]
+    diffs = label_arms(runs)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    figures: list[tuple[str, str, bytes]] = []
+    pngs: list[Path] = []
+    for name, title, fig in all_figures(runs, span):
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=90)
+        png = buf.getvalue()
+        path = out.parent / f"{out.stem}-{name}.png"
+        _atomic_write_bytes(path, png)
+        pngs.append(path)
+        figures.append((name, title, png))
+    arms = [arm_row(r, span) for r in runs]
+    _atomic_write_bytes(out, render_html(runs, arms, diffs, figures, span).encode("utf-8"))
+    return ReportResult(html_path=out, png_paths=pngs, arms=arms, differences=diffs)

@@ -1,0 +1,288 @@
+"""``swerl view``: read episodes as a researcher does: groups, then episodes (reward, advantage,
+outcome, verifier tail), then one conversation turn by turn, in the terminal (rich) or as a
+static HTML page.
+
+Stage: after the trainer; reads files only. Sources: a ``swerl train`` run directory
+(``trajectories/step_N.jsonl``, written with ``logging.dump_trajectories``) or a ``swerl eval``
+output folder (``trajectories.jsonl`` + ``summary.json``). The transcript recorded with each
+episode is shown; a record without one is decoded from its token ids with the run's tokenizer.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import re
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from swerl.errors import ConfigError
+
+STEP_FILE = re.compile(r"^step_(\d+)\.jsonl$")
+
+
+@dataclass
+class Episode:
+    """One episode as shown (train dumps and eval records normalized to these fields).
+
+    ``advantage`` is None for eval records; ``messages`` is a list of ``{"role", "content"}``.
+    """
+
+    task: str
+    group_id: str
+    sample_index: int
+    reward: float
+    advantage: float | None
+    outcome: str
+    failure_class: str
+    end_reason: str
+    num_turns: int
+    generated_tokens: int
+    verifier_tail: str
+    detail: str
+    messages: list[dict[str, Any]]
+
+
+@dataclass
+class EpisodeSet:
+    """Episodes of one step of a run (``kind="train"``) or of one eval (``kind="eval"``)."""
+
+    source: Path
+    kind: str
+    step: int | None
+    episodes: list[Episode]
+    steps_available: list[int] = field(default_factory=list)
+    summary: dict[str, Any] = field(default_factory=dict)
+
+    def groups(self) -> dict[str, list[Episode]]:
+        """Episodes by group id, in first-appearance order."""
+        out: dict[str, list[Episode]] = {}
+        for ep in self.episodes:
+            out.setdefault(ep.group_id, []).append(ep)
+        return out
+
+
+def _decode_messages(record: dict[str, Any], tokenizer: Any) -> list[dict[str, Any]]:
+    """A transcript rebuilt from ids: the prompt, then runs of generated (assistant) and
+    observation ids, split where ``loss_mask`` changes (for display only)."""
+    messages = [{"role": "prompt", "content": tokenizer.decode(record.get("prompt_ids", []))}]
+    ids, mask = record.get("response_ids", []), record.get("loss_mask", [])
+    start = 0
+    for i in range(1, len(ids) + 1):
+        if i == len(ids) or mask[i] != mask[start]:
+            role = "assistant" if mask[start] else "observation"
+            messages.append({"role": role, "content": tokenizer.decode(ids[start:i])})
+            start = i
+    return messages
+
+
+class _LazyTokenizer:
+    """The run's tokenizer (``model.path`` of RUN_DIR/config.yaml), loaded on first use."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir, self._tok = run_dir, None
+
+    def decode(self, ids: list[int]) -> str:
+        if self._tok is None:
+            config = run_dir_config(self.run_dir)
+            path = (config.get("model") or {}).get("path")
+            if not path:
+                raise ConfigError(f"{self.run_dir}: a record has no transcript and config.yaml names no model.path "
+                                  "to decode its token ids with")
+            from transformers import AutoTokenizer
+
+            self._tok = AutoTokenizer.from_pretrained(path)
+        return self._tok.decode(ids)
+
+
+def run_dir_config(run_dir: Path) -> dict[str, Any]:
+    """RUN_DIR/config.yaml as a dict ({} when absent)."""
+    path = run_dir / "config.yaml"
+    return (yaml.safe_load(path.read_text()) or {}) if path.is_file() else {}
+
+
+def _episode(record: dict[str, Any], tokenizer: Any) -> Episode:
+    messages = record.get("messages") or []
+    if not messages and record.get("prompt_ids"):
+        messages = _decode_messages(record, tokenizer)
+    generated = record.get("num_policy_tokens", record.get("generated_tokens"))
+    if generated is None:
+        generated = sum(record.get("loss_mask", []))
+    return Episode(
+        task=str(record.get("task_name", record.get("task", "?"))),
+        group_id=str(record.get("group_id", "?")),
+        sample_index=int(record.get("sample_index", 0)),
+        reward=float(record.get("reward", 0.0)),
+        advantage=None if record.get("advantage") is None else float(record["advantage"]),
+        outcome=str(record.get("outcome", "unknown")),
+        failure_class=str(record.get("failure_class", "none")),
+        end_reason=str(record.get("end_reason", "unknown")),
+        num_turns=int(record.get("num_turns", 0)),
+        generated_tokens=int(generated),
+        verifier_tail=str(record.get("verifier_output_tail", "")),
+        detail=str(record.get("detail", "")),
+        messages=messages,
+    )
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    out = []
+    for lineno, text in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), start=1):
+        if text.strip():
+            try:
+                out.append(json.loads(text))
+            except json.JSONDecodeError as err:
+                raise ConfigError(f"{path}:{lineno}: not a JSON line ({err.msg})") from err
+    return out
+
+
+def load_episodes(source: Path, step: int | None = None) -> EpisodeSet:
+    """Read the episodes of a train run's step (default: the latest dumped) or of an eval folder.
+
+    Raises: ConfigError naming the folder and the fix (no trajectories, unknown step, bad line).
+    """
+    if (source / "trajectories.jsonl").is_file():
+        summary_path = source / "summary.json"
+        summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
+        records = _read_jsonl(source / "trajectories.jsonl")
+        return EpisodeSet(source, "eval", None, [_episode(r, None) for r in records], summary=summary)
+    folder = source / "trajectories"
+    steps = sorted(int(m.group(1)) for p in folder.glob("step_*.jsonl") if (m := STEP_FILE.match(p.name)))
+    if not steps:
+        raise ConfigError(f"{source}: no trajectories/step_N.jsonl nor trajectories.jsonl: pass a swerl eval output "
+                          "folder, or a run trained with logging.dump_trajectories: true")
+    chosen = steps[-1] if step is None else step
+    if chosen not in steps:
+        raise ConfigError(f"--step {step}: {folder} has steps {', '.join(map(str, steps))}; pick one of them")
+    tokenizer = _LazyTokenizer(source)
+    records = _read_jsonl(folder / f"step_{chosen}.jsonl")
+    return EpisodeSet(source, "train", chosen, [_episode(r, tokenizer) for r in records], steps_available=steps)
+
+
+def _content(message: dict[str, Any]) -> str:
+    content = message.get("content", "")
+    text = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False, indent=1)
+    if message.get("tool_calls"):
+        text += "\n[tool_calls] " + json.dumps(message["tool_calls"], ensure_ascii=False)
+    return text
+
+
+def _adv(ep: Episode) -> str:
+    return "-" if ep.advantage is None else f"{ep.advantage:+.4f}"
+
+
+def _tail_line(ep: Episode, width: int = 60) -> str:
+    lines = [ln for ln in ep.verifier_tail.strip().splitlines() if ln.strip()]
+    return (lines[-1][-width:] if lines else "") or ep.detail[:width]
+
+
+def _title(eps: EpisodeSet) -> str:
+    where = f"step {eps.step} of {eps.steps_available}" if eps.kind == "train" else "eval"
+    return f"{eps.source} ({where}): {len(eps.episodes)} episodes in {len(eps.groups())} groups"
+
+
+def pick(eps: EpisodeSet, task: str | None, sample: int | None) -> list[Episode]:
+    """Episodes whose conversation the terminal shows: the ``task`` (and ``sample``) asked for,
+    else the first episode with a non-zero advantage (else the first)."""
+    if task is not None:
+        chosen = [e for e in eps.episodes if e.task == task and (sample is None or e.sample_index == sample)]
+        if not chosen:
+            names = ", ".join(sorted({e.task for e in eps.episodes}))
+            raise ConfigError(f"--task {task} --sample {sample}: no such episode; tasks here: {names}")
+        return chosen
+    signal = [e for e in eps.episodes if e.advantage]
+    return (signal or eps.episodes)[:1]
+
+
+def render_terminal(eps: EpisodeSet, console: Any, task: str | None = None, sample: int | None = None) -> None:
+    """Print groups, episodes and the picked conversations to a rich ``console``."""
+    from rich.panel import Panel
+    from rich.table import Table
+    from rich.text import Text
+
+    console.print(_title(eps), highlight=False)
+    for key in [k for k in eps.summary if k.startswith("pass@")] + ["reward/mean"]:
+        if key in eps.summary:
+            console.print(f"  {key}: {eps.summary[key]:.4f}", highlight=False)
+    groups = Table(title="groups", title_justify="left")
+    for col in ("group", "task", "n", "mean reward", "rewards", "advantages"):
+        groups.add_column(col, overflow="fold")
+    for gid, members in eps.groups().items():
+        rewards = [e.reward for e in members]
+        groups.add_row(gid, members[0].task, str(len(members)), f"{sum(rewards) / len(rewards):.3f}",
+                       " ".join(f"{r:g}" for r in rewards), " ".join(_adv(e) for e in members))
+    console.print(groups)
+    table = Table(title="episodes", title_justify="left")
+    for col in ("task", "sample", "reward", "advantage", "outcome", "class", "end", "turns", "gen tok", "verifier tail"):
+        table.add_column(col, overflow="fold")
+    for e in eps.episodes:
+        table.add_row(e.task, str(e.sample_index), f"{e.reward:g}", _adv(e), e.outcome, e.failure_class,
+                      e.end_reason, str(e.num_turns), str(e.generated_tokens), _tail_line(e))
+    console.print(table)
+    for e in pick(eps, task, sample):
+        console.rule(f"{e.task} sample {e.sample_index}: reward {e.reward:g}, advantage {_adv(e)}, {e.outcome}")
+        for turn, message in enumerate(e.messages):
+            role = str(message.get("role", "?"))
+            style = {"assistant": "green", "user": "blue", "system": "magenta"}.get(role, "yellow")
+            console.print(Panel(Text(_content(message)), title=f"[{turn}] {role}", title_align="left",
+                                border_style=style))
+        if e.verifier_tail:
+            console.print(Panel(Text(e.verifier_tail), title="verifier output (tail)", border_style="red"))
+    if task is None and len(eps.episodes) > 1:
+        console.print("(pass --task NAME [--sample I] for other conversations, or --out FILE.html for all)")
+
+
+CSS = """body{font-family:sans-serif;margin:24px;max-width:1200px}table{border-collapse:collapse;font-size:13px}
+td,th{border:1px solid #ccc;padding:3px 7px;text-align:left}th{background:#f2f2f2}
+pre{white-space:pre-wrap;word-break:break-word;margin:4px 0;padding:6px;border-left:4px solid #999;background:#fafafa}
+.assistant{border-color:#2ca02c}.user{border-color:#1f77b4}.system{border-color:#9467bd}.verifier{border-color:#d62728}
+details{margin:6px 0}summary{cursor:pointer}"""
+
+
+def _row(cells: list[str], tag: str = "td") -> str:
+    return "<tr>" + "".join(f"<{tag}>{html.escape(c)}</{tag}>" for c in cells) + "</tr>"
+
+
+def render_html(eps: EpisodeSet) -> str:
+    """A static page: the groups table, then every episode as a collapsible conversation."""
+    parts = [f"<h1>{html.escape(_title(eps))}</h1>"]
+    stats = {k: v for k, v in eps.summary.items() if k.startswith("pass@") or k == "reward/mean"}
+    if stats:
+        parts.append("<p>" + ", ".join(f"{html.escape(k)}: {v:.4f}" for k, v in stats.items()) + "</p>")
+    rows = [_row(["group", "task", "n", "mean reward", "rewards", "advantages"], "th")]
+    for gid, members in eps.groups().items():
+        rewards = [e.reward for e in members]
+        rows.append(_row([gid, members[0].task, str(len(members)), f"{sum(rewards) / len(rewards):.3f}",
+                          " ".join(f"{r:g}" for r in rewards), " ".join(_adv(e) for e in members)]))
+    parts.append("<h2>Groups</h2><table>" + "".join(rows) + "</table><h2>Episodes</h2>")
+    for e in eps.episodes:
+        head = (f"{e.task} sample {e.sample_index}: reward {e.reward:g}, advantage {_adv(e)}, {e.outcome} "
+                f"({e.failure_class}, {e.end_reason}), {e.num_turns} turns, {e.generated_tokens} generated tokens")
+        body = "".join(f'<div><b>[{i}] {html.escape(str(m.get("role", "?")))}</b>'
+                       f'<pre class="{html.escape(str(m.get("role", "")))}">{html.escape(_content(m))}</pre></div>'
+                       for i, m in enumerate(e.messages))
+        if e.verifier_tail:
+            body += f'<div><b>verifier output (tail)</b><pre class="verifier">{html.escape(e.verifier_tail)}</pre></div>'
+        parts.append(f"<details><summary>{html.escape(head)}</summary>{body}</details>")
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>swerl view</title><style>{CSS}</style>"
+            f"</head><body>{''.join(parts)}</body></html>\n")
+
+
+def write_html(eps: EpisodeSet, out: Path) -> Path:
+    """Write :func:`render_html` to ``out`` (temp file + rename)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(render_html(eps))
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, out)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return out
