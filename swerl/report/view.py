@@ -182,8 +182,9 @@ def _tail_line(ep: Episode, width: int = 60) -> str:
 
 
 def _title(eps: EpisodeSet) -> str:
-    where = f"step {eps.step} of {eps.steps_available}" if eps.kind == "train" else "eval"
-    return f"{eps.source} ({where}): {len(eps.episodes)} episodes in {len(eps.groups())} groups"
+    steps = ", ".join(map(str, eps.steps_available))
+    where = f"step {eps.step} (dumped steps: {steps})" if eps.kind == "train" else "eval"
+    return f"{eps.source}: {where}, {len(eps.episodes)} episodes in {len(eps.groups())} groups"
 
 
 def pick(eps: EpisodeSet, task: str | None, sample: int | None) -> list[Episode]:

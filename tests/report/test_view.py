@@ -1,0 +1,109 @@
+"""``swerl view``: groups, episodes (reward, advantage, outcome, verifier tail), then the
+conversation turn by turn, for train runs (trajectories/step_N.jsonl) and eval folders."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from rich.console import Console
+from typer.testing import CliRunner
+
+from swerl.agent.evaluate import write_eval_outputs
+from swerl.agent.trajectory import Trajectory
+from swerl.cli import app
+from swerl.errors import ConfigError
+from swerl.report.view import load_episodes, render_html, render_terminal
+from swerl.trainer.metrics import dump_trajectories
+
+from trainer._support import save_tiny_model_dir  # tests/ is on sys.path (rootdir-relative packages)
+
+
+def _episode(task: str, sample: int, reward: float, **extra) -> Trajectory:
+    messages = [
+        {"role": "system", "content": "You are a coding agent."},
+        {"role": "user", "content": f"Solve {task}: write <solution.py>"},
+        {"role": "assistant", "content": f"print('MAGIC {sample}')"},
+    ]
+    return Trajectory(task_name=task, group_id=f"{task}-g", sample_index=sample, prompt_ids=[1, 2], response_ids=[3, 4],
+                      loss_mask=[1, 1], reward=reward, outcome="passed" if reward else "failed", end_reason="task_complete",
+                      num_turns=1, messages=messages, num_policy_tokens=2,
+                      verifier_output_tail=f"collected 1 item\n{'1 passed' if reward else '1 failed'} in 0.01s", **extra)
+
+
+@pytest.fixture
+def train_run(tmp_path):
+    run = tmp_path / "run"
+    trajs = [_episode("magic-a", i, float(i % 2)) for i in range(4)] + [_episode("magic-b", i, 0.0) for i in range(4)]
+    dump_trajectories(run, 1, trajs[:4], [0.0] * 4)
+    dump_trajectories(run, 2, trajs, [-0.6667, 0.6667, -0.6667, 0.6667, 0.0, 0.0, 0.0, 0.0])
+    return run
+
+
+def test_terminal_view_shows_groups_episodes_and_a_conversation(train_run):
+    console = Console(record=True, width=200)
+    render_terminal(load_episodes(train_run), console)
+    text = console.export_text()
+    assert "step 2 (dumped steps: 1, 2), 8 episodes in 2 groups" in text
+    assert "magic-a-g" in text and "magic-b-g" in text  # the groups table
+    assert "+0.6667" in text and "1 passed in 0.01s" in text  # episode rows: advantage, verifier tail
+    # The first episode with a non-zero advantage, turn by turn.
+    assert text.index("[0] system") < text.index("[1] user") < text.index("[2] assistant")
+    assert "print('MAGIC 0')" in text and "Solve magic-a" in text
+
+
+def test_task_and_sample_pick_the_conversation(train_run):
+    console = Console(record=True, width=200)
+    render_terminal(load_episodes(train_run, step=2), console, task="magic-b", sample=3)
+    text = console.export_text()
+    assert "magic-b sample 3" in text and "print('MAGIC 3')" in text and "magic-a sample" not in text
+    with pytest.raises(ConfigError, match="tasks here: magic-a, magic-b"):
+        render_terminal(load_episodes(train_run), console, task="nope")
+
+
+def test_unknown_step_names_the_steps_there(train_run):
+    with pytest.raises(ConfigError, match="has steps 1, 2"):
+        load_episodes(train_run, step=7)
+
+
+def test_a_run_without_dumps_says_how_to_get_them(tmp_path):
+    with pytest.raises(ConfigError, match="logging.dump_trajectories"):
+        load_episodes(tmp_path)
+
+
+def test_eval_output_folder_is_viewed_with_its_summary(tmp_path):
+    trajs = [_episode("humaneval-000", i, float(i == 0)) for i in range(2)]
+    write_eval_outputs(tmp_path, trajs, {"pass@1": 0.5, "reward/mean": 0.5})
+    eps = load_episodes(tmp_path)
+    assert eps.kind == "eval" and [e.advantage for e in eps.episodes] == [None, None]
+    console = Console(record=True, width=200)
+    render_terminal(eps, console)
+    text = console.export_text()
+    assert "pass@1: 0.5000" in text and "print('MAGIC 0')" in text
+
+
+def test_html_page_holds_every_conversation_escaped(train_run, tmp_path):
+    out = tmp_path / "view.html"
+    result = CliRunner().invoke(app, ["view", str(train_run), "--step", "2", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    page = out.read_text()
+    assert page.count("<details>") == 8
+    assert "print(&#x27;MAGIC 3&#x27;)" in page and "Solve magic-b: write &lt;solution.py&gt;" in page
+
+
+def test_records_without_a_transcript_are_decoded_with_the_runs_tokenizer(tmp_path):
+    model_dir = save_tiny_model_dir(tmp_path / "model")
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text(yaml.safe_dump({"model": {"path": str(model_dir)}}))
+    prompt = tok.encode("Write answer", add_special_tokens=False)
+    gen, obs = tok.encode("print( MAGIC )", add_special_tokens=False), tok.encode("pass", add_special_tokens=False)
+    traj = Trajectory(task_name="t", group_id="g", prompt_ids=prompt, response_ids=gen + obs,
+                      loss_mask=[1] * len(gen) + [0] * len(obs))
+    dump_trajectories(run, 1, [traj], [0.0])
+    (episode,) = load_episodes(run).episodes
+    assert [m["role"] for m in episode.messages] == ["prompt", "assistant", "observation"]
+    assert "MAGIC" in episode.messages[1]["content"] and "pass" in episode.messages[2]["content"]
+    assert "MAGIC" in render_html(load_episodes(run))
