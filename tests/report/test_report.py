@@ -1,0 +1,99 @@
+"""``swerl report``: arms labelled by their config differences, the selected checkpoint marked, and
+an HTML page whose screenshot in headless Chromium shows the plots."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from swerl.cli import app
+from swerl.errors import ConfigError
+from swerl.report.plots import COLORS, reward_figure
+from swerl.report.report import build_report
+from swerl.report.runs import label_arms, load_run
+from swerl.selection import select_checkpoint
+
+FIXTURES = Path(__file__).parent / "fixtures"
+ARMS = [FIXTURES / "arm-token-mean", FIXTURES / "arm-seqnorm-notis"]
+
+
+def test_arms_are_labelled_by_how_their_configs_differ():
+    runs = [load_run(d) for d in ARMS]
+    diffs = label_arms(runs)
+    assert diffs == ["algorithm.loss_reduction", "algorithm.max_seq_len", "algorithm.use_tis"]
+    assert runs[0].label == "loss_reduction=token_mean, max_seq_len=null, use_tis=true"
+    assert runs[1].label == "loss_reduction=seq_mean_token_sum_norm_global, max_seq_len=256, use_tis=false"
+
+
+def test_one_run_is_labelled_by_its_folder():
+    (run,) = [load_run(ARMS[0])]
+    label_arms([run])
+    assert run.label == "arm-token-mean"
+
+
+def test_the_reward_plot_marks_the_checkpoint_select_checkpoint_picks():
+    runs = [load_run(d) for d in ARMS]
+    label_arms(runs)
+    fig = reward_figure(runs)
+    stars = [(line.get_xdata()[0], line.get_ydata()[0]) for line in fig.axes[0].lines if line.get_marker() == "*"]
+    expected = [select_checkpoint(d).chosen for d in ARMS]
+    assert stars == [(c.step, pytest.approx(c.ema)) for c in expected]
+
+
+def _screenshot(html: Path, out: Path, height: int) -> Path:
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.fail("chromium is not installed: apt-get install chromium (.ci/run installs it)")
+    subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                    f"--user-data-dir={out.parent / 'chromium-profile'}", f"--window-size=1300,{height}",
+                    f"--screenshot={out}", html.as_uri()], check=True, capture_output=True, timeout=180)
+    return out
+
+
+def _near(pixel: tuple[int, int, int], hex_color: str, tol: int = 40) -> bool:
+    ref = tuple(int(hex_color[i : i + 2], 16) for i in (1, 3, 5))
+    return all(abs(a - b) <= tol for a, b in zip(pixel, ref))
+
+
+def test_report_screenshot_shows_the_plots_of_both_arms(tmp_path):
+    from PIL import Image
+
+    out = tmp_path / "report" / "report.html"
+    result = build_report(ARMS, out)
+    names = [p.name for p in result.png_paths]
+    assert names[:2] == ["report-reward.png", "report-pass_at_n.png"]
+    assert {"report-lengths.png", "report-timing.png", "report-outcomes.png"} <= set(names)
+    assert "report-staleness.png" not in names  # no run logged async/staleness_mean
+    page = out.read_text()
+    assert page.count('<img alt="') == len(names) and page.count("data:image/png;base64,") == len(names)
+
+    shot = Image.open(_screenshot(out, tmp_path / "shot.png", height=7000)).convert("RGB")
+    pixels = list(shot.getdata())
+    non_white = sum(1 for p in pixels if min(p) < 235) / len(pixels)
+    arm0 = sum(1 for p in pixels if _near(p, COLORS[0]))
+    arm1 = sum(1 for p in pixels if _near(p, COLORS[1]))
+    print(f"screenshot {shot.size}: non-white {non_white:.3f}, arm pixels {arm0} / {arm1}")
+    assert non_white > 0.05, "the page rendered (almost) blank"
+    assert arm0 > 2000 and arm1 > 2000, "the arms' curves are not visible in the screenshot"
+
+
+def test_cli_report_writes_the_page_and_prints_the_arms_table(tmp_path):
+    out = tmp_path / "r.html"
+    result = CliRunner().invoke(app, ["report", *map(str, ARMS), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert out.is_file() and (tmp_path / "r-reward.png").is_file()
+    assert "final EMA" in result.output and "selected step" in result.output
+
+
+def test_a_folder_without_metrics_is_a_one_line_input_error(tmp_path):
+    with pytest.raises(ConfigError, match="no metrics.jsonl"):
+        build_report([tmp_path], tmp_path / "r.html")
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", "from swerl.cli import main; main()", "report", str(tmp_path / "missing"),
+                           "--out", str(tmp_path / "r.html")], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "does not exist" in proc.stderr and "Traceback" not in proc.stderr
