@@ -575,11 +575,14 @@ def report_cmd(
     from swerl.report.report import ARM_COLUMNS, build_report
 
     result = build_report(run_dirs, out, span)
-    table = Table(title="arms", title_justify="left")
-    for column in ARM_COLUMNS:
-        table.add_column(column, overflow="fold")
-    for row in result.arms:
-        table.add_row(*(row[c] for c in ARM_COLUMNS))
+    for i, row in enumerate(result.arms, start=1):
+        out_console.print(f"arm {i}: {row['arm']} ({row['run dir']})", highlight=False, soft_wrap=True)
+    table = Table(title="arms", title_justify="left")  # one column per arm: fits a terminal
+    table.add_column("")
+    for i in range(len(result.arms)):
+        table.add_column(f"arm {i + 1}", justify="right")
+    for column in ARM_COLUMNS[2:]:
+        table.add_row(column, *(row[column] for row in result.arms))
     out_console.print(table)
     err_console.print(f"wrote {result.html_path} and {len(result.png_paths)} PNGs beside it", highlight=False)
 

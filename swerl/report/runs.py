@@ -142,7 +142,8 @@ def label_arms(runs: list[Run], max_keys: int = 4) -> list[str]:
         if len(diffs) > max_keys:
             parts.append(f"+{len(diffs) - max_keys} more")
         run.label = ", ".join(parts) if parts else run.run_dir.name
-    if len({r.label for r in runs}) < len(runs):  # same config twice: fall back to folder names
+    if len({r.label for r in runs}) < len(runs):  # equal labels: prefix the folder (and its parent)
         for run in runs:
-            run.label = f"{run.run_dir.name}: {run.label}" if run.label != run.run_dir.name else run.label
+            where = f"{run.run_dir.parent.name}/{run.run_dir.name}"
+            run.label = where if run.label == run.run_dir.name else f"{where}: {run.label}"
     return diffs

@@ -7,6 +7,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -24,9 +25,9 @@ ARMS = [FIXTURES / "arm-token-mean", FIXTURES / "arm-seqnorm-notis"]
 def test_arms_are_labelled_by_how_their_configs_differ():
     runs = [load_run(d) for d in ARMS]
     diffs = label_arms(runs)
-    assert diffs == ["algorithm.loss_reduction", "algorithm.max_seq_len", "algorithm.use_tis"]
-    assert runs[0].label == "loss_reduction=token_mean, max_seq_len=null, use_tis=true"
-    assert runs[1].label == "loss_reduction=seq_mean_token_sum_norm_global, max_seq_len=256, use_tis=false"
+    assert diffs == ["algorithm.loss_reduction", "algorithm.max_seq_len", "algorithm.use_tis", "seed"]
+    assert runs[0].label == "loss_reduction=token_mean, max_seq_len=null, use_tis=true, seed=0"
+    assert runs[1].label == "loss_reduction=seq_mean_token_sum_norm_global, max_seq_len=256, use_tis=false, seed=1"
 
 
 def test_one_run_is_labelled_by_its_folder():
@@ -54,9 +55,10 @@ def _screenshot(html: Path, out: Path, height: int) -> Path:
     return out
 
 
-def _near(pixel: tuple[int, int, int], hex_color: str, tol: int = 40) -> bool:
-    ref = tuple(int(hex_color[i : i + 2], 16) for i in (1, 3, 5))
-    return all(abs(a - b) <= tol for a, b in zip(pixel, ref))
+def _pixels_near(image: np.ndarray, hex_color: str, tol: int = 40) -> int:
+    """Pixels of an (H, W, 3) uint8 image within ``tol`` of ``hex_color`` on every channel."""
+    ref = np.array([int(hex_color[i : i + 2], 16) for i in (1, 3, 5)], dtype=np.int16)
+    return int((np.abs(image.astype(np.int16) - ref) <= tol).all(axis=-1).sum())
 
 
 def test_report_screenshot_shows_the_plots_of_both_arms(tmp_path):
@@ -71,19 +73,17 @@ def test_report_screenshot_shows_the_plots_of_both_arms(tmp_path):
     page = out.read_text()
     assert page.count('<img alt="') == len(names) and page.count("data:image/png;base64,") == len(names)
 
-    shot = Image.open(_screenshot(out, tmp_path / "shot.png", height=7000)).convert("RGB")
-    pixels = list(shot.getdata())
-    non_white = sum(1 for p in pixels if min(p) < 235) / len(pixels)
-    arm0 = sum(1 for p in pixels if _near(p, COLORS[0]))
-    arm1 = sum(1 for p in pixels if _near(p, COLORS[1]))
-    print(f"screenshot {shot.size}: non-white {non_white:.3f}, arm pixels {arm0} / {arm1}")
+    shot = np.asarray(Image.open(_screenshot(out, tmp_path / "shot.png", height=7000)).convert("RGB"))
+    non_white = float((shot.min(axis=-1) < 235).mean())
+    arm0, arm1 = _pixels_near(shot, COLORS[0]), _pixels_near(shot, COLORS[1])
+    print(f"screenshot {shot.shape[1]}x{shot.shape[0]}: non-white {non_white:.3f}, arm pixels {arm0} / {arm1}")
     assert non_white > 0.05, "the page rendered (almost) blank"
     assert arm0 > 2000 and arm1 > 2000, "the arms' curves are not visible in the screenshot"
 
 
 def test_cli_report_writes_the_page_and_prints_the_arms_table(tmp_path):
     out = tmp_path / "r.html"
-    result = CliRunner().invoke(app, ["report", *map(str, ARMS), "--out", str(out)])
+    result = CliRunner().invoke(app, ["report", *map(str, ARMS), "--out", str(out)], terminal_width=250)
     assert result.exit_code == 0, result.output
     assert out.is_file() and (tmp_path / "r-reward.png").is_file()
     assert "final EMA" in result.output and "selected step" in result.output
