@@ -232,8 +232,9 @@ def render_terminal(eps: EpisodeSet, console: Any, task: str | None = None, samp
             style = {"assistant": "green", "user": "blue", "system": "magenta"}.get(role, "yellow")
             console.print(Panel(Text(_content(message)), title=f"[{turn}] {role}", title_align="left",
                                 border_style=style))
-        if e.verifier_tail:
-            console.print(Panel(Text(e.verifier_tail), title="verifier output (tail)", border_style="red"))
+        if e.verifier_tail or e.detail:
+            console.print(Panel(Text(e.verifier_tail or e.detail), border_style="red",
+                                title="verifier output (tail)" if e.verifier_tail else "detail"))
     if task is None and len(eps.episodes) > 1:
         console.print("(pass --task NAME [--sample I] for other conversations, or --out FILE.html for all)")
 

@@ -3,6 +3,8 @@ conversation turn by turn, for train runs (trajectories/step_N.jsonl) and eval f
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import yaml
 from rich.console import Console
@@ -107,3 +109,13 @@ def test_records_without_a_transcript_are_decoded_with_the_runs_tokenizer(tmp_pa
     assert [m["role"] for m in episode.messages] == ["prompt", "assistant", "observation"]
     assert "MAGIC" in episode.messages[1]["content"] and "pass" in episode.messages[2]["content"]
     assert "MAGIC" in render_html(load_episodes(run))
+
+
+def test_a_real_training_dump_reads_as_a_conversation():
+    run = Path(__file__).parent / "fixtures" / "arm-seqnorm-notis"
+    eps = load_episodes(run, step=9)
+    assert eps.steps_available == [9, 10] and len(eps.episodes) == 8
+    console = Console(record=True, width=160)
+    render_terminal(eps, console)
+    text = console.export_text()
+    assert "Write MAGIC into `/app/solution.py`" in text and "[2] assistant" in text
