@@ -17,7 +17,7 @@ Group statistics are computed in float64 and a zero-variance group gets exactly 
 fp32 residue never creates a spurious non-zero advantage (which would also change the
 ``seq_mean_token_sum_norm_global`` denominator).
 
-Spec: ``shared/spec/algorithms.md`` §1.
+Spec: ``docs/algorithms.md`` (Advantages).
 """
 
 from __future__ import annotations
