@@ -251,7 +251,8 @@ def _row(cells: list[str], tag: str = "td") -> str:
 
 
 def render_html(eps: EpisodeSet) -> str:
-    """A static page: the groups table, then every episode as a collapsible conversation."""
+    """A static page: the groups table, then every episode as a collapsible conversation (the one
+    :func:`pick` would show unfolded)."""
     parts = [f"<h1>{html.escape(_title(eps))}</h1>"]
     stats = {k: v for k, v in eps.summary.items() if k.startswith("pass@") or k == "reward/mean"}
     if stats:
@@ -262,6 +263,7 @@ def render_html(eps: EpisodeSet) -> str:
         rows.append(_row([gid, members[0].task, str(len(members)), f"{sum(rewards) / len(rewards):.3f}",
                           " ".join(f"{r:g}" for r in rewards), " ".join(_adv(e) for e in members)]))
     parts.append("<h2>Groups</h2><table>" + "".join(rows) + "</table><h2>Episodes</h2>")
+    first = pick(eps, None, None)[:1] if eps.episodes else []
     for e in eps.episodes:
         head = (f"{e.task} sample {e.sample_index}: reward {e.reward:g}, advantage {_adv(e)}, {e.outcome} "
                 f"({e.failure_class}, {e.end_reason}), {e.num_turns} turns, {e.generated_tokens} generated tokens")
@@ -270,7 +272,8 @@ def render_html(eps: EpisodeSet) -> str:
                        for i, m in enumerate(e.messages))
         if e.verifier_tail:
             body += f'<div><b>verifier output (tail)</b><pre class="verifier">{html.escape(e.verifier_tail)}</pre></div>'
-        parts.append(f"<details><summary>{html.escape(head)}</summary>{body}</details>")
+        opened = " open" if first and e is first[0] else ""  # the first episode with signal, unfolded
+        parts.append(f"<details{opened}><summary>{html.escape(head)}</summary>{body}</details>")
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>swerl view</title><style>{CSS}</style>"
             f"</head><body>{''.join(parts)}</body></html>\n")
 
