@@ -270,8 +270,9 @@ def render_html(eps: EpisodeSet) -> str:
         body = "".join(f'<div><b>[{i}] {html.escape(str(m.get("role", "?")))}</b>'
                        f'<pre class="{html.escape(str(m.get("role", "")))}">{html.escape(_content(m))}</pre></div>'
                        for i, m in enumerate(e.messages))
-        if e.verifier_tail:
-            body += f'<div><b>verifier output (tail)</b><pre class="verifier">{html.escape(e.verifier_tail)}</pre></div>'
+        if e.verifier_tail or e.detail:
+            label = "verifier output (tail)" if e.verifier_tail else "detail"
+            body += f'<div><b>{label}</b><pre class="verifier">{html.escape(e.verifier_tail or e.detail)}</pre></div>'
         opened = " open" if first and e is first[0] else ""  # the first episode with signal, unfolded
         parts.append(f"<details{opened}><summary>{html.escape(head)}</summary>{body}</details>")
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>swerl view</title><style>{CSS}</style>"
