@@ -46,3 +46,42 @@ def test_wandb_offline_run_holds_metrics_config_plan_and_selection(tmp_path, mon
 def test_no_tracker_unless_asked(tmp_path):
     assert open_trackers(LoggingConfig(), tmp_path, {}, {}) == []
     assert not (tmp_path / "wandb").exists()
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_swerl_train_logs_to_an_offline_wandb_run(tmp_path, tiny_model_dir):
+    """The real loop and CLI: every step's record, the config with the plan, then the selection."""
+    import json
+
+    import yaml
+    from typer.testing import CliRunner
+
+    from swerl.cli import app
+
+    tasks = Path(__file__).resolve().parents[2] / "examples" / "learning_tasks"
+    config = {
+        "model": {"path": str(tiny_model_dir), "device": "cpu"},
+        "data": {"tasks": str(tasks)},
+        "agent": {"protocol": "single-turn", "temperature": 1.0,
+                  "limits": {"max_new_tokens_per_turn": 4, "context_window_tokens": 256, "max_turns": 1}},
+        "sandbox": {"concurrency": 4},
+        "generator": {"max_batch_size": 8},
+        "algorithm": {"n_samples_per_prompt": 2, "min_group_size": 2},
+        "loop": {"train_batch_size": 2, "max_steps": 2, "micro_batch_size": 4},
+        "checkpointing": {"ckpt_interval": 0, "hf_save_interval": 1},
+        "logging": {"wandb": {"project": "swerl-test"}},
+    }
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump(config))
+    run_dir = tmp_path / "run"
+    result = CliRunner().invoke(app, ["train", str(path), "--run-dir", str(run_dir)])
+    assert result.exit_code == 0, result.output
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    runs = _wandb_runs(run_dir)
+    history = [h for run in runs for h in run["history"]]
+    assert [h["_step"] for h in history] == [1, 2]
+    assert [h["reward/avg_raw_reward"] for h in history] == [r["reward/avg_raw_reward"] for r in records]
+    assert runs[0]["config"]["plan"]["total_steps"] == 2
+    summary = {k: v for run in runs for k, v in run["summary"].items()}
+    assert summary["selection/step"] == 2 and summary["selection/export_path"].endswith("global_step_2")
