@@ -18,6 +18,7 @@ from swerl.errors import ConfigError
 from swerl.inference.config import InferenceConfig
 from swerl.rl.config import AlgorithmConfig
 from swerl.sandbox.models import SandboxConfig
+from swerl.trainer.evaluation import EvalDuringTrainingConfig
 from swerl.trainer.trackers import WandbConfig
 
 
@@ -135,6 +136,9 @@ class TrainConfig(_Strict):
     loop: LoopConfig = Field(default_factory=LoopConfig, description="Prompts per step, epochs, steps, mini/micro-batches.")
     checkpointing: CheckpointConfig = Field(default_factory=CheckpointConfig, description="Checkpoint and HF export intervals, retention.")
     logging: LoggingConfig = Field(default_factory=LoggingConfig, description="TensorBoard, W&B, trajectory dumps.")
+    eval: EvalDuringTrainingConfig | None = Field(
+        None, description="Held-out evaluation during training (eval/pass@1, eval/pass@k, eval/reward); None = off."
+    )
     seed: int = Field(0, description="Seed of torch, numpy, python and (unless data.seed) the prompt order.")
 
     @model_validator(mode="after")

@@ -46,6 +46,7 @@ from swerl.trainer import checkpoint as ckpt
 from swerl.trainer import distributed as dist
 from swerl.trainer.batch import row_from_trajectory
 from swerl.trainer.config import TrainConfig
+from swerl.trainer.evaluation import is_due, run_eval
 from swerl.trainer.metrics import MetricsSink, dump_trajectories, effective_reward, rollout_metrics
 from swerl.trainer.model import compute_dtype, load_policy
 from swerl.trainer.nonfinite import NonFiniteStreak
@@ -202,6 +203,8 @@ def train(
 
     # --- data: tasks and the prompt sampler --------------------------------------------------
     tasks = list(load_tasks(config.data.tasks, limit=config.data.limit, names=config.data.names))
+    held_out = [] if config.eval is None else list(
+        load_tasks(config.eval.tasks, limit=config.eval.limit, names=config.eval.names))
     sampler = PromptSampler(len(tasks), config.loop.train_batch_size, config.data_seed, config.data.shuffle)
     plan: RunPlan = make_plan(config, len(tasks))
     emit(TrainEvent("plan", data=plan))
@@ -260,6 +263,9 @@ def train(
             runner = stack.enter_context(RolloutRunner(
                 backend, tokenizer, config.sandbox, config.agent, concurrency,
                 config.generator.max_batch_size, config.generator.batch_wait_s, config.seed))
+            if config.eval is not None and config.eval.before_train and start_step == 0:
+                model.eval()  # the initial policy on the held-out tasks: a record at global_step 0
+                result.records.append(sink.log(0, run_eval(config.eval, runner, held_out, 0)))
         for step in range(start_step + 1, plan.total_steps + 1):
             timings: dict[str, float] = {}
             t_step = time.monotonic()
@@ -298,9 +304,13 @@ def train(
             timings["timing/update_s"] = time.monotonic() - t0
             if backend is not None:
                 _sync_generator(backend, model)
+            held_out_metrics = {}  # held-out eval of these weights, at its interval (rank 0)
+            if runner is not None and config.eval is not None and is_due(config.eval, step, plan.total_steps):
+                held_out_metrics = run_eval(config.eval, runner, held_out, step)
 
             # Log: one record per step (spec names), rank 0 writes.
-            metrics = {**rollout_metrics(trajs), **adv_metrics, **update_metrics, **timings, "epoch": float(epoch)}
+            metrics = {**rollout_metrics(trajs), **adv_metrics, **update_metrics, **timings, **held_out_metrics,
+                       "epoch": float(epoch)}
             if info.is_main and config.logging.dump_trajectories:
                 dump_trajectories(run_dir, step, trajs, [float(a) for a in advantages])
 

@@ -1,0 +1,63 @@
+"""Held-out evaluation during training: every ``eval.interval`` steps (and before the first one
+when ``eval.before_train``), the current policy runs ``eval.samples`` episodes of each held-out
+task with the run's protocol, limits and sampling, in the run's sandboxes; the step's record
+gains ``eval/pass@1``, ``eval/pass@k`` (k = samples), ``eval/reward`` and ``eval/num_tasks``.
+
+Stage: ``trainer/`` (rank 0, between the weight sync and the step's record). The figures are
+those of ``swerl eval`` (``agent.metrics.summarize``: unbiased pass@k, mean reward), so that
+``swerl select-checkpoint --metric eval/pass@1`` ranks exports on held-out tasks.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from swerl.agent.metrics import summarize
+
+log = logging.getLogger(__name__)
+
+
+class EvalDuringTrainingConfig(BaseModel):
+    """``eval``: held-out evaluation during training (None = off)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tasks: str = Field(..., description="Held-out task source: a folder of task folders, or a .parquet/.jsonl of rows.")
+    limit: int | None = Field(None, ge=1, description="Use only the first N tasks of the source (after `names`).")
+    names: list[str] | None = Field(None, min_length=1, description="Only tasks matching these shell patterns.")
+    interval: int = Field(0, ge=0, description="Evaluate every N training steps (0 = only after the last step).")
+    samples: int = Field(1, ge=1, description="Episodes per task: eval/pass@1 and eval/pass@<samples>.")
+    before_train: bool = Field(False, description="Also evaluate the initial policy (a record at global_step 0).")
+
+
+def is_due(cfg: EvalDuringTrainingConfig, step: int, last_step: int) -> bool:
+    """Whether training step ``step`` ends with an evaluation (every ``interval``, and the last)."""
+    return step == last_step or (cfg.interval > 0 and step % cfg.interval == 0)
+
+
+def eval_metrics(trajectories: list[Any], samples: int) -> dict[str, float]:
+    """The ``eval/*`` keys of a step's record from the eval trajectories."""
+    summary = summarize(trajectories, ks=[1, samples])
+    out = {f"eval/{k}": float(v) for k, v in summary.items() if k.startswith("pass@")}
+    out.update({"eval/reward": float(summary["reward/mean"]), "eval/num_tasks": float(summary["num_tasks"]),
+                "eval/num_masked": float(summary["num_masked"])})
+    return out
+
+
+def run_eval(cfg: EvalDuringTrainingConfig, runner: Any, tasks: list[Any], step: int) -> dict[str, float]:
+    """Evaluate the current weights: ``cfg.samples`` episodes per task through the run's rollout
+    runner (same protocol, limits, sampling and sandboxes as training).
+
+    Returns: the ``eval/*`` metrics and ``timing/eval_s``.
+    """
+    started = time.monotonic()
+    trajectories = runner.collect(tasks, cfg.samples, step)
+    out = eval_metrics(trajectories, cfg.samples)
+    out["timing/eval_s"] = time.monotonic() - started
+    log.info("eval at step %d: pass@1 %.3f, reward %.3f over %d tasks", step, out.get("eval/pass@1", 0.0),
+             out["eval/reward"], len(tasks))
+    return out
