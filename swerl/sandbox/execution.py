@@ -92,14 +92,11 @@ async def exec_argv(
     env: dict[str, str] | None = None,
     workdir: str | None = None,
     stdin: bytes | None = None,
-    privileged: bool = False,
 ) -> ExecResult:
     """Run ``argv`` as-is and read its output for at most ``deadline_s`` seconds.
 
     ``stdin`` (bytes) is written to the process's standard input, followed by EOF; this is
     how files travel with a command in one round trip (``tar -x`` reading stdin).
-    ``privileged``: the process gets every capability (the container itself has none); only
-    for swerl's own short commands, never for task or agent code.
 
     Returns:
         ExecResult; ``exit_code`` None and ``timed_out`` True when the stream outlived the
@@ -112,7 +109,7 @@ async def exec_argv(
     start = time.monotonic()
     created = await call(
         api.exec_create, container_id, argv, stdout=True, stderr=True, stdin=stdin is not None,
-        environment=env, workdir=workdir, privileged=privileged,
+        environment=env, workdir=workdir,
     )
     exec_id = created["Id"]
     reader, writer = await open_exec_stream(api.base_url, api._version, exec_id, False, call.default_timeout_s)

@@ -93,7 +93,7 @@ class SandboxConfig(BaseModel):
         description=(
             "Where the hidden tests run. clean_room: in a fresh container of the pristine task image holding only "
             "the agent's work product ([verifier] artifacts; a task that declares none gets its image's WORKDIR). "
-            "same_container: in the agent's own container (hardened: privileged wipe of /logs/verifier and /tests, "
+            "same_container: in the agent's own container (hardened: an unblockable wipe of /logs/verifier and /tests, "
             "every process killed before and after the tests). auto: clean room for tasks that declare artifacts "
             "and do not set [verifier] same_container = true; same container for tasks that declare no artifacts "
             "(their verifier may inspect anything the agent changed, so swerl does not guess their work product)."

@@ -38,7 +38,7 @@ from swerl.sandbox import cleanroom
 from swerl.sandbox.keeper import KeeperChannel
 from swerl.sandbox.models import ExecResult, Outcome, SandboxConfig, Verification, VerifierResult
 from swerl.sandbox.shell import Shell
-from swerl.sandbox.verifier import PRIVILEGED_WIPE, VERIFY_OUTPUT_BYTES, VERIFY_SCRIPT, parse_sections, verdict
+from swerl.sandbox.verifier import VERIFY_OUTPUT_BYTES, VERIFY_SCRIPT, parse_sections, verdict
 
 if TYPE_CHECKING:
     import docker
@@ -172,8 +172,8 @@ class Sandbox:
         Where: :func:`~swerl.sandbox.cleanroom.verification_mode`. Clean room: kill every
         process in the agent's container, read the work product out, remove that container,
         and run the protocol in a fresh one of the pristine image holding only the work
-        product. Same container: a privileged wipe of ``/logs/verifier`` and ``/tests`` (the
-        agent's permissions cannot block it) after killing every process, then the protocol.
+        product. Same container: every process killed, then ``/logs/verifier`` and ``/tests``
+        moved aside and recreated in a way the agent's permissions cannot block, then the protocol.
         Either way: ``tests/`` uploaded to ``/tests``, ``bash /tests/test.sh`` run
         (``[verifier] env`` applied) under ``timeout_s`` (default:
         ``SandboxConfig.verifier_timeout_s``, else task.toml ``[verifier] timeout_sec``), every
@@ -194,10 +194,6 @@ class Sandbox:
             await self._switch_container()
         else:
             paths, work = [], []
-            await self._guard(exec_argv(
-                self._call, self._client, self.container_id, ["/bin/sh", "-c", PRIVILEGED_WIPE],
-                self._config.docker_timeout_s, 4096, privileged=True,
-            ))
         raw = await self._run_verify_script("-", limit, cleanroom.bundle(self.task.tests_dir, work, paths), paths)
         if "\x1enotar\x1f" in raw.output:  # no tar in the image: the daemon copies the files in first
             staging = f"/tmp/.swerl-verify-{uuid.uuid4().hex}"

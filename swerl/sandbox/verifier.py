@@ -29,11 +29,27 @@ oom() {
   done
 }
 emit() { printf '\036%s\037' "$1"; }
+# Move /logs/verifier and /tests aside, then delete what can be deleted. The agent is root
+# without CAP_DAC_OVERRIDE/CAP_FOWNER, so it can make them unremovable (a read-only folder,
+# a foreign-owned folder moved in), but it cannot chown: / and /logs stay root's, root can
+# always give itself their write bit back, and a rename within one folder needs nothing else.
+wipe() {
+  t=$$-$(date +%s%N 2>/dev/null)
+  chmod u+rwx / 2>/dev/null
+  if [ ! -L /logs ] && [ -d /logs ] && chmod u+rwx /logs 2>/dev/null; then
+    if [ -e /logs/verifier ] || [ -L /logs/verifier ]; then mv -f /logs/verifier "/logs/.swerl-stale-$t"; fi
+  elif [ -e /logs ] || [ -L /logs ]; then mv -f /logs "/.swerl-stale-logs-$t"; fi
+  if [ -e /tests ] || [ -L /tests ]; then mv -f /tests "/.swerl-stale-tests-$t"; fi
+  for s in /logs/.swerl-stale-* /.swerl-stale-*; do
+    if [ -e "$s" ] || [ -L "$s" ]; then chmod -R u+rwX "$s" 2>/dev/null; rm -rf "$s" 2>/dev/null; fi
+  done
+}
 if [ "$1" = - ] && ! command -v tar >/dev/null 2>&1; then emit notar; exit 0; fi
 src=$1; limit=$2; shift 2
 kill -KILL -1 2>/dev/null
 emit oom_before; oom
-rm -rf /tests /logs/verifier "$@"
+wipe
+rm -rf "$@"
 mkdir -p /logs/verifier /tests
 if [ "$src" = - ]; then tar -x -C / -f -; else cp -a "$src"/. / && rm -rf "$src"; fi
 timeout -s KILL "$limit" bash /tests/test.sh >/logs/verifier/test-stdout.txt 2>&1 </dev/null &
@@ -49,15 +65,6 @@ true
 # Bytes of the script's report: a 1 MiB reward.json, the 4000-byte tail and the small sections.
 VERIFY_OUTPUT_BYTES = 1_100_000
 MAX_REWARD_JSON_BYTES = 1 << 20
-# Run with all capabilities before a same-container verification: the agent (root, but without
-# CAP_DAC_OVERRIDE/CAP_FOWNER) may have made /logs/verifier or /tests unremovable for the
-# script, e.g. a read-only folder holding a planted reward.txt.
-PRIVILEGED_WIPE = r"""
-kill -KILL -1 2>/dev/null; kill -KILL -1 2>/dev/null
-if [ -L /logs ] || { [ -e /logs ] && [ ! -d /logs ]; }; then rm -f /logs; fi
-rm -rf /logs/verifier /tests
-mkdir -p /logs/verifier /tests && chmod 755 /logs /logs/verifier /tests
-"""
 _SECTION_RE = re.compile(r"\x1e([a-z_]+)\x1f")
 
 
