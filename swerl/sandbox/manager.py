@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
 from swerl.errors import SandboxError
+from swerl.sandbox.cleanroom import verification_mode
 from swerl.sandbox.docker_api import LABEL_PID, LABEL_RUN, LABEL_TASK, DockerCaller, connect, sandbox_error
 from swerl.sandbox.gc import collect_garbage, owner_labels
 from swerl.sandbox.image_cache import prune_task_images, record_use
@@ -167,15 +168,16 @@ class SandboxManager:
             network=bool(env.allow_internet and self.config.allow_network),
         )
 
-    def _pool(self, spec: ContainerSpec) -> WarmPool:
+    def _pool(self, spec: ContainerSpec, per_trial: int = 1) -> WarmPool:
         """The warm pool of ``spec``, most recently used last; pools beyond the few most recent
-        are closed, so a dataset with one image per task never piles up idle containers."""
+        are closed, so a dataset with one image per task never piles up idle containers.
+        ``per_trial``: containers one trial takes (2 in the clean room)."""
         pool = self._pools.pop(spec, None)
         if pool is None:
             assert self._call is not None and self.client is not None and self._reaper is not None
             size = self.config.warm_pool_size
             if size is None:  # enough to stay ahead of trial starts; more would only idle
-                size = min(self.config.concurrency, DEFAULT_MAX_WARM)
+                size = min(self.config.concurrency, DEFAULT_MAX_WARM) * per_trial
             pool = WarmPool(
                 self._call, self.client, spec, size if self.config.warm_pool else 0,
                 self._labels, self._reaper, self.config.start_timeout_s,
@@ -209,11 +211,12 @@ class SandboxManager:
             began = time.monotonic()
             labels = {**self._labels, LABEL_TASK: task.name}
             spec = self._spec(task, image)
-            container_id, keeper = await self._pool(spec).take(task.name, labels)
+            per_trial = 2 if verification_mode(task, self.config) == "clean_room" else 1
+            container_id, keeper = await self._pool(spec, per_trial).take(task.name, labels)
             timings.start_s = time.monotonic() - began
 
             async def renew() -> tuple[str, KeeperChannel]:
-                return await self._pool(spec).take(task.name, labels)
+                return await self._pool(spec, per_trial).take(task.name, labels)
 
             assert self._reaper is not None
             sb = Sandbox(self._call, self.client, self.config, task, container_id, keeper=keeper,
