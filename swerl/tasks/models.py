@@ -1,5 +1,5 @@
 """Pydantic models of a Harbor-format task folder (``instruction.md``, ``task.toml``,
-``environment/``, ``tests/``, ``solution/``); see ``shared/spec/tasks.md`` §1."""
+``environment/``, ``tests/``, ``solution/``); see docs/tasks.md."""
 
 from __future__ import annotations
 

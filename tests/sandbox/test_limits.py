@@ -163,3 +163,19 @@ def test_task_image_cache_prunes_least_recently_used_beyond_its_budget(docker_cl
     assert removed == [tags[0]]  # the oldest; `used` has a container, `new` is kept by the caller
     assert left == sorted(tags[1:])
     assert docker_client.images.get("python:3.10-slim")  # base images are never candidates
+
+
+def test_verification_mode_follows_the_run_then_the_task():
+    from swerl.sandbox.cleanroom import verification_mode
+
+    task = fixture_task("add")
+
+    def with_verifier(**fields):
+        verifier = task.config.verifier.model_copy(update=fields)
+        return task.model_copy(update={"config": task.config.model_copy(update={"verifier": verifier})})
+
+    declared, opted_out = with_verifier(artifacts=["/app"]), with_verifier(artifacts=["/app"], same_container=True)
+    auto, clean, same = (SandboxConfig(verification=v) for v in ("auto", "clean_room", "same_container"))
+    assert [verification_mode(t, auto) for t in (task, declared, opted_out)] == ["same_container", "clean_room", "same_container"]
+    assert {verification_mode(t, clean) for t in (task, declared, opted_out)} == {"clean_room"}
+    assert {verification_mode(t, same) for t in (task, declared, opted_out)} == {"same_container"}
