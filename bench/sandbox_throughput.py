@@ -1,14 +1,19 @@
-"""Throughput of oracle verifications of the HumanEval tasks, three ways, at concurrency 1 and 2.
+"""Throughput of oracle verifications of the HumanEval tasks, four ways, at concurrency 1 and 2.
 
     .venv/bin/python bench/sandbox_throughput.py [--tasks DIR] [--limit N] [--concurrency 1 2]
+        [--modes floor naive swerl clean]
 
 (a) floor: the verifier's pytest command (``pytest tests/test_solution.py -v --tb=short``) as a
     bare host subprocess, in a small venv with pytest (no sandbox, no pip, no bash);
 (b) naive: ``docker run --rm`` of the task's ``tests/test.sh`` per verification (solution and
     tests bind-mounted, network none): the cold container-per-trial shape of common harnesses;
-(c) swerl: ``SandboxManager.run_oracle``: a fresh isolated container per trial (warm pool),
-    ``solution/`` copied in and ``solve.sh`` run, tests uploaded at verify, the full verifier
-    protocol, removal in the background.
+(c) swerl: ``SandboxManager.run_oracle`` with ``verification="same_container"``: a fresh
+    isolated container per trial (warm pool), ``solution/`` copied in and ``solve.sh`` run,
+    tests uploaded at verify, the full (hardened) verifier protocol in that container, removal
+    in the background;
+(d) clean: the same with ``verification="clean_room"``: after solve.sh the work product
+    (``/app``) is read out, the agent's container removed, and the tests run in a second fresh
+    container of the pristine image holding only ``/app``.
 
 Prints trials/s and the per-trial overhead over the floor, per trial-slot
 (= wall seconds * concurrency / trials). The modes run interleaved in rounds of ``--chunk``
@@ -19,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import shutil
 import subprocess
@@ -97,10 +103,13 @@ async def run_naive(tasks: list[Task], concurrency: int, root: Path, image: str)
 
 
 async def run_swerl(mgr: SandboxManager, tasks: list[Task]) -> tuple[float, int]:
-    """(c) ``SandboxManager.run_oracle`` per task: fresh sandbox, solve.sh, verifier protocol."""
+    """(c)/(d) ``SandboxManager.run_oracle`` per task: fresh sandbox, solve.sh, verifier protocol."""
     began = time.monotonic()
     records = await asyncio.gather(*(mgr.run_oracle(t) for t in tasks))
     return time.monotonic() - began, sum(r.outcome is Outcome.passed for r in records)
+
+
+VERIFICATION = {"swerl": "same_container", "clean": "clean_room"}
 
 
 async def bench(tasks: list[Task], image: str, concurrency: int, modes: list[str], chunk: int, root: Path,
@@ -108,10 +117,14 @@ async def bench(tasks: list[Task], image: str, concurrency: int, modes: list[str
     """Run the modes interleaved chunk by chunk (so machine load hits them alike); sum per mode."""
     totals = {mode: (0.0, 0) for mode in modes}
     works = {t.name: stage_host_copy(t, root / f"floor-c{concurrency}") for t in tasks} if "floor" in modes else {}
-    async with SandboxManager(SandboxConfig(concurrency=concurrency)) as mgr:
-        if "swerl" in modes:  # warm up once, as in a long run: image cached, pool filled
+    async with contextlib.AsyncExitStack() as stack:
+        managers = {}
+        for mode in (m for m in modes if m in VERIFICATION):
+            config = SandboxConfig(concurrency=concurrency, verification=VERIFICATION[mode])
+            managers[mode] = mgr = await stack.enter_async_context(SandboxManager(config))
+            # Warm up once, as in a long run: image cached, pool filled.
             await asyncio.gather(*(mgr.run_null(tasks[0]) for _ in range(2)))
-            await asyncio.sleep(1.0)
+        await asyncio.sleep(1.0)
         for i in range(0, len(tasks), chunk):
             part = tasks[i : i + chunk]
             for mode in modes:
@@ -120,7 +133,7 @@ async def bench(tasks: list[Task], image: str, concurrency: int, modes: list[str
                 elif mode == "naive":
                     wall, ok = await run_naive(part, concurrency, root, image)
                 else:
-                    wall, ok = await run_swerl(mgr, part)
+                    wall, ok = await run_swerl(managers[mode], part)
                 totals[mode] = (totals[mode][0] + wall, totals[mode][1] + ok)
     return totals
 
@@ -144,7 +157,8 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=None, help="Only the first N tasks")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--chunk", type=int, default=20, help="Tasks per interleaved round of the modes")
-    parser.add_argument("--modes", nargs="+", default=["floor", "naive", "swerl"], choices=["floor", "naive", "swerl"])
+    parser.add_argument("--modes", nargs="+", default=["floor", "naive", "swerl", "clean"],
+                        choices=["floor", "naive", "swerl", "clean"])
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="swerl-bench-", ignore_cleanup_errors=True) as tmp:
         source = args.tasks

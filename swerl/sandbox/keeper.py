@@ -6,9 +6,17 @@ Protocol on the container's stdin, one command at a time: a header line
 ``<token> <timeout seconds, 0 = none> <script bytes> <stdin bytes>``, then the raw script
 and stdin bytes. The keeper runs ``[timeout -s KILL T] bash script < stdin 2>&1`` as its
 direct child (tagged ``SWERL_EXEC=<token>``), then prints ``\\x1eswerl-done <token> <rc>\\x1f``.
-Between commands it reaps orphans. Being PID 1 it survives ``kill -KILL -1`` from inside,
-and when its stdin closes it just keeps the container alive. ``Sandbox`` falls back to
-``docker exec`` whenever the channel is busy or broken.
+Between commands it reaps orphans. Being PID 1 it survives ``kill -KILL -1`` from inside.
+
+Self-stop: containers are created with ``StdinOnce`` and swerl attaches to them *before*
+starting them (:mod:`swerl.sandbox.pool`), so the keeper's stdin closes when swerl's
+connection does, whoever closes it: a normal end, or the kernel when the swerl process dies
+(``kill -9``, a crash). On EOF the keeper exits and, being PID 1, stops the container at once;
+no container of a dead run keeps running until the next gc (it stays, stopped, for the gc).
+
+``Sandbox`` falls back to ``docker exec`` whenever the channel is busy or broken. A command
+whose wait is cancelled or times out leaves the channel broken (never busy-forever) and its
+processes are killed by their ``SWERL_EXEC`` tag, so the next command in that sandbox works.
 """
 
 from __future__ import annotations
@@ -42,7 +50,7 @@ while read -r tok t clen slen; do
   rm -f "$d/$tok.sh" "$d/$tok.in"
   printf '\036swerl-done %s %s\037' "$tok" "$rc"
 done
-while :; do sleep 3600 & wait $!; done
+exit 0
 """
 _DONE_RE = re.compile(rb"\x1eswerl-done ([0-9a-f]{32}) (\d+)\x1f")
 _WINDOW = 64  # bytes held back while looking for the end marker
@@ -98,17 +106,22 @@ class KeeperChannel:
         return self.broken or self._lock.locked()
 
     async def run(
-        self, script: bytes, stdin: bytes, timeout_s: float | None, deadline_s: float, max_output_bytes: int
+        self, script: bytes, stdin: bytes, timeout_s: float | None, deadline_s: float, max_output_bytes: int,
+        token: str | None = None,
     ) -> tuple[ExecResult, str]:
         """Run ``script`` under bash (``timeout_s`` None: no in-container timeout) and wait at
         most ``deadline_s`` seconds for its end marker.
 
+        Args:
+            token: the command's ``SWERL_EXEC`` tag (32 hex digits); a fresh one when None.
+
         Returns:
             (result, token); ``result.timed_out`` True and the channel marked broken when the
-            deadline passed (the caller kills the processes tagged with ``token``).
+            deadline passed (the caller kills the processes tagged with ``token``). A cancelled
+            wait also marks the channel broken (the keeper may still be running the command).
         """
         async with self._lock:
-            token = uuid.uuid4().hex
+            token = token or uuid.uuid4().hex
             began = time.monotonic()
             limit = "0" if timeout_s is None else f"{max(timeout_s, 0.001):.3f}"
             self._writer.write(f"{token} {limit} {len(script)} {len(stdin)}\n".encode() + script + stdin)
@@ -116,6 +129,9 @@ class KeeperChannel:
             try:
                 await self._writer.drain()
                 exit_code = await asyncio.wait_for(self._read_until_done(token, sink), deadline_s)
+            except asyncio.CancelledError:
+                self.broken = True
+                raise
             except (asyncio.TimeoutError, OSError, asyncio.IncompleteReadError) as err:
                 self.broken = True
                 if not isinstance(err, asyncio.TimeoutError):
@@ -140,7 +156,7 @@ class KeeperChannel:
                 pending = pending[-_WINDOW:]
 
     def close(self) -> None:
-        """Drop the connection (the keeper keeps the container alive)."""
+        """Drop the connection; the keeper sees EOF and stops the container (``StdinOnce``)."""
         self.broken = True
         self._writer.close()
 

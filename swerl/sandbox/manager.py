@@ -1,8 +1,9 @@
 """The process-wide owner of sandboxes: Docker client, image cache, warm pools, concurrency.
 
-``async with SandboxManager(config) as mgr`` connects once, removes what dead runs left,
-and on exit drains: warm containers and trial containers are removed, and a final sweep by
-this run's labels catches anything a timed-out call created late.
+``async with SandboxManager(config) as mgr`` connects once, checks the free disk of Docker's
+data root, removes what dead runs left, and on exit drains: warm containers and trial
+containers are removed, and a final sweep by this run's labels catches anything a timed-out
+call created late. While a trial runs, a watcher bounds its disk use (:mod:`swerl.sandbox.limits`).
 """
 
 from __future__ import annotations
@@ -16,9 +17,13 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
 from swerl.errors import SandboxError
+from swerl.sandbox.cleanroom import verification_mode
 from swerl.sandbox.docker_api import LABEL_PID, LABEL_RUN, LABEL_TASK, DockerCaller, connect, sandbox_error
 from swerl.sandbox.gc import collect_garbage, owner_labels
+from swerl.sandbox.image_cache import prune_task_images, record_use
 from swerl.sandbox.images import ensure_task_image
+from swerl.sandbox.keeper import KeeperChannel
+from swerl.sandbox.limits import check_free_disk, watch_disk
 from swerl.sandbox.models import Outcome, SandboxConfig, TrialRecord, TrialTimings
 from swerl.sandbox.pool import ContainerSpec, Reaper, WarmPool
 from swerl.sandbox.sandbox import Sandbox
@@ -68,7 +73,12 @@ class SandboxManager:
         self._evictions: set[asyncio.Task[None]] = set()
 
     async def __aenter__(self) -> SandboxManager:
-        """Connect (EnvironmentProblem, exit 3, when Docker is unreachable) and gc dead runs."""
+        """Connect, check free disk and gc dead runs.
+
+        Raises:
+            EnvironmentProblem: (exit 3) Docker is unreachable, or its data root has less free
+                space than ``min_free_disk_mb``.
+        """
         workers = 4 * self.config.concurrency + 4
         self._call = DockerCaller(workers, self.config.docker_timeout_s)
         pool = 2 * self.config.concurrency + 4
@@ -77,6 +87,13 @@ class SandboxManager:
         )
         self._reaper = Reaper(self._call, self.client, parallel=max(2, self.config.concurrency))
         self._labels = owner_labels(self.run_id)
+        try:
+            await self._call(check_free_disk, self.client, self.config.min_free_disk_mb)
+        except BaseException:
+            self.client.close()
+            self._call.close()
+            self.client = None
+            raise
         if self.config.gc_dead_runs:
             await self._call(collect_garbage, self.client, timeout_s=self.config.drain_timeout_s)
         return self
@@ -133,6 +150,12 @@ class SandboxManager:
                 self._call, self.client, task.environment_dir, env.build_timeout_sec, allow_network=False
             )
         self._images[key] = tag
+        await asyncio.to_thread(record_use, tag)
+        if self.config.image_cache_mb is not None:
+            try:
+                await self._call(prune_task_images, self.client, self.config.image_cache_mb, set(self._images.values()))
+            except SandboxError as err:  # a full cache is a nuisance, never a failed trial
+                log.warning("image cache pruning failed: %s", err)
         return tag
 
     def _spec(self, task: Task, image: str) -> ContainerSpec:
@@ -145,18 +168,20 @@ class SandboxManager:
             network=bool(env.allow_internet and self.config.allow_network),
         )
 
-    def _pool(self, spec: ContainerSpec) -> WarmPool:
+    def _pool(self, spec: ContainerSpec, per_trial: int = 1) -> WarmPool:
         """The warm pool of ``spec``, most recently used last; pools beyond the few most recent
-        are closed, so a dataset with one image per task never piles up idle containers."""
+        are closed, so a dataset with one image per task never piles up idle containers.
+        ``per_trial``: containers one trial takes (2 in the clean room)."""
         pool = self._pools.pop(spec, None)
         if pool is None:
             assert self._call is not None and self.client is not None and self._reaper is not None
             size = self.config.warm_pool_size
             if size is None:  # enough to stay ahead of trial starts; more would only idle
-                size = min(self.config.concurrency, DEFAULT_MAX_WARM)
+                size = min(self.config.concurrency, DEFAULT_MAX_WARM) * per_trial
             pool = WarmPool(
                 self._call, self.client, spec, size if self.config.warm_pool else 0,
                 self._labels, self._reaper, self.config.start_timeout_s,
+                docker_timeout_s=self.config.docker_timeout_s,
             )
         self._pools[spec] = pool  # re-insert: dict order is least -> most recently used
         while len(self._pools) > MAX_WARM_POOLS:
@@ -185,14 +210,27 @@ class SandboxManager:
             timings.build_s = time.monotonic() - began
             began = time.monotonic()
             labels = {**self._labels, LABEL_TASK: task.name}
-            container_id = await self._pool(self._spec(task, image)).take(task.name, labels)
+            spec = self._spec(task, image)
+            per_trial = 2 if verification_mode(task, self.config) == "clean_room" else 1
+            container_id, keeper = await self._pool(spec, per_trial).take(task.name, labels)
             timings.start_s = time.monotonic() - began
-            sb = Sandbox(self._call, self.client, self.config, task, container_id)
+
+            async def renew() -> tuple[str, KeeperChannel]:
+                return await self._pool(spec, per_trial).take(task.name, labels)
+
+            assert self._reaper is not None
+            sb = Sandbox(self._call, self.client, self.config, task, container_id, keeper=keeper,
+                         renew=renew, retire=self._reaper.remove)
+            watcher = None
+            if self.config.disk_poll_s is not None:
+                watcher = asyncio.create_task(watch_disk(self._call, self.client, sb, self.config.disk_poll_s))
             try:
                 yield sb
             finally:
+                if watcher is not None:
+                    watcher.cancel()
                 await asyncio.shield(sb.close_shells())
-                removal = self._reaper.remove(container_id)
+                removal = self._reaper.remove(sb.container_id)
                 removal.add_done_callback(lambda t: _record_cleanup(t, timings))
 
     # --- sandbox-test trials -----------------------------------------------------
@@ -227,7 +265,8 @@ class SandboxManager:
             )
         return TrialRecord(
             task=task.name, attempt=attempt, outcome=verdict.outcome, reward=verdict.reward,
-            failure_class=verdict.failure_class, detail=(agent_note + verdict.detail).strip("; "), timings=timings,
+            failure_class=verdict.failure_class, detail=(agent_note + verdict.detail).strip("; "),
+            verification=verdict.verification, timings=timings,
         )
 
 

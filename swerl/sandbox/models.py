@@ -1,18 +1,26 @@
 """Typed data of the sandbox stage: its config, exec results, verifier outcomes and trial records.
 
 Everything that leaves ``swerl.sandbox`` is one of these pydantic models, never a loose dict.
-Outcomes and failure classes follow ``shared/spec/tasks.md`` §2 and §6.
+Outcomes and failure classes follow the verifier protocol and failure classes of docs/sandbox.md.
 """
 
 from __future__ import annotations
 
 import enum
 import os
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 FailureClass = Literal["none", "mask", "zero"]
+Verification = Literal["clean_room", "same_container"]
+# Longest deadline a config may name, seconds (one day); beyond it is a typo or a parked sandbox.
+MAX_DEADLINE_S = 86_400.0
+
+
+def _seconds(default: float | None, description: str) -> Any:
+    """A finite deadline field in seconds, in (0, one day]."""
+    return Field(default, gt=0, le=MAX_DEADLINE_S, allow_inf_nan=False, description=description)
 
 
 class Outcome(str, enum.Enum):
@@ -27,6 +35,7 @@ class Outcome(str, enum.Enum):
     start_error = "start_error"
     oom = "oom"
     daemon_error = "daemon_error"
+    disk_limit = "disk_limit"
 
     @property
     def failure_class(self) -> FailureClass:
@@ -48,6 +57,9 @@ _FAILURE_CLASS: dict[Outcome, FailureClass] = {
     Outcome.build_error: "mask",
     Outcome.start_error: "mask",
     Outcome.daemon_error: "mask",
+    # The container's writable layer passed [environment] storage_mb (or the work product the
+    # artifact cap): the trial is stopped, no reward is trusted, the host disk is protected.
+    Outcome.disk_limit: "mask",
 }
 
 
@@ -73,18 +85,46 @@ class SandboxConfig(BaseModel):
     warm_pool_size: int | None = Field(
         None, ge=0, description="Idle started containers kept per image; None means min(concurrency, 4)."
     )
-    verifier_timeout_s: float | None = Field(
-        None, gt=0, description="Overrides every task's [verifier] timeout_sec, seconds (the seed run used 120); None = task.toml."
+    verifier_timeout_s: float | None = _seconds(
+        None, "Overrides every task's [verifier] timeout_sec, seconds (the seed run used 120); None = task.toml."
+    )
+    verification: Literal["auto", "clean_room", "same_container"] = Field(
+        "auto",
+        description=(
+            "Where the hidden tests run. clean_room: in a fresh container of the pristine task image holding only "
+            "the agent's work product ([verifier] artifacts; a task that declares none gets its image's WORKDIR). "
+            "same_container: in the agent's own container (hardened: an unblockable wipe of /logs/verifier and /tests, "
+            "every process killed before and after the tests). auto: clean room for tasks that declare artifacts "
+            "and do not set [verifier] same_container = true; same container for tasks that declare no artifacts "
+            "(their verifier may inspect anything the agent changed, so swerl does not guess their work product)."
+        ),
+    )
+    max_artifact_mb: int = Field(
+        256, ge=1, le=1 << 20,
+        description="Largest work product copied into the clean room, MiB; more ends the trial as disk_limit.",
     )
     pids_limit: int = Field(512, ge=16, description="Most processes inside one container (fork bombs).")
     max_output_bytes: int = Field(
         1_000_000, ge=1024, description="Exec output kept (head half + tail half); the rest is counted."
     )
-    docker_timeout_s: float = Field(
-        60.0, gt=0, description="Deadline of one Docker API call (create, start, copy, remove), seconds."
+    docker_timeout_s: float = _seconds(60.0, "Deadline of one Docker API call (create, start, copy, remove), seconds.")
+    start_timeout_s: float = _seconds(120.0, "Deadline to create and start a container, seconds.")
+    drain_timeout_s: float = _seconds(60.0, "Deadline to remove everything on exit, seconds.")
+    disk_poll_s: float | None = _seconds(
+        2.0,
+        "Seconds between checks of each trial container's writable-layer size (Docker's SizeRw) against "
+        "[environment] storage_mb; past it the container is killed and the trial ends as disk_limit. overlay2 "
+        "on ext4 has no per-container quota, so this poll is the bound: storage_mb + write rate x poll. None = off.",
     )
-    start_timeout_s: float = Field(120.0, gt=0, description="Deadline to create and start a container, seconds.")
-    drain_timeout_s: float = Field(60.0, gt=0, description="Deadline to remove everything on exit, seconds.")
+    min_free_disk_mb: int = Field(
+        2048, ge=0,
+        description="Free MiB Docker's data root must have when a manager opens (else exit 3 naming the path); 0 = no check.",
+    )
+    image_cache_mb: int | None = Field(
+        20480, ge=0,
+        description="Budget of cached swerl-task images (their own layers, MiB); after a build the least recently "
+        "used task images beyond it are removed (never base images or images a container uses). None = unbounded.",
+    )
     gc_dead_runs: bool = Field(True, description="At start, remove containers of runs whose process died.")
     docker_base_url: str | None = Field(
         None, description="Docker endpoint (e.g. unix:///var/run/docker.sock); None = from the environment."
@@ -121,6 +161,8 @@ class VerifierResult(BaseModel):
         output_tail: last few KiB of ``/logs/verifier/test-stdout.txt`` (decoded with replacement).
         duration_s: wall-clock seconds of the whole verification.
         detail: one line saying why, for anything but ``passed``.
+        verification: where the tests ran: ``clean_room`` (fresh container, only the work product
+            copied in) or ``same_container`` (the agent's own container, hardened).
     """
 
     outcome: Outcome
@@ -129,6 +171,7 @@ class VerifierResult(BaseModel):
     output_tail: str = ""
     duration_s: float = 0.0
     detail: str = ""
+    verification: Verification | None = None
 
 
 class TrialTimings(BaseModel):
@@ -151,4 +194,5 @@ class TrialRecord(BaseModel):
     reward: float = 0.0
     failure_class: FailureClass = "none"
     detail: str = ""
+    verification: Verification | None = Field(None, description="Where the tests ran; None when the trial ended before.")
     timings: TrialTimings = Field(default_factory=TrialTimings)

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict
 
 from swerl.errors import SandboxError
 from swerl.sandbox.docker_api import LABEL_POOL, LABEL_TASK, sandbox_error
-from swerl.sandbox.keeper import keeper_script_args
+from swerl.sandbox.keeper import KeeperChannel, keeper_script_args
 
 if TYPE_CHECKING:
     import docker
@@ -47,16 +47,17 @@ class ContainerSpec(BaseModel):
         return f"{self.image}|{self.cpus:g}c|{self.memory_mb}m|{self.pids_limit}p|{net}"
 
 
-def create_and_start(
+def create_container(
     client: docker.DockerClient, spec: ContainerSpec, labels: dict[str, str], name: str | None = None
 ) -> str:
-    """Create and start one isolated container (blocking); returns its id.
+    """Create (not start) one isolated container (blocking); returns its id.
 
     Isolation: no network unless ``spec.network``, CPU/memory (no swap)/pids limits,
     ``cap_drop=ALL``, ``no-new-privileges``. PID 1 is swerl's keeper (the image's entrypoint
     is overridden; see :mod:`swerl.sandbox.keeper`): it runs commands sent on its stdin,
     survives ``kill -KILL -1`` from inside (the verifier's sweep of leftover processes) and
-    reaps orphans.
+    reaps orphans. docker-py sets ``StdinOnce`` with ``stdin_open`` (not detached): the
+    keeper's stdin closes when swerl's attach does.
     """
     api = client.api
     host_config = api.create_host_config(
@@ -74,14 +75,35 @@ def create_and_start(
         spec.image, entrypoint=keeper_script_args(), command=[], labels=labels, name=name, stdin_open=True,
         host_config=host_config, working_dir=spec.workdir, network_disabled=not spec.network,
     )
-    container_id = created["Id"]
+    return created["Id"]
+
+
+async def launch(
+    call: DockerCaller, client: docker.DockerClient, spec: ContainerSpec, labels: dict[str, str],
+    timeout_s: float, docker_timeout_s: float,
+) -> tuple[str, KeeperChannel]:
+    """Create a container, attach to its keeper, then start it: the attach precedes the start,
+    so a running trial container always has swerl's connection on its stdin and stops when it
+    closes (see :mod:`swerl.sandbox.keeper`).
+
+    Returns:
+        (container id, the keeper channel).
+
+    Raises:
+        SandboxError: create/attach/start failed or exceeded ``timeout_s`` (the container is removed).
+    """
+    container_id = await call(create_container, client, spec, labels, timeout_s=timeout_s)
+    channel: KeeperChannel | None = None
     try:
-        api.start(container_id)
+        channel = await KeeperChannel.attach(client, container_id, docker_timeout_s)
+        await call(client.api.start, container_id, timeout_s=timeout_s)
     except BaseException:
-        with contextlib.suppress(docker.errors.DockerException):
-            api.remove_container(container_id, force=True)
+        if channel is not None:
+            channel.close()
+        with contextlib.suppress(Exception):
+            await call(client.api.remove_container, container_id, force=True, timeout_s=timeout_s)
         raise
-    return container_id
+    return container_id, channel
 
 
 class Reaper:
@@ -135,20 +157,23 @@ class WarmPool:
         reaper: Reaper,
         start_timeout_s: float,
         parallel_starts: int = 2,
+        docker_timeout_s: float = 60.0,
     ) -> None:
         self._call, self._client, self.spec, self.size = call, client, spec, size
         self._labels = {**labels, LABEL_POOL: spec.key()[:200], LABEL_TASK: "(warm pool)"}
         self._reaper = reaper
         self._start_timeout_s = start_timeout_s
-        self._ready: list[str] = []
+        self._docker_timeout_s = docker_timeout_s
+        self._ready: list[tuple[str, KeeperChannel]] = []
         self._filling: set[asyncio.Task[None]] = set()
         self._starts = asyncio.Semaphore(parallel_starts)
         self._closed = False
         self.takes = 0
         self.last_error: SandboxError | None = None
 
-    async def take(self, task_name: str, labels: dict[str, str]) -> str:
-        """A started container for one trial: a warm one if ready, else one started now.
+    async def take(self, task_name: str, labels: dict[str, str]) -> tuple[str, KeeperChannel]:
+        """A started container for one trial and its keeper channel: a warm one if ready, else
+        one started now.
 
         Raises:
             SandboxError: ``outcome`` start_error when the container cannot be created/started.
@@ -156,10 +181,10 @@ class WarmPool:
         if self._closed:
             raise sandbox_error("the sandbox manager is closed", "start_error")
         self.takes += 1
-        container_id = self._ready.pop(0) if self._ready else None
+        ready = self._ready.pop(0) if self._ready else None
         self._refill()
-        if container_id is not None:
-            return container_id
+        if ready is not None:
+            return ready
         return await self._start({**labels, LABEL_TASK: task_name})
 
     def _refill(self) -> None:
@@ -174,20 +199,21 @@ class WarmPool:
     async def _fill_one(self) -> None:
         try:
             async with self._starts:
-                container_id = await self._start(self._labels)
+                ready = await self._start(self._labels)
         except SandboxError as err:
             self.last_error = err  # the next take() starts on demand and reports the real error
             log.debug("warm pool start failed: %s", err)
             return
         if self._closed:
-            self._reaper.remove(container_id)
+            ready[1].close()
+            self._reaper.remove(ready[0])
         else:
-            self._ready.append(container_id)
+            self._ready.append(ready)
 
-    async def _start(self, labels: dict[str, str]) -> str:
+    async def _start(self, labels: dict[str, str]) -> tuple[str, KeeperChannel]:
         try:
-            return await self._call(
-                create_and_start, self._client, self.spec, labels, timeout_s=self._start_timeout_s
+            return await launch(
+                self._call, self._client, self.spec, labels, self._start_timeout_s, self._docker_timeout_s
             )
         except (SandboxError, docker.errors.DockerException) as err:
             raise sandbox_error(f"container start failed ({self.spec.image}): {err}", "start_error") from err
@@ -197,6 +223,7 @@ class WarmPool:
         self._closed = True
         if self._filling:
             await asyncio.wait(set(self._filling), timeout=timeout_s)
-        for container_id in self._ready:
+        for container_id, channel in self._ready:
+            channel.close()
             self._reaper.remove(container_id)
         self._ready.clear()

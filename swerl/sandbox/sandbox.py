@@ -2,16 +2,22 @@
 
 A :class:`Sandbox` is handed out by ``SandboxManager.sandbox(task)``, which owns its
 lifecycle (start from the warm pool, removal in ``finally``). The task's tests are not in
-the container until :meth:`Sandbox.verify` uploads them.
+the container until :meth:`Sandbox.verify` uploads them. In the clean room (see
+:mod:`swerl.sandbox.cleanroom`) ``verify`` swaps the agent's container for a fresh one of the
+pristine image: ``container_id`` then names the fresh one, and there is still one container
+per trial at a time.
 """
 
 from __future__ import annotations
 
+import asyncio
+import io
 import logging
 import shlex
+import tarfile
 import time
 import uuid
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
@@ -28,10 +34,11 @@ from swerl.sandbox.execution import (
     tar_of_dir,
     tar_of_files,
 )
+from swerl.sandbox import cleanroom
 from swerl.sandbox.keeper import KeeperChannel
-from swerl.sandbox.models import ExecResult, Outcome, SandboxConfig, VerifierResult
+from swerl.sandbox.models import ExecResult, Outcome, SandboxConfig, Verification, VerifierResult
 from swerl.sandbox.shell import Shell
-from swerl.sandbox.verifier import VERIFY_SCRIPT, parse_sections, verdict
+from swerl.sandbox.verifier import VERIFY_OUTPUT_BYTES, VERIFY_SCRIPT, parse_sections, verdict
 
 if TYPE_CHECKING:
     import docker
@@ -55,14 +62,28 @@ class Sandbox:
     """
 
     def __init__(
-        self, call: DockerCaller, client: docker.DockerClient, config: SandboxConfig, task: Task, container_id: str
+        self,
+        call: DockerCaller,
+        client: docker.DockerClient,
+        config: SandboxConfig,
+        task: Task,
+        container_id: str,
+        keeper: KeeperChannel | None = None,
+        renew: Callable[[], Awaitable[tuple[str, KeeperChannel]]] | None = None,
+        retire: Callable[[str], None] | None = None,
     ) -> None:
+        """``keeper``: the container's channel (attached before start); ``renew``/``retire``:
+        the manager's hooks that start a fresh container of the same image and remove an old
+        one (the clean room needs both)."""
         self._call, self._client, self._config = call, client, config
         self.task = task
         self.container_id = container_id
         self._shells: list[Shell] = []
-        self._keeper: KeeperChannel | None = None
+        self._keeper: KeeperChannel | None = keeper
         self._keeper_failed = False
+        self._renew, self._retire = renew, retire
+        self._kills: set[asyncio.Task[None]] = set()
+        self.disk_exceeded: str | None = None  # set by the manager's disk watcher before it kills the container
 
     async def exec(
         self,
@@ -88,9 +109,10 @@ class Sandbox:
                 self._config.max_output_bytes, env, workdir, stdin,
             ))
         script = _prelude(env, workdir) + command.encode("utf-8", "surrogateescape")
-        result, token = await self._guard(channel.run(
-            script, stdin or b"", timeout_s, timeout_s + STREAM_GRACE_S, self._config.max_output_bytes
-        ))
+        token = uuid.uuid4().hex
+        result, token = await self._keeper_run(
+            channel, script, stdin or b"", timeout_s, timeout_s + STREAM_GRACE_S, self._config.max_output_bytes, token
+        )
         # `timeout -s KILL` kills its own group too, so the command ends with 137 (or 124) at the deadline.
         timed_out = result.timed_out or (result.exit_code in (124, 137) and result.duration_s >= timeout_s - 0.05)
         if timed_out:  # also get what left the process group (setsid, daemons)
@@ -145,49 +167,156 @@ class Sandbox:
         return await self.exec(command, timeout_s=limit, stdin=tar_of_dir(solution, "/solution"))
 
     async def verify(self, timeout_s: float | None = None) -> VerifierResult:
-        """Run the task's hidden tests (spec §2) and read the reward.
+        """Run the task's hidden tests (docs/sandbox.md) and read the reward.
 
-        Kills every process left in the container, wipes ``/logs/verifier``, uploads
-        ``tests/`` to ``/tests``, runs ``bash /tests/test.sh`` (``[verifier] env`` applied)
-        under ``timeout_s`` (default: ``SandboxConfig.verifier_timeout_s``, else task.toml
-        ``[verifier] timeout_sec``), then reads
-        ``reward.txt`` else ``reward.json``. Never raises for a misbehaving verifier: the
-        outcome says what happened.
+        Where: :func:`~swerl.sandbox.cleanroom.verification_mode`. Clean room: kill every
+        process in the agent's container, read the work product out, remove that container,
+        and run the protocol in a fresh one of the pristine image holding only the work
+        product. Same container: every process killed, then ``/logs/verifier`` and ``/tests``
+        moved aside and recreated in a way the agent's permissions cannot block, then the protocol.
+        Either way: ``tests/`` uploaded to ``/tests``, ``bash /tests/test.sh`` run
+        (``[verifier] env`` applied) under ``timeout_s`` (default:
+        ``SandboxConfig.verifier_timeout_s``, else task.toml ``[verifier] timeout_sec``), every
+        process left killed, then ``reward.txt`` else ``reward.json`` read. Never raises for a
+        misbehaving verifier: the outcome says what happened; ``verification`` says where.
 
         Raises:
-            SandboxError: only when the container/daemon fails (``outcome`` daemon_error/oom).
+            SandboxError: only when the container/daemon fails (``outcome`` daemon_error, oom,
+                start_error) or the trial passed its disk budget (``disk_limit``).
         """
         limit = timeout_s or self._config.verifier_timeout_s or self.task.config.verifier.timeout_sec
         began = time.monotonic()
-        raw = await self._run_verify_script("-", limit, stdin=tar_of_dir(self.task.tests_dir, ""))
-        if "\x1enotar\x1f" in raw.output:  # no tar in the image: copy the tests in first
+        self._check_disk()
+        mode = cleanroom.verification_mode(self.task, self._config)
+        if mode == "clean_room":
+            paths = await self._work_paths()
+            work = await self._copy_out(paths)
+            await self._switch_container()
+        else:
+            paths, work = [], []
+        raw = await self._run_verify_script("-", limit, cleanroom.bundle(self.task.tests_dir, work, paths), paths)
+        if "\x1enotar\x1f" in raw.output:  # no tar in the image: the daemon copies the files in first
             staging = f"/tmp/.swerl-verify-{uuid.uuid4().hex}"
-            await self.upload_dir(self.task.tests_dir, f"{staging}/tests")
-            raw = await self._run_verify_script(staging, limit)
+            await self._put_archive(cleanroom.bundle(self.task.tests_dir, work, paths, prefix=staging.lstrip("/") + "/"))
+            raw = await self._run_verify_script(staging, limit, None, paths)
         if raw.timed_out:  # the stream outlived the deadline: kill everything from outside
             await exec_argv(self._call, self._client, self.container_id, ["sh", "-c", "kill -KILL -1"], 10.0, 4096)
-        return verdict(parse_sections(raw.output), raw.timed_out, limit, time.monotonic() - began)
+        self._check_disk()
+        result = verdict(parse_sections(raw.output), raw.timed_out, limit, time.monotonic() - began)
+        return result.model_copy(update={"verification": mode})
 
-    async def _run_verify_script(self, source: str, limit: float, stdin: bytes | None = None) -> ExecResult:
+    def _check_disk(self) -> None:
+        if self.disk_exceeded is not None:
+            raise sandbox_error(self.disk_exceeded, "disk_limit")
+
+    async def _work_paths(self) -> list[str]:
+        """The declared work product, else (clean room forced by the run) the image's WORKDIR."""
+        if self.task.config.verifier.artifacts is not None:
+            return self.task.config.verifier.artifacts
+        attrs = await self._guard(self._call(self._client.api.inspect_container, self.container_id))
+        workdir = (attrs.get("Config") or {}).get("WorkingDir") or ""
+        if workdir.rstrip("/") == "":
+            raise sandbox_error(
+                f"{self.task.path / 'task.toml'}: clean-room verification needs [verifier] artifacts "
+                '(e.g. ["/app"]) and the image has no WORKDIR; declare them or verify same_container', "start_error",
+            )
+        return [workdir.rstrip("/")]
+
+    async def _copy_out(self, paths: list[str]) -> list[tuple[bytes, str]]:
+        """Kill the agent's processes and read its work product: ``(tar bytes, rebase)`` pairs."""
+        cap = self._config.max_artifact_mb << 20
+        script = cleanroom.copy_out_script(paths).encode()
+        channel = await self._channel()
+        if channel is not None:
+            raw, _ = await self._keeper_run(channel, script, b"", None, self._config.docker_timeout_s, cap * 4 // 3 + 4096)
+        else:
+            argv = ["bash", "-c", script.decode()]
+            raw = await self._guard(exec_argv(
+                self._call, self._client, self.container_id, argv, self._config.docker_timeout_s, cap * 4 // 3 + 4096,
+            ))
+        if raw.truncated_bytes:
+            raise cleanroom.too_large(self.task, self._config.max_artifact_mb)
+        archive = cleanroom.decode_copy_out(raw.output) if raw.exit_code == 0 and not raw.timed_out else None
+        if archive is not None and _is_tar(archive):
+            return [(archive, "")]
+        log.debug("%s: copy-out by the keeper failed (exit %s); using the Docker archive API", self.task.name, raw.exit_code)
+        return [await self._get_archive(path, cap) for path in paths]
+
+    async def _get_archive(self, path: str, cap: int) -> tuple[bytes, str]:
+        """The daemon's tar of ``path`` (empty when absent), at most ``cap`` bytes."""
+        try:
+            stream, _ = await self._call(self._client.api.get_archive, self.container_id, path)
+        except docker.errors.NotFound as err:  # no such path, or no such container
+            failure = await self._container_failure(err)
+            if "container stopped" in str(failure) or getattr(failure, "outcome", None) is Outcome.disk_limit:
+                raise failure from err
+            return b"", ""
+        except SandboxError as err:
+            raise await self._container_failure(err) from err
+
+        def read() -> bytes:
+            chunks, size = [], 0
+            for chunk in stream:
+                size += len(chunk)
+                if size > cap + (1 << 20):  # tar headers and padding on top of the data
+                    raise cleanroom.too_large(self.task, self._config.max_artifact_mb)
+                chunks.append(chunk)
+            return b"".join(chunks)
+
+        parent = path.rsplit("/", 1)[0].lstrip("/")
+        return await self._call(read), (parent + "/" if parent else "")
+
+    async def _switch_container(self) -> None:
+        """Remove the agent's container and continue in a fresh one of the same image."""
+        if self._renew is None or self._retire is None:
+            raise sandbox_error("clean-room verification needs a sandbox from SandboxManager.sandbox()", "start_error")
+        await self.close_shells()
+        self._retire(self.container_id)
+        self.container_id, self._keeper = await self._renew()
+        self._keeper_failed = False
+
+    async def _run_verify_script(
+        self, source: str, limit: float, stdin: bytes | None = None, clear: list[str] | None = None
+    ) -> ExecResult:
         env = dict(self.task.config.verifier.env) or None
+        args = [source, f"{limit:.3f}", *(clear or [])]
         channel = await self._channel(stdin)
         if channel is not None:  # no in-container timeout here: the script kills all but itself and PID 1
-            script = _prelude(env, None) + f"set -- {shlex.quote(source)} {limit:.3f}\n".encode() + VERIFY_SCRIPT.encode()
-            result, _ = await self._guard(channel.run(script, stdin or b"", None, limit + _VERIFY_GRACE_S, 256 * 1024))
+            script = _prelude(env, None) + f"set -- {shlex.join(args)}\n".encode() + VERIFY_SCRIPT.encode()
+            result, _ = await self._keeper_run(channel, script, stdin or b"", None, limit + _VERIFY_GRACE_S, VERIFY_OUTPUT_BYTES)
             return result
-        argv = ["/bin/sh", "-c", VERIFY_SCRIPT, "swerl-verify", source, f"{limit:.3f}"]
+        argv = ["/bin/sh", "-c", VERIFY_SCRIPT, "swerl-verify", *args]
         return await self._guard(exec_argv(
-            self._call, self._client, self.container_id, argv, limit + _VERIFY_GRACE_S, 256 * 1024,
+            self._call, self._client, self.container_id, argv, limit + _VERIFY_GRACE_S, VERIFY_OUTPUT_BYTES,
             env=env, stdin=stdin,
         ))
 
+    async def _keeper_run(
+        self, channel: KeeperChannel, script: bytes, stdin: bytes, timeout_s: float | None, deadline_s: float,
+        max_output_bytes: int, token: str | None = None,
+    ) -> tuple[ExecResult, str]:
+        """``channel.run`` under :meth:`_guard`; a cancelled wait kills the command in the
+        container (by its tag) so the keeper is free again for whoever comes next."""
+        token = token or uuid.uuid4().hex
+        try:
+            return await self._guard(channel.run(script, stdin, timeout_s, deadline_s, max_output_bytes, token=token))
+        except asyncio.CancelledError:
+            kill = asyncio.create_task(kill_exec(self._call, self._client, self.container_id, token))
+            self._kills.add(kill)
+            kill.add_done_callback(self._kills.discard)
+            raise
+
     async def close_shells(self) -> None:
-        """Close every shell and the keeper channel of this sandbox."""
+        """Close every shell and the keeper channel of this sandbox (the keeper then stops the
+        container); kills scheduled for cancelled commands get a moment to finish."""
+        if self._kills:
+            await asyncio.wait(set(self._kills), timeout=self._config.docker_timeout_s)
         for shell in self._shells:
             await shell.close()
         self._shells.clear()
         if self._keeper is not None:
             self._keeper.close()
+            self._keeper = None
 
     async def _channel(self, stdin: bytes | None = None) -> KeeperChannel | None:
         """The keeper channel when free (and ``stdin`` small); None means use ``docker exec``."""
@@ -226,10 +355,23 @@ class Sandbox:
             state = (await self._call(self._client.api.inspect_container, self.container_id))["State"]
         except Exception:  # noqa: BLE001 - the container may be gone entirely
             state = {}
+        if self.disk_exceeded is not None:
+            return sandbox_error(self.disk_exceeded, "disk_limit")
         if state.get("Running"):
             return err if isinstance(err, SandboxError) else sandbox_error(str(err), "daemon_error")
         outcome = Outcome.oom if state.get("OOMKilled") else Outcome.daemon_error
         return sandbox_error(f"the sandbox container stopped ({outcome.value}): {err}", outcome.value)
+
+
+def _is_tar(data: bytes) -> bool:
+    """True for an empty byte string or bytes that open as a tar archive."""
+    if not data:
+        return True
+    try:
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:"):
+            return True
+    except tarfile.TarError:
+        return False
 
 
 def _prelude(env: dict[str, str] | None, workdir: str | None) -> bytes:

@@ -1,10 +1,11 @@
-"""The verifier protocol of ``shared/spec/tasks.md`` §2, and reading its reward.
+"""The verifier protocol (docs/sandbox.md), and reading its reward.
 
-After the agent stops: kill every process the agent left, wipe and recreate
-``/logs/verifier`` (a planted reward file is gone), put ``tests/`` at ``/tests`` (uploaded
-only now), run ``bash /tests/test.sh`` under the verifier timeout with its output in
-``/logs/verifier/test-stdout.txt``, then read ``reward.txt`` else ``reward.json``. All of it
-is one ``docker exec`` of :data:`VERIFY_SCRIPT`, which reports back in marked sections.
+After the agent stops: kill every process left, wipe and recreate ``/logs/verifier`` (a
+planted reward file is gone), put ``tests/`` at ``/tests`` (uploaded only now; in the clean
+room the work product arrives with it), run ``bash /tests/test.sh`` under the verifier
+timeout with its output in ``/logs/verifier/test-stdout.txt``, kill every process the tests
+left, then read ``reward.txt`` else ``reward.json`` (at most 1 MiB). All of it is one keeper
+command (or ``docker exec``) of :data:`VERIFY_SCRIPT`, which reports back in marked sections.
 """
 
 from __future__ import annotations
@@ -15,8 +16,11 @@ import re
 
 from swerl.sandbox.models import Outcome, VerifierResult
 
-# $1: "-" = tests/ arrives as a tar on stdin, else a staging dir holding tests/ (uploaded
-# before); $2: timeout seconds. Leftover agent processes die before the tests land.
+# $1: "-" = one tar on stdin to extract at / (tests/... and, in the clean room, the work
+# product), else a staging dir (uploaded before) whose contents are copied to /;
+# $2: timeout seconds; $3...: work-product paths to clear first (clean room).
+# Leftover processes die before the tests land, and those the tests started before the
+# reward is read.
 VERIFY_SCRIPT = r"""
 oom() {
   for f in /sys/fs/cgroup/memory.events /sys/fs/cgroup/memory/memory.oom_control; do
@@ -25,23 +29,42 @@ oom() {
   done
 }
 emit() { printf '\036%s\037' "$1"; }
-firstlines() { n=0; while [ $n -lt 8 ] && { IFS= read -r l || [ -n "$l" ]; }; do printf '%s\n' "$l"; n=$((n+1)); done < "$1"; }
+# Move /logs/verifier and /tests aside, then delete what can be deleted. The agent is root
+# without CAP_DAC_OVERRIDE/CAP_FOWNER, so it can make them unremovable (a read-only folder,
+# a foreign-owned folder moved in), but it cannot chown: / and /logs stay root's, root can
+# always give itself their write bit back, and a rename within one folder needs nothing else.
+wipe() {
+  t=$$-$(date +%s%N 2>/dev/null)
+  chmod u+rwx / 2>/dev/null
+  if [ ! -L /logs ] && [ -d /logs ] && chmod u+rwx /logs 2>/dev/null; then
+    if [ -e /logs/verifier ] || [ -L /logs/verifier ]; then mv -f /logs/verifier "/logs/.swerl-stale-$t"; fi
+  elif [ -e /logs ] || [ -L /logs ]; then mv -f /logs "/.swerl-stale-logs-$t"; fi
+  if [ -e /tests ] || [ -L /tests ]; then mv -f /tests "/.swerl-stale-tests-$t"; fi
+  for s in /logs/.swerl-stale-* /.swerl-stale-*; do
+    if [ -e "$s" ] || [ -L "$s" ]; then chmod -R u+rwX "$s" 2>/dev/null; rm -rf "$s" 2>/dev/null; fi
+  done
+}
 if [ "$1" = - ] && ! command -v tar >/dev/null 2>&1; then emit notar; exit 0; fi
+src=$1; limit=$2; shift 2
 kill -KILL -1 2>/dev/null
 emit oom_before; oom
-rm -rf /tests /logs/verifier
+wipe
+rm -rf "$@"
 mkdir -p /logs/verifier /tests
-if [ "$1" = - ]; then tar -x -C /tests -f -; else cp -a "$1"/tests/. /tests/ && rm -rf "$1"; fi
-timeout -s KILL "$2" bash /tests/test.sh >/logs/verifier/test-stdout.txt 2>&1 </dev/null &
+if [ "$src" = - ]; then tar -x -C / -f -; else cp -a "$src"/. / && rm -rf "$src"; fi
+timeout -s KILL "$limit" bash /tests/test.sh >/logs/verifier/test-stdout.txt 2>&1 </dev/null &
 wait $!; rc=$?
 kill -KILL -1 2>/dev/null
 emit rc; printf %s "$rc"
 emit oom_after; oom
-[ -f /logs/verifier/reward.txt ] && { emit reward_txt; firstlines /logs/verifier/reward.txt; }
-[ -f /logs/verifier/reward.json ] && { emit reward_json; head -c 65536 /logs/verifier/reward.json; }
+[ -f /logs/verifier/reward.txt ] && { emit reward_txt; head -c 4096 /logs/verifier/reward.txt; }
+[ -f /logs/verifier/reward.json ] && { emit reward_json; head -c 1048577 /logs/verifier/reward.json; }
 emit tail; tail -c 4000 /logs/verifier/test-stdout.txt 2>/dev/null
 true
 """
+# Bytes of the script's report: a 1 MiB reward.json, the 4000-byte tail and the small sections.
+VERIFY_OUTPUT_BYTES = 1_100_000
+MAX_REWARD_JSON_BYTES = 1 << 20
 _SECTION_RE = re.compile(r"\x1e([a-z_]+)\x1f")
 
 
@@ -74,6 +97,8 @@ def read_reward(sections: dict[str, str]) -> tuple[Outcome | None, float, str]:
             return Outcome.bad_reward, 0.0, f"reward.txt is not a number: {raw[:40]!r}"
     elif js:
         source = "reward.json"
+        if len(js.encode("utf-8", "surrogateescape")) > MAX_REWARD_JSON_BYTES:
+            return Outcome.bad_reward, 0.0, f"reward.json is over {MAX_REWARD_JSON_BYTES} bytes"
         try:
             data = json.loads(js)
         except ValueError:

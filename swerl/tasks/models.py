@@ -1,5 +1,5 @@
 """Pydantic models of a Harbor-format task folder (``instruction.md``, ``task.toml``,
-``environment/``, ``tests/``, ``solution/``); see ``shared/spec/tasks.md`` §1."""
+``environment/``, ``tests/``, ``solution/``); see docs/tasks.md."""
 
 from __future__ import annotations
 
@@ -8,9 +8,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple, overload
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from swerl.errors import TaskError
+
+# Longest timeout task.toml may ask for, seconds (one day): larger values are typos (1e12) or
+# ways to park a sandbox forever.
+MAX_TIMEOUT_S = 86_400.0
+# Paths that can never be a work product: the verifier owns /tests and /logs, the kernel the rest.
+_NOT_ARTIFACTS = ("/tests", "/logs", "/proc", "/sys", "/dev")
+
+
+def _timeout(default: float, what: str) -> Any:
+    """A finite timeout field in seconds, in (0, one day]."""
+    return Field(default, gt=0, le=MAX_TIMEOUT_S, allow_inf_nan=False, description=f"{what}, seconds (at most one day).")
 
 
 class _Section(BaseModel):
@@ -21,25 +32,60 @@ class _Section(BaseModel):
 class AgentSection(_Section):
     """``[agent]`` of task.toml."""
 
-    timeout_sec: float = Field(600.0, gt=0, description="Wall-clock budget of the agent, seconds.")
+    timeout_sec: float = _timeout(600.0, "Wall-clock budget of the agent")
 
 
 class VerifierSection(_Section):
     """``[verifier]`` of task.toml."""
 
-    timeout_sec: float = Field(600.0, gt=0, description="Wall-clock budget of tests/test.sh, seconds.")
+    timeout_sec: float = _timeout(600.0, "Wall-clock budget of tests/test.sh")
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment for test.sh.")
     restart_environment: bool = Field(False, description="Restart the container before verifying.")
+    artifacts: list[str] | None = Field(
+        None,
+        description=(
+            "The agent's work product: absolute paths (e.g. [\"/app\"]) copied from the agent's container into a "
+            "fresh container of the pristine image, where the tests run (clean-room verification). None: the task "
+            "declares none, and is verified in the agent's own container unless the run forces the clean room."
+        ),
+    )
+    same_container: bool = Field(
+        False,
+        description="Verify in the agent's container even when artifacts are declared (a verifier that inspects "
+        "the whole environment the agent left); a run's `verification = \"clean_room\"` overrides it.",
+    )
+
+    @field_validator("artifacts")
+    @classmethod
+    def _artifact_paths(cls, paths: list[str] | None) -> list[str] | None:
+        """Absolute, normalized, not ``/`` and not the verifier's own folders; duplicates dropped."""
+        if paths is None:
+            return None
+        clean: list[str] = []
+        for raw in paths:
+            parts = [p for p in raw.split("/") if p not in ("", ".")]
+            if not raw.startswith("/") or ".." in parts or not parts:
+                raise ValueError(f"{raw!r} must be an absolute path below / without '..' (e.g. \"/app\")")
+            path = "/" + "/".join(parts)
+            if any(path == p or path.startswith(p + "/") for p in _NOT_ARTIFACTS):
+                raise ValueError(f"{raw!r} is not a work product (the verifier owns /tests and /logs)")
+            if path not in clean:
+                clean.append(path)
+        return clean
 
 
 class EnvironmentSection(_Section):
     """``[environment]`` of task.toml."""
 
-    build_timeout_sec: float = Field(600.0, gt=0, description="Image build budget, seconds.")
+    build_timeout_sec: float = _timeout(600.0, "Image build budget")
     docker_image: str | None = Field(None, description="Prebuilt image; skips the build when set.")
-    cpus: float = Field(1.0, gt=0, description="CPU limit of the container (cores).")
-    memory_mb: int = Field(2048, gt=0, description="Memory limit of the container, MiB.")
-    storage_mb: int = Field(10240, gt=0, description="Disk budget, MiB (advisory on overlayfs).")
+    cpus: float = Field(1.0, gt=0, le=1024, allow_inf_nan=False, description="CPU limit of the container (cores).")
+    memory_mb: int = Field(2048, gt=0, le=1 << 20, description="Memory limit of the container, MiB.")
+    storage_mb: int = Field(
+        10240, gt=0, le=1 << 24,
+        description="Disk budget of the container's writable layer, MiB: swerl kills a container past it "
+        "(the trial ends as disk_limit, masked); see SandboxConfig.disk_poll_s.",
+    )
     gpus: int = Field(0, ge=0, description="GPUs requested (swerl runs CPU sandboxes only).")
     allow_internet: bool = Field(
         False,

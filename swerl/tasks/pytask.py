@@ -81,7 +81,7 @@ def task_toml(spec: PyTaskSpec) -> str:
         'version = "1.0"\n\n'
         f"[metadata]\n{meta}\n"
         f"[agent]\ntimeout_sec = {spec.agent_timeout_s!r}\n\n"
-        f"[verifier]\ntimeout_sec = {spec.verifier_timeout_s!r}\n\n"
+        f"[verifier]\ntimeout_sec = {spec.verifier_timeout_s!r}\nartifacts = [\"/app\"]\n\n"
         "[environment]\nbuild_timeout_sec = 600.0\n"
         f"cpus = {spec.cpus!r}\nmemory_mb = {spec.memory_mb}\nstorage_mb = 10240\nallow_internet = false\n"
     )

@@ -43,6 +43,45 @@ def test_kill_9_then_a_new_run_leaves_no_container_of_the_dead_run(docker_client
     assert _containers_of_pid(docker_client, proc.pid) == []
 
 
+# A run that holds a trial container and a warm pool container (the pool refills after a second take).
+_HOLDER = """
+import asyncio, sys
+from swerl.sandbox import SandboxConfig, SandboxManager
+from swerl.tasks import load_task
+async def main():
+    task = load_task(sys.argv[1])
+    async with SandboxManager(SandboxConfig(concurrency=1, warm_pool_size=1)) as mgr:
+        async with mgr.sandbox(task):
+            pass
+        async with mgr.sandbox(task) as sb:
+            await sb.exec("sleep 600 &", timeout_s=10)
+            print("ready", flush=True)
+            await asyncio.sleep(600)
+asyncio.run(main())
+"""
+
+
+def test_kill_9_containers_stop_by_themselves_before_any_gc(docker_client):
+    proc = subprocess.Popen([sys.executable, "-c", _HOLDER, str(FIXTURES / "add")], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert proc.stdout.readline().strip() == b"ready", proc.stderr.read().decode()
+        time.sleep(1.0)  # the pool refill is in flight
+        running = [c for c in _containers_of_pid(docker_client, proc.pid) if c.status == "running"]
+        kinds = {c.labels["swerl.task"] for c in running}
+        assert kinds == {"add", "(warm pool)"}, kinds
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+    deadline = time.monotonic() + 10
+    while any(c.status == "running" for c in _containers_of_pid(docker_client, proc.pid)):
+        assert time.monotonic() < deadline, "containers of a kill -9'd run still running after 10 s"
+        time.sleep(0.2)
+    left = _containers_of_pid(docker_client, proc.pid)
+    assert left, "the stopped containers stay for the gc"
+    for container in left:
+        container.remove(force=True)
+
+
 def test_sigterm_removes_the_containers_before_exit(docker_client):
     proc = _start_sandbox_test(docker_client, "loop_forever")
     proc.send_signal(signal.SIGTERM)

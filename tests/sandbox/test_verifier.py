@@ -69,6 +69,16 @@ def test_oom_kill_during_tests_is_oom_unless_the_tests_passed():
     assert earlier.outcome is Outcome.failed  # an OOM during the agent's turn is not the verifier's
 
 
+def test_reward_json_up_to_one_mib_is_read_and_larger_is_bad_reward():
+    padding = "x" * ((1 << 20) - 40)
+    big = '{"reward": 1.0, "pad": "' + padding + '"}'
+    assert len(big) <= 1 << 20
+    assert verdict(parse_sections(report(js=big)), False, 10, 1.0).outcome is Outcome.passed
+    huge = '{"reward": 1.0, "pad": "' + padding + 'yyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyy"}'
+    result = verdict(parse_sections(report(js=huge)), False, 10, 1.0)
+    assert result.outcome is Outcome.bad_reward and "over 1048576 bytes" in result.detail
+
+
 def test_tail_is_kept_verbatim_even_if_it_contains_section_markers():
     text = "line\x1erc\x1f999 \ufffd"
     sections = parse_sections(report(txt="1", tail=text))
@@ -80,6 +90,6 @@ def test_every_outcome_has_a_failure_class_from_the_spec(outcome):
     expected = {
         "passed": "none", "failed": "none", "verifier_timeout": "zero", "oom": "zero",
         "no_reward_file": "mask", "bad_reward": "mask", "build_error": "mask",
-        "start_error": "mask", "daemon_error": "mask",
+        "start_error": "mask", "daemon_error": "mask", "disk_limit": "mask",
     }
     assert outcome.failure_class == expected[outcome.value]

@@ -1,0 +1,181 @@
+"""Bounds: finite timeouts at load, checked work products, a keeper that a cancelled command
+cannot leave busy, per-trial disk budget, free disk at start, the task image cache budget."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import tarfile
+import time
+import uuid
+
+import pytest
+from pydantic import ValidationError
+
+from swerl.errors import EnvironmentProblem, SandboxError
+from swerl.sandbox import Outcome, SandboxConfig, SandboxManager
+from swerl.sandbox.cleanroom import add_work_product
+from swerl.tasks import load_task
+from swerl.tasks.models import MalformedTask
+
+from ._support import containers_of, copy_task, fixture_task, run
+
+
+@pytest.mark.parametrize("value", ["inf", "nan", "1e12", "-inf"])
+@pytest.mark.parametrize("field", ["agent.timeout_sec", "verifier.timeout_sec", "environment.build_timeout_sec"])
+def test_non_finite_or_absurd_timeouts_are_rejected_at_load_naming_the_field(tmp_path, field, value):
+    folder = copy_task("add", tmp_path)
+    section, key = field.split(".")
+    text = (folder / "task.toml").read_text()
+    text = text.replace(f"[{section}]\n", f"[{section}]\n{key} = {value}\n", 1)
+    text = "\n".join(line for line in text.splitlines() if not (line.startswith(key) and value not in line)) + "\n"
+    (folder / "task.toml").write_text(text)
+    with pytest.raises(MalformedTask, match=f"field '{field}'"):
+        load_task(folder)
+
+
+@pytest.mark.parametrize("field", ["verifier_timeout_s", "docker_timeout_s", "start_timeout_s", "disk_poll_s"])
+def test_sandbox_config_rejects_non_finite_deadlines(field):
+    for value in (float("inf"), float("nan"), 1e12):
+        with pytest.raises(ValidationError, match=field):
+            SandboxConfig(**{field: value})
+
+
+def _tar(entries) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, kind, extra in entries:
+            info = tarfile.TarInfo(name)
+            info.type = kind
+            data = b""
+            if kind == tarfile.REGTYPE:
+                data = extra or b"x"
+                info.size, info.mode = len(data), 0o4755
+            elif kind in (tarfile.SYMTYPE, tarfile.LNKTYPE):
+                info.linkname = extra
+            tar.addfile(info, io.BytesIO(data) if data else None)
+    return buf.getvalue()
+
+
+def test_work_product_keeps_only_plain_entries_below_the_declared_paths():
+    archive = _tar([
+        ("app", tarfile.DIRTYPE, None), ("app/solution.py", tarfile.REGTYPE, b"ok"),
+        ("app/../usr/local/bin/pytest", tarfile.REGTYPE, None), ("/usr/bin/evil", tarfile.REGTYPE, None),
+        ("usr/local/sbin/pytest", tarfile.REGTYPE, None), ("application", tarfile.REGTYPE, None),
+        ("app/fifo", tarfile.FIFOTYPE, None), ("app/link", tarfile.SYMTYPE, "/usr/bin/python3"),
+        ("app/hard", tarfile.LNKTYPE, "etc/passwd"), ("app/hard_ok", tarfile.LNKTYPE, "app/solution.py"),
+    ])
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as out:
+        copied = add_work_product(out, archive, ["/app"])
+    with tarfile.open(fileobj=io.BytesIO(buf.getvalue())) as got:
+        members = {m.name: m for m in got}
+    assert sorted(members) == ["app", "app/hard_ok", "app/link", "app/solution.py"]
+    assert members["app/solution.py"].mode == 0o755 and members["app/solution.py"].uid == 0  # no setuid
+    assert members["app/hard_ok"].linkname == "app/solution.py" and copied == 2
+
+
+@pytest.mark.docker
+def test_a_cancelled_command_leaves_the_keeper_free_and_the_next_verification_works(docker_client):
+    async def body():
+        async with SandboxManager(SandboxConfig(concurrency=1, warm_pool=False)) as mgr:
+            async with mgr.sandbox(fixture_task("add")) as sb:
+                pending = asyncio.create_task(sb.exec("sleep 120", timeout_s=300))
+                await asyncio.sleep(0.5)
+                pending.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await pending
+                began = time.monotonic()
+                echo = await sb.exec("echo next", timeout_s=10)
+                await sb.run_solution()
+                verdict = await sb.verify()
+                return echo, verdict, time.monotonic() - began, mgr.run_id
+
+    echo, verdict, seconds, run_id = run(body())
+    assert echo.exit_code == 0 and echo.output == "next\n"
+    assert verdict.outcome is Outcome.passed and verdict.reward == 1.0
+    assert seconds < 15  # a busy keeper made this wait for the verifier timeout (20 s here)
+    assert containers_of(docker_client, run_id) == []
+
+
+@pytest.mark.docker
+def test_a_trial_past_storage_mb_is_killed_and_ends_as_disk_limit(docker_client, tmp_path):
+    folder = copy_task("add", tmp_path)
+    toml = folder / "task.toml"
+    toml.write_text(toml.read_text().replace("[environment]\n", "[environment]\nstorage_mb = 20\n"))
+
+    async def body():
+        async with SandboxManager(SandboxConfig(concurrency=1, warm_pool=False, disk_poll_s=0.3)) as mgr:
+            try:
+                async with mgr.sandbox(load_task(folder)) as sb:
+                    with pytest.raises(SandboxError) as caught:
+                        await sb.exec("dd if=/dev/zero of=/tmp/fill bs=1M count=80 status=none; sleep 20", timeout_s=60)
+                    state = docker_client.api.inspect_container(sb.container_id)["State"]
+                    return caught.value, state, mgr.run_id
+            finally:
+                await mgr._reaper.drain(30)
+
+    err, state, run_id = run(body())
+    assert err.outcome is Outcome.disk_limit and Outcome.disk_limit.failure_class == "mask"
+    assert "storage_mb = 20" in str(err) and not state["Running"]
+    assert containers_of(docker_client, run_id) == []
+
+
+@pytest.mark.docker
+def test_too_little_free_disk_on_dockers_data_root_is_an_environment_problem(docker_client):
+    async def body():
+        async with SandboxManager(SandboxConfig(concurrency=1, min_free_disk_mb=1 << 40)):
+            pass
+
+    with pytest.raises(EnvironmentProblem, match=r"/var/lib/docker: \d+ MiB free .* needs 1099511627776 MiB") as caught:
+        run(body())
+    assert caught.value.exit_code == 3
+
+
+@pytest.mark.docker
+def test_task_image_cache_prunes_least_recently_used_beyond_its_budget(docker_client, tmp_path):
+    from swerl.sandbox.image_cache import prune_task_images, record_use
+
+    repo = f"swerl-task-test-{uuid.uuid4().hex[:8]}"
+    usage = tmp_path / "usage.json"
+    tags = []
+    for name in ("old", "used", "new"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "Dockerfile").write_text(
+            f"FROM python:3.10-slim\nRUN head -c 3000000 /dev/urandom > /{name}.bin\n"
+        )
+        tag = f"{repo}:{name}"
+        docker_client.images.build(path=str(tmp_path / name), tag=tag, network_mode="none", rm=True)
+        record_use(tag, usage)
+        tags.append(tag)
+        time.sleep(0.01)
+    holder = docker_client.containers.create(tags[1], ["true"], labels={"swerl.run": "image-cache-test"})
+    try:
+        removed = prune_task_images(docker_client, budget_mb=4, keep={tags[2]}, repo=repo, usage_file=usage)
+        left = sorted(t for i in docker_client.images.list(name=repo) for t in i.tags)
+    finally:
+        holder.remove(force=True)
+        for tag in tags:
+            try:
+                docker_client.images.remove(tag)
+            except Exception:  # noqa: BLE001 - already pruned
+                pass
+    assert removed == [tags[0]]  # the oldest; `used` has a container, `new` is kept by the caller
+    assert left == sorted(tags[1:])
+    assert docker_client.images.get("python:3.10-slim")  # base images are never candidates
+
+
+def test_verification_mode_follows_the_run_then_the_task():
+    from swerl.sandbox.cleanroom import verification_mode
+
+    task = fixture_task("add")
+
+    def with_verifier(**fields):
+        verifier = task.config.verifier.model_copy(update=fields)
+        return task.model_copy(update={"config": task.config.model_copy(update={"verifier": verifier})})
+
+    declared, opted_out = with_verifier(artifacts=["/app"]), with_verifier(artifacts=["/app"], same_container=True)
+    auto, clean, same = (SandboxConfig(verification=v) for v in ("auto", "clean_room", "same_container"))
+    assert [verification_mode(t, auto) for t in (task, declared, opted_out)] == ["same_container", "clean_room", "same_container"]
+    assert {verification_mode(t, clean) for t in (task, declared, opted_out)} == {"clean_room"}
+    assert {verification_mode(t, same) for t in (task, declared, opted_out)} == {"same_container"}
