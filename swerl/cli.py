@@ -220,9 +220,9 @@ def sandbox_test(
             on_trial=lambda r: progress.update(bar, advance=1, last=f"{r.task}/{r.attempt}: {r.outcome.value}"),
         ))
     broken = [BrokenTask(task=p.path, reason=p.reason) for p in task_set.problems] + report.broken
-    _print_sandbox_test_tables(report, str(tasks), redteam)
     if json_out is not None:
         _write_trial_json(report, json_out)
+    _print_sandbox_test_tables(report, str(tasks), redteam)
     ok_tasks = len(task_set.tasks) - len(report.broken)
     out_console.print(f"{ok_tasks}/{len(task_set.tasks)} tasks behave (oracle reward 1, null reward 0)", highlight=False)
     if redteam:
