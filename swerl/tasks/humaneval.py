@@ -43,7 +43,7 @@ TEST_BODY = """\
 # This trusted copy defines them; `{entry_point}` is bound to the solution's again below it.
 {prompt}
 
-{entry_point} = solution_function("{entry_point}")  # noqa: F811 - the solution's, run in its worker
+{entry_point} = solution_function("{entry_point}", "/app")  # noqa: F811 - the solution's, run in its worker
 
 
 {test}

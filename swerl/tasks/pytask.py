@@ -78,7 +78,7 @@ ISOLATED_TEST_HEADER = '''\
 """Hidden tests for {title}: `{entry_point}` of /app/solution.py, called in an isolated worker process."""
 from swerl_solution_proxy import solution_function
 
-{entry_point} = solution_function("{entry_point}")
+{entry_point} = solution_function("{entry_point}", "/app")
 '''
 
 

@@ -53,7 +53,6 @@ def _run_harness(task_dir: Path, solution: str | dict[str, str] | None, work: Pa
     ``solution.py``, or ``{file name: text}`` for several files in /app, or None (empty /app).
     The host venv's interpreter and pytest stand in for the image's.
     """
-    import functools  # noqa: F401 - named in the rewritten test file
     import re
 
     shutil.rmtree(work, ignore_errors=True)
@@ -64,11 +63,7 @@ def _run_harness(task_dir: Path, solution: str | dict[str, str] | None, work: Pa
     for name, text in files.items():
         (app / name).write_text(text)
     test_file = tests / "test_solution.py"
-    source = test_file.read_text().replace('sys.path.append("/app")', f"sys.path.append({str(app)!r})")
-    source = source.replace("from swerl_solution_proxy import solution_function",
-                            "import functools, swerl_solution_proxy\n"
-                            f"solution_function = functools.partial(swerl_solution_proxy.solution_function, app_dir={str(app)!r})")
-    test_file.write_text(source)
+    test_file.write_text(test_file.read_text().replace('"/app"', repr(str(app))))
     expected = re.search(r"--expect (\d+)", (tests / "test.sh").read_text()).group(1)
     reward_file = work / "reward.txt"
     reward_file.write_text("0\n")

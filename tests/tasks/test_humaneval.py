@@ -42,7 +42,7 @@ def test_task_files_follow_the_pymethods2test_shape(humaneval_dir: Path):
     for name in ("pytest.ini", "swerl_run_tests.py", "swerl_solution_proxy.py"):
         assert (task.tests_dir / name).is_file(), name
     test_file = (task.tests_dir / "test_solution.py").read_text()
-    assert 'make_palindrome = solution_function("make_palindrome")' in test_file
+    assert 'make_palindrome = solution_function("make_palindrome", "/app")' in test_file
     assert "from solution import" not in test_file  # the judge never imports the solution
     solution = (task.solution_dir / "solution.py").read_text()
     assert "def is_palindrome" in solution and "def make_palindrome" in solution  # helper kept

@@ -59,7 +59,10 @@ def judge_report(report: bytes, exit_code: int, expected: int) -> tuple[float, s
         counts["passed"] += not outcomes
     for suite in root.iter("testsuite"):  # a collection error may only show in the suite's attributes
         for attr, key in (("errors", "error"), ("failures", "failure"), ("skipped", "skipped")):
-            counts[key] = max(counts[key], int(suite.get(attr, "0") or 0))
+            try:
+                counts[key] = max(counts[key], int(suite.get(attr, "0") or 0))
+            except ValueError:
+                return 0.0, f"JUnit report has a malformed {attr}= attribute; pytest exit {exit_code}"
     ok = exit_code == 0 and len(cases) == expected and counts["passed"] == expected and not (
         counts["failure"] or counts["error"] or counts["skipped"])
     summary = (f"{counts['passed']}/{expected} expected tests passed ({len(cases)} reported, {counts['failure']} failed, "
