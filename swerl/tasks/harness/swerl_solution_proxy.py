@@ -22,6 +22,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import select
 import struct
 import subprocess
 import sys
@@ -104,9 +105,9 @@ class _Worker:
                "LANG": "C.UTF-8"}
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=app_dir, env=env,
                                      start_new_session=True)
-        self.failure = None
+        self.failure, self._buffer = None, bytearray()
         try:
-            hello = _receive(self.proc.stdout)
+            hello = self._reply()
         except (EOFError, ValueError) as err:
             self.failure = f"the solution worker died while importing {module} ({err}; exit {self.proc.wait()})"
             return
@@ -118,8 +119,8 @@ class _Worker:
             raise SolutionError(self.failure)
         try:
             _send(self.proc.stdin, {"call": name, "args": encode(tuple(args)), "kwargs": encode(dict(kwargs))})
-            reply = _receive(self.proc.stdout)
-        except (BrokenPipeError, EOFError) as err:
+            reply = self._reply()
+        except (BrokenPipeError, EOFError, ValueError) as err:
             self.failure = f"the solution worker died during {name}() ({err})"
             raise SolutionError(self.failure) from None
         if type(reply) is dict and set(reply) == {"result"}:
@@ -127,6 +128,24 @@ class _Worker:
         if type(reply) is dict and set(reply) == {"error"} and type(reply["error"]) is str:
             raise SolutionError(reply["error"][:2000])
         raise SolutionError(f"malformed reply from the solution worker: {str(reply)[:80]}")
+
+    def _reply(self):
+        """The worker's next line as JSON. EOF once the worker process itself has exited, even
+        if a process it started still holds the pipe open."""
+        fd = self.proc.stdout.fileno()
+        while b"\n" not in self._buffer:
+            if len(self._buffer) > MAX_LINE_BYTES:
+                raise ValueError(f"the solution worker sent more than {MAX_LINE_BYTES} bytes in one reply")
+            if select.select([fd], [], [], 0.1)[0]:
+                chunk = os.read(fd, 1 << 16)
+                if not chunk:
+                    raise EOFError("the solution worker exited")
+                self._buffer += chunk
+            elif self.proc.poll() is not None:
+                raise EOFError("the solution worker exited")
+        line, _, rest = bytes(self._buffer).partition(b"\n")
+        self._buffer = bytearray(rest)
+        return json.loads(line)
 
     def close(self) -> None:
         try:
