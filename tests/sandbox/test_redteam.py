@@ -19,9 +19,10 @@ from ._support import FIXTURES, containers_of
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 SOLUTION_KIND = {a.name for a in CATALOGUE if a.kind == "solution"}
-# Forge a verifier that rewards "pytest exited 0" (tests/fixtures/sandbox_tasks/weak_exit_code).
-WEAK_FORGERS = {"exit0-at-import", "exit0-at-exit", "always-equal", "patch-pytest", "forge-junit",
-                "fake-pytest-on-path", "pth-exit0", "sitecustomize"}
+# Forge a verifier that rewards "pytest exited 0" (tests/fixtures/sandbox_tasks/weak_exit_code) from
+# the work product alone, so also under clean-room verification (environment attempts forge it
+# too in same-container mode; kill-verifier races its trap, so it is not required here).
+WEAK_FORGERS = {"exit0-at-import", "exit0-at-exit", "always-equal", "eq-subclasses", "patch-pytest", "forge-junit"}
 
 
 @pytest.fixture(scope="module")
