@@ -11,11 +11,11 @@ harness can stop it) or ``environment`` (outside the work product: binaries, sit
 config files, ``/logs``, ``/tests``, processes; clean-room verification removes it).
 
 Sources of the catalogue: the exploits measured against swerl's own HumanEval tasks (swerl
-issue 8), METR's "Recent frontier models are reward hacking" (2025: rewriting the grader,
-monkeypatching the evaluation), Anthropic's Claude 3.7 Sonnet / Claude 4 system cards
-(special-casing tests, exiting early so the tests "pass"), ImpossibleBench (Zhong et al. 2025:
-editing tests, overloading ``__eq__``, recording state), and EvilGenie (2025). One line per
-attempt is in ``docs/redteam.md``.
+issue 8); METR's 2025 reports of frontier models monkeypatching their evaluation;
+ImpossibleBench (Zhong, Raghunathan, Carlini 2025: editing tests, overloading comparison
+operators, recording state); EvilGenie (Gabor et al. 2025: editing test files); public
+write-ups of ``sys.exit(0)`` before the asserts and of a ``conftest.py`` that patches pytest's
+``TestReport`` to "passed". One line per attempt is in ``docs/redteam.md``.
 """
 
 from __future__ import annotations
