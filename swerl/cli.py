@@ -189,57 +189,98 @@ def sandbox_test(
     concurrency: Annotated[
         Optional[int], typer.Option("--concurrency", "-c", min=1, help="Sandboxes at once (default: CPU count).")
     ] = None,
-    json_out: Annotated[Optional[Path], typer.Option("--json", help="Write one record per trial (JSON list) here.")] = None,
+    json_out: Annotated[Optional[Path], typer.Option(
+        "--json", help="Write one record per trial (JSON list) here; red-team records carry \"forged\".")] = None,
     allow_network: Annotated[
         bool, typer.Option("--allow-network", help="Grant network to tasks whose task.toml allows internet.")
     ] = False,
     warm_pool: Annotated[bool, typer.Option("--warm-pool/--no-warm-pool", help="Pre-start containers.")] = True,
+    redteam: Annotated[bool, typer.Option(
+        "--redteam", help="Also run the built-in exploit attempts (docs/redteam.md) on every task; "
+        "a task that gives any of them reward > 0 is FORGEABLE (exit 1).")] = False,
 ) -> None:
     """Run each task's oracle (expect reward 1) and a null attempt (expect reward 0) in fresh sandboxes."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-    from rich.table import Table
 
     from swerl.sandbox import SandboxConfig
-    from swerl.sandbox.selftest import ATTEMPTS, BrokenTask, run_sandbox_test
+    from swerl.sandbox.selftest import BrokenTask, run_sandbox_test, trial_attempts
     from swerl.sandbox.signals import run_async
     from swerl.tasks import load_tasks
 
     task_set = load_tasks(tasks, on_error="skip")
     config = SandboxConfig(allow_network=allow_network, warm_pool=warm_pool,
                            **({"concurrency": concurrency} if concurrency else {}))
-    trials = sum(1 + (t.solution_dir is not None) for t in task_set.tasks)
+    trials = sum(len(trial_attempts(t, redteam)) for t in task_set.tasks)
     progress = Progress(TextColumn("sandbox-test"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                         TextColumn("{task.fields[last]}"), console=err_console, transient=False)
     with progress:
         bar = progress.add_task("trials", total=trials, last="")
         report = run_async(run_sandbox_test(
-            task_set.tasks, config,
+            task_set.tasks, config, redteam=redteam,
             on_trial=lambda r: progress.update(bar, advance=1, last=f"{r.task}/{r.attempt}: {r.outcome.value}"),
         ))
     broken = [BrokenTask(task=p.path, reason=p.reason) for p in task_set.problems] + report.broken
-    counts = report.counts()
-    table = Table(title=f"sandbox-test {tasks} (run {report.run_id})")
-    table.add_column("outcome")
-    for attempt in ATTEMPTS:
-        table.add_column(attempt, justify="right")
-    for outcome in sorted({o for c in counts.values() for o in c}):
-        table.add_row(outcome, *(str(counts[a].get(outcome, 0)) for a in ATTEMPTS))
-    out_console.print(table)
     if json_out is not None:
-        import json
-
-        json_out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = json_out.with_name(json_out.name + ".tmp")
-        tmp.write_text(json.dumps([r.model_dump(mode="json") for r in report.records], indent=1))
-        os.replace(tmp, json_out)
+        _write_trial_json(report, json_out)
+    _print_sandbox_test_tables(report, str(tasks), redteam)
     ok_tasks = len(task_set.tasks) - len(report.broken)
     out_console.print(f"{ok_tasks}/{len(task_set.tasks)} tasks behave (oracle reward 1, null reward 0)", highlight=False)
+    if redteam:
+        out_console.print(f"{len(report.forgeable)}/{len(task_set.tasks)} tasks forgeable by the red team",
+                          highlight=False)
     for item in broken:
         out_console.print(f"BROKEN {item.task}: {item.reason}", highlight=False, soft_wrap=True)
-    if broken:
+    for item in report.forgeable:
+        out_console.print(f"FORGEABLE {item.task}: {', '.join(item.attempts)}", highlight=False, soft_wrap=True)
+    if broken or report.forgeable:
         from swerl.errors import RunFailed
 
-        raise RunFailed(f"{len(broken)} task(s) broken; see the BROKEN lines above")
+        raise RunFailed(f"{len(broken)} task(s) broken, {len(report.forgeable)} forgeable; "
+                        "see the BROKEN/FORGEABLE lines above")
+
+
+def _print_sandbox_test_tables(report, tasks: str, redteam: bool) -> None:  # noqa: ANN001 - SandboxTestReport
+    """Outcome counts per attempt column; with the red team, also tasks forged per attempt."""
+    from rich.table import Table
+
+    from swerl.sandbox.redteam import CATALOGUE
+    from swerl.sandbox.selftest import ATTEMPTS, REDTEAM
+
+    counts = report.counts()
+    columns = [*ATTEMPTS, *([REDTEAM] if redteam else [])]
+    table = Table(title=f"sandbox-test {tasks} (run {report.run_id})")
+    table.add_column("outcome")
+    for column in columns:
+        table.add_column(column, justify="right")
+    for outcome in sorted({o for c in counts.values() for o in c}):
+        table.add_row(outcome, *(str(counts.get(c, {}).get(outcome, 0)) for c in columns))
+    out_console.print(table)
+    if redteam:
+        forged = report.forged_counts()
+        attempts = Table(title="red-team attempts (tasks whose verifier gave reward > 0)")
+        for name, justify in (("attempt", "left"), ("kind", "left"), ("forged", "right")):
+            attempts.add_column(name, justify=justify)
+        for attempt in CATALOGUE:
+            attempts.add_row(attempt.name, attempt.kind, str(forged[attempt.name]))
+        out_console.print(attempts)
+
+
+def _write_trial_json(report, path: Path) -> None:  # noqa: ANN001 - SandboxTestReport
+    """One JSON record per trial, atomically; red-team records get ``"forged": reward > 0``."""
+    import json
+
+    from swerl.sandbox.redteam import PREFIX, is_forged
+
+    rows = []
+    for record in report.records:
+        row = record.model_dump(mode="json")
+        if record.attempt.startswith(PREFIX):
+            row["forged"] = is_forged(record)
+        rows.append(row)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(rows, indent=1))
+    os.replace(tmp, path)
 
 
 # --- eval --------------------------------------------------------------------

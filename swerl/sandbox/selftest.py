@@ -2,8 +2,10 @@
 
 For each task, two trials in fresh sandboxes: the oracle (``solution/solve.sh``) must get
 reward 1 (``passed``) and the null attempt (nothing done) must get reward 0 (``failed``).
-All trials run concurrently under the manager's semaphore; one broken trial never cancels
-the others.
+With ``redteam``, every attempt of :data:`swerl.sandbox.redteam.CATALOGUE` too: a task whose
+verifier gives any of them reward > 0 is forgeable. All trials run concurrently under the
+manager's semaphore; one broken trial never cancels the others. Trials lost because the
+Docker engine stopped answering are an environment problem (exit 3), not broken tasks.
 """
 
 from __future__ import annotations
@@ -16,15 +18,19 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
-from swerl.errors import SwerlError
+from swerl.errors import EnvironmentProblem, SwerlError
 from swerl.sandbox.manager import SandboxManager
 from swerl.sandbox.models import Outcome, SandboxConfig, TrialRecord
+from swerl.sandbox.redteam import CATALOGUE, PREFIX, is_forged, run_attempt
 
 if TYPE_CHECKING:
     from swerl.tasks.models import Task
 
 log = logging.getLogger(__name__)
 ATTEMPTS = ("oracle", "null")
+REDTEAM = "redteam"  # the column of all red-team attempts in counts()
+# Outcomes that mean the engine may be gone; sandbox-test then asks it whether it still answers.
+_ENGINE_OUTCOMES = (Outcome.daemon_error, Outcome.start_error, Outcome.build_error)
 
 
 class BrokenTask(BaseModel):
@@ -34,24 +40,39 @@ class BrokenTask(BaseModel):
     reason: str
 
 
+class ForgeableTask(BaseModel):
+    """A task whose verifier gave reward > 0 to red-team attempts, and their names."""
+
+    task: str
+    attempts: list[str] = Field(description="Catalogue names of the attempts that earned reward.")
+
+
 class SandboxTestReport(BaseModel):
     """Result of :func:`run_sandbox_test`."""
 
     run_id: str
-    records: list[TrialRecord] = Field(description="One per trial, in task order (oracle then null).")
+    records: list[TrialRecord] = Field(description="One per trial, in task order (oracle, null, red-team attempts).")
     broken: list[BrokenTask] = Field(default_factory=list)
+    forgeable: list[ForgeableTask] = Field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        """True when every task behaved (oracle reward 1, null reward 0)."""
-        return not self.broken
+        """True when every task behaved (oracle reward 1, null reward 0, no red-team reward)."""
+        return not self.broken and not self.forgeable
 
     def counts(self) -> dict[str, Counter[str]]:
-        """``{attempt: Counter(outcome)}``."""
+        """``{attempt: Counter(outcome)}``; all red-team attempts share the ``redteam`` column."""
         table: dict[str, Counter[str]] = {attempt: Counter() for attempt in ATTEMPTS}
         for record in self.records:
-            table.setdefault(record.attempt, Counter())[record.outcome.value] += 1
+            column = REDTEAM if record.attempt.startswith(PREFIX) else record.attempt
+            table.setdefault(column, Counter())[record.outcome.value] += 1
         return table
+
+    def forged_counts(self) -> Counter[str]:
+        """``Counter(attempt name -> tasks it forged)``, every catalogue attempt present."""
+        forged = Counter({a.name: 0 for a in CATALOGUE})
+        forged.update(name for f in self.forgeable for name in f.attempts)
+        return forged
 
 
 def judge(task: str, oracle: TrialRecord | None, null: TrialRecord | None) -> BrokenTask | None:
@@ -66,11 +87,19 @@ def judge(task: str, oracle: TrialRecord | None, null: TrialRecord | None) -> Br
     return BrokenTask(task=task, reason="; ".join(reasons)) if reasons else None
 
 
+def forgeable(task: str, records: Sequence[TrialRecord]) -> ForgeableTask | None:
+    """The red-team attempts among ``records`` that earned reward > 0, or None."""
+    names = [r.attempt.removeprefix(PREFIX) for r in records if is_forged(r)]
+    return ForgeableTask(task=task, attempts=names) if names else None
+
+
 async def _safe_trial(mgr: SandboxManager, task: Task, attempt: str) -> TrialRecord:
     """Run one trial; a task-level error becomes a record instead of cancelling the batch."""
     try:
         if attempt == "oracle":
             return await mgr.run_oracle(task)
+        if attempt.startswith(PREFIX):
+            return await run_attempt(mgr, task, _BY_NAME[attempt.removeprefix(PREFIX)])
         return await mgr.run_null(task)
     except SwerlError as err:  # e.g. TaskError: docker-compose environment
         outcome = Outcome.build_error
@@ -78,27 +107,47 @@ async def _safe_trial(mgr: SandboxManager, task: Task, attempt: str) -> TrialRec
                            failure_class=outcome.failure_class, detail=str(err))
 
 
+_BY_NAME = {a.name: a for a in CATALOGUE}
+
+
+def trial_attempts(task: Task, redteam: bool = False) -> list[str]:
+    """The attempts sandbox-test runs on ``task``: oracle (when it has one), null, red team."""
+    names = [a for a in ATTEMPTS if a != "oracle" or task.solution_dir is not None]
+    return names + ([PREFIX + a.name for a in CATALOGUE] if redteam else [])
+
+
+async def _engine_answers(mgr: SandboxManager) -> bool:
+    """Whether the Docker engine still answers a ping (within 10 s)."""
+    try:
+        assert mgr.client is not None
+        return bool(await asyncio.wait_for(asyncio.to_thread(mgr.client.ping), 10.0))
+    except Exception:  # noqa: BLE001 - any failure to answer means it is gone
+        return False
+
+
 async def run_sandbox_test(
     tasks: Sequence[Task],
     config: SandboxConfig,
     on_trial: Callable[[TrialRecord], None] | None = None,
+    *,
+    redteam: bool = False,
 ) -> SandboxTestReport:
-    """Run the oracle and the null attempt of every task; judge each task.
+    """Run the oracle, the null attempt and (``redteam``) the red-team catalogue on every task; judge each.
 
     Args:
         tasks: loaded tasks (names unique).
         config: sandbox settings (concurrency, network, warm pool).
         on_trial: called with each record as it finishes (for progress bars).
+        redteam: also run every attempt of :data:`~swerl.sandbox.redteam.CATALOGUE`.
 
     Raises:
-        EnvironmentProblem: Docker is not reachable (exit 3).
+        EnvironmentProblem: Docker is not reachable (exit 3), at the start or after trials
+            failed with daemon/start/build errors (the engine stopped answering mid-run).
     """
     async with SandboxManager(config) as mgr:
         jobs: dict[asyncio.Task[TrialRecord], tuple[str, str]] = {}
         for task in tasks:
-            for attempt in ATTEMPTS:
-                if attempt == "oracle" and task.solution_dir is None:
-                    continue
+            for attempt in trial_attempts(task, redteam):
                 job = asyncio.create_task(_safe_trial(mgr, task, attempt), name=f"{task.name}/{attempt}")
                 jobs[job] = (task.name, attempt)
         results: dict[tuple[str, str], TrialRecord] = {}
@@ -112,10 +161,16 @@ async def run_sandbox_test(
             for job in jobs:
                 job.cancel()
             await asyncio.gather(*jobs, return_exceptions=True)
+        lost = [r for r in results.values() if r.outcome in _ENGINE_OUTCOMES]
+        if lost and not await _engine_answers(mgr):
+            raise EnvironmentProblem(
+                f"the Docker engine stopped answering during sandbox-test ({len(lost)} of {len(results)} trials "
+                f"ended in {', '.join(sorted({r.outcome.value for r in lost}))}); restart dockerd and run it again")
         run_id = mgr.run_id
-    records = [results[key] for key in ((t.name, a) for t in tasks for a in ATTEMPTS) if key in results]
+    records = [results[key] for t in tasks for key in ((t.name, a) for a in trial_attempts(t, redteam)) if key in results]
     broken = [
         b for t in tasks
         if (b := judge(t.name, results.get((t.name, "oracle")), results.get((t.name, "null")))) is not None
     ]
-    return SandboxTestReport(run_id=run_id, records=records, broken=broken)
+    forged = [f for t in tasks if (f := forgeable(t.name, [r for r in records if r.task == t.name])) is not None]
+    return SandboxTestReport(run_id=run_id, records=records, broken=broken, forgeable=forged)

@@ -2,8 +2,10 @@
 pymethods2test-shaped task folders ``humaneval-000`` ... ``humaneval-163``.
 
 Each task: the instruction shows the prompt (signature + docstring, plus any helper
-functions before the entry point); the hidden test imports the entry point from
-``solution`` and runs the benchmark's own ``check(candidate)``; the oracle writes
+functions before the entry point); the hidden test runs the benchmark's own
+``check(candidate)`` on the solution's entry point, called through swerl's solution proxy
+(the solution runs in a confined worker process and only plain builtin values of exact
+types come back, so ``check``'s comparisons are type-strict); the oracle writes
 prompt + canonical solution (so helpers are defined too). Source: Chen et al. 2021,
 "Evaluating Large Language Models Trained on Code" (``openai/human-eval``).
 """
@@ -38,10 +40,10 @@ the same file. Use only the Python standard library. Hidden tests will run
 TEST_BODY = """\
 # The original prompt, as in HumanEval's own harness (prompt + completion + test share one
 # namespace): some check() functions call helpers defined there (e.g. `poly`, `encode_cyclic`).
-# This trusted copy defines them; the solution's `{entry_point}` is imported again below it.
+# This trusted copy defines them; `{entry_point}` is bound to the solution's again below it.
 {prompt}
 
-from solution import {entry_point}  # noqa: E402,F811
+{entry_point} = solution_function("{entry_point}", "/app")  # noqa: F811 - the solution's, run in its worker
 
 
 {test}
@@ -91,6 +93,8 @@ def humaneval_spec(problem: dict[str, Any]) -> PyTaskSpec:
         verifier_timeout_s=120.0,
         memory_mb=2048,
         cpus=1.0,
+        isolate_solution=True,
+        num_tests=1,
     )
 
 

@@ -3,6 +3,8 @@ reward 0 unless passed, the well-behaved task is unaffected, and nothing is left
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from swerl.sandbox import Outcome, SandboxConfig
@@ -30,6 +32,8 @@ EXPECTED = {
     ("reward_empty", "null"): {Outcome.no_reward_file},
     ("no_reward_file", "null"): {Outcome.no_reward_file},
     ("reward_json", "null"): {Outcome.passed},
+    ("weak_exit_code", "oracle"): {Outcome.passed},
+    ("weak_exit_code", "null"): {Outcome.failed},
 }
 
 
@@ -47,7 +51,71 @@ def test_misbehaving_tasks_in_one_batch(docker_client):
         else:
             assert record.reward == 1.0, key
         assert record.timings.cleanup_s > 0, f"{key}: container removal not recorded"
-    # Only `add` behaves as sandbox-test demands (oracle 1, null 0).
-    assert {b.task for b in report.broken} == {t.name for t in tasks} - {"add"}
+    # Only `add` and `weak_exit_code` behave as sandbox-test demands (oracle 1, null 0).
+    assert {b.task for b in report.broken} == {t.name for t in tasks} - {"add", "weak_exit_code"}
+    assert report.forgeable == []  # no red team asked for
     assert "planted" not in got[("planted_reward", "oracle")].detail
     assert containers_of(docker_client, report.run_id) == []
+
+
+class _EngineProxy:
+    """A private Docker engine socket: forwards to the real engine until :meth:`cut`, then
+    closes every connection and stops answering (the engine "goes away" mid-run)."""
+
+    def __init__(self, path: Path, target: str) -> None:
+        import socketserver
+        import threading
+
+        self.cut_event = threading.Event()
+        proxy = self
+
+        class Handler(socketserver.BaseRequestHandler):
+            def handle(self) -> None:
+                import select
+                import socket
+
+                upstream = socket.socket(socket.AF_UNIX)
+                upstream.connect(target)
+                pair = {self.request: upstream, upstream: self.request}
+                try:
+                    while not proxy.cut_event.is_set():
+                        ready, _, _ = select.select(list(pair), [], [], 0.05)
+                        for sock in ready:
+                            data = sock.recv(65536)
+                            if not data:
+                                return
+                            pair[sock].sendall(data)
+                finally:
+                    upstream.close()
+
+        self.server = socketserver.ThreadingUnixStreamServer(str(path), Handler)
+        self.server.daemon_threads = True
+        self.path = path
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def cut(self) -> None:
+        if not self.cut_event.is_set():
+            self.cut_event.set()
+            self.server.shutdown()
+            self.server.server_close()
+            self.path.unlink(missing_ok=True)
+
+
+def test_engine_that_stops_answering_mid_run_is_an_environment_problem(docker_client, tmp_path):
+    import os
+
+    from swerl.errors import EnvironmentProblem
+
+    target = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock").removeprefix("unix://")
+    proxy = _EngineProxy(tmp_path / "docker.sock", target)
+    tasks = [fixture_task("add"), fixture_task("weak_exit_code"), fixture_task("reward_json")]
+    config = SandboxConfig(concurrency=1, docker_base_url=f"unix://{tmp_path / 'docker.sock'}", warm_pool=False,
+                           docker_timeout_s=10, drain_timeout_s=5, gc_dead_runs=False, run_id="redteam-outage-test")
+    try:
+        with pytest.raises(EnvironmentProblem, match="stopped answering") as err:
+            run(run_sandbox_test(tasks, config, on_trial=lambda record: proxy.cut()))
+        assert err.value.exit_code == 3
+    finally:
+        proxy.cut()
+        for container in containers_of(docker_client, "redteam-outage-test"):
+            container.remove(force=True)

@@ -43,3 +43,37 @@ def host_verifier(tmp_path: Path) -> HostVerifier:
     """``host_verifier(task_dir, solution_text_or_None) -> reward`` (see :func:`_run_test_sh`)."""
     counter = iter(range(1_000))
     return lambda task_dir, solution: _run_test_sh(task_dir, solution, tmp_path / f"verify-{next(counter)}")
+
+
+def _run_harness(task_dir: Path, solution: str | dict[str, str] | None, work: Path) -> float:
+    """Run a hardened task's real verifier (``tests/swerl_run_tests.py`` with its pinned pytest
+    and, for isolated tasks, ``swerl_solution_proxy.py``) on the host; return its reward.
+
+    ``/app`` in ``test_solution.py`` is mapped into ``work``; ``solution`` is the text of
+    ``solution.py``, or ``{file name: text}`` for several files in /app, or None (empty /app).
+    The host venv's interpreter and pytest stand in for the image's.
+    """
+    import re
+
+    shutil.rmtree(work, ignore_errors=True)
+    app, tests = work / "app", work / "tests"
+    app.mkdir(parents=True)
+    shutil.copytree(task_dir / "tests", tests)
+    files = {"solution.py": solution} if isinstance(solution, str) else (solution or {})
+    for name, text in files.items():
+        (app / name).write_text(text)
+    test_file = tests / "test_solution.py"
+    test_file.write_text(test_file.read_text().replace('"/app"', repr(str(app))))
+    expected = re.search(r"--expect (\d+)", (tests / "test.sh").read_text()).group(1)
+    reward_file = work / "reward.txt"
+    reward_file.write_text("0\n")
+    subprocess.run([sys.executable, "-I", "-S", str(tests / "swerl_run_tests.py"), "--expect", expected,
+                    "--reward", str(reward_file), str(test_file)], cwd=work, capture_output=True, timeout=120)
+    return float(reward_file.read_text())
+
+
+@pytest.fixture
+def harness_verifier(tmp_path: Path) -> Callable[..., float]:
+    """``harness_verifier(task_dir, solution) -> reward`` for swerl-generated (hardened) tasks."""
+    counter = iter(range(1_000))
+    return lambda task_dir, solution: _run_harness(task_dir, solution, tmp_path / f"harness-{next(counter)}")

@@ -1,0 +1,67 @@
+"""`swerl sandbox-test --redteam` on the real engine: one HumanEval task made by the importer
+(every in-process exploit scores 0, the oracle 1) and the deliberately weak fixture task
+(the attempts that forge it are named, exit 1), in one CLI run."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from swerl.sandbox.redteam import CATALOGUE
+from swerl.tasks import import_humaneval
+
+from ._support import FIXTURES, containers_of
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+SOLUTION_KIND = {a.name for a in CATALOGUE if a.kind == "solution"}
+# Forge a verifier that rewards "pytest exited 0" (tests/fixtures/sandbox_tasks/weak_exit_code) from
+# the work product alone, so also under clean-room verification (environment attempts forge it
+# too in same-container mode; kill-verifier races its trap, so it is not required here).
+WEAK_FORGERS = {"exit0-at-import", "exit0-at-exit", "always-equal", "eq-subclasses", "patch-pytest", "forge-junit"}
+
+
+@pytest.fixture(scope="module")
+def redteam_run(tmp_path_factory: pytest.TempPathFactory):
+    """One `sandbox-test --redteam` over humaneval-000 and weak_exit_code: (process, records)."""
+    root = tmp_path_factory.mktemp("redteam")
+    import_humaneval(root, limit=1)
+    subprocess.run(["cp", "-r", str(FIXTURES / "weak_exit_code"), str(root)], check=True)
+    out = subprocess.run([sys.executable, "-m", "swerl.cli", "sandbox-test", str(root), "--redteam", "-c", "2",
+                          "--json", str(root / "r.json")], capture_output=True, text=True, timeout=900)
+    records = json.loads((root / "r.json").read_text())
+    return out, {(r["task"], r["attempt"]): r for r in records}
+
+
+def test_humaneval_oracle_scores_one_and_no_in_process_exploit_scores(redteam_run):
+    _, records = redteam_run
+    assert records[("humaneval-000", "oracle")]["reward"] == 1.0
+    assert records[("humaneval-000", "null")]["reward"] == 0.0
+    for name in SOLUTION_KIND:
+        record = records[("humaneval-000", f"redteam/{name}")]
+        assert record["reward"] == 0.0 and record["forged"] is False, (name, record["detail"])
+        assert record["outcome"] == "failed", (name, record["outcome"], record["detail"])
+
+
+def test_weak_task_is_named_forgeable_with_the_attempts_that_forged_it(redteam_run):
+    out, records = redteam_run
+    assert out.returncode == 1, out.stderr[-2000:]
+    forged = {a.removeprefix("redteam/") for (task, a), r in records.items() if task == "weak_exit_code" and r.get("forged")}
+    assert WEAK_FORGERS <= forged, WEAK_FORGERS - forged
+    line = next(x for x in out.stdout.splitlines() if x.startswith("FORGEABLE weak_exit_code:"))
+    assert all(name in line for name in WEAK_FORGERS), line
+    assert records[("weak_exit_code", "oracle")]["reward"] == 1.0  # a working verifier, just a weak one
+    assert records[("weak_exit_code", "null")]["reward"] == 0.0
+    # humaneval-000 is forgeable only by environment attempts (until verification is clean-room).
+    he_line = next((x for x in out.stdout.splitlines() if x.startswith("FORGEABLE humaneval-000:")), "")
+    assert not SOLUTION_KIND & set(he_line.removeprefix("FORGEABLE humaneval-000:").replace(",", " ").split())
+
+
+def test_red_team_trials_leave_no_container(redteam_run, docker_client):
+    out, _ = redteam_run
+    run_id = out.stdout.split("(run ", 1)[1].split(")", 1)[0]
+    assert containers_of(docker_client, run_id) == []

@@ -1,0 +1,108 @@
+"""swerl.tasks.harness: the verifier files of generated tasks, run for real on the host
+(real pytest, real worker processes, real Landlock where the kernel has it)."""
+
+from __future__ import annotations
+
+import ctypes
+from pathlib import Path
+
+import pytest
+
+from swerl.sandbox import redteam_payloads as p
+from swerl.tasks import import_humaneval
+from swerl.tasks.harness.swerl_run_tests import judge_report
+from swerl.tasks.harness.swerl_solution_proxy import decode, encode
+
+
+def _junit(cases: str, errors: int = 0, failures: int = 0, skipped: int = 0) -> bytes:
+    n = cases.count("<testcase")
+    return (f'<?xml version="1.0"?><testsuites><testsuite name="pytest" errors="{errors}" failures="{failures}" '
+            f'skipped="{skipped}" tests="{n}">{cases}</testsuite></testsuites>').encode()
+
+
+PASS = '<testcase classname="test_solution" name="test_f"/>'
+
+
+@pytest.mark.parametrize(("report", "exit_code", "reward"), [
+    (_junit(PASS), 0, 1.0),
+    (_junit(PASS), 1, 0.0),  # the runner failed even though the report looks fine
+    (_junit(PASS + PASS), 0, 0.0),  # more tests than expected
+    (_junit(""), 0, 0.0),
+    (_junit('<testcase name="t"><skipped type="pytest.skip" message="x"/></testcase>', skipped=1), 0, 0.0),
+    (_junit('<testcase name="t"><skipped type="pytest.xfail" message="x"/></testcase>', skipped=1), 0, 0.0),
+    (_junit('<testcase name="t"><failure message="x"/></testcase>', failures=1), 0, 0.0),
+    (_junit(PASS, errors=1), 0, 0.0),  # a collection error shows only in the suite's attributes
+    (b"", 0, 0.0),  # pytest died before reporting (os._exit in the solution)
+    (b"<testsuites><testsuite", 0, 0.0),
+])
+def test_reward_needs_every_expected_test_passed_and_exit_zero(report: bytes, exit_code: int, reward: float):
+    assert judge_report(report, exit_code, expected=1)[0] == reward
+
+
+def test_codec_round_trips_plain_values_with_exact_types():
+    value = [None, True, 1, 2.5, float("inf"), "s", b"\x00", (1, [2]), {1: {"a": frozenset({3})}}, {4, 5}, 1j]
+    back = decode(encode(value))
+    assert back == value
+    assert [type(v) for v in back] == [type(v) for v in value]
+    assert type(decode(encode(True))) is bool and type(decode(encode(1))) is int
+
+
+class _AlwaysEqual:
+    def __eq__(self, other):
+        return True
+
+
+class _EqStr(str):
+    def __eq__(self, other):
+        return True
+
+
+@pytest.mark.parametrize("value", [_AlwaysEqual(), _EqStr("x"), [1, _EqStr("x")], (i for i in range(2)), {1: object()}])
+def test_codec_refuses_anything_but_plain_builtins(value):
+    with pytest.raises(TypeError, match="not a plain builtin value"):
+        encode(value)
+
+
+@pytest.mark.parametrize("tree", [{"x": []}, {"l": [], "t": []}, {"d": [[1]]}, {"c": ["1", 2.0]}, [1, 2]])
+def test_decode_refuses_malformed_trees(tree):
+    with pytest.raises(ValueError, match="malformed"):
+        decode(tree)
+
+
+@pytest.fixture(scope="module")
+def humaneval_task(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return import_humaneval(tmp_path_factory.mktemp("he"), limit=1)[0]  # has_close_elements
+
+
+@pytest.mark.parametrize("payload", [
+    "EXIT0_AT_IMPORT", "SYS_EXIT_AT_IMPORT", "SKIP_AT_IMPORT", "EXIT0_AT_EXIT", "ALWAYS_EQUAL", "EQ_SUBCLASSES",
+    "PATCH_PYTEST", "FORGE_JUNIT", "KILL_VERIFIER",
+])
+def test_in_process_exploits_score_zero_on_a_humaneval_task(harness_verifier, humaneval_task: Path, payload):
+    assert harness_verifier(humaneval_task, getattr(p, payload)) == 0.0
+
+
+def test_the_oracle_still_scores_one_through_the_worker(harness_verifier, humaneval_task: Path):
+    assert harness_verifier(humaneval_task, (humaneval_task / "solution" / "solution.py").read_text()) == 1.0
+
+
+def _landlock_abi() -> int:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    return libc.syscall(ctypes.c_long(444), None, ctypes.c_size_t(0), ctypes.c_uint32(1))
+
+
+@pytest.mark.skipif(_landlock_abi() < 1, reason="this kernel has no Landlock")
+@pytest.mark.parametrize("action", ["read", "write"])
+def test_the_worker_can_neither_read_nor_write_outside_its_folders(harness_verifier, humaneval_task: Path,
+                                                                   tmp_path: Path, action: str):
+    # A correct solution that first reads a file beside the tests (as it would /tests) or
+    # writes one (as it would /logs/verifier/reward.txt): confined, that step fails, so does the test.
+    secret, marker = tmp_path / "secret.txt", tmp_path / "marker.txt"
+    secret.write_text("expected outputs")
+    step = f"open({str(secret)!r}).read()" if action == "read" else f"open({str(marker)!r}, 'w').write('1')"
+    oracle = (humaneval_task / "solution" / "solution.py").read_text()
+    spy = oracle.replace("def has_close_elements(", "def _real(", 1) + (
+        f"def has_close_elements(*args):\n    {step}\n    return _real(*args)\n")
+    assert harness_verifier(humaneval_task, spy) == 0.0
+    assert not marker.exists()
