@@ -1,15 +1,25 @@
-"""Checkpoints of a run: full training state for exact resume, HF exports for eval and selection.
+"""Checkpoints of a run: sharded training state for exact resume, HF exports for eval and selection.
 
 Layout of a run directory (SkyRL's names):
 
-    RUN_DIR/checkpoints/global_step_N/{model.pt, optimizer.pt, scheduler.pt, trainer_state.json,
-                                      config.yaml, rng_rank{r}.pt}
+    RUN_DIR/checkpoints/global_step_N/{state/, scheduler.pt, trainer_state.json, config.yaml, rng_rank{r}.pt}
     RUN_DIR/checkpoints/latest_ckpt_global_step.txt
-    RUN_DIR/exports/global_step_N/{model.safetensors, config.json, tokenizer files, chat template}
+    RUN_DIR/exports/global_step_N/{model.safetensors (or model-0000i-of-0000n.safetensors + index),
+                                  config.json, tokenizer files, chat template}
 
-Every folder is written under a ``.tmp-*`` name and renamed when complete, so a ``kill -9``
-mid-save leaves the previous checkpoint as the newest loadable one; stale temp folders are
-ignored when loading and removed by the next save.
+``state/`` is a ``torch.distributed.checkpoint`` (DCP) folder holding the model and AdamW state:
+every rank writes its own shards (``__r_0.distcp``) and rank 0 the ``.metadata``; replicated
+tensors are written once. DCP reshards on load, so a checkpoint written by W ranks resumes on
+any number of ranks, FSDP-sharded or not (2 -> 2, 2 -> 1, 1 -> 2). The folder must be on a file
+system every rank sees (one machine, or a shared mount across nodes).
+
+Every folder is written under a ``.tmp-*`` name and renamed by rank 0 after a barrier, once
+every rank's files are complete, so a ``kill -9`` mid-save leaves the previous checkpoint as
+the newest loadable one; stale temp folders are ignored when loading and removed by the next save.
+
+HF exports and weight sync never hold a second full copy of the weights on every rank: the
+full tensors are gathered one at a time (``DTensor.full_tensor``) and only rank 0 keeps them,
+writing safetensors shards of at most ``max_shard_bytes`` as it goes.
 """
 
 from __future__ import annotations
@@ -19,21 +29,22 @@ import logging
 import os
 import re
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
     get_model_state_dict,
-    get_optimizer_state_dict,
-    set_model_state_dict,
-    set_optimizer_state_dict,
+    get_state_dict,
+    set_state_dict,
 )
 
 from swerl.errors import ConfigError
 from swerl.inference.rng import restore_rng_state, save_rng_state
-from swerl.trainer.distributed import DistInfo, barrier
+from swerl.trainer.distributed import DistInfo, barrier, is_distributed
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +53,7 @@ EXPORT_DIR = "exports"
 LATEST_FILE = "latest_ckpt_global_step.txt"
 _STEP_RE = re.compile(r"^global_step_(\d+)$")
 _FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
+STATE_DIR = "state"  # the DCP folder of model + optimizer shards
 
 
 def step_dir_name(step: int) -> str:
@@ -68,7 +80,7 @@ def _write_text_atomic(path: Path, text: str) -> None:
 
 
 def _fsync_tree(folder: Path) -> None:
-    for p in folder.iterdir():
+    for p in folder.rglob("*"):
         if p.is_file():
             with open(p, "rb") as fh:
                 os.fsync(fh.fileno())
@@ -90,8 +102,41 @@ def _remove_stale_temps(root: Path) -> None:
 
 
 def full_model_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """The unsharded state dict on CPU (collective under FSDP: every rank calls it)."""
+    """The unsharded state dict on CPU, HF names (tied weights under both names).
+
+    Collective under FSDP (every rank calls it): tensors are gathered one by one and only rank 0
+    keeps them, so rank 0 holds one full copy and the other ranks get an empty dict. An
+    unsharded CPU model returns its own tensors (no copy).
+    """
     return get_model_state_dict(model, options=_FULL)
+
+
+def iter_full_state(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+    """Stream ``(name, full tensor)`` over the model's state dict, one tensor gathered at a time.
+
+    Collective under FSDP: every rank must exhaust the iterator in the same order (each
+    sharded tensor is one all-gather); every rank gets each full tensor transiently, so at
+    most one unsharded tensor is alive per rank. A weight tied to an earlier one (same
+    parameter, e.g. SmolLM2's ``lm_head.weight``) is skipped, like ``save_pretrained`` does.
+    """
+    seen: set[int] = set()
+    for name, value in model.state_dict().items():
+        if id(value) in seen:
+            continue
+        seen.add(id(value))
+        full = value.full_tensor() if hasattr(value, "full_tensor") else value
+        yield name, full.detach().cpu()
+
+
+def _state_nbytes(model: torch.nn.Module) -> list[tuple[str, int]]:
+    """(name, bytes of the full tensor) in ``iter_full_state`` order, from global shapes (no collective)."""
+    seen: set[int] = set()
+    out = []
+    for name, value in model.state_dict().items():
+        if id(value) not in seen:
+            seen.add(id(value))
+            out.append((name, value.numel() * value.element_size()))
+    return out
 
 
 def save_checkpoint(
@@ -108,6 +153,9 @@ def save_checkpoint(
 ) -> Path:
     """Write the full training state of ``step`` atomically; every rank must call it.
 
+    Each rank writes its own shards of the model and optimizer state (DCP) and its RNG state;
+    rank 0 writes the scheduler, config and ``trainer_state.json``, then renames the folder.
+
     Args:
         trainer_state: JSON-serialisable loop state (global step, sampler position, ...).
         config_yaml: the resolved config, stored beside the weights.
@@ -118,22 +166,20 @@ def save_checkpoint(
     root = run_dir / CKPT_DIR
     final = root / step_dir_name(step)
     tmp = root / f".tmp-{step_dir_name(step)}"
-    model_sd = get_model_state_dict(model, options=_FULL)
-    optim_sd = get_optimizer_state_dict(model, optimizer, options=_FULL)
+    model_sd, optim_sd = get_state_dict(model, optimizer)  # this rank's shards (DTensors under FSDP)
     if dist_info.is_main:
         root.mkdir(parents=True, exist_ok=True)
         _remove_stale_temps(root)
         tmp.mkdir()
     barrier()
+    dcp.save({"model": model_sd, "optimizer": optim_sd}, checkpoint_id=tmp / STATE_DIR, no_dist=not is_distributed())
     torch.save(save_rng_state(), tmp / f"rng_rank{dist_info.rank}.pt")
     if dist_info.is_main:
-        torch.save(model_sd, tmp / "model.pt")
-        torch.save(optim_sd, tmp / "optimizer.pt")
         torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
         (tmp / "config.yaml").write_text(config_yaml)
         state = dict(trainer_state, global_step=step, world_size=dist_info.world_size)
         (tmp / "trainer_state.json").write_text(json.dumps(state, indent=2))
-    barrier()
+    barrier()  # every rank's shards are on disk before the folder becomes visible
     if dist_info.is_main:
         _fsync_tree(tmp)
         _rename_into_place(tmp, final)
@@ -198,41 +244,114 @@ def load_checkpoint(
 ) -> dict[str, Any]:
     """Restore weights, optimizer, scheduler and this rank's RNG from ``path``; every rank calls it.
 
+    The model and optimizer are resharded to this run's layout (any number of ranks, sharded
+    or not). RNG: rank r restores ``rng_rank{r}.pt``; a rank the saving run did not have
+    restores rank 0's (rank 0, which drives the rollouts, always resumes its own stream).
+
     Returns: the saved ``trainer_state`` (includes ``global_step``).
     Raises:
-        ConfigError: the checkpoint was written by a different world size (RNG streams differ).
+        ConfigError: ``path`` holds no DCP state (e.g. written by an older swerl).
     """
     state = json.loads((path / "trainer_state.json").read_text())
-    if state.get("world_size", 1) != dist_info.world_size:
-        raise ConfigError(
-            f"{path} was written with {state.get('world_size')} ranks, this run has {dist_info.world_size}: "
-            "resume with the same number of processes"
-        )
-    model_sd = torch.load(path / "model.pt", map_location="cpu", weights_only=True)
-    set_model_state_dict(model, model_sd, options=StateDictOptions(full_state_dict=True))
-    optim_sd = torch.load(path / "optimizer.pt", map_location="cpu", weights_only=False)
-    set_optimizer_state_dict(model, optimizer, optim_sd, options=StateDictOptions(full_state_dict=True))
+    if not (path / STATE_DIR / ".metadata").is_file():
+        raise ConfigError(f"{path}: no {STATE_DIR}/.metadata (not a sharded swerl checkpoint): resume from a "
+                          "checkpoint written by this version, or start a fresh run")
+    saved_world = int(state.get("world_size", 1))
+    if saved_world != dist_info.world_size:
+        log.info("resharding %s from %d to %d ranks", path, saved_world, dist_info.world_size)
+    model_sd, optim_sd = get_state_dict(model, optimizer)  # initializes empty AdamW state to load into
+    target = {"model": model_sd, "optimizer": optim_sd}
+    dcp.load(target, checkpoint_id=path / STATE_DIR, no_dist=not is_distributed())
+    set_state_dict(model, optimizer, model_state_dict=target["model"], optim_state_dict=target["optimizer"])
     scheduler.load_state_dict(torch.load(path / "scheduler.pt", weights_only=False))
-    restore_rng_state(torch.load(path / f"rng_rank{dist_info.rank}.pt", weights_only=False))
+    rng_file = path / f"rng_rank{dist_info.rank}.pt"
+    if not rng_file.is_file():
+        rng_file = path / "rng_rank0.pt"
+    restore_rng_state(torch.load(rng_file, weights_only=False))
     log.info("resumed from %s (global step %d)", path, state["global_step"])
     return state
 
 
-def export_hf(run_dir: Path, step: int, model: torch.nn.Module, tokenizer: Any, dist_info: DistInfo) -> Path:
+def read_model_state(path: Path) -> dict[str, torch.Tensor]:
+    """The full model weights of checkpoint folder ``path``, read in this one process (no process group).
+
+    For inspection and tests: allocates every tensor at its global shape, then lets DCP fill it.
+    """
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    meta = dcp.FileSystemReader(str(path / STATE_DIR)).read_metadata()
+    empty = {
+        key: torch.empty(m.size, dtype=m.properties.dtype)
+        for key, m in meta.state_dict_metadata.items()
+        if key.startswith("model.") and isinstance(m, TensorStorageMetadata)
+    }
+    dcp.load(empty, checkpoint_id=path / STATE_DIR, no_dist=True)
+    return {key.removeprefix("model."): value for key, value in empty.items()}
+
+
+def _shard_plan(sizes: list[tuple[str, int]], max_shard_bytes: int) -> list[list[str]]:
+    """Consecutive names grouped into shards of at most ``max_shard_bytes`` (a bigger tensor gets its own)."""
+    shards: list[list[str]] = [[]]
+    used = 0
+    for name, nbytes in sizes:
+        if shards[-1] and used + nbytes > max_shard_bytes:
+            shards.append([])
+            used = 0
+        shards[-1].append(name)
+        used += nbytes
+    return shards
+
+
+def _write_safetensors_streaming(folder: Path, model: torch.nn.Module, is_main: bool, max_shard_bytes: int) -> None:
+    """Gather the model tensor by tensor; rank 0 writes each safetensors shard when it is full."""
+    from safetensors.torch import save_file
+
+    plan = _shard_plan(_state_nbytes(model), max_shard_bytes)
+    names = ["model.safetensors"] if len(plan) == 1 else [
+        f"model-{i + 1:05d}-of-{len(plan):05d}.safetensors" for i in range(len(plan))]
+    where = {name: file for file, shard in zip(names, plan) for name in shard}
+    stream = iter_full_state(model)
+    weight_map: dict[str, str] = {}
+    for file, shard in zip(names, plan):
+        tensors = {}
+        for _ in shard:
+            name, tensor = next(stream)
+            if is_main:
+                tensors[name] = tensor.contiguous()
+                weight_map[name] = where[name]
+        if is_main:
+            save_file(tensors, str(folder / file), metadata={"format": "pt"})
+        del tensors
+    if is_main and len(plan) > 1:
+        total = sum(n for _, n in _state_nbytes(model))
+        index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+        (folder / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
+
+
+def export_hf(
+    run_dir: Path, step: int, model: torch.nn.Module, tokenizer: Any, dist_info: DistInfo,
+    *, max_shard_bytes: int = 5 * 2**30,
+) -> Path:
     """Write an HF folder (safetensors, config, tokenizer, chat template) to ``exports/global_step_N``.
 
-    Every rank calls it (the full state dict is gathered collectively); rank 0 writes.
+    Every rank calls it (sharded tensors are gathered collectively, one at a time); rank 0
+    writes shards of at most ``max_shard_bytes`` as they fill, so no rank ever holds more than
+    one shard of full tensors.
     Returns: the export folder.
     """
-    state_dict = get_model_state_dict(model, options=_FULL)
     root = run_dir / EXPORT_DIR
     final = root / step_dir_name(step)
+    tmp = root / f".tmp-{step_dir_name(step)}"
     if dist_info.is_main:
         root.mkdir(parents=True, exist_ok=True)
         _remove_stale_temps(root)
-        tmp = root / f".tmp-{step_dir_name(step)}"
+        tmp.mkdir()
+    _write_safetensors_streaming(tmp, model, dist_info.is_main, max_shard_bytes)
+    if dist_info.is_main:
         unwrapped = getattr(model, "module", model)
-        unwrapped.save_pretrained(tmp, state_dict=state_dict, safe_serialization=True)
+        unwrapped.config.save_pretrained(tmp)
+        if getattr(unwrapped, "generation_config", None) is not None:
+            unwrapped.generation_config.save_pretrained(tmp)
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
         _fsync_tree(tmp)

@@ -34,10 +34,24 @@ class ModelConfig(_Strict):
     )
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="Training device; auto = CUDA when present.")
     dtype: Literal["float32", "bfloat16"] = Field(
-        "float32", description="Compute dtype of trainer forwards (bf16 autocast / FSDP mixed precision); master weights stay fp32."
+        "float32",
+        description="Compute dtype of trainer forwards/backwards (bf16: autocast when replicated, FSDP2 "
+        "MixedPrecisionPolicy when sharded); master weights, gradients, AdamW state, log-softmax and loss stay fp32.",
     )
     gradient_checkpointing: bool = Field(False, description="Recompute activations in backward (less memory, ~30% slower).")
-    fsdp: bool = Field(False, description="Shard parameters with FSDP2 fully_shard (CUDA only); else replicate + all-reduce.")
+    fsdp: bool = Field(
+        False, description="Shard parameters, gradients and AdamW state with FSDP2 fully_shard over all ranks "
+        "(CUDA/NCCL or CPU/gloo); else replicate + all-reduce."
+    )
+    cpu_offload: bool = Field(
+        False, description="With fsdp: keep sharded parameters, gradients and optimizer state in host memory (CPUOffloadPolicy)."
+    )
+
+    @model_validator(mode="after")
+    def _offload_needs_fsdp(self) -> "ModelConfig":
+        if self.cpu_offload and not self.fsdp:
+            raise ValueError("model.cpu_offload needs model.fsdp=true (it offloads FSDP shards): set both or neither")
+        return self
 
 
 class DataConfig(_Strict):
@@ -162,8 +176,6 @@ class TrainConfig(_Strict):
             raise ValueError(
                 "model.fsdp with generator.backend=hf: rank 0 cannot generate with a sharded module; use generator.backend=vllm"
             )
-        if self.model.fsdp and self.model.device == "cpu":
-            raise ValueError("model.fsdp needs CUDA: set model.device=cuda or model.fsdp=false")
         return self
 
     @property

@@ -1,8 +1,13 @@
-"""FSDP2 sharding of the policy on CUDA (``torch.distributed.fsdp.fully_shard``).
+"""FSDP2 sharding of the policy (``torch.distributed.fsdp.fully_shard``), on CUDA (NCCL) or CPU (gloo).
 
-Each decoder layer is one FSDP unit, then the root. Master weights stay fp32; with
-``bf16`` the forward/backward compute in bfloat16 and gradients are reduced in fp32. FSDP
-averages gradients over ranks; the update cancels that by scaling the loss by W
+Each decoder layer is one FSDP unit, then the root (embeddings, final norm, LM head). Master
+weights, gradients and AdamW state stay fp32 and sharded over the ranks of a 1-D device mesh;
+with ``bf16`` each unit's parameters are all-gathered as bfloat16 for the forward/backward and
+gradients are reduce-scattered in float32 (``MixedPrecisionPolicy(param_dtype=bf16,
+reduce_dtype=fp32)``). ``cpu_offload`` keeps the sharded parameters, gradients and optimizer
+state in host memory (``CPUOffloadPolicy``; on a CPU mesh it changes nothing but is accepted).
+
+FSDP averages gradients over ranks; the update cancels that by scaling the loss by W
 (``rl.reductions.dp_loss_scale``), so the applied gradient is the formula's sum.
 """
 
@@ -10,19 +15,45 @@ from __future__ import annotations
 
 import torch
 
+from swerl.trainer.distributed import DistInfo
 
-def shard_model(model: torch.nn.Module, bf16: bool) -> torch.nn.Module:
+
+def device_mesh(dist_info: DistInfo):
+    """The 1-D mesh over every rank, on the ranks' device type (``cpu`` -> gloo, ``cuda`` -> NCCL).
+
+    Raises: RuntimeError from torch when no process group is up (FSDP needs ``torchrun``).
+    """
+    from torch.distributed.device_mesh import init_device_mesh
+
+    return init_device_mesh(dist_info.device.type, (dist_info.world_size,))
+
+
+def shard_model(
+    model: torch.nn.Module, dist_info: DistInfo, *, bf16: bool, cpu_offload: bool = False
+) -> torch.nn.Module:
     """Apply ``fully_shard`` to every decoder layer and the root; returns the same module.
 
     Args:
-        model: an HF causal LM already on the rank's CUDA device (``model.model.layers``).
+        model: an HF causal LM on the rank's device, fp32 (``model.model.layers`` are the units).
+        dist_info: the rank layout (the process group must be initialized).
         bf16: compute in bfloat16 (params cast per unit), reduce gradients in float32.
+        cpu_offload: keep sharded params/grads/optimizer state on the host (``CPUOffloadPolicy``).
     """
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
-    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if bf16 else MixedPrecisionPolicy()
+    mp = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if bf16
+          else MixedPrecisionPolicy())
+    offload = CPUOffloadPolicy(pin_memory=dist_info.device.type == "cuda") if cpu_offload else OffloadPolicy()
+    mesh = device_mesh(dist_info)
     layers = getattr(getattr(model, "model", model), "layers", [])
     for layer in layers:
-        fully_shard(layer, mp_policy=mp)
-    fully_shard(model, mp_policy=mp)
+        fully_shard(layer, mesh=mesh, mp_policy=mp, offload_policy=offload)
+    fully_shard(model, mesh=mesh, mp_policy=mp, offload_policy=offload)
     return model
+
+
+def is_sharded(model: torch.nn.Module) -> bool:
+    """True when ``model`` was wrapped by ``fully_shard`` (its parameters are DTensors)."""
+    from torch.distributed.fsdp import FSDPModule
+
+    return isinstance(model, FSDPModule)

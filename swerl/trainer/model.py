@@ -35,7 +35,7 @@ def load_policy(cfg: ModelConfig, dist_info: DistInfo) -> tuple[torch.nn.Module,
     if cfg.fsdp:
         from swerl.trainer.fsdp import shard_model
 
-        shard_model(model, bf16=cfg.dtype == "bfloat16")
+        shard_model(model, dist_info, bf16=cfg.dtype == "bfloat16", cpu_offload=cfg.cpu_offload)
     n_params = sum(p.numel() for p in model.parameters())
     log.info("policy %s: %.1fM parameters on %s", path, n_params / 1e6, dist_info.device)
     return model, tokenizer, path

@@ -60,14 +60,25 @@ def _autocast(device: torch.device, dtype: torch.dtype | None):
     return torch.autocast(device_type=device.type, dtype=dtype)
 
 
+def _autocast_dtype(s: UpdateSettings) -> torch.dtype | None:
+    """Autocast only replicated models: a sharded one computes in FSDP's param dtype already."""
+    return None if s.sharded else s.compute_dtype
+
+
 def forward_logprobs(
-    model: torch.nn.Module, mb: MicroBatch, temperature: float, with_entropy: bool = False
+    model: torch.nn.Module, mb: MicroBatch, temperature: float, with_entropy: bool = False,
+    compute_dtype: torch.dtype | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log pi (and optionally the entropy) of every next token at the sampling temperature.
 
+    Mixed precision: the model runs under ``compute_dtype`` autocast (replicated model) or in
+    FSDP's bf16 param dtype; its logits are upcast, and the temperature, log-softmax and
+    everything after them (the loss) are computed in float32 outside autocast.
+
     Returns: (n, L-1) float32 log-probs, and (n, L-1) float32 entropies or None.
     """
-    logits = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask, use_cache=False).logits
+    with _autocast(mb.input_ids.device, compute_dtype):
+        logits = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask, use_cache=False).logits
     logits = logits[:, :-1].float() / temperature
     picked = logits.gather(-1, mb.input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
     logprobs = picked - torch.logsumexp(logits, dim=-1)
@@ -108,15 +119,21 @@ def _micro_batches(rows: list[Row], size: int) -> list[list[Row]]:
 
 
 @torch.no_grad()
-def with_old_logprobs(model: torch.nn.Module, rows: list[Row], s: UpdateSettings, device: torch.device) -> list[Row]:
-    """Attach log pi_old (current weights, sampling temperature) to each row, micro-batched."""
+def with_old_logprobs(
+    model: torch.nn.Module, rows: list[Row], s: UpdateSettings, device: torch.device, template: Row | None = None
+) -> list[Row]:
+    """Attach log pi_old (current weights, sampling temperature) to each row, micro-batched.
+
+    Sharded: every rank runs as many forwards (padding rows built from ``template`` or
+    ``rows[0]`` fill the shorter ranks; their outputs are dropped).
+    """
+    forwarded = _pad_to_common_length(rows, template or (rows[0] if rows else None), s)
     out: list[Row] = []
-    for chunk in _micro_batches(rows, s.micro_batch_size):
+    for chunk in _micro_batches(forwarded, s.micro_batch_size):
         mb = collate(chunk, s.pad_id).to(device)
-        with _autocast(device, None if s.sharded else s.compute_dtype):
-            lp, _ = forward_logprobs(model, mb, s.temperature)
+        lp, _ = forward_logprobs(model, mb, s.temperature, compute_dtype=_autocast_dtype(s))
         out.extend(replace(r, old_logprobs=v) for r, v in zip(chunk, mb.response_values(lp)))
-    return out
+    return out[: len(rows)]
 
 
 def _metric_keys(algo: AlgorithmConfig) -> set[str]:
@@ -159,8 +176,7 @@ def optimizer_step(
     with_entropy = algo.entropy_coef > 0
     for mb, adv in zip(micro, row_adv):
         mb = mb.to(device)
-        with _autocast(device, None if s.sharded else s.compute_dtype):
-            logprobs, entropy = forward_logprobs(model, mb, s.temperature, with_entropy)
+        logprobs, entropy = forward_logprobs(model, mb, s.temperature, with_entropy, _autocast_dtype(s))
         loss, metrics = compute_policy_loss(
             algo,
             logprobs=logprobs,
@@ -234,7 +250,7 @@ def train_on_batch(
     for mini in minis:
         mine = rank_rows(mini, dist_info)
         needed = {id(r) for r in rows_to_forward(mine, algo, s)}
-        with_old = iter(with_old_logprobs(model, [r for r in mine if id(r) in needed], s, dist_info.device))
+        with_old = iter(with_old_logprobs(model, [r for r in mine if id(r) in needed], s, dist_info.device, mine[0]))
         local.append([next(with_old) if id(r) in needed else r for r in mine])
     history: list[dict[str, float]] = []
     for _ in range(s.update_epochs):

@@ -78,13 +78,12 @@ CRASH_SCRIPT = textwrap.dedent("""
     run_dir = __import__("pathlib").Path(sys.argv[1])
     model, opt, sched = setup()
     save(run_dir, 1, model, opt, sched)
-    real_save = torch.save
-    def slow_save(obj, path, *a, **k):
-        real_save(obj, path, *a, **k)
-        if str(path).endswith("model.pt"):
-            print("MID-SAVE", flush=True)
-            time.sleep(600)
-    ckpt.torch.save = slow_save
+    real_save = ckpt.dcp.save
+    def slow_save(*a, **k):  # the shards are written, the folder is not renamed yet
+        real_save(*a, **k)
+        print("MID-SAVE", flush=True)
+        time.sleep(600)
+    ckpt.dcp.save = slow_save
     save(run_dir, 2, model, opt, sched)
 """)
 
@@ -99,7 +98,7 @@ def test_kill_9_mid_save_leaves_previous_checkpoint_loadable(tmp_path):
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
     root = tmp_path / "run" / ckpt.CKPT_DIR
-    assert (root / ".tmp-global_step_2" / "model.pt").exists()  # the half-written step 2
+    assert (root / ".tmp-global_step_2" / ckpt.STATE_DIR / ".metadata").exists()  # the half-written step 2
     assert [s for s, _ in ckpt.list_checkpoints(root)] == [1]
     latest = ckpt.resolve_resume(tmp_path / "run", "latest")
     assert latest.name == "global_step_1"

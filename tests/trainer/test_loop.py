@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from swerl.cli import app
 from swerl.errors import ConfigError, RunFailed
+from swerl.trainer import checkpoint as ckpt
 from swerl.trainer.config import TrainConfig
 from swerl.trainer.loop import train
 
@@ -92,8 +93,8 @@ def test_resume_reproduces_the_uninterrupted_run(tmp_path, tiny_model_dir):
     assert [r["global_step"] for r in records(crashed)] == [1, 2, 3]
     # Same data order, same samples, same losses, same weights.
     assert without_timing(records(crashed)[2]) == without_timing(recs[2])
-    a = torch.load(full / "checkpoints" / "global_step_3" / "model.pt")
-    b = torch.load(crashed / "checkpoints" / "global_step_3" / "model.pt")
+    a = ckpt.read_model_state(full / "checkpoints" / "global_step_3")
+    b = ckpt.read_model_state(crashed / "checkpoints" / "global_step_3")
     assert all(torch.equal(a[k], b[k]) for k in a)
 
     # Resuming a finished run says so, trains nothing and exits 0.

@@ -1,0 +1,131 @@
+"""Worker of ``test_fsdp.py``, launched once by ``torchrun --nproc_per_node 2``: every FSDP2 case
+(four reductions, gradient checkpointing + CPU offload, bf16 mixed precision, sharded
+checkpoints) on the tiny model over a gloo CPU mesh; rank 0 saves what the test compares.
+
+The same functions run unsharded in the test process: that is the 1-rank reference.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from _support import build_tiny_model, make_trajectories  # noqa: E402
+
+from swerl.rl.advantages import group_index  # noqa: E402
+from swerl.rl.config import AlgorithmConfig  # noqa: E402
+from swerl.rl.loss import compute_advantages  # noqa: E402
+from swerl.trainer import checkpoint as ckpt  # noqa: E402
+from swerl.trainer import distributed  # noqa: E402
+from swerl.trainer.batch import row_from_trajectory  # noqa: E402
+from swerl.trainer.config import OptimizerConfig  # noqa: E402
+from swerl.trainer.fsdp import shard_model  # noqa: E402
+from swerl.trainer.optim import build_optimizer  # noqa: E402
+from swerl.trainer.update import UpdateSettings, train_on_batch  # noqa: E402
+
+REDUCTIONS = ["token_mean", "sequence_mean", "seq_mean_token_sum_norm", "seq_mean_token_sum_norm_global"]
+OPT = OptimizerConfig(lr=1e-2, schedule="cosine", warmup_steps=2, grad_clip=0.5)
+
+
+def rows(reduction: str, seed: int = 7):
+    """9 rows in 3 groups of 3 (unequal lengths, observation spans, A = 0 rows)."""
+    algo = AlgorithmConfig(n_samples_per_prompt=3, min_group_size=2, loss_reduction=reduction, max_seq_len=32)
+    trajs = make_trajectories(num_groups=3, group_size=3, seed=seed)
+    for i in (0, 3, 6):
+        trajs[i] = trajs[i].model_copy(update={"reward": 1.0})
+        trajs[i + 1] = trajs[i + 1].model_copy(update={"reward": 0.0})
+    rewards = torch.tensor([t.reward for t in trajs])
+    adv, _ = compute_advantages(algo, rewards, group_index([t.group_id for t in trajs]), None)
+    return [row_from_trajectory(t, float(a)) for t, a in zip(trajs, adv)], algo
+
+
+def model_for(info: distributed.DistInfo, *, sharded: bool, bf16: bool = False, checkpointing: bool = False,
+              offload: bool = False, seed: int = 0) -> torch.nn.Module:
+    model = build_tiny_model(16, seed=seed)
+    if checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if sharded:
+        shard_model(model, info, bf16=bf16, cpu_offload=offload)
+    return model
+
+
+def sgd_update(reduction: str, info: distributed.DistInfo, *, sharded: bool, bf16: bool = False,
+               checkpointing: bool = False, offload: bool = False) -> tuple[dict, dict]:
+    """Two optimizer steps (2 update epochs) of SGD lr=1: weight changes are the gradients.
+
+    Returns: (full state dict on rank 0, metrics).
+    """
+    batch, algo = rows(reduction)
+    model = model_for(info, sharded=sharded, bf16=bf16, checkpointing=checkpointing, offload=offload)
+    opt = torch.optim.SGD(model.parameters(), lr=1.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
+    s = UpdateSettings(temperature=0.7, rows_per_mini_batch=9, micro_batch_size=2, update_epochs=2, grad_clip=None,
+                       compute_dtype=torch.bfloat16 if bf16 else None, sharded=sharded)
+    metrics = train_on_batch(model, opt, sched, batch, algo, s, info)
+    state = {k: v.clone() for k, v in ckpt.full_model_state_dict(model).items()}
+    return state, metrics
+
+
+def adam_steps(model, opt, sched, seeds, info, sharded: bool) -> list[dict]:
+    """One AdamW training step per batch seed (2 mini-batches each, grad clip, cosine schedule)."""
+    s = UpdateSettings(temperature=0.7, rows_per_mini_batch=3, micro_batch_size=2, sharded=sharded)
+    out = []
+    for seed in seeds:
+        batch, algo = rows("seq_mean_token_sum_norm_global", seed)
+        out.append(train_on_batch(model, opt, sched, batch, algo, s, info))
+    return out
+
+
+def adam_setup(info, *, sharded: bool, seed: int = 0):
+    model = model_for(info, sharded=sharded, seed=seed)
+    opt, sched = build_optimizer(model, OPT, total_optimizer_steps=20)
+    return model, opt, sched
+
+
+def checkpoint_cases(out: Path, info: distributed.DistInfo) -> None:
+    """Save at 2 ranks after step 1, continue 2 steps; reload at 2 ranks (2 -> 2) and continue;
+    load the 1-rank checkpoint the test wrote (1 -> 2) and continue."""
+    model, opt, sched = adam_setup(info, sharded=True)
+    adam_steps(model, opt, sched, [1], info, True)
+    ckpt.save_checkpoint(out / "run2", 1, model, opt, sched, {"sampler": {"epoch": 0}}, "seed: 0\n", info)
+    torch.rand(3)  # RNG consumed after the save must be restored by the load
+    expected = adam_steps(model, opt, sched, [2, 3], info, True)
+    expected_state = ckpt.full_model_state_dict(model)
+
+    model2, opt2, sched2 = adam_setup(info, sharded=True, seed=99)
+    ckpt.load_checkpoint(ckpt.resolve_resume(out / "run2", "latest"), model2, opt2, sched2, info)
+    got = adam_steps(model2, opt2, sched2, [2, 3], info, True)
+    got_state = ckpt.full_model_state_dict(model2)
+
+    model3, opt3, sched3 = adam_setup(info, sharded=True, seed=98)
+    ckpt.load_checkpoint(ckpt.resolve_resume(out / "run1", "latest"), model3, opt3, sched3, info)
+    from_one = adam_steps(model3, opt3, sched3, [2, 3], info, True)
+    from_one_state = ckpt.full_model_state_dict(model3)
+    ckpt.export_hf(out / "run2", 3, model2, None, info, max_shard_bytes=20_000)  # several streamed shards
+    if info.is_main:
+        torch.save({"expected": (expected, expected_state), "2to2": (got, got_state),
+                    "1to2": (from_one, from_one_state)}, out / "ckpt.pt")
+
+
+def main(out: Path) -> None:
+    info = distributed.init_distributed("cpu")
+    torch.set_num_threads(1)
+    results = {}
+    for reduction in REDUCTIONS:
+        results[reduction] = sgd_update(reduction, info, sharded=True)
+    results["checkpointing+offload"] = sgd_update("token_mean", info, sharded=True, checkpointing=True, offload=True)
+    results["bf16"] = sgd_update("seq_mean_token_sum_norm_global", info, sharded=True, bf16=True)
+    if info.is_main:
+        torch.save({k: v[0] for k, v in results.items()}, out / "weights.pt")
+        (out / "metrics.json").write_text(json.dumps({k: v[1] for k, v in results.items()}))
+    checkpoint_cases(out, info)
+    distributed.destroy()
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))

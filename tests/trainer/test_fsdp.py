@@ -1,0 +1,119 @@
+"""FSDP2 on CPU: 2 gloo ranks with ``fully_shard`` update exactly like 1 unsharded process, for
+every loss reduction, with gradient checkpointing + CPU offload and in bf16; sharded DCP
+checkpoints resume bit for bit on 2 ranks and across world sizes (2 -> 1, 1 -> 2).
+
+Tolerances: fp32 weights rtol 1e-5 / atol 1e-6 and losses rel 1e-5 (gloo sums in another
+order); bf16 (FSDP2 MixedPrecisionPolicy vs the fp32 reference) losses and grad norms rel 1e-2,
+weight changes within 3% of the largest change.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from swerl.trainer import checkpoint as ckpt
+from swerl.trainer.distributed import DistInfo
+
+HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE))
+import fsdp_worker as W  # noqa: E402
+
+ONE = DistInfo()
+
+
+@pytest.fixture(scope="module")
+def fsdp_run(tmp_path_factory) -> Path:
+    """One torchrun launch of every case (2 ranks); a 1-rank checkpoint is written first for 1 -> 2."""
+    out = tmp_path_factory.mktemp("fsdp")
+    model, opt, sched = W.adam_setup(ONE, sharded=False)
+    W.adam_steps(model, opt, sched, [1], ONE, False)
+    ckpt.save_checkpoint(out / "run1", 1, model, opt, sched, {"sampler": {"epoch": 0}}, "seed: 0\n", ONE)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+           str(HERE / "fsdp_worker.py"), str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out
+
+
+def _delta(state: dict, initial: dict) -> dict:
+    return {k: state[k] - initial[k] for k in initial}
+
+
+@pytest.mark.parametrize("case", [*W.REDUCTIONS, "checkpointing+offload"])
+def test_two_fsdp_ranks_equal_one_process(fsdp_run, case):
+    reduction = "token_mean" if case == "checkpointing+offload" else case
+    ref_state, ref_metrics = W.sgd_update(reduction, ONE, sharded=False)
+    state = torch.load(fsdp_run / "weights.pt")[case]
+    metrics = json.loads((fsdp_run / "metrics.json").read_text())[case]
+    initial = W.build_tiny_model(16, seed=0).state_dict()
+    # SGD lr=1: the weight change of each step is the (summed) gradient, so this compares gradients too.
+    for key, value in _delta(ref_state, initial).items():
+        assert value.abs().max() > 0 or "norm" in key, key
+        torch.testing.assert_close(state[key] - initial[key], value, rtol=1e-5, atol=1e-6)
+    for key in ("loss/policy", "grad_norm", "policy/num_tokens", "policy/clip_fraction", "tis/imp_ratio_mean"):
+        assert metrics[key] == pytest.approx(ref_metrics[key], rel=1e-5, abs=1e-7), key
+
+
+def test_bf16_mixed_precision_matches_fp32_at_bf16_tolerance(fsdp_run):
+    ref_state, ref_metrics = W.sgd_update("seq_mean_token_sum_norm_global", ONE, sharded=False)
+    state = torch.load(fsdp_run / "weights.pt")["bf16"]
+    metrics = json.loads((fsdp_run / "metrics.json").read_text())["bf16"]
+    initial = W.build_tiny_model(16, seed=0).state_dict()
+    assert all(v.dtype == torch.float32 for v in state.values())  # master weights stay fp32
+    ref_delta, delta = _delta(ref_state, initial), _delta(state, initial)
+    largest = max(float(v.abs().max()) for v in ref_delta.values())
+    for key, value in ref_delta.items():
+        torch.testing.assert_close(delta[key], value, rtol=0, atol=0.03 * largest)
+    assert any(not torch.allclose(delta[k], v, rtol=1e-5, atol=1e-7) for k, v in ref_delta.items())  # ran in bf16
+    for key in ("loss/policy", "grad_norm"):
+        assert metrics[key] == pytest.approx(ref_metrics[key], rel=1e-2), key
+
+
+def test_sharded_checkpoint_resumes_on_two_ranks_bit_for_bit(fsdp_run):
+    results = torch.load(fsdp_run / "ckpt.pt", weights_only=False)
+    (expected, expected_state), (got, got_state) = results["expected"], results["2to2"]
+    assert got == expected  # losses, grad norms, lr, TIS figures: bit for bit
+    assert all(torch.equal(got_state[k], expected_state[k]) for k in expected_state)
+    state = fsdp_run / "run2" / "checkpoints" / "global_step_1" / ckpt.STATE_DIR
+    assert sorted(p.name for p in state.glob("*.distcp")) == ["__0_0.distcp", "__1_0.distcp"]  # one per rank
+    assert json.loads((state.parent / "trainer_state.json").read_text())["world_size"] == 2
+
+
+def test_two_rank_checkpoint_resumes_in_one_process_and_back(fsdp_run):
+    results = torch.load(fsdp_run / "ckpt.pt", weights_only=False)
+    expected, expected_state = results["expected"]
+    model, opt, sched = W.adam_setup(ONE, sharded=False, seed=99)
+    state = ckpt.load_checkpoint(ckpt.resolve_resume(fsdp_run / "run2", "latest"), model, opt, sched, ONE)
+    assert state["global_step"] == 1
+    got = W.adam_steps(model, opt, sched, [2, 3], ONE, False)  # 2 -> 1
+    for a, b in zip(got, expected, strict=True):
+        for key in ("loss/policy", "grad_norm", "lr", "tis/imp_ratio_mean"):
+            assert a[key] == pytest.approx(b[key], rel=1e-5, abs=1e-8), key
+    for key, value in model.state_dict().items():
+        torch.testing.assert_close(value, expected_state[key], rtol=1e-5, atol=1e-6)
+    # 1 -> 2: the run of this process continued here equals the 2-rank continuation of its checkpoint.
+    model, opt, sched = W.adam_setup(ONE, sharded=False)
+    W.adam_steps(model, opt, sched, [1], ONE, False)
+    single = W.adam_steps(model, opt, sched, [2, 3], ONE, False)
+    from_one, from_one_state = results["1to2"]
+    for a, b in zip(from_one, single, strict=True):
+        assert a["loss/policy"] == pytest.approx(b["loss/policy"], rel=1e-5, abs=1e-8)
+    for key, value in model.state_dict().items():
+        torch.testing.assert_close(from_one_state[key], value, rtol=1e-5, atol=1e-6)
+
+
+def test_streamed_sharded_export_loads_with_transformers(fsdp_run):
+    from transformers import AutoModelForCausalLM
+
+    export = fsdp_run / "run2" / "exports" / "global_step_3"
+    assert len(list(export.glob("model-*-of-*.safetensors"))) > 1 and (export / "model.safetensors.index.json").is_file()
+    _, got_state = torch.load(fsdp_run / "ckpt.pt", weights_only=False)["2to2"]
+    loaded = AutoModelForCausalLM.from_pretrained(export).state_dict()
+    for key, value in got_state.items():
+        assert torch.equal(loaded[key], value), key
