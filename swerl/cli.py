@@ -503,6 +503,7 @@ def _train_dry_run(cfg, run_dir: Path) -> None:  # noqa: ANN001 - TrainConfig
         ("token budget total (max)", f"{plan.token_budget_per_step * plan.total_steps:,}"),
         ("checkpoint steps", ", ".join(map(str, plan.checkpoint_steps)) or "none"),
         ("export steps", ", ".join(map(str, plan.export_steps)) or "none"),
+        *plan.placement,
     ]
     for item, value in rows:
         table.add_row(item, value)

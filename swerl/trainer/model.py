@@ -28,6 +28,15 @@ def load_policy(cfg: ModelConfig, dist_info: DistInfo) -> tuple[torch.nn.Module,
     path = resolve_model(cfg.path)
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    prepare_policy(model, cfg, dist_info)
+    n_params = sum(p.numel() for p in model.parameters())
+    log.info("policy %s: %.1fM parameters on %s", path, n_params / 1e6, dist_info.device)
+    return model, tokenizer, path
+
+
+def prepare_policy(model: torch.nn.Module, cfg: ModelConfig, dist_info: DistInfo) -> torch.nn.Module:
+    """Put an fp32 HF causal LM on the rank's device, gradient-checkpoint it and FSDP-shard it
+    as ``cfg`` says; returns the same module (also used on models built from a config)."""
     model.to(dist_info.device)
     if cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -36,9 +45,7 @@ def load_policy(cfg: ModelConfig, dist_info: DistInfo) -> tuple[torch.nn.Module,
         from swerl.trainer.fsdp import shard_model
 
         shard_model(model, dist_info, bf16=cfg.dtype == "bfloat16", cpu_offload=cfg.cpu_offload)
-    n_params = sum(p.numel() for p in model.parameters())
-    log.info("policy %s: %.1fM parameters on %s", path, n_params / 1e6, dist_info.device)
-    return model, tokenizer, path
+    return model
 
 
 def compute_dtype(cfg: ModelConfig) -> torch.dtype | None:

@@ -5,6 +5,10 @@
 
 from __future__ import annotations
 
+import json
+import math
+from pathlib import Path
+
 from pydantic import BaseModel
 
 from swerl.trainer.config import TrainConfig
@@ -23,6 +27,9 @@ class RunPlan(BaseModel):
         max_tokens_per_episode: the agent's context window (prompt + every turn), tokens.
         token_budget_per_step: upper bound of tokens sampled per step (samples x window).
         checkpoint_steps, export_steps: steps that write a checkpoint / an HF export.
+        placement: (item, value) lines: what each node runs and the numbers that size it
+            (trainer ranks and memory per rank, generator KV cache, sandboxes' cores); see
+            ``docs/scaling.md``.
         notes: warnings about the plan (e.g. features that run differently than configured).
     """
 
@@ -37,7 +44,75 @@ class RunPlan(BaseModel):
     token_budget_per_step: int
     checkpoint_steps: list[int]
     export_steps: list[int]
+    placement: list[tuple[str, str]] = []
     notes: list[str] = []
+
+
+TRAIN_BYTES_PER_PARAM = 16  # fp32 master weight + fp32 grad + AdamW m and v
+RANK_COUNTS = (8, 16, 32, 64)
+
+
+def model_shape(path: str | None) -> dict | None:
+    """The HF ``config.json`` of ``model.path`` when it is a readable folder (no model load), else None."""
+    if path is None or not (Path(path) / "config.json").is_file():
+        return None
+    try:
+        return json.loads((Path(path) / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def param_count(shape: dict) -> int:
+    """Parameters of a Llama/Qwen-style decoder from its config (embeddings, attention, MLP, norms)."""
+    d, layers, vocab = shape["hidden_size"], shape["num_hidden_layers"], shape["vocab_size"]
+    heads = shape["num_attention_heads"]
+    head_dim = shape.get("head_dim") or d // heads
+    kv = shape.get("num_key_value_heads", heads)
+    attn = d * heads * head_dim * 2 + d * kv * head_dim * 2
+    mlp = 3 * d * shape["intermediate_size"]
+    embed = vocab * d * (1 if shape.get("tie_word_embeddings") else 2)
+    return layers * (attn + mlp + 2 * d) + embed + d
+
+
+def kv_bytes_per_token(shape: dict, dtype_bytes: int = 2) -> int:
+    """K and V of one token over all layers, bf16."""
+    heads = shape["num_attention_heads"]
+    head_dim = shape.get("head_dim") or shape["hidden_size"] // heads
+    return 2 * shape["num_hidden_layers"] * shape.get("num_key_value_heads", heads) * head_dim * dtype_bytes
+
+
+def placement(cfg: TrainConfig, in_flight: int) -> list[tuple[str, str]]:
+    """What each node runs for ``cfg`` and the numbers that size it (docs/scaling.md)."""
+    m, gen = cfg.model, cfg.generator
+    shape = model_shape(m.path)
+    gpu = m.device != "cpu"
+    mode = "FSDP2 fully_shard over all ranks" if m.fsdp else "replicated, gradients all-reduced"
+    lines = [("trainer", f"torchrun --nnodes N --nproc_per_node {'GPUs/node' if gpu else '1'}: one rank per "
+              f"{'GPU' if gpu else 'node'}, {mode}, {m.dtype} compute, fp32 master weights")]
+    if shape is not None:
+        n = param_count(shape)
+        per = [f"{w} ranks {n * TRAIN_BYTES_PER_PARAM / (w if m.fsdp else 1) / 1e9:.1f} GB" for w in RANK_COUNTS]
+        lines.append(("trainer state / rank", f"{n / 1e9:.2f} B params x {TRAIN_BYTES_PER_PARAM} B: " + ", ".join(per)
+                      + (" (+ host RAM with cpu_offload)" if m.cpu_offload else "")))
+        lines.append(("checkpoint / export", f"{n * TRAIN_BYTES_PER_PARAM / 1e9:.0f} GB DCP shards (1/W per rank, "
+                      f"shared file system) / {n * 4 / 1e9:.0f} GB fp32 safetensors"))
+    else:
+        lines.append(("trainer state / rank", f"{TRAIN_BYTES_PER_PARAM} B per parameter / W ranks (model.path not "
+                      "readable now: no parameter count)"))
+    if gen.backend == "vllm":
+        lines.append(("generator", f"vLLM server(s) on the GPU nodes ({gen.resolved_dtype()}, max_model_len "
+                      f"{gen.max_model_len:,}, max_num_seqs {gen.max_num_seqs}); weights synced every step"))
+    else:
+        lines.append(("generator", f"HF generate on rank 0 with the live policy ({m.device})"))
+    window = cfg.agent.limits.context_window_tokens
+    lines.append(("episodes in flight", f"{in_flight} (loop.rollout_concurrency or sandbox.concurrency)"))
+    if shape is not None:
+        kv = in_flight * window * kv_bytes_per_token(shape)
+        lines.append(("KV cache, all episodes at full context", f"{kv / 1e9:.0f} GB bf16 over the generator GPUs "
+                      f"({in_flight} x {window:,} tokens x {kv_bytes_per_token(shape) // 1024} KiB)"))
+    lines.append(("sandbox cores / memory", f"{in_flight} containers x task.toml cpus/memory_mb (default 1 core, "
+                  f"2048 MiB) = {in_flight} cores, {math.ceil(in_flight * 2048 / 1024)} GiB on the Docker hosts"))
+    return lines
 
 
 def _every(interval: int, total: int, final: bool) -> list[int]:
@@ -84,5 +159,6 @@ def make_plan(cfg: TrainConfig, num_tasks: int | None) -> RunPlan:
         token_budget_per_step=samples * window,
         checkpoint_steps=_every(ck.ckpt_interval, total, ck.save_final),
         export_steps=_every(ck.hf_save_interval, total, ck.save_final),
+        placement=placement(cfg, loop.rollout_concurrency or cfg.sandbox.concurrency),
         notes=notes,
     )

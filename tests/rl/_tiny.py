@@ -36,9 +36,14 @@ class Batch:
         return Batch(*(getattr(self, f)[idx] for f in self.__dataclass_fields__))
 
 
-def token_logprobs(model: torch.nn.Module, input_ids: Tensor, temperature: float = 0.7) -> Tensor:
-    """(B, SEQ-1) log pi(x_{t+1} | x_<=t) from temperature-scaled logits."""
-    logits = model(input_ids=input_ids).logits[:, :-1].float() / temperature
+def token_logprobs(
+    model: torch.nn.Module, input_ids: Tensor, temperature: float = 0.7, dtype: torch.dtype | None = None
+) -> Tensor:
+    """(B, SEQ-1) log pi(x_{t+1} | x_<=t) from temperature-scaled logits; ``dtype``: autocast the
+    model (mixed precision), the log-softmax stays fp32."""
+    with torch.autocast("cpu", dtype=dtype, enabled=dtype is not None):
+        logits = model(input_ids=input_ids).logits
+    logits = logits[:, :-1].float() / temperature
     return torch.log_softmax(logits, dim=-1).gather(-1, input_ids[:, 1:, None]).squeeze(-1)
 
 

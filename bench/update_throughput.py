@@ -1,0 +1,194 @@
+"""Policy-update throughput of the default model (SmolLM2-135M-Instruct) on CPU, fp32 vs bf16 vs
+FSDP2 on 2 gloo ranks, next to this machine's measured matmul peak in each precision.
+
+One update = what the demo's trainer does per micro-batch of a step: pi_old forward, then the
+forward/backward of ``compute_policy_loss`` and an AdamW step (``update.train_on_batch``), on
+the demo's shapes: rows of 172 prompt + 128 response tokens, 4 rows per micro-batch, one
+thread per process (the demo sets ``generator.num_threads: 1`` for the whole process).
+FLOPs per token: 8N + 16*L*d*T (pi_old forward 2N + fwd/bwd 6N; attention, PaLM's count),
+N = parameters that multiply (the tied LM head counted once). Prints one line per figure,
+``<mode>: <value> <unit>``; the TIS line checks that bf16 compute leaves the TIS ratio at 1
+against the fp32 HF generator (live fp32 module, as in the demo) with unchanged weights.
+
+bf16 modes are skipped (one line saying so) where the measured bf16 matmul peak is below fp32's.
+Usage: .venv/bin/python bench/update_throughput.py [--steps 2] [--rows 4] [--no-fsdp] [--no-tis] [--force-bf16]
+Run it alone (under the CPU lock on a shared machine): it is a figure, not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+PROMPT_TOKENS, RESPONSE_TOKENS = 172, 128
+
+
+def matmul_peak_gflops(dtype: torch.dtype, n: int = 2048, reps: int = 6) -> float:
+    """Best-of-``reps`` GFLOP/s of an n x n matmul on this process's threads (n shrinks to 512
+    when a probe shows the dtype has no fast kernel here, e.g. bf16 without AVX512-BF16/AMX)."""
+    probe_a, probe_b = torch.randn(256, 256, dtype=dtype), torch.randn(256, 256, dtype=dtype)
+    t0 = time.perf_counter()
+    probe_a @ probe_b
+    if 2 * 256**3 / (time.perf_counter() - t0) < 5e9:
+        n, reps = 512, 2
+    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
+    a @ b  # warm-up (oneDNN/AMX kernel selection)
+    best = float("inf")
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - t0)
+    return 2 * n**3 / best / 1e9
+
+
+def demo_rows(num_rows: int, vocab: int, seed: int = 0):
+    """Rows of the demo's shape: random ids, a trainable response, nonzero advantages, rollout mu."""
+    from swerl.trainer.batch import Row
+
+    gen = torch.Generator().manual_seed(seed)
+    rows = []
+    for i in range(num_rows):
+        rows.append(Row(
+            prompt_ids=torch.randint(0, vocab, (PROMPT_TOKENS,), generator=gen),
+            response_ids=torch.randint(0, vocab, (RESPONSE_TOKENS,), generator=gen),
+            loss_mask=torch.ones(RESPONSE_TOKENS, dtype=torch.bool),
+            rollout_logprobs=torch.full((RESPONSE_TOKENS,), -2.0),
+            advantage=1.0 if i % 2 else -1.0,
+        ))
+    return rows
+
+
+def flops_per_token(model: torch.nn.Module) -> float:
+    cfg = model.config
+    n = sum(p.numel() for name, p in model.named_parameters() if "embed_tokens" not in name or cfg.tie_word_embeddings)
+    seq = PROMPT_TOKENS + RESPONSE_TOKENS
+    return 8 * n + 16 * cfg.num_hidden_layers * cfg.hidden_size * seq
+
+
+def worker(mode: str, steps: int, num_rows: int) -> dict:
+    from swerl.trainer import distributed
+    from swerl.trainer.config import ModelConfig, load_train_config
+    from swerl.trainer.model import compute_dtype, load_policy
+    from swerl.trainer.optim import build_optimizer
+    from swerl.trainer.update import UpdateSettings, train_on_batch
+
+    torch.set_num_threads(1)
+    cfg = load_train_config(Path(__file__).parent.parent / "examples" / "humaneval-smollm2-cpu.yaml")
+    sharded = mode.startswith("fsdp2")
+    model_cfg = ModelConfig(device="cpu", dtype="bfloat16" if mode.endswith("bf16") else "float32", fsdp=sharded)
+    info = distributed.init_distributed("cpu")
+    model, tokenizer, _ = load_policy(model_cfg, info)
+    optimizer, scheduler = build_optimizer(model, cfg.optimizer, 100)
+    settings = UpdateSettings(temperature=cfg.agent.temperature, rows_per_mini_batch=num_rows * info.world_size,
+                              micro_batch_size=num_rows, compute_dtype=compute_dtype(model_cfg), sharded=sharded,
+                              pad_id=tokenizer.pad_token_id or 0)
+    rows = demo_rows(num_rows * info.world_size, model.config.vocab_size)
+    model.train()
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        train_on_batch(model, optimizer, scheduler, rows, cfg.algorithm, settings, info)
+        times.append(time.perf_counter() - t0)
+    out = {"seconds": min(times[1:] or times), "tokens": len(rows) * (PROMPT_TOKENS + RESPONSE_TOKENS),
+           "flops_per_token": flops_per_token(getattr(model, "module", model)),
+           "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "rank": info.rank}
+    distributed.destroy()
+    return out
+
+
+def tis_check(num_samples: int) -> float:
+    """Mean TIS ratio pi_trainer(bf16 autocast) / mu(fp32 HF generator) on sampled demo-like completions."""
+    from swerl.inference.base import SamplingParams
+    from swerl.inference.hf import HFBackend
+    from swerl.trainer.batch import Row, collate
+    from swerl.trainer.update import forward_logprobs
+
+    torch.set_num_threads(1)
+    backend = HFBackend.from_pretrained(None, dtype="float32")
+    tok = backend.tokenizer
+    questions = ["Write a Python function that returns the sum of a list.", "Write a function is_prime(n).",
+                 "Write a function that reverses a string.", "Write a function that counts vowels in a string."]
+    texts = [tok.apply_chat_template([{"role": "user", "content": questions[i % len(questions)]}], tokenize=False,
+                                     add_generation_prompt=True) for i in range(num_samples)]
+    prompts = [list(tok.encode(t, add_special_tokens=False)) for t in texts]
+    gens = backend.generate(prompts, SamplingParams(temperature=0.7, top_p=1.0, max_new_tokens=RESPONSE_TOKENS))
+    ratios = []
+    for p, g in zip(prompts, gens):
+        row = Row(prompt_ids=torch.tensor(p), response_ids=torch.tensor(g.token_ids),
+                  loss_mask=torch.ones(len(g.token_ids), dtype=torch.bool),
+                  rollout_logprobs=torch.tensor(g.logprobs, dtype=torch.float32), advantage=1.0)
+        mb = collate([row], tok.pad_token_id or 0)
+        with torch.no_grad():
+            lp, _ = forward_logprobs(backend.model, mb, 0.7, compute_dtype=torch.bfloat16)
+        ratios.append((mb.response_values(lp)[0] - row.rollout_logprobs).exp())
+    return float(torch.cat(ratios).mean())
+
+
+def spawn(mode: str, args: argparse.Namespace) -> dict:
+    """Run ``mode`` in fresh processes (peak RSS per mode); FSDP2 under torchrun with 2 ranks."""
+    me = [str(Path(__file__).resolve()), "--worker", mode, "--steps", str(args.steps), "--rows", str(args.rows)]
+    if mode.startswith("fsdp2"):
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", *me]
+    else:
+        cmd = [sys.executable, *me]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    if proc.returncode != 0:
+        raise SystemExit(f"{mode} failed:\n{proc.stderr[-3000:]}")
+    results = [json.loads(ln[len("RESULT "):]) for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    worst = max(results, key=lambda r: r["seconds"])
+    return {**worst, "rss_mib": max(r["rss_mib"] for r in results), "ranks": len(results)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=2, help="updates per mode; the fastest after the first counts")
+    parser.add_argument("--rows", type=int, default=4, help="rows per rank (one micro-batch)")
+    parser.add_argument("--no-fsdp", action="store_true")
+    parser.add_argument("--no-tis", action="store_true")
+    parser.add_argument("--tis-samples", type=int, default=4, help="completions sampled for the TIS check")
+    parser.add_argument("--force-bf16", action="store_true", help="run bf16 modes even where bf16 matmul is slow")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        print("RESULT " + json.dumps(worker(args.worker, args.steps, args.rows)), flush=True)
+        return
+    torch.set_num_threads(1)
+    peaks = {"fp32": matmul_peak_gflops(torch.float32), "bf16": matmul_peak_gflops(torch.bfloat16)}
+    print(f"matmul_peak_fp32_1thread: {peaks['fp32']:.0f} GFLOP/s")
+    print(f"matmul_peak_bf16_1thread: {peaks['bf16']:.0f} GFLOP/s")
+    modes = ["fp32", "bf16"] + ([] if args.no_fsdp else ["fsdp2_2ranks_fp32", "fsdp2_2ranks_bf16"])
+    slow_bf16 = peaks["bf16"] < peaks["fp32"] and not args.force_bf16
+    speed = {}
+    for mode in modes:
+        if mode.endswith("bf16") and slow_bf16:
+            print(f"{mode}_update_tokens_per_s: skipped (bf16 matmul {peaks['bf16']:.1f} < fp32 {peaks['fp32']:.0f} "
+                  "GFLOP/s: this CPU has no AMX/AVX512-BF16; --force-bf16 runs it)")
+            continue
+        r = spawn(mode, args)
+        tokens_s = r["tokens"] / r["seconds"]
+        speed[mode] = tokens_s
+        gflops = tokens_s * r["flops_per_token"] / 1e9
+        peak = peaks["bf16" if mode.endswith("bf16") else "fp32"] * r["ranks"]
+        print(f"{mode}_update_tokens_per_s: {tokens_s:.1f} tokens/s")
+        print(f"{mode}_update_gflops: {gflops:.1f} GFLOP/s ({100 * gflops / peak:.1f}% of {peak:.0f} GFLOP/s matmul peak)")
+        print(f"{mode}_update_s: {r['seconds']:.2f} s per update of {r['tokens']} tokens")
+        print(f"{mode}_peak_rss: {r['rss_mib']:.0f} MiB" + (" per rank" if r["ranks"] > 1 else ""))
+    if "bf16" in speed:
+        print(f"bf16_speedup_over_fp32: {speed['bf16'] / speed['fp32']:.2f} x")
+    else:
+        print(f"bf16_speedup_over_fp32: {peaks['bf16'] / peaks['fp32']:.3f} x (matmul peaks; update not run)")
+    if not args.no_tis:
+        print(f"tis_ratio_mean_bf16_trainer_vs_fp32_hf_generator: {tis_check(args.tis_samples):.4f} ratio "
+              f"({args.tis_samples} samples x <= {RESPONSE_TOKENS} tokens, T=0.7, unchanged weights)")
+
+
+if __name__ == "__main__":
+    main()

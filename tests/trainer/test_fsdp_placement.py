@@ -1,0 +1,48 @@
+"""The model options of FSDP2 (accepted on CPU, offload needs sharding) and the placement lines
+that ``swerl train --dry-run`` prints for a config (docs/scaling.md)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from swerl.cli import app
+from swerl.errors import ConfigError
+from swerl.trainer.config import load_train_config
+from swerl.trainer.plan import kv_bytes_per_token, make_plan, param_count
+
+ROOT = Path(__file__).resolve().parents[2]
+SEED_YAML = ROOT / "examples" / "rloo-seqnorm-tis-qwen3-8b.yaml"
+DEMO_YAML = ROOT / "examples" / "humaneval-smollm2-cpu.yaml"
+# Qwen3-8B's config.json fields that size it (published model card: 8.19 B parameters).
+QWEN3_8B = {"hidden_size": 4096, "num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8,
+            "head_dim": 128, "intermediate_size": 12288, "vocab_size": 151936, "tie_word_embeddings": False}
+
+
+def test_fsdp_is_accepted_on_cpu_and_offload_needs_it():
+    cfg = load_train_config(DEMO_YAML, ["model.fsdp=true", "generator.backend=vllm", "generator.max_model_len=1024"])
+    assert cfg.model.fsdp and cfg.model.device == "cpu"
+    with pytest.raises(ConfigError, match="model.cpu_offload needs model.fsdp"):
+        load_train_config(DEMO_YAML, ["model.cpu_offload=true"])
+
+
+def test_placement_sizes_the_seed_run(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps(QWEN3_8B))
+    assert param_count(QWEN3_8B) == 8_190_726_144
+    assert kv_bytes_per_token(QWEN3_8B) == 2 * 36 * 8 * 128 * 2
+    plan = make_plan(load_train_config(SEED_YAML, [f"model.path={tmp_path}"]), num_tasks=5000)
+    lines = dict(plan.placement)
+    assert "FSDP2 fully_shard" in lines["trainer"] and "one rank per GPU" in lines["trainer"]
+    assert "8 ranks 16.4 GB" in lines["trainer state / rank"]  # 8.19 B x 16 B / 8
+    assert lines["episodes in flight"].startswith("64 ")
+    assert "309 GB" in lines["KV cache, all episodes at full context"]  # 64 x 32768 x 144 KiB
+    assert "vLLM" in lines["generator"] and "64 cores" in lines["sandbox cores / memory"]
+
+
+def test_dry_run_prints_the_placement():
+    result = CliRunner().invoke(app, ["train", str(DEMO_YAML), "--dry-run"])
+    assert result.exit_code == 0, result.output
+    assert "episodes in flight" in result.output and "HF generate on rank 0" in result.output
