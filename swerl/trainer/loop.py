@@ -153,11 +153,14 @@ def _make_generator(config: TrainConfig, model: torch.nn.Module, tokenizer: Any,
 
 
 def _sync_generator(backend: Any, model: torch.nn.Module) -> None:
-    """Make the generator sample from the updated weights."""
-    if getattr(backend, "model", None) is model:
+    """Make the generator sample from the updated weights (every rank calls it under FSDP;
+    ``backend`` is None off rank 0)."""
+    if backend is not None and getattr(backend, "model", None) is model:
         backend.set_model(model)  # same module: nothing to copy, bump the weight version
-    else:
-        backend.update_weights(ckpt.full_model_state_dict(model))
+        return
+    state = ckpt.full_model_state_dict(model)  # FSDP: gathered tensor by tensor, kept on rank 0 only
+    if backend is not None:
+        backend.update_weights(state)
 
 
 def train(
@@ -302,7 +305,7 @@ def train(
             update_metrics = train_on_batch(model, optimizer, scheduler, rows, config.algorithm, settings, info)
             model.eval()
             timings["timing/update_s"] = time.monotonic() - t0
-            if backend is not None:
+            if backend is not None or config.model.fsdp:  # FSDP: gathering the weights is collective
                 _sync_generator(backend, model)
             held_out_metrics = {}  # held-out eval of these weights, at its interval (rank 0)
             if runner is not None and config.eval is not None and is_due(config.eval, step, plan.total_steps):
