@@ -124,8 +124,12 @@ def iter_full_state(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]
         if id(value) in seen:
             continue
         seen.add(id(value))
-        full = value.full_tensor() if hasattr(value, "full_tensor") else value
-        yield name, full.detach().cpu()
+        if hasattr(value, "full_tensor"):
+            mesh_device = value.device_mesh.device_type
+            if value.device.type != mesh_device:  # CPU-offloaded shard: gather over the mesh's device (NCCL)
+                value = value.to(mesh_device)
+            value = value.full_tensor()
+        yield name, value.detach().cpu()
 
 
 def _state_nbytes(model: torch.nn.Module) -> list[tuple[str, int]]:

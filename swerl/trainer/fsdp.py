@@ -51,9 +51,3 @@ def shard_model(
     fully_shard(model, mesh=mesh, mp_policy=mp, offload_policy=offload)
     return model
 
-
-def is_sharded(model: torch.nn.Module) -> bool:
-    """True when ``model`` was wrapped by ``fully_shard`` (its parameters are DTensors)."""
-    from torch.distributed.fsdp import FSDPModule
-
-    return isinstance(model, FSDPModule)

@@ -19,7 +19,7 @@ def test_gpu_check_smoke_mode_prints_its_lines():
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout
     for pattern in (r"^model: \d+\.\d+ B parameters, 2 layers", r"^tokens_per_s: \d+\.\d+ tokens/s$",
-                    r"^mfu: \d+\.\d+ % of \d+\.\d+ TFLOP/s", r"^peak_memory: \d+ MiB RSS$",
-                    r"^loss: -?\d+\.\d+ \(grad_norm \d+\.\d+\)$"):
+                    r"^mfu: \d+\.\d+ % of [\d.e+-]+ TFLOP/s", r"^peak_memory: \d+ MiB RSS$",
+                    r"^loss: \S+ \(grad_norm \S+\)$"):
         assert re.search(pattern, out, re.M), (pattern, out)
-    assert float(re.search(r"grad_norm (\d+\.\d+)", out).group(1)) > 0
+    assert float(re.search(r"grad_norm (\S+)\)", out).group(1)) > 0
