@@ -104,16 +104,17 @@ def hello_world_task(root: Path):
 
 
 async def replay_golden_episode(task, tokenizer):
-    """Run the four golden replies through the terminus-json protocol in a real sandbox."""
+    """Run the four golden replies through the terminus-json protocol in a real sandbox;
+    returns (trajectory, policy)."""
     policy = ScriptedPolicy(REPLIES, tokenizer)
     cfg = AgentConfig(protocol="terminus-json", reasoning_split=True)
     async with SandboxManager(SandboxConfig(concurrency=1, warm_pool=False)) as manager:
         async with manager.sandbox(task) as sandbox:
-            return await run_episode(task, sandbox, policy, cfg, group_id="golden", sample_index=0)
+            return await run_episode(task, sandbox, policy, cfg, group_id="golden", sample_index=0), policy
 
 
 def test_golden_invalid_json_episode_matches_terminus2(tmp_path, smol_tokenizer):
-    traj = asyncio.run(replay_golden_episode(hello_world_task(tmp_path / "hello-world"), smol_tokenizer))
+    traj, policy = asyncio.run(replay_golden_episode(hello_world_task(tmp_path / "hello-world"), smol_tokenizer))
     assert (traj.end_reason, traj.outcome, traj.reward, traj.num_turns) == ("task_complete", "passed", 1.0, 4)
     got = [{"role": m["role"], "content": normalize(m["content"])} for m in traj.messages]
     expected = expected_messages()
@@ -125,3 +126,6 @@ def test_golden_invalid_json_episode_matches_terminus2(tmp_path, smol_tokenizer)
     rendered = smol_tokenizer.apply_chat_template(traj.messages, tokenize=False)
     ids = smol_tokenizer.encode(rendered.removesuffix("\n"), add_special_tokens=False)
     assert traj.prompt_ids + traj.response_ids == ids
+    # Token-in/token-out: every turn was conditioned on a prefix of the final record.
+    assert len(policy.prompts) == 4
+    assert all(ids[: len(prompt)] == prompt for prompt in policy.prompts)
