@@ -35,14 +35,15 @@ def run(replies, tokenizer, cfg: AgentConfig):
 
 
 def test_reply_cut_at_the_token_limit_runs_nothing_and_is_told_so(smol_tokenizer):
-    long_reply = terminus(("touch /app/ran\n", 0.1)) + " " + "padding " * 200
+    long_reply = json.dumps({"analysis": "padding " * 200, "plan": "p",
+                             "commands": [{"keystrokes": "touch /app/ran\n", "duration": 0.1}]})
     replies = [long_reply, terminus(("ls /app/ran\n", 0.3)), terminus(done=True), terminus(done=True)]
-    traj = run(replies, smol_tokenizer, AgentConfig(limits=EpisodeLimits(max_new_tokens_per_turn=40)))
+    traj = run(replies, smol_tokenizer, AgentConfig(limits=EpisodeLimits(max_new_tokens_per_turn=80)))
     assert traj.hit_length_limit and traj.end_reason == "task_complete"
     assert traj.messages[2]["content"] == (
-        "ERROR!! NONE of the actions you just requested were performed because you exceeded 40 tokens. "
-        "Your outputs must be less than 40 tokens. Re-issue this request, breaking it into chunks each of "
-        "which is less than 40 tokens.\n\nParser warnings from your truncated response:\n- No valid JSON object found"
+        "ERROR!! NONE of the actions you just requested were performed because you exceeded 80 tokens. "
+        "Your outputs must be less than 80 tokens. Re-issue this request, breaking it into chunks each of "
+        "which is less than 80 tokens.\n\nParser warnings from your truncated response:\n- No valid JSON object found"
     )
     assert "No such file or directory" in traj.messages[4]["content"]
 
@@ -56,7 +57,7 @@ def test_parse_failures_have_no_cap_and_keep_the_pending_confirmation(smol_token
 def test_echoed_commands_full_waits_and_tmux_key_names(smol_tokenizer):
     replies = [
         terminus(("sleep 100\n", 0.5), ("C-c", 0.3)),
-        terminus(("echo a", 0.1), ("Escape", 0.1), ("C-u", 0.1), ("echo b\n", 0.1)),
+        terminus(("echo a", 0.1), ("C-u", 0.1), ("echo b\n", 0.1), ("Up", 0.1), ("Enter", 0.1)),
         terminus(("true\n", 3.0)),
         terminus(done=True), terminus(done=True),
     ]
@@ -65,7 +66,8 @@ def test_echoed_commands_full_waits_and_tmux_key_names(smol_tokenizer):
     assert first.startswith("New Terminal Output:\n")
     assert ":/app# sleep 100\n^C\nroot@" in first
     second = traj.messages[4]["content"]
-    assert ":/app# echo b\nb\n" in second and "\na\n" not in second
+    assert second.startswith("Previous response had warnings:\nWARNINGS: - Command 1 should end with newline")
+    assert second.count(":/app# echo b\nb\n") == 2 and "\na\n" not in second  # C-u, Up, Enter are keys
     assert traj.timings_s["agent_s"] > 3.5  # the 3 s of `true` elapsed in full
 
 
