@@ -310,7 +310,7 @@ def eval_cmd(
     limit: Annotated[Optional[int], typer.Option(min=1, help="Evaluate only the first N tasks.")] = None,
     concurrency: Annotated[int, typer.Option(min=1, help="Episodes (sandboxes) alive at once.")] = 16,
     protocol: Annotated[str, typer.Option(
-        help="terminus-json | tool-call | single-turn.", rich_help_panel=_AGENT_PANEL)] = "terminus-json",
+        help="terminus-json (Harbor terminus-2, tmux) | terminus-json-fast | tool-call | single-turn.", rich_help_panel=_AGENT_PANEL)] = "terminus-json",
     prefill: Annotated[str, typer.Option(
         help="single-turn assistant prefill: none | fence | starter_code (fence + the instruction's first "
              "```python block).", rich_help_panel=_AGENT_PANEL)] = "none",

@@ -1,4 +1,4 @@
-"""Settings of an agent episode: protocol, limits, sampling (``shared/spec/tasks.md`` §5-6)."""
+"""Settings of an agent episode: protocol, limits, sampling (``docs/terminus2.md`` for terminus-json)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from swerl.inference.base import SamplingParams
 
-ProtocolName = Literal["terminus-json", "tool-call", "single-turn"]
+ProtocolName = Literal["terminus-json", "terminus-json-fast", "tool-call", "single-turn"]
 AgentFailurePolicy = Literal["zero", "passthrough"]
+ContextFullPolicy = Literal["zero", "mask"]
 SingleTurnPrefill = Literal["none", "fence", "starter_code"]
 
 
@@ -29,8 +30,9 @@ class EpisodeLimits(BaseModel):
     command_timeout_s: float = Field(
         60.0, gt=0, description="Longest wait for one command (terminus duration cap, tool-call bash timeout), seconds."
     )
-    max_consecutive_parse_failures: int = Field(
-        3, ge=1, description="Unparsable replies in a row before the episode ends with parse_failures."
+    max_consecutive_parse_failures: int | None = Field(
+        None, ge=1,
+        description="Unparsable replies in a row before the episode ends with parse_failures; None = no cap (terminus-2).",
     )
 
 
@@ -43,13 +45,27 @@ class AgentConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    protocol: ProtocolName = Field("terminus-json", description="Agent protocol (tasks.md §5).")
+    protocol: ProtocolName = Field(
+        "terminus-json",
+        description=(
+            "Agent protocol: terminus-json (Harbor's terminus-2: tmux pane, full waits), terminus-json-fast "
+            "(swerl's quicker departure: no echo, returns when the prompt is back), tool-call, single-turn."
+        ),
+    )
     limits: EpisodeLimits = Field(default_factory=EpisodeLimits)
     temperature: float = Field(0.7, ge=0.0, description="Sampling temperature; 0 = greedy.")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus mass; 1.0 = off (exact TIS parity).")
     top_k: int = Field(0, ge=0, description="Top-k; 0 = off.")
     seed: int | None = Field(None, description="Base sampling seed; each turn of each sample derives its own.")
     enable_thinking: bool = Field(False, description="Passed to the chat template (Qwen3 thinking).")
+    reasoning_split: bool = Field(
+        False,
+        description=(
+            "terminus-json: False = the parser reads the whole reply, a leading <think> block included (vLLM "
+            "without a reasoning parser, as in the seed run); True = a leading <think>...</think> is cut off "
+            "before parsing (a server that returns reasoning separately). The history keeps it either way."
+        ),
+    )
     output_budget_bytes: int = Field(
         10000, ge=256, description="Terminal/tool output shown per turn, bytes (head + tail kept, middle elided)."
     )
@@ -68,6 +84,13 @@ class AgentConfig(BaseModel):
     )
     on_parse_failures: AgentFailurePolicy = Field(
         "zero", description="Same choice for an episode ended by unparsable replies."
+    )
+    on_context_full: ContextFullPolicy = Field(
+        "mask",
+        description=(
+            "An episode that fills the context window: mask = no trainable tokens, out of the baseline; "
+            "zero = reward 0, kept in the baseline (terminus-2 with enable_summarize off)."
+        ),
     )
 
     @model_validator(mode="after")

@@ -1,6 +1,6 @@
 """One agent episode in one sandbox: sample, act, observe until an end reason, then verify.
 
-Token-in/token-out (``shared/spec/tasks.md`` §5): the prompt ids come from the chat
+Token-in/token-out: the prompt ids come from the chat
 template once; every assistant turn appends exactly the generated ids (loss mask 1) and
 every observation appends only the ids of the template's delta for the new messages
 (loss mask 0). The policy is always conditioned on ``prompt_ids + response_ids``.
@@ -123,6 +123,10 @@ async def _agent_loop(
     """Turns until the protocol, a budget or the context window ends the episode."""
     await protocol.start(sandbox)
     record = state.record
+    fresh = protocol.messages_after_start()
+    if fresh is not None:  # e.g. the real first screen; nothing generated yet, so re-render
+        state.messages[:] = fresh
+        record.prompt_ids = chat.prompt_ids(fresh) + (chat.encode(protocol.prefill) if protocol.prefill else [])
     while True:
         # Budgets checked before each turn: turns, then the context window.
         if state.num_turns >= limits.max_turns:
@@ -143,13 +147,16 @@ async def _agent_loop(
         if state.num_turns == 1:  # the assistant turn started with the prefill (prompt ids)
             reply = protocol.prefill + reply
         state.messages.append({"role": "assistant", "content": reply})
+        result = None
         if generation.finish_reason == "length":
             state.hit_length_limit = True
             if max_new < limits.max_new_tokens_per_turn:
                 return "context_overflow"
+            result = await protocol.act_truncated(reply, sandbox, max_new)
 
         # Act in the sandbox; the protocol says what the next user/tool turn is.
-        result = await protocol.act(reply, sandbox)
+        if result is None:
+            result = await protocol.act(reply, sandbox)
         state.num_parse_failures += int(result.parse_failed)
         if result.end_reason is not None:
             return result.end_reason

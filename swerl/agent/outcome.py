@@ -1,8 +1,10 @@
 """How an episode's end reason and the verifier's verdict become the trajectory's
-outcome, reward and failure class (``shared/spec/tasks.md`` §6).
+outcome, reward and failure class.
 
-- ``sandbox_error`` and ``context_overflow``: ``mask`` (infrastructure / budget, not the
-  agent's choice): reward 0, no trainable tokens, excluded from the RLOO baseline.
+- ``sandbox_error``: ``mask`` (infrastructure, not the agent's choice): reward 0, no
+  trainable tokens, excluded from the RLOO baseline.
+- ``context_overflow``: ``mask`` by default; ``on_context_full: zero`` gives reward 0 kept
+  in the baseline (terminus-2 with summarization off).
 - ``agent_timeout`` and ``parse_failures``: ``zero`` by default (reward 0, kept in the
   baseline); ``passthrough`` uses the verifier's reward instead.
 - anything else: the verifier's outcome, reward and class (``no_reward_file`` and
@@ -39,7 +41,7 @@ def judge(end_reason: str, verifier: Any | None, cfg: AgentConfig, sandbox_outco
     if end_reason == "sandbox_error" or verifier is None:
         return Verdict(sandbox_outcome or "sandbox_error", 0.0, "mask")
     if end_reason == "context_overflow":
-        return Verdict("context_overflow", 0.0, "mask")
+        return Verdict("context_overflow", 0.0, cfg.on_context_full)
     if end_reason == "agent_timeout" and cfg.on_agent_timeout == "zero":
         return Verdict("agent_timeout", 0.0, "zero")
     if end_reason == "parse_failures" and cfg.on_parse_failures == "zero":

@@ -66,6 +66,17 @@ class AgentProtocol(ABC):
     async def start(self, sandbox: Any) -> None:
         """Prepare the sandbox side (e.g. open the persistent shell). Default: nothing."""
 
+    def messages_after_start(self) -> list[dict] | None:
+        """First messages rebuilt once :meth:`start` has seen the sandbox (e.g. the real first
+        screen), or None to keep :meth:`initial_messages`. Nothing has been generated yet,
+        so the episode simply re-renders its prompt ids."""
+        return None
+
+    async def act_truncated(self, reply: str, sandbox: Any, max_new_tokens: int) -> TurnResult | None:
+        """What a reply cut at the per-turn limit of ``max_new_tokens`` tokens leads to, or
+        None to :meth:`act` on it like any reply (the default)."""
+        return None
+
     @abstractmethod
     async def act(self, reply: str, sandbox: Any) -> TurnResult:
         """Carry out one assistant ``reply`` (text, thinking included) in ``sandbox``."""
@@ -95,3 +106,8 @@ def limit_output_bytes(output: str, max_bytes: int) -> str:
     tail = raw[-half:].decode("utf-8", errors="ignore")
     omitted = len(raw) - len(head.encode("utf-8")) - len(tail.encode("utf-8"))
     return f"{head}\n[... output limited to {max_bytes} bytes; {omitted} interior bytes omitted ...]\n{tail}"
+
+
+def at_parse_failure_cap(num_in_a_row: int, cap: int | None) -> bool:
+    """Whether ``num_in_a_row`` unparsable replies end the episode (``cap`` None: never, as terminus-2)."""
+    return cap is not None and num_in_a_row >= cap

@@ -1,4 +1,6 @@
-"""terminus-json: Harbor's ``terminus-2`` agent, JSON variant (``shared/spec/tasks.md`` §5).
+"""terminus-json-fast: swerl's quicker variant of Harbor's ``terminus-2`` (a departure; the
+faithful one is ``terminus2.py``, protocol ``terminus-json``; ``docs/terminus2.md`` lists
+the differences).
 
 Each reply is ``{"analysis", "plan", "commands": [{"keystrokes", "duration"}], "task_complete"}``.
 Keystrokes go to one persistent shell; after each command the protocol waits ``duration``
@@ -8,99 +10,20 @@ busy after its wait is reported as still running. ``task_complete: true`` must c
 in a row: the first time the agent is asked to confirm. An unparsable reply gets Harbor's
 parser-error message as the next turn; too many in a row end the episode.
 
-Prompt texts follow Harbor's ``templates/terminus-json-plain.txt`` and ``terminus_2.py``.
+Unlike terminus-2 the shell has echo off and no prompts, a command returns as soon as the
+prompt comes back, the first screen is made up, thinking is stripped before parsing and
+the confirmation turn carries the raw output.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from swerl.agent.protocols.base import AgentProtocol, TurnResult, limit_output_bytes, strip_thinking
+from swerl.agent.protocols.base import AgentProtocol, TurnResult, at_parse_failure_cap, limit_output_bytes, strip_thinking
 from swerl.agent.protocols.terminus_parser import Command, ParsedReply, parse_terminus_reply
-
-PROMPT_TEMPLATE = """\
-You are an AI assistant tasked with solving command-line tasks in a Linux environment. \
-You will be given a task description and the output from previously executed commands. \
-Your goal is to solve the task by providing batches of shell commands.
-
-Format your response as JSON with the following structure:
-
-{{
-  "analysis": "Analyze the current state based on the terminal output provided. What do you see? \
-What has been accomplished? What still needs to be done?",
-  "plan": "Describe your plan for the next steps. What commands will you run and why? \
-Be specific about what you expect each command to accomplish.",
-  "commands": [
-    {{
-      "keystrokes": "ls -la\\n",
-      "duration": 0.1
-    }},
-    {{
-      "keystrokes": "cd project\\n",
-      "duration": 0.1
-    }}
-  ],
-  "task_complete": true
-}}
-
-Required fields:
-- "analysis": Your analysis of the current situation
-- "plan": Your plan for the next steps
-- "commands": Array of command objects to execute
-
-Optional fields:
-- "task_complete": Boolean indicating if the task is complete (defaults to false if not present)
-
-Command object structure:
-- "keystrokes": String containing the exact keystrokes to send to the terminal (required)
-- "duration": Number of seconds to wait for the command to complete before the next command \
-will be executed (defaults to 1.0 if not present)
-
-IMPORTANT: The text inside "keystrokes" will be used completely verbatim as keystrokes. \
-Write commands exactly as you want them sent to the terminal:
-- You must end every command with a newline (\\n) or it will not execute.
-- For special key sequences, use tmux-style escape sequences:
-  - C-c for Ctrl+C
-  - C-d for Ctrl+D
-
-The "duration" attribute specifies the number of seconds to wait for the command to complete \
-(default: 1.0) before the next command will be executed. On immediate tasks (e.g., cd, ls, echo, cat) \
-set a duration of 0.1 seconds. On commands (e.g., gcc, find, rustc) set a duration of 1.0 seconds. \
-On slow commands (e.g., make, python3 [long running script], wget [file]) set an appropriate \
-duration as you determine necessary.
-
-It is better to set a smaller duration than a longer duration. It is always possible to wait again \
-if the prior output has not finished, by running {{"keystrokes": "", "duration": 10.0}} on subsequent \
-requests to wait longer. Never wait longer than {max_wait_s:g} seconds; prefer to poll to see \
-intermediate result status.
-
-Important notes:
-- Each command's keystrokes are sent exactly as written to the terminal
-- Do not include extra whitespace before or after the keystrokes unless it's part of the intended command
-- Extra text before or after the JSON will generate warnings but be tolerated
-- The JSON must be valid - use proper escaping for quotes and special characters within strings
-- Commands array can be empty if you want to wait without taking action
-
-Task Description:
-{instruction}
-
-Current terminal state:
-{terminal_state}
-"""
+from swerl.agent.protocols.terminus_texts import CONFIRM_TEMPLATE, PROMPT_TEMPLATE, parse_error_message
 
 INITIAL_TERMINAL_STATE = "Current Terminal Screen:\nroot@sandbox:/app# "
-
-PARSE_ERROR_TEMPLATE = (
-    "Previous response had parsing errors:\nERROR: {error}\n{warnings}\n"
-    "Please fix these issues and provide a proper JSON response."
-)
-
-CONFIRM_TEMPLATE = (
-    "Current terminal state:\n{terminal_output}\n\n"
-    "Are you sure you want to mark the task as complete? This will trigger your solution to be "
-    "graded and you won't be able to make any further corrections. If so, include "
-    '"task_complete": true in your JSON response again.'
-)
 
 STILL_RUNNING_NOTE = (
     "[The last command is still running after {waited_s:g} s. Wait for it with "
@@ -117,9 +40,9 @@ def translate_keystrokes(keystrokes: str) -> str:
 
 
 class TerminusJson(AgentProtocol):
-    """The terminus-json state machine around one persistent shell per episode."""
+    """The terminus-json-fast state machine around one persistent shell per episode."""
 
-    name = "terminus-json"
+    name = "terminus-json-fast"
 
     def __init__(self, cfg: Any):
         super().__init__(cfg)
@@ -155,15 +78,14 @@ class TerminusJson(AgentProtocol):
         self.pending_completion = False
         text = f"New Terminal Output:\n{output}"
         if parsed.warnings:
-            text = "Previous response had warnings:\nWARNINGS: " + _bullets(parsed.warnings) + "\n\n" + text
+            text = "Previous response had warnings:\nWARNINGS: " + parsed.warning_text + "\n\n" + text
         return TurnResult(observation=[_user(text)])
 
     def _parse_failure(self, parsed: ParsedReply) -> TurnResult:
         self.consecutive_parse_failures += 1
-        if self.consecutive_parse_failures >= self.cfg.limits.max_consecutive_parse_failures:
+        if at_parse_failure_cap(self.consecutive_parse_failures, self.cfg.limits.max_consecutive_parse_failures):
             return TurnResult(end_reason="parse_failures", parse_failed=True)
-        warnings = f"WARNINGS: {_bullets(parsed.warnings)}\n" if parsed.warnings else ""
-        text = PARSE_ERROR_TEMPLATE.format(error=parsed.error, warnings=warnings)
+        text = parse_error_message(parsed.error, parsed.warning_text)
         return TurnResult(observation=[_user(text)], parse_failed=True)
 
     async def _run_commands(self, commands: list[Command]) -> tuple[str, float | None]:
@@ -196,7 +118,3 @@ async def _is_busy(shell: Any) -> bool:
 
 def _user(text: str) -> dict:
     return {"role": "user", "content": text}
-
-
-def _bullets(items: list[str]) -> str:
-    return "- " + "\n- ".join(items)

@@ -13,7 +13,7 @@ import json
 import re
 from typing import Any
 
-from swerl.agent.protocols.base import AgentProtocol, TurnResult, limit_output_bytes, strip_thinking
+from swerl.agent.protocols.base import AgentProtocol, TurnResult, at_parse_failure_cap, limit_output_bytes, strip_thinking
 
 BASH_TOOL = {
     "type": "function",
@@ -105,7 +105,7 @@ class ToolCall(AgentProtocol):
         commands, error = parse_tool_calls(reply)
         if error:
             self.consecutive_parse_failures += 1
-            if self.consecutive_parse_failures >= self.cfg.limits.max_consecutive_parse_failures:
+            if at_parse_failure_cap(self.consecutive_parse_failures, self.cfg.limits.max_consecutive_parse_failures):
                 return TurnResult(end_reason="parse_failures", parse_failed=True)
             text = f"Error: {error}. Call the bash tool as <tool_call>{{\"name\": \"bash\", \"arguments\": {{\"command\": \"...\"}}}}</tool_call>."
             return TurnResult(observation=[{"role": "user", "content": text}], parse_failed=True)
