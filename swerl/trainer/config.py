@@ -99,6 +99,14 @@ class LoopConfig(_Strict):
     max_staleness_steps: int = Field(
         0, ge=0, description="Upper bound on how many steps rollouts may lag the trainer (seed run: 16); swerl samples synchronously (0)."
     )
+    max_masked_fraction: float = Field(
+        0.5, ge=0, le=1,
+        description="A step whose fraction of masked rollouts (infrastructure failures) exceeds this counts towards max_masked_steps.",
+    )
+    max_masked_steps: int = Field(
+        2, ge=1,
+        description="Stop the run (exit 1, naming the dominant masked outcome) after this many consecutive steps over max_masked_fraction.",
+    )
 
     @model_validator(mode="after")
     def _mini_divides(self) -> "LoopConfig":

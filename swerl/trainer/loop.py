@@ -6,9 +6,10 @@ resume), then one loop whose blocks each call a named step of a lower stage:
 
     sample prompts -> collect rollouts (agent + sandboxes + verifier) -> failure classes ->
     advantages -> pi_old at the sampling temperature -> micro-batched policy update (clip, AdamW,
-    LR schedule) -> sync weights to the generator -> log -> checkpoint / HF export.
+    LR schedule) -> sync weights to the generator -> commit (HF export, checkpoint, metrics
+    record as one unit: ``commit.py``) -> log.
 
-How it departs from a textbook PPO/GRPO trainer (see ``shared/spec/algorithms.md``):
+How it departs from a textbook PPO/GRPO trainer:
 - No critic, no std normalization: RLOO-n advantages with infrastructure failures left out of
   the baseline; zero-variance and too-small groups get A = 0.
 - Loss denominators are counted over the whole optimizer step (all micro-batches, all ranks),
@@ -43,10 +44,12 @@ from swerl.errors import ConfigError, RunFailed
 from swerl.rl.advantages import group_index
 from swerl.rl.loss import compute_advantages
 from swerl.trainer import checkpoint as ckpt
+from swerl.trainer import commit
 from swerl.trainer import distributed as dist
 from swerl.trainer.batch import row_from_trajectory
 from swerl.trainer.config import TrainConfig
 from swerl.trainer.evaluation import is_due, run_eval
+from swerl.trainer.masked_guard import MaskedGuard
 from swerl.trainer.metrics import MetricsSink, dump_trajectories, effective_reward, rollout_metrics
 from swerl.trainer.model import compute_dtype, load_policy
 from swerl.trainer.nonfinite import NonFiniteStreak
@@ -125,20 +128,6 @@ def group_batch(trajs: list[Trajectory]) -> list[Trajectory]:
     return sorted(trajs, key=lambda t: (order[t.group_id], t.sample_index))
 
 
-def _truncate_metrics(run_dir: Path, last_step: int) -> None:
-    """Drop records of steps after ``last_step`` (a crashed step is re-run after a resume)."""
-    import json
-    import os
-
-    path = run_dir / "metrics.jsonl"
-    if not path.is_file():
-        return
-    kept = [ln for ln in path.read_text().splitlines() if ln.strip() and json.loads(ln)["global_step"] <= last_step]
-    tmp = path.with_name(".tmp-metrics.jsonl")
-    tmp.write_text("".join(ln + "\n" for ln in kept))
-    os.replace(tmp, path)
-
-
 def _make_generator(config: TrainConfig, model: torch.nn.Module, tokenizer: Any, model_path: Path) -> Any:
     """The rollout backend: HF on the live policy module (no copy), or vLLM (weights synced per step)."""
     if config.generator.backend == "hf":
@@ -150,6 +139,26 @@ def _make_generator(config: TrainConfig, model: torch.nn.Module, tokenizer: Any,
     from swerl.inference.vllm_backend import VLLMBackend
 
     return VLLMBackend(config.generator, str(model_path))
+
+
+def _sweep_dead_runs(config: TrainConfig) -> None:
+    """Remove containers of dead swerl runs, as every sandbox start does (a run that trains
+    nothing starts no sandbox); an unreachable engine is only logged here."""
+    if not config.sandbox.gc_dead_runs:
+        return
+    from swerl.errors import SwerlError
+    from swerl.sandbox.docker_api import connect
+    from swerl.sandbox.gc import collect_garbage
+
+    try:
+        client = connect(config.sandbox.docker_base_url, 2, config.sandbox.docker_timeout_s)
+    except SwerlError as err:
+        log.warning("dead runs' containers not removed: %s", err)
+        return
+    try:
+        collect_garbage(client)
+    finally:
+        client.close()
 
 
 def _sync_generator(backend: Any, model: torch.nn.Module) -> None:
@@ -201,8 +210,6 @@ def train(
     ckpt_path = ckpt.resolve_resume(run_dir, resume)
     if resume is None and ckpt.list_checkpoints(run_dir / ckpt.CKPT_DIR):
         raise ConfigError(f"{run_dir} already holds checkpoints: pass --resume latest, or another --run-dir")
-    if info.is_main:
-        (run_dir / "config.yaml").write_text(config.to_yaml())
 
     # --- data: tasks and the prompt sampler --------------------------------------------------
     tasks = list(load_tasks(config.data.tasks, limit=config.data.limit, names=config.data.names))
@@ -234,24 +241,32 @@ def train(
         pad_id=pad_id,
     )
 
-    # --- resume: weights, optimizer, scheduler, RNG, data position ----------------------------
+    # --- resume: weights, optimizer, scheduler, RNG, data position; the run dir made to match --
     start_step = 0
     protect = frozenset(config.checkpointing.protect_steps)
+    guard = MaskedGuard(config.loop.max_masked_fraction, config.loop.max_masked_steps)
     if ckpt_path is not None:
         state = ckpt.load_checkpoint(ckpt_path, model, optimizer, scheduler, info)
         sampler.load_state_dict(state["sampler"])
         start_step = int(state["global_step"])
+        guard.streak = int(state.get("masked_streak", 0))
         protect |= {start_step}  # the checkpoint this run resumed from
         if info.is_main:
-            _truncate_metrics(run_dir, start_step)
+            commit.reconcile_run(run_dir, state, redo_after=start_step < plan.total_steps)
     result = TrainResult(run_dir=run_dir, last_step=start_step)
     if start_step >= plan.total_steps and ckpt_path is not None:
         log.info("run already finished at global step %d of %d: nothing to train", start_step, plan.total_steps)
+        if info.is_main:
+            _sweep_dead_runs(config)  # and no file of the run is rewritten
         result.already_finished = True
         return result
+    if info.is_main:
+        (run_dir / "config.yaml").write_text(config.to_yaml())
 
     # --- the loop -------------------------------------------------------------------------------
     backend = _make_generator(config, model, tokenizer, model_path) if info.is_main else None
+    if backend is not None:
+        backend.weight_version = start_step  # rollouts of step k come from weights after k - 1 optimizer steps
     concurrency = config.loop.rollout_concurrency or config.sandbox.concurrency
     trackers = open_trackers(config.logging, run_dir, config.model_dump(mode="json"), plan) if info.is_main else []
     sink = MetricsSink(run_dir, config.logging.tensorboard, trackers) if info.is_main else None
@@ -288,6 +303,9 @@ def train(
             trajs = group_batch(dist.broadcast_object(trajs))
             timings["timing/rollout_s"] = time.monotonic() - t0
 
+            # No silent training on nothing: mostly-masked steps in a row stop the run (every rank).
+            guard.observe(step, trajs)
+
             # Failure classes and advantages: masked rows leave the baseline, failures score 0.
             emit(TrainEvent("phase", step, "advantages"))
             rewards = torch.tensor([effective_reward(t) for t in trajs], dtype=torch.float32)
@@ -317,18 +335,19 @@ def train(
             if info.is_main and config.logging.dump_trajectories:
                 dump_trajectories(run_dir, step, trajs, [float(a) for a in advantages])
 
-            # Checkpoint and HF export at their intervals (and at the end).
-            t0 = time.monotonic()
-            if step in plan.checkpoint_steps:
-                trainer_state = {"sampler": sampler.state_dict(), "epoch": epoch}
-                ckpt.save_checkpoint(run_dir, step, model, optimizer, scheduler, trainer_state, config.to_yaml(),
-                                     info, config.checkpointing.keep_last, protect)
-            if step in plan.export_steps:
-                ckpt.export_hf(run_dir, step, model, tokenizer, info)
-            metrics["timing/checkpoint_s"] = time.monotonic() - t0
-            metrics["timing/step_s"] = time.monotonic() - t_step
+            # Commit: HF export, then the checkpoint holding the step's record, then metrics.jsonl.
+            trainer_state = {"sampler": sampler.state_dict(), "epoch": epoch, "masked_streak": guard.streak}
+            record = commit.commit_step(
+                step, metrics, t_step,
+                export=(lambda: ckpt.export_hf(run_dir, step, model, tokenizer, info))
+                if step in plan.export_steps else None,
+                checkpoint=(lambda recs: ckpt.save_checkpoint(
+                    run_dir, step, model, optimizer, scheduler, {**trainer_state, commit.RECORDS_KEY: recs},
+                    config.to_yaml(), info, config.checkpointing.keep_last, protect))
+                if step in plan.checkpoint_steps else None,
+                append=sink.append if sink is not None else None,
+            )
             if sink is not None:
-                record = sink.log(step, metrics)
                 result.records.append(record)
                 emit(TrainEvent("step_end", step, record))
                 log.info(

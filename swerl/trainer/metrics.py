@@ -81,6 +81,11 @@ def rollout_metrics(trajs: list[Trajectory]) -> dict[str, float]:
     return out
 
 
+def make_record(step: int, metrics: dict[str, float]) -> dict[str, Any]:
+    """The ``metrics.jsonl`` record of ``step``: ``global_step`` first, then the metrics by key."""
+    return {"global_step": step, **{k: metrics[k] for k in sorted(metrics)}}
+
+
 class MetricsSink:
     """Appends one JSON line per step to ``RUN_DIR/metrics.jsonl`` and, when asked, TensorBoard and
     the experiment trackers (``trainer/trackers.py``: objects with ``log(step, metrics)`` and
@@ -102,10 +107,15 @@ class MetricsSink:
 
     def log(self, step: int, metrics: dict[str, float]) -> dict[str, Any]:
         """Record ``metrics`` of ``step``; returns the written record."""
-        record = {"global_step": step, **{k: metrics[k] for k in sorted(metrics)}}
+        return self.append(make_record(step, metrics))
+
+    def append(self, record: dict[str, Any]) -> dict[str, Any]:
+        """Write a record made by :func:`make_record` (one line, fsynced) and its scalars; returns it."""
         self._fh.write(json.dumps(record) + "\n")
         self._fh.flush()
         os.fsync(self._fh.fileno())
+        step = record["global_step"]
+        metrics = {k: v for k, v in record.items() if k != "global_step"}
         if self._tb is not None:
             for key, value in metrics.items():
                 self._tb.add_scalar(key, value, step)
