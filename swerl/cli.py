@@ -327,8 +327,14 @@ def eval_cmd(
         "--enable-thinking", help="Qwen3 thinking on (chat template).", rich_help_panel=_AGENT_PANEL)] = False,
     seed: Annotated[Optional[int], typer.Option(help="Sampling seed (per episode and turn derived).")] = None,
     out: Annotated[Optional[Path], typer.Option(help="Output folder (default runs/eval-<UTC time>).")] = None,
+    resume: Annotated[bool, typer.Option(
+        "--resume", help="Continue the stopped eval in --out: run only its missing episodes (same flags).")] = False,
 ) -> None:
-    """Evaluate a model on tasks: k episodes per task in sandboxes; pass@1, pass@k, reward, outcomes."""
+    """Evaluate a model on tasks: k episodes per task in sandboxes; pass@1, pass@k, reward, outcomes.
+
+    Episodes are written as they finish; a stopped eval (SIGTERM, Ctrl-C) leaves them with a summary
+    marked partial, and `--resume` continues it.
+    """
     import time as _time
 
     from pydantic import ValidationError
@@ -336,11 +342,13 @@ def eval_cmd(
     from swerl.agent.evaluate import EvalConfig, model_label, run_eval
     from swerl.errors import ConfigError, RunFailed
 
+    if resume and out is None:
+        raise ConfigError("--resume needs --out: the folder of the eval to continue")
     is_url = bool(model and model.startswith(("http://", "https://")))
     kind = backend or ("openai" if is_url else "hf")
     try:
         config = EvalConfig.model_validate({
-            "tasks": tasks, "samples": samples, "limit": limit, "concurrency": concurrency,
+            "tasks": tasks, "samples": samples, "limit": limit, "concurrency": concurrency, "resume": resume,
             "out_dir": out or Path("runs") / _time.strftime("eval-%Y%m%d-%H%M%S", _time.gmtime()),
             "agent": {"protocol": protocol, "temperature": temperature, "top_p": top_p, "seed": seed,
                       "enable_thinking": enable_thinking, "single_turn_prefill": prefill,
@@ -355,7 +363,14 @@ def eval_cmd(
         where = ".".join(str(p) for p in first["loc"])
         raise ConfigError(f"swerl eval: {where}: {first['msg']}; fix the matching flag (see `swerl eval --help`)") from None
     err_console.print(f"model: {model_label(config.inference)}", highlight=False)
-    trajectories, summary = _run_eval_with_progress(config, run_eval)
+    from swerl.sandbox.signals import Terminated
+
+    try:
+        trajectories, summary = _run_eval_with_progress(config, run_eval)
+    except (Terminated, KeyboardInterrupt):
+        err_console.print(f"stopped: finished episodes and a partial summary are in {config.out_dir}; "
+                          "continue with the same flags and --resume", highlight=False)
+        raise
     out_console.print(_eval_table(summary))
     err_console.print(f"wrote {config.out_dir / 'trajectories.jsonl'} and {config.out_dir / 'summary.json'}",
                       highlight=False)
@@ -404,10 +419,12 @@ def _eval_table(summary: dict):  # noqa: ANN202 - rich Table
     table.add_row("samples per task", str(summary["samples"]))
     keys = [k for k in summary if k.startswith("pass@")] + [
         "reward/mean", "turns/mean", "tokens/generated_mean", "tokens/context_mean",
-        "num_tasks", "num_trajectories", "num_masked", "wall_s"]
+        "num_tasks", "num_trajectories", "num_masked", "num_tasks_all_masked", "wall_s"]
     for key in keys:
         value = summary[key]
         table.add_row(key, f"{value:.4f}" if isinstance(value, float) else str(value))
+    for name, count in summary.get("tasks_scored", {}).items():
+        table.add_row(f"tasks in {name} (masked left out)", str(count))
     for name, count in summary["outcomes"].items():
         table.add_row(f"outcome/{name}", str(count))
     for name, count in summary["end_reasons"].items():

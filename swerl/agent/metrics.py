@@ -1,4 +1,5 @@
-"""Evaluation metrics over trajectories: unbiased pass@k, mean reward, outcome counts."""
+"""Evaluation metrics over trajectories: unbiased pass@k (masked samples left out), mean reward,
+outcome counts."""
 
 from __future__ import annotations
 
@@ -34,25 +35,34 @@ def is_pass(traj: Trajectory) -> bool:
 def summarize(trajectories: list[Trajectory], ks: list[int]) -> dict:
     """Eval summary over trajectories grouped by ``group_id``.
 
-    Returns a flat dict: ``pass@k`` (mean over tasks, each k in ``ks`` not above the smallest
-    group), ``reward/mean``, ``outcomes`` (counts), ``end_reasons`` (counts), ``turns/mean``,
-    ``tokens/generated_mean`` (policy tokens per episode), ``tokens/context_mean``,
-    ``num_tasks``, ``num_trajectories``, ``num_masked``. Empty input gives zeros.
+    Masked trajectories (``failure_class == "mask"``: the infrastructure failed, the model was
+    not judged) leave the pass@k denominators: a task's n counts its unmasked samples only, and
+    pass@k averages over the tasks with n >= k. They are reported separately.
+
+    Returns a flat dict: ``pass@k`` (mean over those tasks, each k in ``ks`` that some task
+    reaches), ``tasks_scored`` (``pass@k`` -> tasks in its mean), ``reward/mean``, ``outcomes``
+    (counts), ``end_reasons`` (counts), ``turns/mean``, ``tokens/generated_mean`` (policy tokens
+    per episode), ``tokens/context_mean``, ``num_tasks``, ``num_trajectories``, ``num_masked``,
+    ``num_tasks_all_masked``. Empty input gives zeros.
     """
     groups: dict[str, list[Trajectory]] = defaultdict(list)
     for traj in trajectories:
         groups[traj.group_id].append(traj)
-    n_min = min((len(g) for g in groups.values()), default=0)
+    judged = {g: [t for t in trajs if t.failure_class != "mask"] for g, trajs in groups.items()}
     count = max(len(trajectories), 1)
     summary: dict = {
         "num_tasks": len(groups),
         "num_trajectories": len(trajectories),
         "num_masked": sum(t.failure_class == "mask" for t in trajectories),
+        "num_tasks_all_masked": sum(not g for g in judged.values()),
     }
+    scored: dict[str, int] = {}
     for k in sorted(set(ks)):
-        if 1 <= k <= n_min:
-            per_task = [pass_at_k(len(g), sum(map(is_pass, g)), k) for g in groups.values()]
+        per_task = [pass_at_k(len(g), sum(map(is_pass, g)), k) for g in judged.values() if len(g) >= k]
+        if k >= 1 and per_task:
             summary[f"pass@{k}"] = sum(per_task) / len(per_task)
+            scored[f"pass@{k}"] = len(per_task)
+    summary["tasks_scored"] = scored
     summary["reward/mean"] = sum(t.reward for t in trajectories) / count
     summary["turns/mean"] = sum(t.num_turns for t in trajectories) / count
     summary["tokens/generated_mean"] = sum(t.num_policy_tokens for t in trajectories) / count

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -58,6 +58,7 @@ async def collect_rollouts(
     concurrency: int,
     on_event: Callable[[RolloutEvent], None] | None = None,
     group_prefix: str = "",
+    skip: Collection[tuple[str, int]] = (),
 ) -> list[Trajectory]:
     """Sample ``n_samples`` episodes of every task.
 
@@ -71,14 +72,18 @@ async def collect_rollouts(
         concurrency: most episodes alive at once (>= 1).
         on_event: called (in the event loop) when an episode starts and finishes.
         group_prefix: prepended to every ``group_id`` (e.g. ``step12/``) for global uniqueness.
+        skip: ``(group_id, sample_index)`` of episodes not to run (already done: a resumed eval);
+            the others keep their ids and seeds.
 
     Returns:
-        N = B * G trajectories, groups contiguous, in task order then sample order.
+        N = B * G trajectories (minus the skipped), groups contiguous, in task order then sample order.
     """
     if n_samples < 1 or concurrency < 1:
         raise ValueError(f"n_samples ({n_samples}) and concurrency ({concurrency}) must be >= 1")
     semaphore = asyncio.Semaphore(concurrency)
-    total = len(tasks) * n_samples
+    todo = [(ti, task, si) for ti, task in enumerate(tasks) for si in range(n_samples)
+            if (group_id_for(ti, task.name, group_prefix), si) not in skip]
+    total = len(todo)
     done = 0
 
     def emit(kind: Literal["started", "finished"], task: Any, index: int, traj: Trajectory | None = None) -> None:
@@ -96,7 +101,7 @@ async def collect_rollouts(
         emit("finished", task, sample_index, traj)
         return traj
 
-    jobs = [one(ti, task, si) for ti, task in enumerate(tasks) for si in range(n_samples)]
+    jobs = [one(ti, task, si) for ti, task, si in todo]
     return list(await asyncio.gather(*jobs))
 
 

@@ -38,3 +38,12 @@ def tiny_model(smol_tokenizer) -> LlamaForCausalLM:
         tie_word_embeddings=True,
     )
     return LlamaForCausalLM(config).eval()
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory, smol_tokenizer, tiny_model) -> Path:
+    """The tiny model and SmolLM2's tokenizer saved as an HF folder (what ``swerl eval --model`` loads)."""
+    folder = tmp_path_factory.mktemp("tiny-model")
+    tiny_model.save_pretrained(folder)
+    smol_tokenizer.save_pretrained(folder)
+    return folder

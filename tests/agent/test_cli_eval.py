@@ -16,14 +16,6 @@ from swerl.cli import app
 FIXTURE_TASKS = Path(__file__).resolve().parents[1] / "fixtures" / "tasks"
 
 
-@pytest.fixture(scope="module")
-def tiny_model_dir(tmp_path_factory, smol_tokenizer, tiny_model) -> Path:
-    folder = tmp_path_factory.mktemp("tiny-model")
-    tiny_model.save_pretrained(folder)
-    smol_tokenizer.save_pretrained(folder)
-    return folder
-
-
 @pytest.mark.docker
 def test_eval_reports_pass_at_k_and_writes_every_trajectory(tiny_model_dir, tmp_path):
     out = tmp_path / "eval"

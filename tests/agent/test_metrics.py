@@ -46,3 +46,16 @@ def test_summary_averages_pass_at_k_over_tasks():
     assert summary["reward/mean"] == pytest.approx(3 / 8)
     assert summary["outcomes"] == {"failed": 5, "passed": 3}
     assert summary["num_tasks"] == 2
+
+
+def test_masked_samples_leave_the_pass_at_k_denominators():
+    masked = Trajectory(task_name="a", group_id="a", prompt_ids=[1], outcome="daemon_error", failure_class="mask")
+    # Task a: 1 pass, 1 fail, 2 masked -> n = 2; task b: every sample masked -> in no denominator.
+    trajs = [_traj("a", True), _traj("a", False), masked, masked,
+             *[masked.model_copy(update={"group_id": "b", "task_name": "b"})] * 4]
+    summary = summarize(trajs, ks=[1, 2, 4])
+    assert summary["pass@1"] == pytest.approx(0.5)  # 1 of 2 judged samples, not 1 of 4
+    assert summary["pass@2"] == pytest.approx(1.0)
+    assert "pass@4" not in summary  # no task has 4 judged samples
+    assert summary["tasks_scored"] == {"pass@1": 1, "pass@2": 1}
+    assert summary["num_masked"] == 6 and summary["num_tasks_all_masked"] == 1 and summary["num_tasks"] == 2

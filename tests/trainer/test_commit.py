@@ -8,12 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-
-from swerl.agent.trajectory import Trajectory
-from swerl.errors import RunFailed
 from swerl.trainer import commit
-from swerl.trainer.masked_guard import MaskedGuard
 from swerl.trainer.metrics import make_record
 
 
@@ -78,18 +73,3 @@ def test_a_consistent_run_is_left_byte_for_byte(tmp_path):
         assert commit.reconcile_run(tmp_path, state, redo_after=redo_after) == []
     after = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in tmp_path.rglob("*") if p.is_file()}
     assert after == before
-
-
-def _batch(masked: int, total: int = 8, outcome: str = "daemon_error") -> list[Trajectory]:
-    return [Trajectory(task_name="t", group_id="g", prompt_ids=[1], outcome=outcome if i < masked else "failed",
-                       failure_class="mask" if i < masked else "zero") for i in range(total)]
-
-
-def test_masked_guard_stops_after_k_consecutive_mostly_masked_steps():
-    guard = MaskedGuard(max_fraction=0.5, max_steps=2)
-    guard.observe(1, _batch(8))
-    guard.observe(2, _batch(4))  # exactly half is not over the limit: the streak restarts
-    guard.observe(3, _batch(5))
-    assert guard.streak == 1
-    with pytest.raises(RunFailed, match=r"step 4: 7/8 rollouts masked .* 2 consecutive steps, mostly daemon_error \(7\)"):
-        guard.observe(4, _batch(7))
