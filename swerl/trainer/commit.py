@@ -11,7 +11,7 @@ Order within step N (rank 0 writes; every rank joins the collective saves):
 
 A step without a checkpoint is committed by the next checkpoint; until then a kill redoes it.
 At a resume from the checkpoint of step C (:func:`reconcile_run`), everything past C is
-uncommitted and is redone: stale ``.tmp-*`` folders are removed, ``metrics.jsonl`` loses the
+uncommitted and is redone: stale ``.tmp-*`` folders (exports, checkpoints) are removed, ``metrics.jsonl`` loses the
 records after C (and a torn last line), exports after C are removed; a committed record that
 never reached ``metrics.jsonl`` (the kill came between steps 3 and 4) is appended from the
 checkpoint. A run whose files are already consistent is left untouched, byte for byte.
@@ -34,6 +34,7 @@ from swerl.trainer.metrics import METRICS_FILE, MetricsSink, make_record
 log = logging.getLogger(__name__)
 
 EXPORT_DIR = "exports"
+CKPT_DIR = "checkpoints"
 RECORDS_KEY = "records"
 _STEP_DIR = re.compile(r"^global_step_(\d+)$")
 
@@ -114,8 +115,17 @@ def missing_records(run_dir: Path, trainer_state: dict[str, Any]) -> list[dict]:
     return [r for r in trainer_state.get(RECORDS_KEY, []) if int(r["global_step"]) not in logged]
 
 
+def remove_stale_temps(run_dir: Path) -> list[Path]:
+    """Remove the ``.tmp-*`` entries a killed save left in ``exports/`` and ``checkpoints/``."""
+    stale = [p for folder in (EXPORT_DIR, CKPT_DIR) for p in (run_dir / folder).glob(".tmp-*")]
+    for path in stale:
+        shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+        log.info("removed the stale temporary %s", path)
+    return stale
+
+
 def remove_uncommitted_exports(run_dir: Path, last_step: int) -> list[int]:
-    """Remove stale ``exports/.tmp-*`` folders and exports of steps after ``last_step``.
+    """Remove exports of steps after ``last_step`` (they are redone).
 
     Returns: the steps whose export was removed.
     """
@@ -125,10 +135,7 @@ def remove_uncommitted_exports(run_dir: Path, last_step: int) -> list[int]:
     removed = []
     for path in root.iterdir():
         match = _STEP_DIR.match(path.name)
-        if path.name.startswith(".tmp-"):
-            shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
-            log.info("removed the stale temporary export %s", path)
-        elif match and int(match.group(1)) > last_step:
+        if match and int(match.group(1)) > last_step:
             shutil.rmtree(path)
             removed.append(int(match.group(1)))
     if removed:
@@ -148,6 +155,7 @@ def reconcile_run(run_dir: Path, trainer_state: dict[str, Any], *, redo_after: b
     """
     last = int(trainer_state["global_step"])
     if redo_after:
+        remove_stale_temps(run_dir)
         truncate_metrics(run_dir, last)
         remove_uncommitted_exports(run_dir, last)
     restored = missing_records(run_dir, trainer_state)

@@ -47,11 +47,12 @@ def test_resume_drops_uncommitted_records_exports_and_stale_temps(tmp_path):
     # Checkpoint 2 is the last commit; step 3 logged and exported (no checkpoint), step 4 mid-export.
     write_metrics(tmp_path, [1, 2, 3], torn=True)
     make_exports(tmp_path, [1, 2, 3], tmp_step=4)
+    (tmp_path / "checkpoints" / ".tmp-global_step_4").mkdir(parents=True)  # an older kill mid-save
     state = {"global_step": 2, commit.RECORDS_KEY: [make_record(2, {"reward/avg_raw_reward": 0.2})]}
     assert commit.reconcile_run(tmp_path, state, redo_after=True) == []
     assert logged_steps(tmp_path) == [1, 2]
     assert sorted(p.name for p in (tmp_path / "exports").iterdir()) == ["global_step_1", "global_step_2"]
-    assert not list(tmp_path.glob(".tmp-*"))
+    assert not list(tmp_path.glob("*/.tmp-*"))
 
 
 def test_resume_restores_a_committed_record_missing_from_metrics(tmp_path):
