@@ -208,12 +208,18 @@ async def _run_async(tasks: list[Any], backend: Any, config: EvalConfig,
     from swerl.inference.factory import make_batcher
     from swerl.sandbox import SandboxConfig
 
+    main = asyncio.current_task()  # the task SIGTERM cancels (run_async)
+
+    def forward(event: RolloutEvent) -> None:
+        if on_event is not None and not (main is not None and main.cancelling()):
+            on_event(event)  # once stopping, episodes that end were cut short: they are not results
+
     batcher = make_batcher(backend, config.inference)
     try:
         policy = BackendPolicy(batcher, backend.tokenizer)
         sandbox_config = SandboxConfig(concurrency=config.concurrency)
         return await evaluate(tasks, policy, sandbox_config, config.agent, n_samples=config.samples,
-                              concurrency=config.concurrency, on_event=on_event, skip=skip)
+                              concurrency=config.concurrency, on_event=forward, skip=skip)
     finally:
         await batcher.close()
 

@@ -266,7 +266,7 @@ def train(
     # --- the loop -------------------------------------------------------------------------------
     backend = _make_generator(config, model, tokenizer, model_path) if info.is_main else None
     if backend is not None:
-        backend.weight_version = start_step  # rollouts of step k come from weights after k - 1 optimizer steps
+        backend.weight_version = start_step  # rollouts of step k: the weights after k - 1 training steps
     concurrency = config.loop.rollout_concurrency or config.sandbox.concurrency
     trackers = open_trackers(config.logging, run_dir, config.model_dump(mode="json"), plan) if info.is_main else []
     sink = MetricsSink(run_dir, config.logging.tensorboard, trackers) if info.is_main else None

@@ -93,7 +93,7 @@ def test_a_run_whose_docker_engine_dies_stops_within_two_steps_naming_the_cause(
     url, dockerd_pid = private_docker
     cfg = tiny_config(tiny_model_dir, max_steps=4).model_copy(deep=True)
     cfg.sandbox = cfg.sandbox.model_copy(update={
-        "docker_base_url": url, "warm_pool": False, "docker_timeout_s": 10.0, "start_timeout_s": 10.0,
+        "warm_pool": False, "docker_timeout_s": 10.0, "start_timeout_s": 10.0,
         "drain_timeout_s": 10.0})
     cfg.logging = cfg.logging.model_copy(update={"dump_trajectories": False, "tensorboard": False})
     cfg_path = tmp_path / "cfg.yaml"
@@ -101,7 +101,7 @@ def test_a_run_whose_docker_engine_dies_stops_within_two_steps_naming_the_cause(
     run = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-m", "swerl.cli", "train", str(cfg_path), "--run-dir", str(run)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "COLUMNS": "400"})
+                            env={**os.environ, "COLUMNS": "400", "DOCKER_HOST": url})  # exec streams read DOCKER_HOST
     metrics = run / "metrics.jsonl"
     deadline = time.monotonic() + 300
     while not (metrics.is_file() and metrics.read_text().strip()):
