@@ -253,6 +253,8 @@ def train(
         protect |= {start_step}  # the checkpoint this run resumed from
         if info.is_main:
             commit.reconcile_run(run_dir, state, redo_after=start_step < plan.total_steps)
+    elif resume is not None and info.is_main:  # killed before its first checkpoint: nothing was committed
+        commit.reconcile_run(run_dir, {"global_step": 0}, redo_after=True)
     result = TrainResult(run_dir=run_dir, last_step=start_step)
     if start_step >= plan.total_steps and ckpt_path is not None:
         log.info("run already finished at global step %d of %d: nothing to train", start_step, plan.total_steps)

@@ -74,3 +74,11 @@ def test_a_consistent_run_is_left_byte_for_byte(tmp_path):
         assert commit.reconcile_run(tmp_path, state, redo_after=redo_after) == []
     after = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in tmp_path.rglob("*") if p.is_file()}
     assert after == before
+
+
+def test_a_resume_before_the_first_checkpoint_starts_clean(tmp_path):
+    write_metrics(tmp_path, [1])  # step 1 logged and exported, killed before the first checkpoint
+    make_exports(tmp_path, [1], tmp_step=2)
+    commit.reconcile_run(tmp_path, {"global_step": 0}, redo_after=True)
+    assert (tmp_path / "metrics.jsonl").read_text() == ""
+    assert not list((tmp_path / "exports").iterdir())
