@@ -19,7 +19,8 @@ How it departs from a textbook PPO/GRPO trainer (see ``shared/spec/algorithms.md
   leave-one-out baseline); mini-batches and update epochs are options.
 - Synchronous rollouts (staleness 0): the batch is sampled with the current weights.
 
-Rank 0 drives the rollouts and writes files; every rank trains on its slice of each batch.
+Every rank generates its share of each step's episodes with its own generator (groups whole on one
+rank), the trajectories are all-gathered, every rank trains on its slice; rank 0 writes files.
 """
 
 from __future__ import annotations
@@ -51,7 +52,9 @@ from swerl.trainer.metrics import MetricsSink, dump_trajectories, effective_rewa
 from swerl.trainer.model import compute_dtype, load_policy
 from swerl.trainer.nonfinite import NonFiniteStreak
 from swerl.trainer.optim import build_optimizer
+from swerl.trainer.generator import close_generator, make_generator, probe_parity, sync_generator
 from swerl.trainer.plan import RunPlan, make_plan
+from swerl.trainer.rollouts import gather_trajectories, rank_share
 from swerl.trainer.sampler import PromptSampler
 from swerl.trainer.trackers import open_trackers
 from swerl.trainer.update import UpdateSettings, train_on_batch
@@ -137,30 +140,6 @@ def _truncate_metrics(run_dir: Path, last_step: int) -> None:
     tmp = path.with_name(".tmp-metrics.jsonl")
     tmp.write_text("".join(ln + "\n" for ln in kept))
     os.replace(tmp, path)
-
-
-def _make_generator(config: TrainConfig, model: torch.nn.Module, tokenizer: Any, model_path: Path) -> Any:
-    """The rollout backend: HF on the live policy module (no copy), or vLLM (weights synced per step)."""
-    if config.generator.backend == "hf":
-        from swerl.inference.hf import HFBackend
-
-        if config.generator.num_threads is not None:  # CPU: leave cores to the sandboxes' verifiers
-            torch.set_num_threads(config.generator.num_threads)
-        return HFBackend(model, tokenizer, seed=config.generator.seed)
-    from swerl.inference.vllm_backend import VLLMBackend
-
-    return VLLMBackend(config.generator, str(model_path))
-
-
-def _sync_generator(backend: Any, model: torch.nn.Module) -> None:
-    """Make the generator sample from the updated weights (every rank calls it under FSDP;
-    ``backend`` is None off rank 0)."""
-    if backend is not None and getattr(backend, "model", None) is model:
-        backend.set_model(model)  # same module: nothing to copy, bump the weight version
-        return
-    state = ckpt.full_model_state_dict(model)  # FSDP: gathered tensor by tensor, kept on rank 0 only
-    if backend is not None:
-        backend.update_weights(state)
 
 
 def train(
@@ -251,24 +230,29 @@ def train(
         return result
 
     # --- the loop -------------------------------------------------------------------------------
-    backend = _make_generator(config, model, tokenizer, model_path) if info.is_main else None
     concurrency = config.loop.rollout_concurrency or config.sandbox.concurrency
     trackers = open_trackers(config.logging, run_dir, config.model_dump(mode="json"), plan) if info.is_main else []
     sink = MetricsSink(run_dir, config.logging.tensorboard, trackers) if info.is_main else None
-    runner = None
     nonfinite = NonFiniteStreak(config.optimizer.max_consecutive_nonfinite_steps)
     with contextlib.ExitStack() as stack:
         stack.enter_context(sigterm_unwinds())
         stack.callback(lambda: sink.close() if sink is not None else None)
-        if info.is_main:
-            from swerl.trainer.rollouts import RolloutRunner
+        from swerl.trainer.rollouts import RolloutRunner
 
-            runner = stack.enter_context(RolloutRunner(
-                backend, tokenizer, config.sandbox, config.agent, concurrency,
-                config.generator.max_batch_size, config.generator.batch_wait_s, config.seed))
-            if config.eval is not None and config.eval.before_train and start_step == 0:
-                model.eval()  # the initial policy on the held-out tasks: a record at global_step 0
-                result.records.append(sink.log(0, run_eval(config.eval, runner, held_out, 0)))
+        # Generator: every rank's own engine(s); a resumed run pushes the checkpoint's weights first.
+        backend = make_generator(config, model, tokenizer, model_path, run_dir, info)
+        stack.callback(close_generator, backend)
+        model.eval()
+        if ckpt_path is not None:
+            sync_generator(backend, model, config, run_dir, info, version=start_step)
+        else:
+            probe_parity(backend, model, config, info)
+        runner = stack.enter_context(RolloutRunner(
+            backend, tokenizer, config.sandbox, config.agent, concurrency,
+            config.generator.max_batch_size, config.generator.batch_wait_s, config.seed))
+        if info.is_main and config.eval is not None and config.eval.before_train and start_step == 0:
+            model.eval()  # the initial policy on the held-out tasks: a record at global_step 0
+            result.records.append(sink.log(0, run_eval(config.eval, runner, held_out, 0)))
         for step in range(start_step + 1, plan.total_steps + 1):
             timings: dict[str, float] = {}
             t_step = time.monotonic()
@@ -278,14 +262,13 @@ def train(
             batch_tasks = [tasks[i] for i in indices]
             emit(TrainEvent("step_start", step, len(batch_tasks) * config.n_samples))
 
-            # Rollouts: n episodes per prompt in sandboxes on rank 0, verified as each ends.
+            # Rollouts: each rank runs n episodes for its share of the prompts, verified as each ends.
             t0 = time.monotonic()
-            trajs = None
-            if runner is not None:
-                model.eval()
-                trajs = runner.collect(batch_tasks, config.n_samples, step,
-                                       on_event=lambda ev: emit(TrainEvent("rollout", step, ev)))
-            trajs = group_batch(dist.broadcast_object(trajs))
+            model.eval()
+            share, prefix = rank_share(len(batch_tasks), step, info.rank, info.world_size)
+            local = runner.collect([batch_tasks[i] for i in share], config.n_samples, step,
+                                   on_event=lambda ev: emit(TrainEvent("rollout", step, ev)), group_prefix=prefix)
+            trajs = group_batch(gather_trajectories(local))
             timings["timing/rollout_s"] = time.monotonic() - t0
 
             # Failure classes and advantages: masked rows leave the baseline, failures score 0.
@@ -305,14 +288,15 @@ def train(
             update_metrics = train_on_batch(model, optimizer, scheduler, rows, config.algorithm, settings, info)
             model.eval()
             timings["timing/update_s"] = time.monotonic() - t0
-            if backend is not None or config.model.fsdp:  # FSDP: gathering the weights is collective
-                _sync_generator(backend, model)
+            # Weight sync to every engine, then the parity probe (stops the run on stale weights).
+            sync_metrics = sync_generator(backend, model, config, run_dir, info, version=step)
             held_out_metrics = {}  # held-out eval of these weights, at its interval (rank 0)
-            if runner is not None and config.eval is not None and is_due(config.eval, step, plan.total_steps):
+            if info.is_main and config.eval is not None and is_due(config.eval, step, plan.total_steps):
                 held_out_metrics = run_eval(config.eval, runner, held_out, step)
 
             # Log: one record per step (spec names), rank 0 writes.
             metrics = {**rollout_metrics(trajs), **adv_metrics, **update_metrics, **timings, **held_out_metrics,
+                       **sync_metrics,
                        "epoch": float(epoch)}
             if info.is_main and config.logging.dump_trajectories:
                 dump_trajectories(run_dir, step, trajs, [float(a) for a in advantages])

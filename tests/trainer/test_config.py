@@ -46,7 +46,7 @@ def test_seed_run_example_has_every_seed_hyperparameter():
 
 def test_demo_example_validates():
     cfg = load_train_config(DEMO_YAML)
-    assert cfg.generator.backend == "hf" and cfg.agent.protocol == "single-turn"
+    assert cfg.generator.backend == "vllm" and cfg.generator.vllm_mode == "servers" and cfg.agent.protocol == "single-turn"
 
 
 def test_set_overrides_nested_fields_with_yaml_values():
@@ -85,7 +85,7 @@ def test_cross_field_rules_name_the_fields(tmp_path):
     with pytest.raises(ConfigError, match="mini_batch_size=3 must divide train_batch_size=4"):
         load_train_config(DEMO_YAML, ["loop.train_batch_size=4", "loop.mini_batch_size=3"])
     with pytest.raises(ConfigError, match="model.fsdp with generator.backend=hf"):
-        load_train_config(DEMO_YAML, ["model.fsdp=true", "model.device=cuda"])
+        load_train_config(DEMO_YAML, ["model.fsdp=true", "model.device=cuda", "generator.backend=hf"])
     with pytest.raises(ConfigError, match="generator.max_model_len=8192 is below"):
         load_train_config(SEED_YAML, ["generator.max_model_len=8192"])
     with pytest.raises(ConfigError, match="requires max_seq_len"):
