@@ -8,7 +8,7 @@ resume), then one loop whose blocks each call a named step of a lower stage:
     advantages -> pi_old at the sampling temperature -> micro-batched policy update (clip, AdamW,
     LR schedule) -> sync weights to the generator -> log -> checkpoint / HF export.
 
-How it departs from a textbook PPO/GRPO trainer (see ``shared/spec/algorithms.md``):
+How it departs from a textbook PPO/GRPO trainer (see ``docs/algorithms.md``):
 - No critic, no std normalization: RLOO-n advantages with infrastructure failures left out of
   the baseline; zero-variance and too-small groups get A = 0.
 - Loss denominators are counted over the whole optimizer step (all micro-batches, all ranks),
