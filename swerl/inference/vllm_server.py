@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import requests
+import requests.adapters
 
 from swerl.errors import EnvironmentProblem, InferenceError
 from swerl.inference.base import Generation, SamplingParams
@@ -242,6 +243,8 @@ class VLLMServerBackend:
         self.weight_version = 0
         self.timeout_s = timeout_s
         self._session = requests.Session()
+        adapter = requests.adapters.HTTPAdapter(pool_connections=1, pool_maxsize=max_concurrency)
+        self._session.mount("http://", adapter)
         self._pool = ThreadPoolExecutor(max_workers=max_concurrency)
 
     def generate(
