@@ -77,7 +77,7 @@ class InferenceConfig(BaseModel):
         0.1,
         gt=0,
         description="Parity probe after each sync: stop the run when the mean |engine - trainer| log-prob of the "
-        "probe tokens exceeds this, nats (bf16 SmolLM2 on CPU: ~0.03; a stale tied lm_head: ~0.5).",
+        "probe tokens exceeds this, nats (bf16 vLLM vs the fp32 trainer, SmolLM2 on CPU: 0.016-0.023 measured).",
     )
     probe_tokens: int = Field(32, ge=1, description="Parity probe: tokens sampled from the fixed probe prompt.")
 

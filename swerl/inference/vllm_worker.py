@@ -4,9 +4,11 @@ by ``POST /collective_rpc`` (``VLLM_SERVER_DEV_MODE=1``).
 
 Why it exists: on vLLM's CPU build, ``reload_weights`` re-processes every layer whose weights it
 loads, but a tied ``lm_head`` (SmolLM2, Qwen3-0.6B tie it to ``embed_tokens``) receives no weights of
-its own, so its oneDNN-packed copy keeps the OLD embedding: log-probs drift by ~0.5 nats after one
-sync while the text still looks plausible. :meth:`SwerlWorkerExtension.swerl_reload_weights` reloads
-and then re-packs every tied head. It also enables AMX tiles before bf16 kernels run on CPU.
+its own (vLLM logs "ParallelLMHead: Failed to load weights"), so a packed copy of it would keep the
+OLD embedding (reported: log-probs off by ~0.5 nats after one sync while the text still looks
+plausible). :meth:`SwerlWorkerExtension.swerl_reload_weights` reloads and then re-packs every tied
+head, and the parity probe checks the result after every sync. It also enables AMX tiles before
+bf16 kernels run on CPU.
 """
 
 from __future__ import annotations
