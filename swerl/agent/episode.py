@@ -208,6 +208,7 @@ def _trajectory(task: Any, group_id: str | None, sample_index: int, state: _Epis
         messages=state.messages,
         verifier_output_tail=getattr(verifier, "output_tail", "") if verifier is not None else "",
         weight_version=state.weight_version,
+        turn_weight_versions=list(record.turn_weight_versions),
         timings_s=state.timings_s,
         detail=state.detail or (getattr(verifier, "detail", "") if verifier is not None else ""),
     )

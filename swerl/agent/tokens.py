@@ -130,6 +130,7 @@ class TokenRecord:
         loss_mask: (T,) 1 on generated ids, 0 on observation ids.
         logprobs: (T,) sampling log-prob per generated id, 0.0 on observation ids.
         has_logprobs: False once any turn came back without log-probs.
+        turn_weight_versions: the policy weight version of each generated turn, in order.
     """
 
     prompt_ids: list[int]
@@ -137,6 +138,7 @@ class TokenRecord:
     loss_mask: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     has_logprobs: bool = True
+    turn_weight_versions: list[int] = field(default_factory=list)
 
     @property
     def num_tokens(self) -> int:
@@ -157,6 +159,7 @@ class TokenRecord:
             raise InferenceError(f"backend returned {len(gen.logprobs)} log-probs for {len(gen.token_ids)} ids")
         self.response_ids.extend(gen.token_ids)
         self.loss_mask.extend([1] * len(gen.token_ids))
+        self.turn_weight_versions.append(gen.weight_version)
         if gen.logprobs is None:
             self.has_logprobs = False
             self.logprobs.extend([0.0] * len(gen.token_ids))

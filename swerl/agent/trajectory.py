@@ -33,7 +33,8 @@ class Trajectory(BaseModel):
         hit_length_limit: a turn ended on ``max_new_tokens``.
         messages: the chat transcript (for humans; never used to rebuild ids).
         verifier_output_tail: last bytes of test.sh output, decoded with replacement.
-        weight_version: policy version that sampled the episode.
+        weight_version: policy version that sampled the episode (its last turn).
+        turn_weight_versions: policy version of each generated turn, in order.
         timings_s: wall-clock seconds per phase (``agent_s``, ``verify_s``).
         num_policy_tokens: ids sampled from the policy, counted even when the trajectory is
             masked (``num_generated_tokens`` then is 0).
@@ -60,6 +61,7 @@ class Trajectory(BaseModel):
     messages: list[dict] = Field(default_factory=list)
     verifier_output_tail: str = ""
     weight_version: int = 0
+    turn_weight_versions: list[int] = Field(default_factory=list)
     timings_s: dict[str, float] = Field(default_factory=dict)
     num_policy_tokens: int = 0
     num_parse_failures: int = 0

@@ -1,5 +1,5 @@
 """The contract every generation backend honours: token ids in; token ids, sampling
-log-probs and a finish reason out (``shared/spec/vllm.md`` §2-3)."""
+log-probs, a finish reason and the weight version out (``docs/inference.md``)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class SamplingParams(BaseModel):
-    """Sampling settings of one generation call; every field is explicit (vllm.md §3)."""
+    """Sampling settings of one generation call; every field is explicit."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

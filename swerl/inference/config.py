@@ -16,7 +16,7 @@ class InferenceConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     backend: Literal["hf", "vllm", "openai"] = Field(
-        "hf", description="hf: transformers generate (CPU/GPU); vllm: in-process vLLM engine (GPU); openai: a server."
+        "hf", description="hf: transformers generate; vllm: vLLM engines (in-process or servers, CPU or GPU); openai: any server."
     )
     model: str | None = Field(
         None, description="HF folder or .gguf file (None = default SmolLM2-135M-Instruct); openai: the served name."
@@ -30,23 +30,56 @@ class InferenceConfig(BaseModel):
         None,
         ge=1,
         description="hf on CPU: torch intra-op threads for the whole process (None = leave torch's setting); "
-        "1 is ~10x faster than 2 on a 2-core machine busy with sandboxes (bench/inference_throughput.py).",
+        "1 is ~10x faster than 2 on a 2-core machine busy with sandboxes (bench/generation_throughput.py).",
     )
     max_batch_size: int = Field(8, ge=1, description="Most prompts per backend call (async batcher).")
     batch_wait_s: float = Field(0.05, ge=0, description="How long the batcher waits to fill a batch, seconds.")
 
+    vllm_mode: Literal["inprocess", "servers"] = Field(
+        "inprocess",
+        description="vllm: 'inprocess' = a vllm.LLM in this process; 'servers' = vLLM OpenAI servers that swerl "
+        "starts (num_servers per rank) or that server_urls names.",
+    )
+    num_servers: int = Field(1, ge=1, description="vllm servers: how many servers swerl starts per rank.")
+    server_urls: list[str] = Field(
+        default_factory=list,
+        description="vllm servers: roots of running vLLM servers (http://host:port, started with "
+        "VLLM_SERVER_DEV_MODE=1 and swerl's worker extension); empty = swerl starts its own.",
+    )
+    cpu_cores: list[str] | None = Field(
+        None,
+        description="vllm on CPU: VLLM_CPU_OMP_THREADS_BIND of each engine, e.g. ['0'] or ['0', '1'] for two "
+        "servers; None = engine k takes core k and the trainer keeps the remaining cores.",
+    )
+    kv_cache_space_gib: int = Field(1, ge=1, description="vllm on CPU: KV cache per engine, whole GiB (VLLM_CPU_KVCACHE_SPACE).")
+    server_start_timeout_s: float = Field(900.0, gt=0, description="vllm servers: wait this long for /health, seconds.")
     gpu_memory_utilization: float = Field(
-        0.3, gt=0, le=1, description="vllm: fraction of TOTAL GPU memory for weights + activations + KV cache."
+        0.3, gt=0, le=1, description="vllm on GPU: fraction of TOTAL GPU memory for weights + activations + KV cache."
     )
     max_model_len: int = Field(
         8192, ge=16, description="vllm: longest prompt + generation, tokens (sizes the KV cache)."
     )
     max_num_seqs: int = Field(64, ge=1, description="vllm: sequences scheduled at once.")
     max_num_batched_tokens: int | None = Field(4096, ge=16, description="vllm: tokens per scheduler step.")
-    enforce_eager: bool = Field(False, description="vllm: disable CUDA graphs (debugging).")
+    enforce_eager: bool = Field(False, description="vllm: no torch.compile / CUDA graphs (starts faster, runs slower).")
     enable_prefix_caching: bool = Field(True, description="vllm: reuse KV of shared prefixes (reset on weight sync).")
-    enable_sleep_mode: bool = Field(True, description="vllm: allow sleep/wake to free GPU memory for training.")
+    enable_sleep_mode: bool = Field(False, description="vllm on GPU: allow sleep/wake to free GPU memory for training.")
     fp32_lm_head: bool = Field(False, description="vllm: compute the LM head in fp32 (hf_overrides head_dtype).")
+    weight_sync: Literal["disk", "nccl"] = Field(
+        "disk",
+        description="vllm: how trained weights reach the engines after each optimizer step: 'disk' = safetensors in "
+        "a shared folder, reloaded by every engine (CPU and GPU); 'nccl' = vLLM's NCCL weight transfer (GPU servers).",
+    )
+    weight_sync_dir: str | None = Field(
+        None, description="vllm disk sync: the shared folder for the new weights; None = RUN_DIR/weight_sync."
+    )
+    logprob_diff_limit: float = Field(
+        0.1,
+        gt=0,
+        description="Parity probe after each sync: stop the run when the mean |engine - trainer| log-prob of the "
+        "probe tokens exceeds this, nats (bf16 vLLM vs the fp32 trainer, SmolLM2 on CPU: 0.016-0.023 measured).",
+    )
+    probe_tokens: int = Field(32, ge=1, description="Parity probe: tokens sampled from the fixed probe prompt.")
 
     base_url: str | None = Field(None, description="openai: server root, e.g. http://127.0.0.1:8000/v1.")
     tokenizer: str | None = Field(
@@ -64,9 +97,20 @@ class InferenceConfig(BaseModel):
             raise ValueError("inference.base_url is required for backend 'openai'; fix: set it to the server's /v1 URL")
         if self.backend != "openai" and self.base_url:
             raise ValueError(f"inference.base_url is only used by backend 'openai', not {self.backend!r}: remove it")
+        if self.backend == "vllm" and self.cpu_cores is not None and len(self.cpu_cores) < self.num_engines:
+            raise ValueError(
+                f"inference.cpu_cores lists {len(self.cpu_cores)} core sets for {self.num_engines} engines: add one per engine"
+            )
         if self.backend == "vllm" and self.dtype == "float16":
             raise ValueError("inference.dtype float16 is not supported with vllm; fix: use bfloat16 (trainer dtype)")
         return self
+
+    @property
+    def num_engines(self) -> int:
+        """vLLM engines this config drives per rank: 1 in-process, else the servers started or named."""
+        if self.backend != "vllm" or self.vllm_mode == "inprocess":
+            return 1
+        return len(self.server_urls) or self.num_servers
 
     def resolved_dtype(self) -> str:
         """The dtype actually used: ``dtype`` or the backend default."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import tempfile
 from pathlib import Path
 from typing import Any, Literal
 
@@ -42,9 +43,8 @@ def build_backend(config: InferenceConfig) -> GenerationBackend:
         return HFBackend.from_pretrained(config.model, dtype=dtype, device=config.device, seed=config.seed)
     if config.backend == "vllm":
         from swerl.inference.models import resolve_model
-        from swerl.inference.vllm_backend import VLLMBackend
 
-        return VLLMBackend(config, str(resolve_model(config.model)))
+        return build_vllm(config, str(resolve_model(config.model)), Path(tempfile.gettempdir()) / "swerl-vllm-logs")
     from swerl.inference.openai_backend import OpenAIBackend
 
     assert config.base_url is not None  # checked by InferenceConfig
@@ -57,6 +57,60 @@ def build_backend(config: InferenceConfig) -> GenerationBackend:
         timeout_s=config.request_timeout_s,
         max_concurrency=config.max_batch_size,
     )
+
+
+def parse_cores(spec: str) -> set[int]:
+    """Core ids of an OpenMP binding such as ``"0"``, ``"0-3"`` or ``"0-1,4"``."""
+    cores: set[int] = set()
+    for part in spec.split(","):
+        low, _, high = part.partition("-")
+        cores.update(range(int(low), int(high or low) + 1))
+    return cores
+
+
+def engine_cores(config: InferenceConfig, available: list[int]) -> list[str | None]:
+    """CPU core set of each vLLM engine: ``config.cpu_cores``, else engine k on ``available[k]``
+    (the trainer keeps the rest); None entries (no binding) when there are fewer cores than engines."""
+    if config.cpu_cores is not None:
+        return list(config.cpu_cores[: config.num_engines])
+    if len(available) <= config.num_engines and config.vllm_mode == "inprocess":
+        return [None]
+    return [str(available[k]) if k < len(available) else None for k in range(config.num_engines)]
+
+
+def build_vllm(config: InferenceConfig, model_path: str, log_dir: Path, gpus: list[int] | None = None) -> Any:
+    """vLLM engines for one rank: an in-process ``VLLMBackend``, or an ``EnginePool`` over the servers
+    named in ``server_urls`` or started here (one per core set on CPU, one per GPU in ``gpus``).
+
+    Raises:
+        EnvironmentProblem: vLLM missing, or a server that did not start (its log is named).
+    """
+    import torch
+
+    if config.vllm_mode == "inprocess":
+        from swerl.inference.vllm_backend import VLLMBackend
+
+        return VLLMBackend(config, model_path)
+    from transformers import AutoTokenizer
+
+    from swerl.inference.engine_pool import EnginePool
+    from swerl.inference.vllm_server import VLLMServerBackend, start_servers
+
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    servers: list[Any] = []
+    urls = list(config.server_urls)
+    if not urls:
+        on_cpu = not torch.cuda.is_available()
+        count = config.num_servers
+        cores = engine_cores(config, sorted(os.sched_getaffinity(0))) if on_cpu else [None] * count
+        gpu_ids = [None] * count if on_cpu else (gpus or list(range(count)))[:count]
+        servers = start_servers(config, model_path, log_dir, cores, gpu_ids)
+        urls = [server.url for server in servers]
+    engines = [VLLMServerBackend(url, tokenizer, max_concurrency=config.max_num_seqs, timeout_s=config.request_timeout_s)
+               for url in urls]
+    for engine in engines:
+        engine.init_worker()
+    return EnginePool(engines, tokenizer, on_close=lambda: [server.stop() for server in servers])
 
 
 def make_batcher(backend: GenerationBackend, config: InferenceConfig) -> AsyncBatcher:

@@ -1,4 +1,4 @@
-"""Parity probe between a generation backend and the trainer's model (vllm.md "Recommended design").
+"""Parity probe between a generation backend and the trainer's model (``docs/inference.md``, "The parity probe").
 
 After each weight sync, sample a fixed prompt with the backend and re-score the sampled ids with
 the trainer's module: the gap between the backend's mu and the trainer's processed log-probs
@@ -34,6 +34,12 @@ def rescore(model: nn.Module, prompt: list[int], generation: Generation, samplin
     return steps.gather(-1, ids[0, len(prompt) :, None])[:, 0].float().cpu()
 
 
+def probe_sampling(temperature: float, max_new_tokens: int, seed: int = 1234) -> SamplingParams:
+    """The probe's sampling: the run's temperature with top-p = 1 and top-k off, so the engine's
+    processed log-probs equal the trainer's ``log_softmax(logits / T)`` exactly (up to numerics)."""
+    return SamplingParams(temperature=temperature, top_p=1.0, top_k=0, max_new_tokens=max_new_tokens, seed=seed)
+
+
 def logprob_gap(
     backend: GenerationBackend,
     model: nn.Module,
@@ -41,29 +47,41 @@ def logprob_gap(
     sampling: SamplingParams,
     max_mean_abs_diff: float | None = None,
 ) -> dict[str, float]:
-    """Sample ``prompt`` with ``backend`` and compare its mu with ``model``'s re-scored log-probs.
+    """Sample ``prompt`` on every engine of ``backend`` and compare its mu with ``model``'s log-probs.
+
+    Args:
+        backend: a backend, or a pool with ``.engines`` (each engine is probed on its own).
+        max_mean_abs_diff: the limit on any engine's mean |mu - logp|, nats; None = no check.
 
     Returns:
-        ``{"inference/logp_diff_mean": mean |mu - logp|, "inference/logp_diff_max": max |...|,
-        "inference/probe_tokens": T}`` (nats, tokens).
+        ``{"inference/logprob_diff_mean": mean |mu - logp| over all probe tokens,
+        "inference/logprob_diff_max": max |mu - logp|, "inference/probe_tokens": T}`` (nats, tokens).
 
     Raises:
-        InferenceError: the backend returned no log-probs, or the mean gap exceeds ``max_mean_abs_diff``.
+        InferenceError: an engine returned no log-probs, or its mean gap exceeds ``max_mean_abs_diff``.
     """
-    generation = backend.generate([prompt], sampling)[0]
-    if generation.logprobs is None:
-        raise InferenceError("logprob probe: the backend returned no log-probs")
-    if not generation.token_ids:
-        return {"inference/logp_diff_mean": 0.0, "inference/logp_diff_max": 0.0, "inference/probe_tokens": 0.0}
-    diff = (torch.tensor(generation.logprobs) - rescore(model, prompt, generation, sampling)).abs()
-    metrics = {
-        "inference/logp_diff_mean": diff.mean().item(),
-        "inference/logp_diff_max": diff.max().item(),
-        "inference/probe_tokens": float(diff.numel()),
+    diffs = []
+    for index, engine in enumerate(getattr(backend, "engines", [backend])):
+        generation = engine.generate([prompt], sampling)[0]
+        if generation.logprobs is None:
+            raise InferenceError("logprob probe: the backend returned no log-probs")
+        if not generation.token_ids:
+            continue
+        diff = (torch.tensor(generation.logprobs) - rescore(model, prompt, generation, sampling)).abs()
+        mean = diff.mean().item()
+        if max_mean_abs_diff is not None and mean > max_mean_abs_diff:
+            raise InferenceError(
+                f"logprob probe: engine {index} (weight version {generation.weight_version}) differs from the trainer "
+                f"by mean |mu - logp| = {mean:.4f} nats > limit {max_mean_abs_diff}: its weights are stale or "
+                "half-applied (a failed sync); the run stops here. Raise generator.logprob_diff_limit only if this "
+                "gap is expected (e.g. a bf16 engine vs an fp32 trainer)"
+            )
+        diffs.append(diff)
+    if not diffs:
+        return {"inference/logprob_diff_mean": 0.0, "inference/logprob_diff_max": 0.0, "inference/probe_tokens": 0.0}
+    every = torch.cat(diffs)
+    return {
+        "inference/logprob_diff_mean": every.mean().item(),
+        "inference/logprob_diff_max": every.max().item(),
+        "inference/probe_tokens": float(every.numel()),
     }
-    if max_mean_abs_diff is not None and metrics["inference/logp_diff_mean"] > max_mean_abs_diff:
-        raise InferenceError(
-            f"logprob probe: mean |mu - logp| = {metrics['inference/logp_diff_mean']:.4f} nats exceeds "
-            f"{max_mean_abs_diff}; the backend's weights differ from the trainer's (stale sync?)"
-        )
-    return metrics

@@ -1,7 +1,7 @@
 """Capture and restore the process-wide RNG states (Python, NumPy, torch CPU and CUDA).
 
 Used where exact reproducibility depends on them: around vLLM engine construction (its worker
-reseeds every generator, vllm.md §1) and in trainer checkpoints (bit-for-bit resume).
+reseeds every generator at start) and in trainer checkpoints (bit-for-bit resume).
 """
 
 from __future__ import annotations

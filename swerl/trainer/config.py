@@ -149,7 +149,8 @@ class TrainConfig(_Strict):
     data: DataConfig = Field(..., description="Task source and prompt order.")
     generator: InferenceConfig = Field(
         default_factory=InferenceConfig,
-        description="Inference backend that samples rollouts (hf or vllm); its model is model.path, leave generator.model unset.",
+        description="Inference backend that samples rollouts on every rank (hf, or vllm in-process / servers), its weight "
+        "sync and parity probe; its model is model.path, leave generator.model unset.",
     )
     agent: AgentConfig = Field(default_factory=AgentConfig, description="Agent protocol, episode limits, sampling (temperature, top-p, top-k).")
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig, description="Docker sandboxes: concurrency, limits, warm pool.")
@@ -178,11 +179,15 @@ class TrainConfig(_Strict):
                 f"generator.max_model_len={self.generator.max_model_len} is below agent.limits.context_window_tokens="
                 f"{self.agent.limits.context_window_tokens}: raise generator.max_model_len"
             )
+        if self.generator.weight_sync == "nccl" and (self.generator.backend != "vllm" or self.generator.vllm_mode != "servers"):
+            raise ValueError(
+                "generator.weight_sync=nccl sends weights to vLLM servers: set generator.vllm_mode=servers or weight_sync=disk"
+            )
         if self.algorithm.use_kl_loss:
             raise ValueError("algorithm.use_kl_loss needs a reference policy, which the trainer does not hold yet: set false")
         if self.model.fsdp and self.generator.backend == "hf":
             raise ValueError(
-                "model.fsdp with generator.backend=hf: rank 0 cannot generate with a sharded module; use generator.backend=vllm"
+                "model.fsdp with generator.backend=hf: every rank generates with its own module, a sharded one cannot; use generator.backend=vllm"
             )
         return self
 

@@ -9,7 +9,7 @@ resume), then one loop whose blocks each call a named step of a lower stage:
     LR schedule) -> sync weights to the generator -> commit (HF export, checkpoint, metrics
     record as one unit: ``commit.py``) -> log.
 
-How it departs from a textbook PPO/GRPO trainer:
+How it departs from a textbook PPO/GRPO trainer (see ``docs/algorithms.md``):
 - No critic, no std normalization: RLOO-n advantages with infrastructure failures left out of
   the baseline; zero-variance and too-small groups get A = 0.
 - Loss denominators are counted over the whole optimizer step (all micro-batches, all ranks),
@@ -49,12 +49,14 @@ from swerl.trainer import distributed as dist
 from swerl.trainer.batch import row_from_trajectory
 from swerl.trainer.config import TrainConfig
 from swerl.trainer.evaluation import is_due, run_eval
+from swerl.trainer.generator import close_generator, make_generator, probe_parity, sync_generator
 from swerl.trainer.masked_guard import MaskedGuard
 from swerl.trainer.metrics import MetricsSink, dump_trajectories, effective_reward, rollout_metrics
 from swerl.trainer.model import compute_dtype, load_policy
 from swerl.trainer.nonfinite import NonFiniteStreak
 from swerl.trainer.optim import build_optimizer
 from swerl.trainer.plan import RunPlan, make_plan
+from swerl.trainer.rollouts import RolloutRunner, gather_trajectories, rank_share
 from swerl.trainer.sampler import PromptSampler
 from swerl.trainer.trackers import open_trackers
 from swerl.trainer.update import UpdateSettings, train_on_batch
@@ -128,19 +130,6 @@ def group_batch(trajs: list[Trajectory]) -> list[Trajectory]:
     return sorted(trajs, key=lambda t: (order[t.group_id], t.sample_index))
 
 
-def _make_generator(config: TrainConfig, model: torch.nn.Module, tokenizer: Any, model_path: Path) -> Any:
-    """The rollout backend: HF on the live policy module (no copy), or vLLM (weights synced per step)."""
-    if config.generator.backend == "hf":
-        from swerl.inference.hf import HFBackend
-
-        if config.generator.num_threads is not None:  # CPU: leave cores to the sandboxes' verifiers
-            torch.set_num_threads(config.generator.num_threads)
-        return HFBackend(model, tokenizer, seed=config.generator.seed)
-    from swerl.inference.vllm_backend import VLLMBackend
-
-    return VLLMBackend(config.generator, str(model_path))
-
-
 def _sweep_dead_runs(config: TrainConfig) -> None:
     """Remove containers of dead swerl runs, as every sandbox start does (a run that trains
     nothing starts no sandbox); an unreachable engine is only logged here."""
@@ -159,17 +148,6 @@ def _sweep_dead_runs(config: TrainConfig) -> None:
         collect_garbage(client)
     finally:
         client.close()
-
-
-def _sync_generator(backend: Any, model: torch.nn.Module) -> None:
-    """Make the generator sample from the updated weights (every rank calls it under FSDP;
-    ``backend`` is None off rank 0)."""
-    if backend is not None and getattr(backend, "model", None) is model:
-        backend.set_model(model)  # same module: nothing to copy, bump the weight version
-        return
-    state = ckpt.full_model_state_dict(model)  # FSDP: gathered tensor by tensor, kept on rank 0 only
-    if backend is not None:
-        backend.update_weights(state)
 
 
 def train(
@@ -266,26 +244,29 @@ def train(
         (run_dir / "config.yaml").write_text(config.to_yaml())
 
     # --- the loop -------------------------------------------------------------------------------
-    backend = _make_generator(config, model, tokenizer, model_path) if info.is_main else None
-    if backend is not None:
-        backend.weight_version = start_step  # rollouts of step k: the weights after k - 1 training steps
     concurrency = config.loop.rollout_concurrency or config.sandbox.concurrency
     trackers = open_trackers(config.logging, run_dir, config.model_dump(mode="json"), plan) if info.is_main else []
     sink = MetricsSink(run_dir, config.logging.tensorboard, trackers) if info.is_main else None
-    runner = None
     nonfinite = NonFiniteStreak(config.optimizer.max_consecutive_nonfinite_steps)
     with contextlib.ExitStack() as stack:
         stack.enter_context(sigterm_unwinds())
         stack.callback(lambda: sink.close() if sink is not None else None)
-        if info.is_main:
-            from swerl.trainer.rollouts import RolloutRunner
 
-            runner = stack.enter_context(RolloutRunner(
-                backend, tokenizer, config.sandbox, config.agent, concurrency,
-                config.generator.max_batch_size, config.generator.batch_wait_s, config.seed))
-            if config.eval is not None and config.eval.before_train and start_step == 0:
-                model.eval()  # the initial policy on the held-out tasks: a record at global_step 0
-                result.records.append(sink.log(0, run_eval(config.eval, runner, held_out, 0)))
+        # Generator: every rank's own engine(s). Rollouts of step k use the weights after k - 1
+        # steps (weight version k - 1); a resumed run pushes the checkpoint's weights first.
+        backend = make_generator(config, model, tokenizer, model_path, run_dir, info)
+        stack.callback(close_generator, backend)
+        model.eval()
+        if ckpt_path is not None:
+            sync_generator(backend, model, config, run_dir, info, version=start_step)
+        else:
+            probe_parity(backend, model, config, info)
+        runner = stack.enter_context(RolloutRunner(
+            backend, tokenizer, config.sandbox, config.agent, concurrency,
+            config.generator.max_batch_size, config.generator.batch_wait_s, config.seed))
+        if info.is_main and config.eval is not None and config.eval.before_train and start_step == 0:
+            model.eval()  # the initial policy on the held-out tasks: a record at global_step 0
+            result.records.append(sink.log(0, run_eval(config.eval, runner, held_out, 0)))
         for step in range(start_step + 1, plan.total_steps + 1):
             timings: dict[str, float] = {}
             t_step = time.monotonic()
@@ -295,14 +276,13 @@ def train(
             batch_tasks = [tasks[i] for i in indices]
             emit(TrainEvent("step_start", step, len(batch_tasks) * config.n_samples))
 
-            # Rollouts: n episodes per prompt in sandboxes on rank 0, verified as each ends.
+            # Rollouts: each rank runs n episodes for its share of the prompts, verified as each ends.
             t0 = time.monotonic()
-            trajs = None
-            if runner is not None:
-                model.eval()
-                trajs = runner.collect(batch_tasks, config.n_samples, step,
-                                       on_event=lambda ev: emit(TrainEvent("rollout", step, ev)))
-            trajs = group_batch(dist.broadcast_object(trajs))
+            model.eval()
+            share, prefix = rank_share(len(batch_tasks), step, info.rank, info.world_size)
+            local = runner.collect([batch_tasks[i] for i in share], config.n_samples, step,
+                                   on_event=lambda ev: emit(TrainEvent("rollout", step, ev)), group_prefix=prefix)
+            trajs = group_batch(gather_trajectories(local))
             timings["timing/rollout_s"] = time.monotonic() - t0
 
             # No silent training on nothing: mostly-masked steps in a row stop the run (every rank).
@@ -325,15 +305,15 @@ def train(
             update_metrics = train_on_batch(model, optimizer, scheduler, rows, config.algorithm, settings, info)
             model.eval()
             timings["timing/update_s"] = time.monotonic() - t0
-            if backend is not None or config.model.fsdp:  # FSDP: gathering the weights is collective
-                _sync_generator(backend, model)
+            # Weight sync to every engine, then the parity probe (stops the run on stale weights).
+            sync_metrics = sync_generator(backend, model, config, run_dir, info, version=step)
             held_out_metrics = {}  # held-out eval of these weights, at its interval (rank 0)
-            if runner is not None and config.eval is not None and is_due(config.eval, step, plan.total_steps):
+            if info.is_main and config.eval is not None and is_due(config.eval, step, plan.total_steps):
                 held_out_metrics = run_eval(config.eval, runner, held_out, step)
 
             # Log: one record per step (spec names), rank 0 writes.
             metrics = {**rollout_metrics(trajs), **adv_metrics, **update_metrics, **timings, **held_out_metrics,
-                       "epoch": float(epoch)}
+                       **sync_metrics, "epoch": float(epoch)}
             if info.is_main and config.logging.dump_trajectories:
                 dump_trajectories(run_dir, step, trajs, [float(a) for a in advantages])
 

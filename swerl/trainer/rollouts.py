@@ -1,6 +1,8 @@
-"""The generation phase of each training step, run on rank 0: one event loop, one
-``SandboxManager`` (warm pools survive across steps) and an async batcher in front of the
-generation backend, for the whole run.
+"""The generation phase of each training step, run on EVERY rank: each rank takes a contiguous
+share of the step's prompts (groups stay whole on one rank), runs their episodes with its own
+generator, and the trajectories are all-gathered so every rank trains on the same batch. One event
+loop, one ``SandboxManager`` (warm pools survive across steps) and an async batcher in front of the
+rank's generation backend, for the whole run.
 
 Episodes run concurrently (bounded by ``concurrency``): while one episode's verifier runs in its
 container, other episodes keep generating. Each step's group ids are prefixed ``step{N}/`` so
@@ -24,11 +26,34 @@ from swerl.sandbox.models import SandboxConfig
 log = logging.getLogger(__name__)
 
 
+def rank_share(num_tasks: int, step: int, rank: int, world_size: int) -> tuple[range, str]:
+    """This rank's prompts of a step and the group-id prefix that keeps its ids globally unique.
+
+    Returns:
+        (contiguous task indices, ``step{N}/`` on one rank, ``step{N}/{first}+`` with several).
+    """
+    base, extra = divmod(num_tasks, world_size)
+    start = rank * base + min(rank, extra)
+    share = range(start, start + base + (1 if rank < extra else 0))
+    return share, f"step{step}/" if world_size == 1 else f"step{step}/{start}+"
+
+
+def gather_trajectories(local: list[Trajectory]) -> list[Trajectory]:
+    """Every rank's trajectories, concatenated in rank order (= prompt order), on every rank."""
+    import torch.distributed as tdist
+
+    if not (tdist.is_available() and tdist.is_initialized()) or tdist.get_world_size() == 1:
+        return local
+    boxes: list[Any] = [None] * tdist.get_world_size()
+    tdist.all_gather_object(boxes, local)
+    return [traj for box in boxes for traj in box]
+
+
 class RolloutRunner:
     """Collects trajectories step after step; use as a context manager (it owns Docker resources).
 
     Args:
-        backend: generation backend (``HFBackend`` on the live policy, or ``VLLMBackend``).
+        backend: this rank's generation backend (``HFBackend`` on the live policy, a vLLM engine or pool).
         tokenizer: the policy's tokenizer (chat template).
         sandbox_cfg: settings of the run's sandbox manager.
         agent_cfg: protocol, limits, sampling; ``seed`` None is replaced by ``seed``.
@@ -82,18 +107,28 @@ class RolloutRunner:
             self._loop = None
 
     def collect(
-        self, tasks: list[Any], n_samples: int, step: int, on_event: Callable[[RolloutEvent], None] | None = None
+        self,
+        tasks: list[Any],
+        n_samples: int,
+        step: int,
+        on_event: Callable[[RolloutEvent], None] | None = None,
+        group_prefix: str | None = None,
     ) -> list[Trajectory]:
-        """``len(tasks) * n_samples`` trajectories of this step, groups contiguous in task order."""
+        """``len(tasks) * n_samples`` trajectories of this step, groups contiguous in task order.
+
+        ``group_prefix`` (default ``step{N}/``) prefixes every group id; see :func:`rank_share`."""
         assert self._loop is not None, "RolloutRunner used outside its context"
-        return self._loop.run_until_complete(self._collect(tasks, n_samples, step, on_event))
+        prefix = f"step{step}/" if group_prefix is None else group_prefix
+        if not tasks:
+            return []
+        return self._loop.run_until_complete(self._collect(tasks, n_samples, prefix, on_event))
 
     async def _collect(
-        self, tasks: list[Any], n_samples: int, step: int, on_event: Callable[[RolloutEvent], None] | None
+        self, tasks: list[Any], n_samples: int, prefix: str, on_event: Callable[[RolloutEvent], None] | None
     ) -> list[Trajectory]:
         async with AsyncBatcher(self.backend, self.max_batch_size, self.batch_wait_s) as batcher:
             policy = BackendPolicy(batcher, self.tokenizer)
             return await collect_rollouts(
                 tasks, n_samples, policy, self._manager, self.agent_cfg,
-                concurrency=self.concurrency, on_event=on_event, group_prefix=f"step{step}/",
+                concurrency=self.concurrency, on_event=on_event, group_prefix=prefix,
             )

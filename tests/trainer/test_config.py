@@ -49,6 +49,11 @@ def test_demo_example_validates():
     assert cfg.generator.backend == "hf" and cfg.agent.protocol == "single-turn"
 
 
+def test_vllm_demo_variant_validates():
+    cfg = load_train_config(DEMO_YAML.with_name("humaneval-smollm2-cpu-vllm.yaml"))
+    assert cfg.generator.backend == "vllm" and cfg.generator.vllm_mode == "servers" and cfg.agent.protocol == "single-turn"
+
+
 def test_set_overrides_nested_fields_with_yaml_values():
     cfg = load_train_config(DEMO_YAML, ["optimizer.lr=1e-5", "optimizer.betas=[0.8, 0.9]", "loop.max_steps=7",
                                         "agent.limits.max_turns=3", "model.path=null"])
@@ -85,7 +90,7 @@ def test_cross_field_rules_name_the_fields(tmp_path):
     with pytest.raises(ConfigError, match="mini_batch_size=3 must divide train_batch_size=4"):
         load_train_config(DEMO_YAML, ["loop.train_batch_size=4", "loop.mini_batch_size=3"])
     with pytest.raises(ConfigError, match="model.fsdp with generator.backend=hf"):
-        load_train_config(DEMO_YAML, ["model.fsdp=true", "model.device=cuda"])
+        load_train_config(DEMO_YAML, ["model.fsdp=true", "model.device=cuda", "generator.backend=hf"])
     with pytest.raises(ConfigError, match="generator.max_model_len=8192 is below"):
         load_train_config(SEED_YAML, ["generator.max_model_len=8192"])
     with pytest.raises(ConfigError, match="requires max_seq_len"):

@@ -1,0 +1,293 @@
+"""vLLM OpenAI servers as generation engines: start them (one per core set or GPU, loopback only),
+talk to them token-in / token-out, reload their weights, stop them.
+
+Data requests go to ``POST /v1/completions`` with the prompt as token ids, ``return_token_ids``
+and ``logprobs: 0`` (the sampled token's processed log-prob), one request per prompt with its own
+seed; the server batches concurrent requests itself. Control goes to the dev routes
+(``VLLM_SERVER_DEV_MODE=1``): ``POST /collective_rpc`` runs swerl's worker extension
+(``swerl.inference.vllm_worker``) and ``POST /reset_prefix_cache`` drops KV blocks of old weights.
+A server the user starts must have the same flags (``server_command`` prints them).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import socket
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import requests
+import requests.adapters
+
+from swerl.errors import EnvironmentProblem, InferenceError
+from swerl.inference.base import Generation, SamplingParams
+from swerl.inference.config import InferenceConfig
+from swerl.inference.vllm_backend import cpu_engine_env
+from swerl.inference.vllm_worker import EXTENSION_QUALNAME
+
+log = logging.getLogger(__name__)
+
+SERVED_NAME = "swerl-policy"
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def server_command(config: InferenceConfig, model_path: str, port: int) -> list[str]:
+    """argv of one vLLM OpenAI server on ``127.0.0.1:port`` serving ``model_path`` as ``swerl-policy``.
+
+    The ``vllm`` console script of the CPU build fails (``PackageNotFoundError``), so the module runs.
+    """
+    argv = [
+        sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+        "--model", model_path, "--served-model-name", SERVED_NAME,
+        "--host", "127.0.0.1", "--port", str(port),
+        "--dtype", config.resolved_dtype(),
+        "--max-model-len", str(config.max_model_len),
+        "--max-num-seqs", str(config.max_num_seqs),
+        "--seed", str(config.seed),
+        "--logprobs-mode", "processed_logprobs",
+        "--worker-extension-cls", EXTENSION_QUALNAME,
+        "--disable-uvicorn-access-log",
+    ]
+    if config.max_num_batched_tokens is not None:
+        argv += ["--max-num-batched-tokens", str(config.max_num_batched_tokens)]
+    if config.weight_sync == "nccl":
+        argv += ["--weight-transfer-config", '{"backend": "nccl"}']
+    if config.enforce_eager:
+        argv.append("--enforce-eager")
+    if not config.enable_prefix_caching:
+        argv.append("--no-enable-prefix-caching")
+    return argv
+
+
+def server_env(config: InferenceConfig, cores: str | None, gpu: int | None, base: dict[str, str]) -> dict[str, str]:
+    """Environment of one server: dev routes on, hub offline, swerl importable, its cores or GPU.
+
+    Args:
+        cores: CPU only, ``VLLM_CPU_OMP_THREADS_BIND`` (e.g. ``"0"``). gpu: GPU only, its index.
+    """
+    env = dict(base)
+    env.update({"VLLM_SERVER_DEV_MODE": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"})
+    swerl_root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (swerl_root, base.get("PYTHONPATH", "")) if p)
+    if gpu is None:
+        env.update(cpu_engine_env(config, cores))
+    else:
+        env["CUDA_VISIBLE_DEVICES"] = str(gpu)
+    return env
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM it when the process that started it dies (Linux
+    ``PR_SET_PDEATHSIG``), so a killed trainer leaves no server behind."""
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
+    except OSError:
+        pass
+
+
+class ServerProcess:
+    """One vLLM server that swerl started; :meth:`stop` ends it (and its engine-core child).
+
+    Attributes:
+        url: ``http://127.0.0.1:PORT``. log_path: the server's stdout+stderr.
+    """
+
+    def __init__(self, argv: list[str], env: dict[str, str], port: int, log_path: Path) -> None:
+        self.url = f"http://127.0.0.1:{port}"
+        self.log_path = log_path
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = open(log_path, "ab")
+        self.proc = subprocess.Popen(argv, env=env, stdout=self._log, stderr=subprocess.STDOUT,
+                                     start_new_session=True, preexec_fn=_die_with_parent)
+
+    def wait_ready(self, deadline: float) -> None:
+        """Poll ``GET /health`` until 200 or ``deadline`` (monotonic seconds).
+
+        Raises:
+            EnvironmentProblem: the server exited or did not answer in time (naming its log).
+        """
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise EnvironmentProblem(
+                    f"vLLM server {self.url} exited with code {self.proc.returncode} while starting; see {self.log_path}"
+                )
+            try:
+                if requests.get(f"{self.url}/health", timeout=5).status_code == 200:
+                    return
+            except requests.RequestException:
+                pass
+            time.sleep(1.0)
+        raise EnvironmentProblem(f"vLLM server {self.url} not ready in time; see {self.log_path}")
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """SIGTERM the server's process group, SIGKILL after ``timeout_s``."""
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, 15)
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, 9)
+                self.proc.wait()
+        self._log.close()
+
+
+def start_servers(
+    config: InferenceConfig, model_path: str, log_dir: Path, cores: list[str | None], gpus: list[int | None]
+) -> list[ServerProcess]:
+    """Start one server per entry of ``cores``/``gpus`` (all at once), wait until every one is healthy.
+
+    Raises:
+        EnvironmentProblem: a server died or timed out (the others are stopped).
+    """
+    servers: list[ServerProcess] = []
+    try:
+        for index, (core_set, gpu) in enumerate(zip(cores, gpus, strict=True)):
+            port = free_port()
+            argv = server_command(config, model_path, port)
+            if gpu is not None:
+                argv += ["--gpu-memory-utilization", str(config.gpu_memory_utilization)]
+            env = server_env(config, core_set, gpu, dict(os.environ))
+            servers.append(ServerProcess(argv, env, port, log_dir / f"vllm-server-{index}.log"))
+            log.info("starting vLLM server %s (cores %s, gpu %s)", servers[-1].url, core_set, gpu)
+        deadline = time.monotonic() + config.server_start_timeout_s
+        for server in servers:
+            server.wait_ready(deadline)
+    except BaseException:
+        for server in servers:
+            server.stop()
+        raise
+    return servers
+
+
+def completion_request(prompt: list[int], sampling: SamplingParams, seed: int | None) -> dict[str, Any]:
+    """Body of ``POST /v1/completions``: token ids in, token ids and the sampled log-prob out; every
+    sampling field explicit (penalties and min_p off, so mu is temperature + top-k + top-p only)."""
+    body: dict[str, Any] = {
+        "model": SERVED_NAME,
+        "prompt": list(prompt),
+        "max_tokens": sampling.max_new_tokens,
+        "temperature": sampling.temperature,
+        "top_p": sampling.top_p,
+        "top_k": sampling.top_k,
+        "min_p": 0.0,
+        "presence_penalty": 0.0,
+        "frequency_penalty": 0.0,
+        "repetition_penalty": 1.0,
+        "stop": list(sampling.stop),
+        "stop_token_ids": list(sampling.stop_token_ids),
+        "logprobs": 0,
+        "return_token_ids": True,
+        "skip_special_tokens": False,
+        "ignore_eos": False,
+    }
+    if seed is not None:
+        body["seed"] = seed
+    return body
+
+
+def generation_from_choice(choice: dict[str, Any], weight_version: int) -> Generation:
+    """One ``choices[0]`` of a completion response -> :class:`Generation`.
+
+    Raises:
+        InferenceError: token ids or log-probs missing, of different lengths or non-finite, or an
+            unknown finish reason.
+    """
+    ids = choice.get("token_ids")
+    values = (choice.get("logprobs") or {}).get("token_logprobs")
+    if ids is None or values is None or len(ids) != len(values):
+        raise InferenceError(
+            "vLLM server returned no token_ids/token_logprobs of equal length; is it a vLLM server (return_token_ids)?"
+        )
+    if not all(value is not None and math.isfinite(value) for value in values):
+        raise InferenceError(f"vLLM server returned a non-finite log-prob: {values}")
+    finish = choice.get("finish_reason")
+    if finish not in ("stop", "length"):
+        raise InferenceError(f"vLLM server request finished with reason {finish!r}")
+    return Generation(
+        token_ids=[int(i) for i in ids], logprobs=[float(v) for v in values], finish_reason=finish,
+        weight_version=weight_version,
+    )
+
+
+class VLLMServerBackend:
+    """``GenerationBackend`` over one vLLM server (started by swerl or named by URL).
+
+    Args:
+        url: server root, e.g. ``http://127.0.0.1:8000`` (no ``/v1``).
+        tokenizer: the policy's tokenizer (chat templates; the server itself needs no text).
+        max_concurrency: requests in flight (the server batches them; keep >= its max_num_seqs).
+        timeout_s: per-request timeout, seconds.
+
+    Attributes:
+        weight_version: version of the weights the server holds (settable, e.g. on resume).
+    """
+
+    def __init__(self, url: str, tokenizer: Any = None, max_concurrency: int = 64, timeout_s: float = 600.0) -> None:
+        self.url = url.rstrip("/").removesuffix("/v1")
+        self.tokenizer = tokenizer
+        self.weight_version = 0
+        self.timeout_s = timeout_s
+        self._session = requests.Session()
+        adapter = requests.adapters.HTTPAdapter(pool_connections=1, pool_maxsize=max_concurrency)
+        self._session.mount("http://", adapter)
+        self._pool = ThreadPoolExecutor(max_workers=max_concurrency)
+
+    def generate(
+        self, prompts: list[list[int]], sampling: SamplingParams, seeds: list[int | None] | None = None
+    ) -> list[Generation]:
+        """Sample one continuation per prompt, concurrently; same order as ``prompts``."""
+        row_seeds = seeds if seeds is not None else [sampling.seed] * len(prompts)
+        bodies = [completion_request(p, sampling, s) for p, s in zip(prompts, row_seeds, strict=True)]
+        version = self.weight_version
+        choices = list(self._pool.map(lambda body: self.post("v1/completions", body)["choices"][0], bodies))
+        return [generation_from_choice(choice, version) for choice in choices]
+
+    def post(self, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        """``POST url/path`` with a JSON body; the JSON answer ({} when empty).
+
+        Raises:
+            InferenceError: connection failure or a non-200 answer (status and text quoted).
+        """
+        url = f"{self.url}/{path}"
+        try:
+            response = self._session.post(url, json=body or {}, timeout=self.timeout_s)
+        except requests.RequestException as err:
+            raise InferenceError(f"vLLM server: POST {url} failed: {err.__class__.__name__}: {err}") from err
+        if response.status_code != 200:
+            raise InferenceError(f"vLLM server: POST {url} -> HTTP {response.status_code}: {response.text[:300]}")
+        return response.json() if response.content else {}
+
+    def collective_rpc(self, method: str, **kwargs: Any) -> list[Any]:
+        """Run a worker(-extension) method on every worker of the server; its results."""
+        return self.post("collective_rpc", {"method": method, "kwargs": kwargs}).get("results", [])
+
+    def init_worker(self) -> None:
+        """One-time worker setup after start: AMX tiles on CPU (bf16 SIGILL otherwise)."""
+        self.collective_rpc("swerl_init_amx")
+
+    def reload_weights(self, weights_dir: str, version: int, repack_tied: bool = True) -> None:
+        """Reload the safetensors folder (a path the server can read), re-pack tied heads, reset the
+        prefix cache, and set ``weight_version``."""
+        self.collective_rpc("swerl_reload_weights", weights_path=str(weights_dir), repack_tied=repack_tied)
+        self.post("reset_prefix_cache")
+        self.weight_version = version
+
+    def close(self) -> None:
+        """Close the HTTP session and request threads (the server keeps running)."""
+        self._pool.shutdown(wait=False)
+        self._session.close()

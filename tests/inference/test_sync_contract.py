@@ -1,0 +1,63 @@
+"""The trainer's sync + parity probe (``swerl.trainer.generator``) against engines that honour the
+vLLM engine contract by reading the safetensors folder into their own copy of the model: a
+faithful engine agrees with the trainer after a sync; one that ignores the folder stops the run."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from swerl.errors import InferenceError
+from swerl.inference.engine_pool import EnginePool
+from swerl.inference.hf import HFBackend
+from swerl.trainer.config import TrainConfig
+from swerl.trainer.distributed import DistInfo
+from swerl.trainer.generator import sync_generator
+
+
+class DiskEngine:
+    """An engine with its own weights that it replaces only from the sync folder."""
+
+    def __init__(self, model: torch.nn.Module, tokenizer, faithful: bool = True) -> None:
+        self.hf = HFBackend(copy.deepcopy(model), tokenizer)
+        self.faithful, self.weight_version = faithful, 0
+
+    def generate(self, prompts, sampling, seeds=None):
+        return [g.model_copy(update={"weight_version": self.weight_version})
+                for g in self.hf.generate(prompts, sampling, seeds=seeds)]
+
+    def reload_weights(self, folder, version, repack_tied=True):
+        if self.faithful:
+            self.hf.model.load_state_dict(load_file(f"{folder}/model.safetensors"), strict=False)
+        self.weight_version = version
+
+
+def config() -> TrainConfig:
+    return TrainConfig(data={"tasks": "unused"}, agent={"temperature": 0.7, "limits": {"context_window_tokens": 256,
+                       "max_new_tokens_per_turn": 64}},
+                       generator={"backend": "vllm", "dtype": "float32", "max_model_len": 256, "probe_tokens": 8})
+
+
+def train_a_little(model: torch.nn.Module) -> None:
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(0.3 * parameter.abs().mean() * torch.randn_like(parameter))
+
+
+def test_faithful_engines_agree_after_a_sync_and_carry_the_version(tiny_model, tiny_tokenizer, tmp_path) -> None:
+    pool = EnginePool([DiskEngine(tiny_model, tiny_tokenizer), DiskEngine(tiny_model, tiny_tokenizer)], tiny_tokenizer)
+    train_a_little(tiny_model)
+    metrics = sync_generator(pool, tiny_model, config(), tmp_path, DistInfo(), version=3)
+    assert metrics["inference/logprob_diff_max"] < 1e-4 and metrics["timing/weight_sync_s"] >= 0
+    assert pool.weight_version == 3 and (tmp_path / "weight_sync" / "model.safetensors").is_file()
+
+
+def test_an_engine_that_keeps_old_weights_stops_the_run(tiny_model, tiny_tokenizer, tmp_path) -> None:
+    pool = EnginePool([DiskEngine(tiny_model, tiny_tokenizer), DiskEngine(tiny_model, tiny_tokenizer, faithful=False)],
+                      tiny_tokenizer)
+    train_a_little(tiny_model)
+    with pytest.raises(InferenceError, match=r"rank 0: logprob probe: engine 1 \(weight version 3\)"):
+        sync_generator(pool, tiny_model, config(), tmp_path, DistInfo(), version=3)

@@ -1,0 +1,38 @@
+"""Every rank generates its share: contiguous prompt shares with whole groups, globally unique
+group ids, and trajectories all-gathered in prompt order (two real gloo ranks)."""
+
+from __future__ import annotations
+
+import os
+
+import torch.distributed as tdist
+import torch.multiprocessing as mp
+
+from swerl.agent.trajectory import Trajectory
+from swerl.trainer.rollouts import gather_trajectories, rank_share
+
+
+def test_shares_cover_the_prompts_contiguously_and_prefixes_differ() -> None:
+    shares = [rank_share(5, 3, rank, 2) for rank in range(2)]
+    assert [list(s) for s, _ in shares] == [[0, 1, 2], [3, 4]]
+    assert [p for _, p in shares] == ["step3/0+", "step3/3+"]
+    assert rank_share(4, 3, 0, 1) == (range(0, 4), "step3/")  # one rank: the ids of a single-rank run
+    assert list(rank_share(1, 1, 1, 2)[0]) == []  # more ranks than prompts: an empty share
+
+
+def _gather(rank: int, port: int, out) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    tdist.init_process_group("gloo", rank=rank, world_size=2)
+    share, prefix = rank_share(3, 1, rank, 2)
+    local = [Trajectory(task_name=f"t{i}", group_id=f"{prefix}{i}", prompt_ids=[1, 2]) for i in share]
+    out[rank] = [t.group_id for t in gather_trajectories(local)]
+    tdist.destroy_process_group()
+
+
+def test_two_ranks_all_gather_in_prompt_order() -> None:
+    from swerl.inference.vllm_server import free_port
+
+    with mp.Manager() as manager:
+        out = manager.dict()
+        mp.spawn(_gather, args=(free_port(), out), nprocs=2)
+        assert out[0] == out[1] == ["step1/0+0", "step1/0+1", "step1/2+2"]
