@@ -3,7 +3,7 @@
 #   1. import the 164 HumanEval problems as pymethods2test-shaped task folders (once);
 #   2. `swerl sandbox-test`: every oracle must earn reward 1 and every null attempt 0 in Docker,
 #      so the rewards the run trains on can be trusted (SKIP_SANDBOX_TEST=1 skips it);
-#   3. `swerl train` a few steps of RLOO-n with TIS on the first 32 problems (exports included);
+#   3. `swerl train` a few steps of RLOO-n with TIS on 12 short HumanEval problems (exports included);
 #   4. `swerl select-checkpoint` picks the export with the best trailing EMA of the reward.
 set -euo pipefail
 OUT=${1:-runs/demo}

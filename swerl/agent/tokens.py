@@ -1,5 +1,5 @@
-"""Token-in/token-out bookkeeping of one episode (``shared/spec/tasks.md`` §5,
-``shared/spec/vllm.md`` §3).
+"""Token-in/token-out bookkeeping of one episode (``docs/tasks.md``,
+``docs/inference.md``).
 
 The chat template is applied once, to the first messages, to get the prompt ids. After
 that the record only grows: each assistant turn appends exactly the ids the policy

@@ -1,5 +1,5 @@
 """The record of one episode that training consumes: token-in, token-out
-(``shared/spec/tasks.md`` §5), never rebuilt by re-tokenizing text."""
+(``docs/tasks.md``), never rebuilt by re-tokenizing text."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Task archives: pack a task folder into a gzip'd tar and extract one safely.
 
 This is the ``task_binary`` column of the Parquet/JSONL task datasets (how
-``DCAgent/exp_rpt_pymethods2test-large`` is published; see ``shared/spec/tasks.md`` §1):
+``DCAgent/exp_rpt_pymethods2test-large`` is published; see ``docs/tasks.md``):
 members are paths relative to the task folder. Extraction accepts that layout or a
 single top-level folder, refuses anything that could write outside the target
 (``..``, absolute names, links escaping the folder, devices, FIFOs), and lands in a

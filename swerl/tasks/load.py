@@ -1,6 +1,6 @@
 """Load Harbor task folders into validated :class:`Task` objects.
 
-``load_task`` checks one folder against ``shared/spec/tasks.md`` §1 and raises
+``load_task`` checks one folder against ``docs/tasks.md`` and raises
 :class:`MalformedTask` (a ``TaskError``, exit 2) naming the file and the reason.
 ``load_tasks`` reads a whole source: a folder of task folders, one task folder, or a
 Parquet/JSONL dataset of ``path`` + ``task_binary`` rows; with ``on_error="skip"`` a

@@ -3,7 +3,7 @@
 ``task_binary`` is a gzip'd tar of one task folder (raw bytes in Parquet, base64 text
 in JSONL); ``path`` is the task folder's relative path, whose last component is the
 task name (e.g. ``pymethods2test-0007``). This is how ``DCAgent/exp_rpt_pymethods2test-large``
-and the TaskTrove collections are published (``shared/spec/tasks.md`` §1).
+and the TaskTrove collections are published (``docs/tasks.md``).
 """
 
 from __future__ import annotations
