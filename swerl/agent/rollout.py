@@ -58,6 +58,7 @@ async def collect_rollouts(
     concurrency: int,
     on_event: Callable[[RolloutEvent], None] | None = None,
     group_prefix: str = "",
+    first_index: int = 0,
     skip: Collection[tuple[str, int]] = (),
 ) -> list[Trajectory]:
     """Sample ``n_samples`` episodes of every task.
@@ -72,6 +73,8 @@ async def collect_rollouts(
         concurrency: most episodes alive at once (>= 1).
         on_event: called (in the event loop) when an episode starts and finishes.
         group_prefix: prepended to every ``group_id`` (e.g. ``step12/``) for global uniqueness.
+        first_index: index of ``tasks[0]`` in the whole batch (a rank's share starts there), so
+            group ids, and the episode seeds made from them, do not depend on the number of ranks.
         skip: ``(group_id, sample_index)`` of episodes not to run (already done: a resumed eval);
             the others keep their ids and seeds.
 
@@ -81,7 +84,7 @@ async def collect_rollouts(
     if n_samples < 1 or concurrency < 1:
         raise ValueError(f"n_samples ({n_samples}) and concurrency ({concurrency}) must be >= 1")
     semaphore = asyncio.Semaphore(concurrency)
-    todo = [(ti, task, si) for ti, task in enumerate(tasks) for si in range(n_samples)
+    todo = [(ti, task, si) for ti, task in enumerate(tasks, start=first_index) for si in range(n_samples)
             if (group_id_for(ti, task.name, group_prefix), si) not in skip]
     total = len(todo)
     done = 0

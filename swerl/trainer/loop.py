@@ -281,7 +281,8 @@ def train(
             model.eval()
             share, prefix = rank_share(len(batch_tasks), step, info.rank, info.world_size)
             local = runner.collect([batch_tasks[i] for i in share], config.n_samples, step,
-                                   on_event=lambda ev: emit(TrainEvent("rollout", step, ev)), group_prefix=prefix)
+                                   on_event=lambda ev: emit(TrainEvent("rollout", step, ev)), group_prefix=prefix,
+                                   first_index=share.start)
             trajs = group_batch(gather_trajectories(local))
             timings["timing/rollout_s"] = time.monotonic() - t0
 

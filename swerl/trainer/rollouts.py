@@ -27,15 +27,16 @@ log = logging.getLogger(__name__)
 
 
 def rank_share(num_tasks: int, step: int, rank: int, world_size: int) -> tuple[range, str]:
-    """This rank's prompts of a step and the group-id prefix that keeps its ids globally unique.
+    """This rank's prompts of a step and the step's group-id prefix.
 
     Returns:
-        (contiguous task indices, ``step{N}/`` on one rank, ``step{N}/{first}+`` with several).
+        (contiguous task indices, ``step{N}/``). Pass ``share.start`` as ``first_index`` so group
+        ids (hence episode seeds) are the same on any number of ranks.
     """
     base, extra = divmod(num_tasks, world_size)
     start = rank * base + min(rank, extra)
     share = range(start, start + base + (1 if rank < extra else 0))
-    return share, f"step{step}/" if world_size == 1 else f"step{step}/{start}+"
+    return share, f"step{step}/"
 
 
 def gather_trajectories(local: list[Trajectory]) -> list[Trajectory]:
@@ -113,22 +114,26 @@ class RolloutRunner:
         step: int,
         on_event: Callable[[RolloutEvent], None] | None = None,
         group_prefix: str | None = None,
+        first_index: int = 0,
     ) -> list[Trajectory]:
         """``len(tasks) * n_samples`` trajectories of this step, groups contiguous in task order.
 
-        ``group_prefix`` (default ``step{N}/``) prefixes every group id; see :func:`rank_share`."""
+        ``group_prefix`` (default ``step{N}/``) prefixes every group id; ``first_index`` is the
+        batch index of ``tasks[0]`` (see :func:`rank_share`)."""
         assert self._loop is not None, "RolloutRunner used outside its context"
         prefix = f"step{step}/" if group_prefix is None else group_prefix
         if not tasks:
             return []
-        return self._loop.run_until_complete(self._collect(tasks, n_samples, prefix, on_event))
+        return self._loop.run_until_complete(self._collect(tasks, n_samples, prefix, first_index, on_event))
 
     async def _collect(
-        self, tasks: list[Any], n_samples: int, prefix: str, on_event: Callable[[RolloutEvent], None] | None
+        self, tasks: list[Any], n_samples: int, prefix: str, first_index: int,
+        on_event: Callable[[RolloutEvent], None] | None,
     ) -> list[Trajectory]:
         async with AsyncBatcher(self.backend, self.max_batch_size, self.batch_wait_s) as batcher:
             policy = BackendPolicy(batcher, self.tokenizer)
             return await collect_rollouts(
                 tasks, n_samples, policy, self._manager, self.agent_cfg,
                 concurrency=self.concurrency, on_event=on_event, group_prefix=prefix,
+                first_index=first_index,
             )

@@ -117,7 +117,7 @@ def test_fast_variant_reports_a_hanging_command_as_still_running(add_two, smol_t
 
 
 def test_megabyte_output_is_cut_to_the_budget(add_two, smol_tokenizer):
-    cfg = AgentConfig(output_budget_bytes=2000)
+    cfg = AgentConfig(protocol="terminus-json-fast", output_budget_bytes=2000)  # the shell variant's budget
     replies = [terminus(("head -c 1000000 /dev/zero | tr '\\0' 'a'; echo; echo END\n", 5.0)),
                terminus(done=True), terminus(done=True)]
     traj, _ = run(episode(add_two, replies, smol_tokenizer, cfg))
@@ -251,7 +251,8 @@ def test_recorded_ids_are_exactly_what_the_policy_saw(add_two, smol_tokenizer):
     # One id per character: decodes to the same text, but re-encoding would merge them.
     replies = [[i for ch in r for i in smol_tokenizer.encode(ch, add_special_tokens=False)] + [end]
                for r in replies_text[:2]] + replies_text[2:]
-    traj, policy = run(episode(add_two, replies, smol_tokenizer))
+    # The shell variant passes output bytes through unchanged (a tmux pane turns the tab into spaces).
+    traj, policy = run(episode(add_two, replies, smol_tokenizer, AgentConfig(protocol="terminus-json-fast")))
     assert traj.end_reason == "task_complete" and odd.strip() in traj.messages[2]["content"]
     last = policy.prompts[-1]
     seen = len(last) - len(traj.prompt_ids)

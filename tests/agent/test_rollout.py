@@ -80,7 +80,8 @@ def test_eval_writes_trajectories_and_summary(tmp_path, smol_tokenizer):
 
 
 def test_backend_policy_records_sampling_logprobs_on_generated_ids_only(smol_tokenizer, tiny_model):
-    cfg = AgentConfig(protocol="terminus-json", temperature=1.0, seed=7,
+    # The shell variant counts a cut-off reply as a parse failure (terminus-2 answers it with an ERROR turn).
+    cfg = AgentConfig(protocol="terminus-json-fast", temperature=1.0, seed=7,
                       limits=EpisodeLimits(max_new_tokens_per_turn=6, max_consecutive_parse_failures=2))
     tasks = [load_task(FIXTURE_TASKS / "add-two")]
 

@@ -16,11 +16,28 @@ from ._support import copy_task, run
 pytestmark = pytest.mark.docker
 
 
+def _restore_default_bridge(gateway: str, prefix_len: str) -> None:
+    """Put back the engine's ``docker0`` interface when it has vanished from the host (seen here
+    after another engine on the same machine was killed), so the probe has its gateway address."""
+    import shutil
+    import subprocess
+
+    if subprocess.run(["ip", "-br", "addr", "show", "docker0"], capture_output=True).returncode == 0:
+        return
+    if shutil.which("ip") is None:
+        return
+    for cmd in (["ip", "link", "add", "docker0", "type", "bridge"],
+                ["ip", "addr", "add", f"{gateway}/{prefix_len}", "dev", "docker0"],
+                ["ip", "link", "set", "docker0", "up"]):
+        subprocess.run(cmd, capture_output=True)
+
+
 @pytest.fixture
 def probe_task(docker_client, tmp_path):
     """The network_probe fixture with listener.txt naming a listener on the bridge gateway."""
     subnet = docker_client.networks.get("bridge").attrs["IPAM"]["Config"][0]
     gateway = subnet.get("Gateway") or subnet["Subnet"].rsplit(".", 2)[0] + ".0.1"
+    _restore_default_bridge(gateway, subnet["Subnet"].split("/")[1])
     server = socket.socket()
     server.bind((gateway, 0))
     server.listen()

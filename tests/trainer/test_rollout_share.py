@@ -1,5 +1,5 @@
-"""Every rank generates its share: contiguous prompt shares with whole groups, globally unique
-group ids, and trajectories all-gathered in prompt order (two real gloo ranks)."""
+"""Every rank generates its share: contiguous prompt shares with whole groups, the group ids
+of a single-rank run, and trajectories all-gathered in prompt order (two real gloo ranks)."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ from swerl.agent.trajectory import Trajectory
 from swerl.trainer.rollouts import gather_trajectories, rank_share
 
 
-def test_shares_cover_the_prompts_contiguously_and_prefixes_differ() -> None:
+def test_shares_cover_the_prompts_contiguously_with_the_single_rank_prefix() -> None:
     shares = [rank_share(5, 3, rank, 2) for rank in range(2)]
     assert [list(s) for s, _ in shares] == [[0, 1, 2], [3, 4]]
-    assert [p for _, p in shares] == ["step3/0+", "step3/3+"]
-    assert rank_share(4, 3, 0, 1) == (range(0, 4), "step3/")  # one rank: the ids of a single-rank run
+    assert [p for _, p in shares] == ["step3/", "step3/"]  # ids = a single-rank run's (same seeds)
+    assert rank_share(4, 3, 0, 1) == (range(0, 4), "step3/")
     assert list(rank_share(1, 1, 1, 2)[0]) == []  # more ranks than prompts: an empty share
 
 
@@ -35,4 +35,4 @@ def test_two_ranks_all_gather_in_prompt_order() -> None:
     with mp.Manager() as manager:
         out = manager.dict()
         mp.spawn(_gather, args=(free_port(), out), nprocs=2)
-        assert out[0] == out[1] == ["step1/0+0", "step1/0+1", "step1/2+2"]
+        assert out[0] == out[1] == ["step1/0", "step1/1", "step1/2"]
