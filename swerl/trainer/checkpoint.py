@@ -119,11 +119,7 @@ def iter_full_state(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]
     most one unsharded tensor is alive per rank. A weight tied to an earlier one (same
     parameter, e.g. SmolLM2's ``lm_head.weight``) is skipped, like ``save_pretrained`` does.
     """
-    seen: set[int] = set()
-    for name, value in model.state_dict().items():
-        if id(value) in seen:
-            continue
-        seen.add(id(value))
+    for name, value in _untied_state(model):
         if hasattr(value, "full_tensor"):
             mesh_device = value.device_mesh.device_type
             if value.device.type != mesh_device:  # CPU-offloaded shard: gather over the mesh's device (NCCL)
@@ -134,12 +130,25 @@ def iter_full_state(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]
 
 def _state_nbytes(model: torch.nn.Module) -> list[tuple[str, int]]:
     """(name, bytes of the full tensor) in ``iter_full_state`` order, from global shapes (no collective)."""
-    seen: set[int] = set()
+    return [(name, value.numel() * value.element_size()) for name, value in _untied_state(model)]
+
+
+def _untied_state(model: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
+    """The state dict without tensors tied to an earlier one (same storage, shape and dtype).
+
+    ``state_dict()`` detaches every entry into a new tensor object, so a tied weight (SmolLM2's
+    ``lm_head.weight`` is ``embed_tokens.weight``) is recognised by its storage, not its ``id``;
+    safetensors refuses shared storage.
+    """
+    seen: set[tuple[int, tuple[int, ...], torch.dtype]] = set()
     out = []
     for name, value in model.state_dict().items():
-        if id(value) not in seen:
-            seen.add(id(value))
-            out.append((name, value.numel() * value.element_size()))
+        local = value.to_local() if hasattr(value, "to_local") else value
+        key = (local.data_ptr(), tuple(value.shape), value.dtype)
+        if local.numel() and key in seen:
+            continue
+        seen.add(key)
+        out.append((name, value))
     return out
 
 

@@ -129,10 +129,11 @@ def test_latest_falls_back_when_pointer_is_missing_and_bad_path_is_an_error(tmp_
         ckpt.resolve_resume(tmp_path, str(tmp_path / "nowhere"))
 
 
-def test_hf_export_loads_with_transformers(tmp_path):
+@pytest.mark.parametrize("tied", [False, True], ids=["untied", "tied-embeddings"])
+def test_hf_export_loads_with_transformers(tmp_path, tied):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    model, tok = build_tiny_model(16, 3), build_tiny_tokenizer()
+    model, tok = build_tiny_model(16, 3, tie_word_embeddings=tied), build_tiny_tokenizer()
     path = ckpt.export_hf(tmp_path, 5, model, tok, DistInfo())
     assert path == tmp_path / "exports" / "global_step_5" and (path / "model.safetensors").is_file()
     loaded = AutoModelForCausalLM.from_pretrained(path)
