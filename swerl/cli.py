@@ -248,7 +248,9 @@ def _print_sandbox_test_tables(report, tasks: str, redteam: bool) -> None:  # no
 
     counts = report.counts()
     columns = [*ATTEMPTS, *([REDTEAM] if redteam else [])]
-    table = Table(title=f"sandbox-test {tasks} (run {report.run_id})")
+    # A table title wraps to the table's width, so the run id (the label on its containers) gets a line.
+    out_console.print(f"sandbox-test {tasks} (run {report.run_id})", highlight=False, soft_wrap=True)
+    table = Table(title="trial outcomes per attempt")
     table.add_column("outcome")
     for column in columns:
         table.add_column(column, justify="right")

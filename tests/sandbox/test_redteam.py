@@ -63,5 +63,6 @@ def test_weak_task_is_named_forgeable_with_the_attempts_that_forged_it(redteam_r
 
 def test_red_team_trials_leave_no_container(redteam_run, docker_client):
     out, _ = redteam_run
-    run_id = out.stdout.split("(run ", 1)[1].split(")", 1)[0]
+    line = next(x for x in out.stdout.splitlines() if x.startswith("sandbox-test ") and "(run " in x)
+    run_id = line.rsplit("(run ", 1)[1].removesuffix(")")
     assert containers_of(docker_client, run_id) == []
