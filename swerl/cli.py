@@ -293,6 +293,7 @@ _MODEL_PANEL, _AGENT_PANEL = "Model", "Agent"
 
 @app.command("eval")
 def eval_cmd(
+    ctx: typer.Context,
     tasks: Annotated[Path, typer.Argument(help="Folder of task folders, one task folder, or a .parquet/.jsonl dataset.")],
     model: Annotated[Optional[str], typer.Option(
         help="HF folder, .gguf file, or an OpenAI-compatible server URL (http...). "
@@ -331,6 +332,12 @@ def eval_cmd(
     out: Annotated[Optional[Path], typer.Option(help="Output folder (default runs/eval-<UTC time>).")] = None,
     resume: Annotated[bool, typer.Option(
         "--resume", help="Continue the stopped eval in --out: run only its missing episodes (same flags).")] = False,
+    from_run: Annotated[Optional[Path], typer.Option(
+        help="Evaluate an export of this `swerl train` run with its protocol, limits, sampling and generator "
+             "(model and agent flags then not allowed).", rich_help_panel=_MODEL_PANEL)] = None,
+    step: Annotated[Optional[int], typer.Option(
+        min=0, help="--from-run: the export's global step (default: the selected checkpoint, else the latest export).",
+        rich_help_panel=_MODEL_PANEL)] = None,
 ) -> None:
     """Evaluate a model on tasks: k episodes per task in sandboxes; pass@1, pass@k, reward, outcomes.
 
@@ -364,6 +371,16 @@ def eval_cmd(
         first = err.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
         raise ConfigError(f"swerl eval: {where}: {first['msg']}; fix the matching flag (see `swerl eval --help`)") from None
+    if from_run is not None:
+        from swerl.trainer.eval_from_run import eval_config_from_run
+
+        given = {n for n in ctx.params if getattr(ctx.get_parameter_source(n), "name", "") == "COMMANDLINE"}
+        config, which = eval_config_from_run(
+            from_run, step, tasks=tasks, out_dir=config.out_dir, samples=samples, limit=limit, resume=resume,
+            concurrency=concurrency if "concurrency" in given else None, given=given)
+        err_console.print(f"export: {which}", highlight=False)
+    elif step is not None:
+        raise ConfigError("--step needs --from-run RUN_DIR: the run whose export to evaluate")
     err_console.print(f"model: {model_label(config.inference)}", highlight=False)
     from swerl.sandbox.signals import Terminated
 

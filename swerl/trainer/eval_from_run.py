@@ -1,0 +1,108 @@
+"""``swerl eval --from-run RUN_DIR [--step N]``: evaluate an export of a training run with the
+run's own protocol, episode limits, sampling and generator, read from ``RUN_DIR/config.yaml``.
+
+Stage: ``trainer/`` (reads a run directory) building the ``agent`` stage's ``EvalConfig``.
+The export is ``RUN_DIR/exports/global_step_N``; without ``--step`` it is the step that
+``swerl select-checkpoint`` picks (trailing EMA of ``reward/avg_raw_reward``), else the latest
+export. What is taken from the run:
+
+- ``agent``: protocol, limits (turns, tokens per turn, context window, timeouts), temperature,
+  top-p, top-k, seed, prefill, thinking: the whole ``agent`` section;
+- ``generator``: backend (hf or vllm), batch size, threads, vLLM settings; the model is the
+  export, on ``model.device`` in ``model.dtype`` (unless ``generator.dtype`` is set);
+- ``sandbox.concurrency`` (unless ``--concurrency`` is given).
+
+A flag of ``swerl eval`` that sets one of these (``--temperature``, ``--model``, ...) would be
+silently overridden, so passing one with ``--from-run`` is an error.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection
+from pathlib import Path
+
+from swerl.agent.evaluate import EvalConfig
+from swerl.errors import ConfigError
+from swerl.selection import EXPORT_DIR, MetricsFileError, select_checkpoint
+from swerl.trainer.config import load_train_config
+
+# `swerl eval` options (Python parameter names) whose value --from-run takes from the run.
+RUN_FLAGS = {
+    "model": "--model", "backend": "--backend", "tokenizer": "--tokenizer", "served_model": "--served-model",
+    "device": "--device", "batch_size": "--batch-size", "threads": "--threads", "protocol": "--protocol",
+    "prefill": "--prefill", "temperature": "--temperature", "top_p": "--top-p",
+    "max_new_tokens": "--max-new-tokens", "max_turns": "--max-turns", "context_window": "--context-window",
+    "agent_timeout": "--agent-timeout", "enable_thinking": "--enable-thinking", "seed": "--seed",
+}
+
+
+def exported_steps(run_dir: Path) -> list[int]:
+    """Steps with an HF export under ``RUN_DIR/exports`` (``global_step_N`` folders), ascending."""
+    found = []
+    for path in (run_dir / EXPORT_DIR).glob("global_step_*"):
+        match = re.fullmatch(r"global_step_(\d+)", path.name)
+        if match and path.is_dir():
+            found.append(int(match.group(1)))
+    return sorted(found)
+
+
+def resolve_export(run_dir: Path, step: int | None) -> tuple[int, Path, str]:
+    """The export to evaluate: ``step`` when given, else the selected checkpoint, else the latest.
+
+    Returns: (step, export folder, why this step: "--step", "selected ..." or "latest export").
+    Raises: ConfigError naming the steps that have an export when there is none for ``step``.
+    """
+    steps = exported_steps(run_dir)
+    if not steps:
+        raise ConfigError(f"{run_dir / EXPORT_DIR}: no global_step_N exports: pass the RUN_DIR of a swerl train "
+                          "run that wrote exports (checkpointing.hf_save_interval or save_final)")
+    if step is not None:
+        if step not in steps:
+            raise ConfigError(f"--step {step}: no export {run_dir / EXPORT_DIR / f'global_step_{step}'}; "
+                              f"exported steps: {', '.join(map(str, steps))}")
+        return step, run_dir / EXPORT_DIR / f"global_step_{step}", "--step"
+    try:
+        chosen = select_checkpoint(run_dir).chosen
+    except MetricsFileError:  # no (readable) reward records: nothing to select by
+        chosen = None
+    if chosen is not None:
+        return chosen.step, run_dir / EXPORT_DIR / f"global_step_{chosen.step}", (
+            f"selected (trailing EMA {chosen.ema:.4f} of reward/avg_raw_reward)")
+    return steps[-1], run_dir / EXPORT_DIR / f"global_step_{steps[-1]}", "latest export"
+
+
+def eval_config_from_run(
+    run_dir: Path, step: int | None, *, tasks: Path, out_dir: Path, samples: int, limit: int | None,
+    concurrency: int | None, resume: bool, given: Collection[str] = (),
+) -> tuple[EvalConfig, str]:
+    """Build the ``swerl eval`` config of an export of ``run_dir``.
+
+    Args:
+        run_dir: a ``swerl train`` run directory (its ``config.yaml`` and ``exports/``).
+        step: the export's global step; None = selected checkpoint, else the latest export.
+        tasks, out_dir, samples, limit, resume: as the ``swerl eval`` flags.
+        concurrency: episodes alive at once; None = the run's ``sandbox.concurrency``.
+        given: names of the ``swerl eval`` parameters given on the command line.
+    Returns: (EvalConfig, a one-line description of the export and why it was chosen).
+    Raises: ConfigError (exit 2) for a missing run dir, config or export, or a flag in ``given``
+        that the run sets.
+    """
+    clashing = [RUN_FLAGS[name] for name in given if name in RUN_FLAGS]
+    if clashing:
+        raise ConfigError(f"--from-run takes the model, protocol, limits and sampling from {run_dir / 'config.yaml'}: "
+                          f"drop {', '.join(sorted(clashing))} (or evaluate without --from-run)")
+    if not (run_dir / "config.yaml").is_file():
+        raise ConfigError(f"--from-run {run_dir}: no config.yaml: pass the RUN_DIR of a swerl train run")
+    run = load_train_config(run_dir / "config.yaml")
+    step, export, why = resolve_export(run_dir, step)
+    device = run.model.device if run.model.device != "auto" else run.generator.device
+    inference = run.generator.model_copy(update={
+        "model": str(export), "device": device, "dtype": run.generator.dtype or run.model.dtype,
+    })
+    config = EvalConfig(
+        tasks=tasks, samples=samples, limit=limit, out_dir=out_dir, resume=resume,
+        concurrency=concurrency if concurrency is not None else run.sandbox.concurrency,
+        agent=run.agent, inference=inference,
+    )
+    return config, f"step {step} of {run_dir} ({why}): {export}"

@@ -1,0 +1,90 @@
+"""`swerl eval --from-run RUN_DIR --step N`: the export of step N, evaluated with the run's
+protocol, limits and sampling; which export without --step; flags that would be overridden."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from swerl.cli import app
+from swerl.errors import ConfigError
+from swerl.trainer.config import TrainConfig
+from swerl.trainer.eval_from_run import eval_config_from_run, resolve_export
+from swerl.trainer.loop import train
+
+TASKS = Path(__file__).resolve().parents[2] / "examples" / "learning_tasks"
+RUN = {
+    "data": {"tasks": str(TASKS), "names": ["magic-a", "magic-b"]},
+    "agent": {"protocol": "single-turn", "temperature": 1.0, "top_k": 5,
+              "limits": {"max_new_tokens_per_turn": 4, "context_window_tokens": 256, "max_turns": 1}},
+    "sandbox": {"concurrency": 3},
+    "generator": {"max_batch_size": 8},
+    "algorithm": {"n_samples_per_prompt": 2, "min_group_size": 2},
+    "loop": {"train_batch_size": 2, "epochs": 3, "max_steps": 2, "micro_batch_size": 4},
+    "checkpointing": {"ckpt_interval": 0, "hf_save_interval": 1},
+}
+
+
+def _fake_run(tmp_path: Path, rewards: list[float], exports: list[int]) -> Path:
+    run = tmp_path / "run"
+    (run / "exports").mkdir(parents=True)
+    cfg = TrainConfig.model_validate({**RUN, "model": {"path": "/models/base", "device": "cpu"}})
+    (run / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json")))
+    lines = [json.dumps({"global_step": s, "reward/avg_raw_reward": r}) for s, r in enumerate(rewards, start=1)]
+    (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    for step in exports:
+        (run / "exports" / f"global_step_{step}").mkdir()
+    return run
+
+
+def test_the_run_gives_protocol_limits_sampling_and_the_export_is_the_model(tmp_path):
+    run = _fake_run(tmp_path, [0.0, 0.5, 0.25], exports=[1, 2, 3])
+    config, which = eval_config_from_run(run, 2, tasks=TASKS, out_dir=tmp_path / "out", samples=3, limit=None,
+                                         concurrency=None, resume=False)
+    assert config.agent.protocol == "single-turn" and config.agent.temperature == 1.0 and config.agent.top_k == 5
+    assert config.agent.limits.max_new_tokens_per_turn == 4 and config.agent.limits.context_window_tokens == 256
+    assert config.inference.model == str(run / "exports" / "global_step_2") and config.inference.backend == "hf"
+    assert config.concurrency == 3 and config.samples == 3 and which.startswith("step 2 ")
+
+
+def test_without_step_the_selected_checkpoint_else_the_latest_export(tmp_path):
+    run = _fake_run(tmp_path, [0.0, 1.0, 0.0, 0.0], exports=[1, 2, 3, 4])
+    step, path, why = resolve_export(run, None)  # EMA: 0, 1/3, 2/9, 4/27: step 2 (>= 2 x interval 1)
+    assert step == 2 and path.name == "global_step_2" and why.startswith("selected")
+    (run / "metrics.jsonl").unlink()
+    assert resolve_export(run, None)[0] == 4
+
+
+def test_a_missing_export_names_the_exported_steps(tmp_path):
+    run = _fake_run(tmp_path, [0.0, 0.5], exports=[1, 2])
+    with pytest.raises(ConfigError, match=r"--step 7: no export .*exported steps: 1, 2"):
+        resolve_export(run, 7)
+
+
+def test_a_flag_the_run_sets_is_rejected_by_name(tmp_path):
+    run = _fake_run(tmp_path, [0.0, 0.5], exports=[1, 2])
+    result = CliRunner().invoke(app, ["eval", str(TASKS), "--from-run", str(run), "--temperature", "0.2"])
+    assert isinstance(result.exception, ConfigError) and result.exception.exit_code == 2
+    assert "drop --temperature" in str(result.exception)
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_eval_from_run_evaluates_the_export_with_the_runs_limits(tmp_path, tiny_model_dir):
+    cfg = TrainConfig.model_validate({**RUN, "model": {"path": str(tiny_model_dir), "device": "cpu"}})
+    run = tmp_path / "run"
+    train(cfg, run)
+    out = tmp_path / "eval"
+    result = CliRunner().invoke(app, ["eval", str(TASKS), "--from-run", str(run), "--step", "1", "-k", "2",
+                                      "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["model"] == str(run / "exports" / "global_step_1")
+    assert summary["protocol"] == "single-turn" and summary["num_trajectories"] == 8  # 4 tasks x 2
+    records = [json.loads(line) for line in (out / "trajectories.jsonl").read_text().splitlines()]
+    # the eval command's defaults would allow 1024 tokens per turn and 50 terminus turns
+    assert all(0 < len(r["response_ids"]) <= 4 for r in records), [len(r["response_ids"]) for r in records]
