@@ -488,7 +488,7 @@ def train_cmd(
         out_console.print(f"run already finished at global step {result.last_step}: nothing to train ({target})")
         return
     out_console.print(f"trained {result.steps_trained} steps, global step {result.last_step}; run dir {target}")
-    if cfg.logging.wandb is not None:
+    if cfg.logging.wandb is not None or cfg.logging.mlflow is not None:
         _log_selection_to_trackers(cfg, target)
 
 

@@ -19,7 +19,7 @@ from swerl.inference.config import InferenceConfig
 from swerl.rl.config import AlgorithmConfig
 from swerl.sandbox.models import SandboxConfig
 from swerl.trainer.evaluation import EvalDuringTrainingConfig
-from swerl.trainer.trackers import WandbConfig
+from swerl.trainer.trackers import MlflowConfig, WandbConfig
 
 
 class _Strict(BaseModel):
@@ -139,6 +139,9 @@ class LoggingConfig(_Strict):
     dump_trajectories: bool = Field(False, description="Write every trajectory to RUN_DIR/trajectories/step_N.jsonl.")
     wandb: WandbConfig | None = Field(
         None, description="Also log to Weights & Biases (offline by default: RUN_DIR/wandb); None = off."
+    )
+    mlflow: MlflowConfig | None = Field(
+        None, description="Also log to MLflow (a file store RUN_DIR/mlruns by default); None = off."
     )
 
 

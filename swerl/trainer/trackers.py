@@ -1,5 +1,6 @@
 """Experiment trackers next to ``metrics.jsonl`` and TensorBoard: Weights & Biases
-(``logging.wandb``), offline by default so a run never needs a network.
+(``logging.wandb``) and MLflow (``logging.mlflow``), both local by default (a W&B offline run,
+an MLflow file store under the run directory) so a run never needs a network.
 
 Stage: ``trainer/`` (rank 0). A tracker gets the resolved config and the run plan when it opens,
 every step's metrics record, and, after training, the checkpoint ``swerl select-checkpoint``
@@ -7,12 +8,17 @@ would pick (:func:`log_selection`, called by the CLI, which reopens the tracker 
 kept in ``RUN_DIR/trackers.json``).
 
 W&B offline mode writes ``RUN_DIR/wandb/offline-run-*/run-<id>.wandb``; ``wandb sync`` uploads it.
+MLflow writes the file store ``RUN_DIR/mlruns`` (``mlflow ui --backend-store-uri RUN_DIR/mlruns``),
+or logs to ``logging.mlflow.tracking_uri``.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
+import re
+import time
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -97,11 +103,99 @@ class WandbTracker:
         self.run.finish()
 
 
-def open_trackers(logging_cfg: Any, run_dir: Path, config: dict[str, Any], plan: Any) -> list[WandbTracker]:
+class MlflowConfig(BaseModel):
+    """``logging.mlflow``: log to MLflow (needs the ``mlflow`` extra: ``pip install 'swerl[mlflow]'``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tracking_uri: str | None = Field(
+        None, description="MLflow tracking URI (http://server, sqlite:///file.db, file:/dir); None = RUN_DIR/mlruns."
+    )
+    experiment: str = Field("swerl", min_length=1, description="MLflow experiment (created when missing).")
+    run_name: str | None = Field(None, description="Run name; None = the run directory's name.")
+    tags: dict[str, str] = Field(default_factory=dict, description="Run tags.")
+
+
+def _mlflow_client(cfg: MlflowConfig, run_dir: Path) -> Any:
+    try:
+        from mlflow.tracking import MlflowClient
+    except ImportError as err:
+        raise EnvironmentProblem("logging.mlflow is set but mlflow is not installed: pip install 'swerl[mlflow]'") from err
+    uri = cfg.tracking_uri or (run_dir / "mlruns").resolve().as_uri()
+    if uri.startswith("file:"):  # MLflow >= 3.7 refuses its file store unless this opt-out is set
+        os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+    return MlflowClient(tracking_uri=uri)
+
+
+def mlflow_key(key: str) -> str:
+    """A metric key as MLflow accepts it: ``@`` becomes ``_at_`` (``eval/pass@1`` ->
+    ``eval/pass_at_1``), any other character outside ``[A-Za-z0-9_-. :/]`` becomes ``_``."""
+    return re.sub(r"[^0-9A-Za-z_\-. :/]", "_", key.replace("@", "_at_"))
+
+
+def _flat(node: Any, prefix: str = "") -> dict[str, str]:
+    """Nested config data as dotted-key MLflow params (values as text, cut to MLflow's 6000 chars)."""
+    if isinstance(node, dict) and node:
+        out: dict[str, str] = {}
+        for key, value in node.items():
+            out.update(_flat(value, f"{prefix}{key}."))
+        return out
+    return {prefix[:-1]: json.dumps(node)[:6000] if not isinstance(node, str) else node[:6000]}
+
+
+class MlflowTracker:
+    """One MLflow run per run directory (reopened by id when the run directory is resumed).
+
+    The resolved config goes in as dotted params (``algorithm.loss_reduction``) and as the artifact
+    ``config.json``, the run plan as ``plan.json``; each step's metrics at MLflow step = global step.
+
+    Raises: EnvironmentProblem when mlflow is not installed.
+    """
+
+    def __init__(self, cfg: MlflowConfig, run_dir: Path, config: dict[str, Any], plan: Any) -> None:
+        from mlflow.entities import Param
+
+        self.client = _mlflow_client(cfg, run_dir)
+        ids = _read_ids(run_dir)
+        self.run_id = ids.get("mlflow")
+        if self.run_id is None:
+            found = self.client.get_experiment_by_name(cfg.experiment)
+            experiment = found.experiment_id if found else self.client.create_experiment(cfg.experiment)
+            self.run_id = self.client.create_run(experiment, run_name=cfg.run_name or run_dir.name, tags=cfg.tags).info.run_id
+            _write_ids(run_dir, {**ids, "mlflow": self.run_id})
+            params = [Param(k, v) for k, v in _flat(config).items()]
+            for i in range(0, len(params), 100):  # MLflow takes at most 100 params per batch
+                self.client.log_batch(self.run_id, params=params[i:i + 100])
+        else:  # a resume: params are immutable in MLflow, the artifacts below hold the new config
+            self.client.update_run(self.run_id, status="RUNNING")
+        self.client.log_dict(self.run_id, config, "config.json")
+        self.client.log_dict(self.run_id, _plain(plan), "plan.json")
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        """Record one step's metrics at MLflow step ``step`` (keys through :func:`mlflow_key`)."""
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        batch = [Metric(mlflow_key(k), float(v), now, step) for k, v in metrics.items()
+                 if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        for i in range(0, len(batch), 1000):
+            self.client.log_batch(self.run_id, metrics=batch[i:i + 1000])
+
+    def close(self) -> None:
+        """Mark the run finished."""
+        self.client.set_terminated(self.run_id, "FINISHED")
+
+
+Tracker = WandbTracker | MlflowTracker
+
+
+def open_trackers(logging_cfg: Any, run_dir: Path, config: dict[str, Any], plan: Any) -> list[Tracker]:
     """The trackers ``logging_cfg`` asks for, opened with the config and the plan (rank 0 only)."""
-    trackers = []
+    trackers: list[Tracker] = []
     if getattr(logging_cfg, "wandb", None) is not None:
         trackers.append(WandbTracker(logging_cfg.wandb, run_dir, config, plan))
+    if getattr(logging_cfg, "mlflow", None) is not None:
+        trackers.append(MlflowTracker(logging_cfg.mlflow, run_dir, config, plan))
     return trackers
 
 
@@ -109,14 +203,20 @@ def log_selection(logging_cfg: Any, run_dir: Path, selection: dict[str, Any]) ->
     """Add the selected checkpoint (step, EMA, metric, export path) to the run's trackers.
 
     Reopens each tracker run by the id in ``RUN_DIR/trackers.json``; a run directory without one
-    (trackers were off) is left alone. Logged as the W&B summary keys ``selection/*``.
+    (trackers were off) is left alone. Logged as the W&B summary keys ``selection/*``, and as
+    MLflow tags ``selection/*`` plus the artifact ``selection.json``.
     """
     ids = _read_ids(run_dir)
     cfg = getattr(logging_cfg, "wandb", None)
-    if cfg is None or "wandb" not in ids:
-        return
-    wandb = _import_wandb()
-    run = wandb.init(project=cfg.project, entity=cfg.entity, mode=cfg.mode, dir=str(run_dir), id=ids["wandb"],
-                     resume="allow", settings=wandb.Settings(silent=True, console="off"))
-    run.summary.update({f"selection/{k}": v for k, v in selection.items()})
-    run.finish()
+    if cfg is not None and "wandb" in ids:
+        wandb = _import_wandb()
+        run = wandb.init(project=cfg.project, entity=cfg.entity, mode=cfg.mode, dir=str(run_dir), id=ids["wandb"],
+                         resume="allow", settings=wandb.Settings(silent=True, console="off"))
+        run.summary.update({f"selection/{k}": v for k, v in selection.items()})
+        run.finish()
+    ml_cfg = getattr(logging_cfg, "mlflow", None)
+    if ml_cfg is not None and "mlflow" in ids:
+        client = _mlflow_client(ml_cfg, run_dir)
+        for key, value in selection.items():
+            client.set_tag(ids["mlflow"], f"selection/{key}", str(value))
+        client.log_dict(ids["mlflow"], selection, "selection.json")
