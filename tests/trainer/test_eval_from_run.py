@@ -87,4 +87,4 @@ def test_eval_from_run_evaluates_the_export_with_the_runs_limits(tmp_path, tiny_
     assert summary["protocol"] == "single-turn" and summary["num_trajectories"] == 8  # 4 tasks x 2
     records = [json.loads(line) for line in (out / "trajectories.jsonl").read_text().splitlines()]
     # the eval command's defaults would allow 1024 tokens per turn and 50 terminus turns
-    assert all(0 < len(r["response_ids"]) <= 4 for r in records), [len(r["response_ids"]) for r in records]
+    assert all(0 < r["generated_tokens"] <= 4 and r["num_turns"] == 1 for r in records), records
