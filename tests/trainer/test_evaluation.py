@@ -60,3 +60,11 @@ def test_eval_records_appear_at_the_interval(tmp_path, tiny_model_dir):
     assert "reward/avg_raw_reward" not in records[0]  # the step-0 record is the eval alone
     sel = select_checkpoint(run_dir, metric="eval/pass@1", interval=1)
     assert [c.step for c in sel.candidates] == [0, 2, 3] and sel.chosen is not None
+
+
+def test_the_learning_example_evaluates_on_held_out_tasks():
+    from swerl.trainer.config import load_train_config
+
+    cfg = load_train_config(TASKS.parents[0] / "humaneval-smollm2-cpu-learn.yaml")
+    assert cfg.eval is not None and cfg.eval.before_train and cfg.loop.max_steps == 30
+    assert not set(cfg.eval.names) & set(cfg.data.names)  # held out: no training task is evaluated
