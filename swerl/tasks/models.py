@@ -40,7 +40,10 @@ class VerifierSection(_Section):
 
     timeout_sec: float = _timeout(600.0, "Wall-clock budget of tests/test.sh")
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment for test.sh.")
-    restart_environment: bool = Field(False, description="Restart the container before verifying.")
+    restart_environment: bool = Field(
+        False, description="Harbor's restart before verifying; swerl does not restart, so only false is accepted "
+        "(use `artifacts` to verify in a fresh container of the pristine image).",
+    )
     artifacts: list[str] | None = Field(
         None,
         description=(
@@ -54,6 +57,14 @@ class VerifierSection(_Section):
         description="Verify in the agent's container even when artifacts are declared (a verifier that inspects "
         "the whole environment the agent left); a run's `verification = \"clean_room\"` overrides it.",
     )
+
+    @field_validator("restart_environment")
+    @classmethod
+    def _no_restart(cls, value: bool) -> bool:
+        if value:
+            raise ValueError("restart_environment = true is not supported: remove it, or declare `artifacts` "
+                             "to verify in a fresh container")
+        return value
 
     @field_validator("artifacts")
     @classmethod

@@ -7,8 +7,9 @@ sampling), ``SandboxConfig``, ``AlgorithmConfig``.
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -209,22 +210,42 @@ class TrainConfig(_Strict):
         return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
 
 
-def _known_keys(model: type[BaseModel]) -> list[str]:
-    return list(model.model_fields)
+def _unwrap(annotation: Any) -> Any:
+    """The pydantic model inside ``X | None`` (or the annotation itself)."""
+    args = [a for a in get_args(annotation) if a is not type(None)]
+    if len(args) == 1:
+        return args[0]
+    return annotation
+
+
+def _model_at(keys: list[str] | tuple) -> Any:
+    """The config class at a dotted path below TrainConfig, or None inside a dict-typed field."""
+    model: Any = TrainConfig
+    for key in keys:
+        if not (isinstance(model, type) and issubclass(model, BaseModel)) or key not in model.model_fields:
+            return None
+        model = _unwrap(model.model_fields[key].annotation)
+    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
+
+
+def did_you_mean(key: str, known: list[str]) -> str:
+    """``did you mean 'x'?`` for the closest known key (difflib), else the list of known keys."""
+    close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+    return f"did you mean {close[0]!r}?" if close else f"known keys: {', '.join(known)}"
 
 
 def _check_path(keys: list[str], raw: str) -> None:
     """Raise a one-line ConfigError when a dotted override path names no field."""
-    model: Any = TrainConfig
     for depth, key in enumerate(keys):
-        if not (isinstance(model, type) and issubclass(model, BaseModel)):
+        parent = _model_at(keys[:depth])
+        if parent is None:
             return  # inside a dict-typed field: any key is legal
-        if key not in model.model_fields:
+        if key not in parent.model_fields:
             where = ".".join(keys[:depth]) or "the top level"
             raise ConfigError(
-                f"--set {raw}: unknown key {'.'.join(keys[: depth + 1])!r}; {where} has {', '.join(_known_keys(model))}"
+                f"--set {raw}: unknown key {'.'.join(keys[: depth + 1])!r} in {where}; "
+                f"{did_you_mean(key, list(parent.model_fields))}"
             )
-        model = model.model_fields[key].annotation
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
@@ -255,12 +276,42 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
     return data
 
 
-def _validation_message(source: str, err: ValidationError) -> str:
+def _has_path(data: Any, keys: tuple) -> bool:
+    for key in keys:
+        if not isinstance(data, dict) or key not in data:
+            return False
+        data = data[key]
+    return True
+
+
+def _blame(loc: tuple, msg: str, path: Path, file_data: dict, overrides: list[str]) -> str:
+    """Where the failing value came from: the last ``--set`` on, inside or named by the error,
+    else the file when it holds ``loc``, else a default value of the model."""
+    dotted = ".".join(map(str, loc))
+    keys = [(raw, raw.split("=", 1)[0].strip()) for raw in reversed(overrides)]
+    for raw, key in keys:
+        if loc and (key == dotted or key.startswith(dotted + ".") or dotted.startswith(key + ".")):
+            return f"--set {raw}"
+    for raw, key in keys:
+        if key in msg or key.rsplit(".", 1)[-1] in msg:
+            return f"--set {raw}"
+    if not loc or _has_path(file_data, loc):
+        return str(path)
+    return f"{path} (default value of {dotted})"
+
+
+def _validation_message(path: Path, err: ValidationError, file_data: dict, overrides: list[str]) -> str:
+    """One line: the source to blame, the field, pydantic's reason (and "did you mean" for a typo)."""
     first = err.errors()[0]
-    loc = ".".join(str(p) for p in first["loc"]) or "(top level)"
+    loc = tuple(first["loc"])
+    where = ".".join(str(p) for p in loc) or "(top level)"
     msg = first["msg"].removeprefix("Value error, ")
+    if first["type"] == "extra_forbidden" and _model_at(loc[:-1]) is not None:
+        msg = f"unknown key; {did_you_mean(str(loc[-1]), list(_model_at(loc[:-1]).model_fields))}"
+    elif first["type"] == "missing":
+        return f"{path}: {where}: required field missing: add it to the file"
     more = f" (+{err.error_count() - 1} more)" if err.error_count() > 1 else ""
-    return f"{source}: {loc}: {msg}{more}"
+    return f"{_blame(loc, msg, path, file_data, overrides)}: {where}: {msg}{more}"
 
 
 def load_train_config(path: str | Path, overrides: list[str] | None = None) -> TrainConfig:
@@ -283,8 +334,11 @@ def load_train_config(path: str | Path, overrides: list[str] | None = None) -> T
         raise ConfigError(f"{path}:{where} invalid YAML: fix the syntax") from err
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: top level must be a mapping of sections (model, data, loop, ...)")
+    import copy
+
+    file_data = copy.deepcopy(data)
     data = apply_overrides(data, overrides or [])
     try:
         return TrainConfig.model_validate(data)
     except ValidationError as err:
-        raise ConfigError(_validation_message(str(path), err)) from err
+        raise ConfigError(_validation_message(path, err, file_data, overrides or [])) from err

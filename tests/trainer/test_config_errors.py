@@ -1,0 +1,57 @@
+"""Config errors: "did you mean" for typo'd keys, and the blame on the right source (file, --set, default)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from swerl.errors import ConfigError
+from swerl.trainer.config import load_train_config
+
+DEMO_YAML = Path(__file__).resolve().parents[2] / "examples" / "humaneval-smollm2-cpu.yaml"
+
+
+def _error(path: Path, overrides: list[str] | None = None) -> str:
+    with pytest.raises(ConfigError) as err:
+        load_train_config(path, overrides)
+    assert "\n" not in str(err.value)
+    return str(err.value)
+
+
+def test_typo_in_a_yaml_key_suggests_the_field_and_blames_the_file(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("data: {tasks: x}\noptimizer: {lr: 1e-5, weight_decy: 0.1}\n")
+    assert _error(cfg) == f"{cfg}: optimizer.weight_decy: unknown key; did you mean 'weight_decay'?"
+
+
+def test_typo_in_a_set_key_suggests_the_field():
+    message = _error(DEMO_YAML, ["agent.limits.max_turn=3"])
+    assert message.startswith("--set agent.limits.max_turn=3:") and "did you mean 'max_turns'?" in message
+
+
+def test_bad_value_from_set_blames_the_set_not_the_file():
+    assert _error(DEMO_YAML, ["optimizer.lr=-1"]).startswith("--set optimizer.lr=-1: optimizer.lr:")
+    assert _error(DEMO_YAML, ["loop.train_batch_size=4", "loop.mini_batch_size=3"]).startswith(
+        "--set loop.mini_batch_size=3: loop: mini_batch_size=3 must divide")
+
+
+def test_bad_value_in_the_file_blames_the_file(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("data: {tasks: x}\noptimizer: {lr: -1}\n")
+    assert _error(cfg, ["loop.max_steps=3"]).startswith(f"{cfg}: optimizer.lr: Input should be greater than 0")
+
+
+def test_missing_required_section_is_named(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("optimizer: {lr: 1e-5}\n")
+    assert _error(cfg) == f"{cfg}: data: required field missing: add it to the file"
+
+
+def test_restart_environment_true_is_rejected_not_ignored():
+    from swerl.tasks.models import TaskConfig
+
+    with pytest.raises(Exception, match="restart_environment = true is not supported"):
+        TaskConfig.model_validate({"verifier": {"restart_environment": True}})
+    assert TaskConfig.model_validate({"verifier": {"restart_environment": False}}).verifier.restart_environment is False
+
