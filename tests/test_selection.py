@@ -146,7 +146,7 @@ def test_cli_prints_table_and_choice(tmp_path):
 
 def test_cli_json_output(tmp_path):
     run = _run(tmp_path, {10: 0.2, 15: 0.8})
-    result = runner.invoke(app, ["select-checkpoint", str(run), "--json", "--span", "1"])
+    result = runner.invoke(app, ["select-checkpoint", str(run), "--json", "-", "--span", "1"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert data["chosen"]["step"] == 15 and data["chosen"]["ema"] == 0.8 and len(data["candidates"]) == 2
@@ -172,4 +172,4 @@ def test_cli_exit_codes_through_main(tmp_path):
 
 def test_cli_rejects_unknown_mode(tmp_path):
     result = runner.invoke(app, ["select-checkpoint", str(_run(tmp_path, {10: 0.5})), "--mode", "median"])
-    assert result.exit_code != 0 and "--mode must be max or min" in str(result.exception)
+    assert result.exit_code == 2 and "Invalid value for '--mode'" in result.output and "'max'" in result.output

@@ -81,6 +81,18 @@ def kv_bytes_per_token(shape: dict, dtype_bytes: int = 2) -> int:
     return 2 * shape["num_hidden_layers"] * shape.get("num_key_value_heads", heads) * head_dim * dtype_bytes
 
 
+def _vllm_where(cfg: TrainConfig) -> str:
+    """Where the vLLM engines run: in-process or servers, on CPU cores or GPUs."""
+    gen, device = cfg.generator, cfg.model.device
+    hardware = {"cpu": f"CPU cores {', '.join(gen.cpu_cores) if gen.cpu_cores else '0..k-1 (one per engine)'}",
+                "cuda": "the rank's GPU"}.get(device, "the rank's GPU when present, else CPU cores")
+    if gen.vllm_mode == "inprocess":
+        return f"vLLM in-process on every rank, on {hardware}"
+    if gen.server_urls:
+        return f"{len(gen.server_urls)} running vLLM server(s) per rank at {', '.join(gen.server_urls)}"
+    return f"{gen.num_servers} vLLM server(s) per rank started by swerl, on {hardware}"
+
+
 def placement(cfg: TrainConfig, in_flight: int) -> list[tuple[str, str]]:
     """What each node runs for ``cfg`` and the numbers that size it (docs/scaling.md)."""
     m, gen = cfg.model, cfg.generator
@@ -100,7 +112,7 @@ def placement(cfg: TrainConfig, in_flight: int) -> list[tuple[str, str]]:
         lines.append(("trainer state / rank", f"{TRAIN_BYTES_PER_PARAM} B per parameter / W ranks (model.path not "
                       "readable now: no parameter count)"))
     if gen.backend == "vllm":
-        lines.append(("generator", f"vLLM server(s) on the GPU nodes ({gen.resolved_dtype()}, max_model_len "
+        lines.append(("generator", f"{_vllm_where(cfg)} ({gen.resolved_dtype()}, max_model_len "
                       f"{gen.max_model_len:,}, max_num_seqs {gen.max_num_seqs}); weights synced every step"))
     else:
         lines.append(("generator", f"HF generate on rank 0 with the live policy ({m.device})"))

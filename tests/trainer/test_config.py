@@ -108,11 +108,12 @@ def test_plan_counts_steps_samples_and_intervals():
     assert (small.total_steps, small.optimizer_steps_per_step, small.total_optimizer_steps) == (4, 4, 16)
 
 
-def test_cli_dry_run_prints_config_and_plan(tmp_path):
-    result = CliRunner().invoke(app, ["train", str(SEED_YAML), "--dry-run", "--set", "loop.max_steps=10"])
-    assert result.exit_code == 0, result.output
-    assert "lr: 8.0e-06" in result.output and "training steps" in result.output
-    assert "16,777,216" in result.output
+def test_cli_dry_run_of_the_seed_example_fails_its_preflight_here(tmp_path):
+    # The seed example names placeholder paths: the dry-run rejects them as the real run would.
+    result = CliRunner().invoke(app, ["train", str(SEED_YAML), "--dry-run", "--set", "loop.max_steps=10",
+                                      "--out", str(tmp_path / "run")])
+    assert result.exception.exit_code == 2 and "exp_rpt_pymethods2test-large" in str(result.exception)
+    assert not (tmp_path / "run").exists()
 
 
 def test_cli_unknown_key_exits_2_with_one_line(tmp_path):

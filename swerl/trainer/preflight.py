@@ -1,0 +1,171 @@
+"""Preflight of ``swerl train``: what the real run would reject, checked before its first step and
+before any file of the run is written. ``--dry-run`` runs exactly these checks, so a dry-run that
+passes is a run that starts.
+
+Checks, in order (each raises one one-line :class:`SwerlError`):
+
+1. tasks load (``TaskError``, exit 2) and the plan trains at least one step (``ConfigError``, 2);
+2. the run directory: checkpoints without ``--resume``, ``--resume`` without checkpoints (2);
+3. model files: ``model.path`` is an HF folder or a ``.gguf`` file, or the default model package
+   is installed (2 for a bad path, 3 for a missing default package);
+4. backends: ``vllm`` importable when ``generator.backend`` is vllm (3);
+5. disk: free bytes under the run directory >= the checkpoints and exports the plan keeps (2);
+6. Docker: the engine answers (3) and every image the tasks build ``FROM`` is on it (3).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from swerl.errors import ConfigError, EnvironmentProblem
+from swerl.trainer.config import TrainConfig
+from swerl.trainer.plan import RunPlan, make_plan, model_shape, param_count
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_BYTES_PER_PARAM = 12  # DCP: fp32 weights + AdamW exp_avg and exp_avg_sq
+EXPORT_BYTES_PER_PARAM = 4  # fp32 safetensors
+
+
+@dataclass
+class Preflight:
+    """What the checks found.
+
+    Attributes:
+        plan: the run plan over the loaded task set.
+        num_tasks: tasks in the training source (after ``data.names`` / ``data.limit``).
+        disk_needed_bytes: checkpoints + exports the plan keeps at once (None: parameter count unknown).
+        disk_free_bytes: free bytes on the run directory's file system.
+        images: the base images the tasks need, all present.
+        notes: checks that could not run (e.g. no parameter count for a GGUF not yet converted).
+    """
+
+    plan: RunPlan
+    num_tasks: int
+    disk_needed_bytes: int | None = None
+    disk_free_bytes: int = 0
+    images: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def run_preflight(cfg: TrainConfig, run_dir: Path, resume: str | None) -> Preflight:
+    """Run every check for ``cfg`` in ``run_dir``; returns what they found.
+
+    Raises:
+        TaskError / ConfigError: (exit 2) bad tasks, a 0-step plan, a run directory at odds with
+            ``--resume``, a bad model path, too little disk.
+        EnvironmentProblem: (exit 3) missing default model package, vllm, Docker, or a base image.
+    """
+    from swerl.tasks.load import load_tasks
+
+    tasks = list(load_tasks(cfg.data.tasks, limit=cfg.data.limit, names=cfg.data.names))
+    if cfg.eval is not None:
+        load_tasks(cfg.eval.tasks, limit=cfg.eval.limit, names=cfg.eval.names)
+    plan = make_plan(cfg, len(tasks))
+    if plan.total_steps == 0:
+        raise ConfigError(
+            f"the plan trains 0 steps: {len(tasks)} tasks in {cfg.data.tasks} < loop.train_batch_size="
+            f"{cfg.loop.train_batch_size}; lower loop.train_batch_size or add tasks"
+        )
+    check_run_dir(run_dir, resume)
+    model_folder = check_model(cfg.model.path)
+    check_backend(cfg)
+    result = Preflight(plan=plan, num_tasks=len(tasks))
+    check_disk(cfg, plan, run_dir, model_folder, result)
+    result.images = check_docker(cfg, tasks)
+    return result
+
+
+def check_run_dir(run_dir: Path, resume: str | None) -> None:
+    """A fresh run needs a run directory without checkpoints; ``--resume`` needs one to resume from."""
+    from swerl.trainer import checkpoint as ckpt
+
+    if resume is None and ckpt.list_checkpoints(run_dir / ckpt.CKPT_DIR):
+        raise ConfigError(f"{run_dir} already holds checkpoints: pass --resume latest, or another --out")
+    ckpt.resolve_resume(run_dir, resume)
+
+
+def check_model(spec: str | None) -> Path | None:
+    """``model.path`` names an HF folder (with ``config.json``) or a ``.gguf`` file; None needs the
+    default model package. Nothing is converted here. Returns the HF folder when one exists already."""
+    from swerl.inference.models import converted_dir, default_gguf_path, resolve_model
+
+    if spec is None:
+        gguf = default_gguf_path()
+        return converted_dir(gguf) if (converted_dir(gguf) / "config.json").is_file() else None
+    path = Path(spec).expanduser()
+    if path.is_file() and path.suffix == ".gguf":
+        return converted_dir(path) if (converted_dir(path) / "config.json").is_file() else None
+    return resolve_model(path)  # an HF folder, or the one-line error the run would raise
+
+
+def check_backend(cfg: TrainConfig) -> None:
+    """The generator's package is importable (found without importing it: ``import vllm`` takes seconds)."""
+    if cfg.generator.backend == "vllm" and importlib.util.find_spec("vllm") is None:
+        from swerl.inference.vllm_backend import VLLM_FIX
+
+        raise EnvironmentProblem(f"generator.backend=vllm needs the vllm package, which is not installed; fix: {VLLM_FIX}")
+
+
+def disk_needed(cfg: TrainConfig, plan: RunPlan, num_params: int) -> int:
+    """Bytes of the checkpoints and exports alive at the end of the run: ``keep_last`` (+1 while the
+    next one is written) or every checkpoint, and every export."""
+    kept = len(plan.checkpoint_steps)
+    if cfg.checkpointing.keep_last is not None:
+        kept = min(kept, cfg.checkpointing.keep_last + 1)
+    return num_params * (kept * CHECKPOINT_BYTES_PER_PARAM + len(plan.export_steps) * EXPORT_BYTES_PER_PARAM)
+
+
+def check_disk(cfg: TrainConfig, plan: RunPlan, run_dir: Path, model_folder: Path | None, result: Preflight) -> None:
+    """Free space on the run directory's file system covers :func:`disk_needed`."""
+    existing = Path(run_dir).absolute()
+    while not existing.exists():
+        existing = existing.parent
+    result.disk_free_bytes = shutil.disk_usage(existing).free
+    shape = model_shape(str(model_folder)) if model_folder is not None else None
+    if shape is None:
+        result.notes.append("model not converted yet: no parameter count, free disk not checked")
+        return
+    result.disk_needed_bytes = need = disk_needed(cfg, plan, param_count(shape))
+    if need > result.disk_free_bytes:
+        raise ConfigError(
+            f"{run_dir}: the plan keeps {need / 1e9:.1f} GB of checkpoints and exports but {existing} has "
+            f"{result.disk_free_bytes / 1e9:.1f} GB free; set checkpointing.keep_last, raise hf_save_interval, "
+            "or pick another --out"
+        )
+
+
+def check_docker(cfg: TrainConfig, tasks: list) -> list[str]:
+    """The Docker engine answers and holds every image the tasks build ``FROM`` (or name prebuilt).
+
+    Returns: the image references checked. Raises EnvironmentProblem (exit 3).
+    """
+    import docker
+
+    from swerl.sandbox.docker_api import connect
+    from swerl.sandbox.images import from_images
+
+    refs: dict[str, Path] = {}
+    for task in tasks:
+        dockerfile = task.dockerfile
+        names = [task.config.environment.docker_image] if dockerfile is None else (
+            from_images(dockerfile) if dockerfile.is_file() else [])
+        for ref in names:
+            refs.setdefault(ref, task.path)
+    client = connect(cfg.sandbox.docker_base_url, 2, cfg.sandbox.docker_timeout_s)
+    try:
+        for ref, task_path in refs.items():
+            try:
+                client.images.get(ref)
+            except docker.errors.ImageNotFound:
+                raise EnvironmentProblem(
+                    f"image {ref} (needed by {task_path}) is not on the Docker engine; fix: `swerl sandbox build-base` "
+                    f"for the offline python:3.1x-slim images, or `docker pull {ref}`"
+                ) from None
+    finally:
+        client.close()
+    return sorted(refs)

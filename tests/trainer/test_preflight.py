@@ -1,0 +1,118 @@
+"""`swerl train` preflight: what the run would reject fails in `--dry-run` too, with one line, exit 2
+(config, tasks, run dir, disk) or 3 (environment), and before any file of the run is written."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from swerl.cli import app
+from swerl.errors import EnvironmentProblem
+
+ROOT = Path(__file__).resolve().parents[2]
+DEMO_YAML = ROOT / "examples" / "humaneval-smollm2-cpu.yaml"
+FIXTURE_TASKS = ROOT / "tests" / "fixtures" / "tasks"
+TINY = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 512,
+        "tie_word_embeddings": True}
+
+
+def _model(tmp_path: Path, **shape) -> Path:
+    """A model folder as the preflight sees it: config.json only (the checks load no weights)."""
+    folder = tmp_path / "model"
+    folder.mkdir(exist_ok=True)
+    (folder / "config.json").write_text(json.dumps({**TINY, **shape}))
+    return folder
+
+
+def _dry_run(tmp_path: Path, *sets: str, resume: str | None = None) -> tuple[int, list[str], Path]:
+    """`swerl train DEMO --dry-run` in a subprocess (stderr a pipe); returns (exit code, stderr lines, run dir)."""
+    run_dir = tmp_path / "run"
+    args = [sys.executable, "-m", "swerl.cli", "train", str(DEMO_YAML), "--dry-run", "--out", str(run_dir),
+            "--set", f"data.tasks={FIXTURE_TASKS}", "--set", "data.names=null", "--set", "loop.train_batch_size=1",
+            *[a for s in sets for a in ("--set", s)], *(["--resume", resume] if resume else [])]
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    return proc.returncode, [ln for ln in proc.stderr.splitlines() if ln.strip()], run_dir
+
+
+def _one_error(lines: list[str]) -> str:
+    errors = [ln for ln in lines if "error:" in ln]
+    assert len(errors) == 1 and not any("Traceback" in ln for ln in lines), lines
+    return errors[0]
+
+
+def test_missing_model_path_fails_the_dry_run_with_exit_2(tmp_path):
+    code, lines, run_dir = _dry_run(tmp_path, f"model.path={tmp_path / 'nowhere'}")
+    assert code == 2 and "nowhere" in _one_error(lines) and "not found" in _one_error(lines)
+    assert not run_dir.exists()
+
+
+def test_a_zero_step_plan_fails_the_dry_run_with_exit_2(tmp_path):
+    code, lines, run_dir = _dry_run(tmp_path, f"model.path={_model(tmp_path)}", "loop.train_batch_size=4")
+    assert code == 2 and "the plan trains 0 steps: 3 tasks" in _one_error(lines)
+    assert not run_dir.exists()
+
+
+def test_existing_checkpoints_without_resume_fail_the_dry_run(tmp_path):
+    ckpt = tmp_path / "run" / "checkpoints" / "global_step_1"
+    ckpt.mkdir(parents=True)
+    (ckpt / "trainer_state.json").write_text("{}")
+    code, lines, _ = _dry_run(tmp_path, f"model.path={_model(tmp_path)}")
+    assert code == 2 and "already holds checkpoints: pass --resume latest" in _one_error(lines)
+
+
+def test_too_little_disk_for_the_planned_checkpoints_fails_with_exit_2(tmp_path):
+    # ~1.2 T parameters: its checkpoints and exports cannot fit on any test machine's disk.
+    huge = _model(tmp_path, hidden_size=65536, intermediate_size=262144, num_hidden_layers=96,
+                  num_attention_heads=512, num_key_value_heads=512)
+    code, lines, run_dir = _dry_run(tmp_path, f"model.path={huge}")
+    error = _one_error(lines)
+    assert code == 2 and "GB of checkpoints and exports" in error and "checkpointing.keep_last" in error
+    assert not run_dir.exists()
+
+
+def test_unreachable_docker_fails_the_dry_run_with_exit_3(tmp_path):
+    code, lines, _ = _dry_run(tmp_path, f"model.path={_model(tmp_path)}",
+                              f"sandbox.docker_base_url=unix://{tmp_path}/no-docker.sock")
+    assert code == 3 and "Docker is not reachable" in _one_error(lines)
+
+
+def test_vllm_backend_without_vllm_installed_fails_with_exit_3(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "vllm", None)  # find_spec("vllm") is None: as if not installed
+    result = CliRunner().invoke(app, [
+        "train", str(DEMO_YAML), "--dry-run", "--out", str(tmp_path / "run"), "--set", f"data.tasks={FIXTURE_TASKS}",
+        "--set", "data.names=null", "--set", "loop.train_batch_size=1", "--set", f"model.path={_model(tmp_path)}",
+        "--set", "generator.backend=vllm"])
+    # CliRunner calls the app, not main(): the SwerlError arrives as the exception that main() maps to its exit code.
+    assert isinstance(result.exception, EnvironmentProblem) and result.exception.exit_code == 3
+    assert "generator.backend=vllm needs the vllm package" in str(result.exception)
+
+
+@pytest.mark.docker
+def test_a_missing_base_image_fails_the_dry_run_with_exit_3(tmp_path):
+    tasks = tmp_path / "tasks"
+    shutil.copytree(FIXTURE_TASKS, tasks)
+    dockerfile = next(tasks.glob("*/environment/Dockerfile"))
+    dockerfile.write_text("FROM swerl-preflight-test/absent:never\n")
+    code, lines, _ = _dry_run(tmp_path, f"model.path={_model(tmp_path)}", f"data.tasks={tasks}")
+    assert code == 3 and "image swerl-preflight-test/absent:never" in _one_error(lines)
+
+
+@pytest.mark.docker
+def test_a_runnable_config_passes_and_prints_the_checks_as_json(tmp_path):
+    code, lines, run_dir = _dry_run(tmp_path, f"model.path={_model(tmp_path)}")
+    assert code == 0, lines
+    proc = subprocess.run([sys.executable, "-m", "swerl.cli", "train", str(DEMO_YAML), "--dry-run", "-o", str(run_dir),
+                           "--set", f"data.tasks={FIXTURE_TASKS}", "--set", "data.names=null", "--set",
+                           "loop.train_batch_size=1", "--set", f"model.path={_model(tmp_path)}", "--json", "-"],
+                          capture_output=True, text=True, timeout=120)
+    report = json.loads(proc.stdout)
+    assert report["plan"]["num_tasks"] == 3 and report["images"] == ["python:3.10-slim"]
+    assert 0 < report["disk_needed_bytes"] < report["disk_free_bytes"]
+    assert not run_dir.exists()
