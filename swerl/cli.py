@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 import os
 import sys
-import time
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, Optional
@@ -55,11 +54,10 @@ def _setup_logging(verbose: bool = False) -> None:
         handler: logging.Handler = RichHandler(console=err_console, show_path=False, rich_tracebacks=False)
         handler.setFormatter(logging.Formatter("%(message)s"))
     else:
+        from swerl.logs import plain_formatter
+
         handler = logging.StreamHandler(sys.stderr)
-        formatter = logging.Formatter("%(asctime)s.%(msecs)03dZ %(levelname)-7s %(name)s: %(message)s",
-                                      datefmt="%Y-%m-%dT%H:%M:%S")
-        formatter.converter = time.gmtime
-        handler.setFormatter(formatter)
+        handler.setFormatter(plain_formatter())
     logging.basicConfig(level=level, handlers=[handler], force=True)
     for noisy in ("urllib3", "docker", "httpx", "filelock"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
@@ -281,6 +279,7 @@ def sandbox_test(
     """Run each task's oracle (expect reward 1) and a null attempt (expect reward 0) in fresh sandboxes."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from swerl.logs import Heartbeat, PhaseClock, heartbeat_interval_s
     from swerl.sandbox import SandboxConfig
     from swerl.sandbox.selftest import BrokenTask, run_sandbox_test, trial_attempts
     from swerl.sandbox.signals import run_async
@@ -292,12 +291,16 @@ def sandbox_test(
     trials = sum(len(trial_attempts(t, redteam)) for t in task_set.tasks)
     progress = Progress(TextColumn("sandbox-test"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                         TextColumn("{task.fields[last]}"), console=err_console, transient=False)
-    with progress:
+    clock = PhaseClock()
+    clock.start("sandbox-test", total=trials, unit="trials")
+
+    def on_trial(record) -> None:  # noqa: ANN001 - TrialRecord
+        clock.advance()
+        progress.update(bar, advance=1, last=f"{record.task}/{record.attempt}: {record.outcome.value}")
+
+    with progress, Heartbeat(clock.line, heartbeat_interval_s(), enabled=not err_console.is_terminal):
         bar = progress.add_task("trials", total=trials, last="")
-        report = run_async(run_sandbox_test(
-            task_set.tasks, config, redteam=redteam,
-            on_trial=lambda r: progress.update(bar, advance=1, last=f"{r.task}/{r.attempt}: {r.outcome.value}"),
-        ))
+        report = run_async(run_sandbox_test(task_set.tasks, config, redteam=redteam, on_trial=on_trial))
     broken = [BrokenTask(task=p.path, reason=p.reason) for p in task_set.problems] + report.broken
     _write_json(json_out, _trial_rows(report))
     console = _results_console(json_out)
@@ -478,14 +481,20 @@ def _run_eval_with_progress(config, run_eval):  # noqa: ANN001, ANN202 - types l
     """Run the eval behind a live rich progress bar on stderr (episodes done, passed, masked)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from swerl.logs import Heartbeat, PhaseClock, heartbeat_interval_s
+
+    clock = PhaseClock()
+    clock.start("eval", total=0, unit="episodes")
     counts = {"passed": 0, "masked": 0}
     running: set[tuple[str, int]] = set()
     columns = [TextColumn("[bold]eval[/]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("{task.fields[status]}")]
-    with Progress(*columns, console=err_console, transient=False) as progress:
+    heartbeat = Heartbeat(clock.line, heartbeat_interval_s(), enabled=not err_console.is_terminal)
+    with Progress(*columns, console=err_console, transient=False) as progress, heartbeat:
         bar = progress.add_task("episodes", total=None, status="starting sandboxes...")
 
         def on_event(event) -> None:  # noqa: ANN001
+            clock.total, clock.done = event.total, event.done
             key = (event.task_name, event.sample_index)
             if event.kind == "started":
                 running.add(key)
@@ -568,7 +577,13 @@ def train_cmd(
     if os.environ.get("RANK", "0") != "0":  # torchrun: other ranks train quietly, rank 0 shows and reports
         train(cfg, target, resume)
         return
-    result = _train_with_live_view(cfg, target, resume, train)
+    from swerl.logs import attach_run_log, detach_run_log
+
+    run_log = attach_run_log(target)  # RUN_DIR/train.log: every record of this run, appended on resume
+    try:
+        result = _train_with_live_view(cfg, target, resume, train)
+    finally:
+        detach_run_log(run_log)
     _write_json(json_out, {"run_dir": str(target), "steps_trained": result.steps_trained, "last_step": result.last_step,
                            "already_finished": result.already_finished, "last_record": (result.records or [None])[-1]})
     console = _results_console(json_out)
@@ -639,10 +654,15 @@ def _train_with_live_view(cfg, run_dir: Path, resume, train):  # noqa: ANN001, A
     """Run ``train`` behind a rich progress bar (episodes of the step) and one line per step."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from swerl.logs import Heartbeat, PhaseClock, heartbeat_interval_s
+
     columns = [TextColumn("[bold]step {task.fields[step]}[/]"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn(), TextColumn("{task.fields[status]}")]
     state = {"total": "?", "passed": 0, "masked": 0, "last": ""}
-    with Progress(*columns, console=err_console, transient=False) as progress:
+    clock = PhaseClock()  # off a terminal: a heartbeat line every 30 s says which phase runs
+    clock.start("setup (policy, generator, sandboxes)")
+    heartbeat = Heartbeat(clock.line, heartbeat_interval_s(), enabled=not err_console.is_terminal)
+    with Progress(*columns, console=err_console, transient=False) as progress, heartbeat:
         bar = progress.add_task("episodes", total=None, step="-", status="loading...")
 
         def on_event(event) -> None:  # noqa: ANN001 - swerl.trainer.loop.TrainEvent
@@ -650,15 +670,18 @@ def _train_with_live_view(cfg, run_dir: Path, resume, train):  # noqa: ANN001, A
                 state["total"] = str(event.data.total_steps)
             elif event.kind == "step_start":
                 state["passed"] = state["masked"] = 0
+                clock.start(f"step {event.step}/{state['total']} rollouts", total=event.data, unit="episodes")
                 progress.reset(bar, total=event.data, completed=0)
                 progress.update(bar, step=f"{event.step}/{state['total']}", status=f"rollouts  {state['last']}")
             elif event.kind == "rollout" and event.data.kind == "finished":
                 traj = event.data.trajectory
                 state["passed"] += traj.outcome == "passed"
                 state["masked"] += traj.failure_class == "mask"
+                clock.advance(event.data.done)
                 progress.update(bar, completed=event.data.done,
                                 status=f"passed {state['passed']} masked {state['masked']}  {state['last']}")
             elif event.kind == "phase":
+                clock.start(f"step {event.step}/{state['total']} {event.data}")
                 progress.update(bar, status=f"{event.data}  {state['last']}")
             elif event.kind == "step_end":
                 r = event.data

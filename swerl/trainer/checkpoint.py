@@ -45,6 +45,7 @@ from torch.distributed.checkpoint.state_dict import (
 from swerl.errors import ConfigError
 from swerl.inference.rng import restore_rng_state, save_rng_state
 from swerl.trainer.distributed import DistInfo, barrier, is_distributed
+from swerl.trainer.model_card import finish_export
 
 log = logging.getLogger(__name__)
 
@@ -343,9 +344,10 @@ def _write_safetensors_streaming(folder: Path, model: torch.nn.Module, is_main: 
 
 def export_hf(
     run_dir: Path, step: int, model: torch.nn.Module, tokenizer: Any, dist_info: DistInfo,
-    *, max_shard_bytes: int = 5 * 2**30,
+    *, max_shard_bytes: int = 5 * 2**30, metrics: dict[str, Any] | None = None,
 ) -> Path:
-    """Write an HF folder (safetensors, config, tokenizer, chat template) to ``exports/global_step_N``.
+    """Write an HF folder (safetensors, config, tokenizer, chat template, model card ``README.md``
+    with ``metrics`` and ``RUN_DIR/config.yaml``) to ``exports/global_step_N``, files 0644, folders 0755.
 
     Every rank calls it (sharded tensors are gathered collectively, one at a time); rank 0
     writes shards of at most ``max_shard_bytes`` as they fill, so no rank ever holds more than
@@ -367,6 +369,7 @@ def export_hf(
             unwrapped.generation_config.save_pretrained(tmp)
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
+        finish_export(tmp, run_dir, step, unwrapped.config, metrics)
         _fsync_tree(tmp)
         _rename_into_place(tmp, final)
         log.info("exported %s", final)

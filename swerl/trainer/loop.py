@@ -322,7 +322,7 @@ def train(
             trainer_state = {"sampler": sampler.state_dict(), "epoch": epoch, "masked_streak": guard.streak}
             record = commit.commit_step(
                 step, metrics, t_step,
-                export=(lambda: ckpt.export_hf(run_dir, step, model, tokenizer, info))
+                export=(lambda: ckpt.export_hf(run_dir, step, model, tokenizer, info, metrics=metrics))
                 if step in plan.export_steps else None,
                 checkpoint=(lambda recs: ckpt.save_checkpoint(
                     run_dir, step, model, optimizer, scheduler, {**trainer_state, commit.RECORDS_KEY: recs},

@@ -1,0 +1,123 @@
+"""Log output of the CLI: the plain line format used off a terminal and in ``train.log``, the run's
+log file, and a heartbeat that says what a long phase is doing when no live display can.
+
+Only ``cli.py`` uses this module; library code logs with ``logging.getLogger(__name__)``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import TracebackType
+
+RUN_LOG = "train.log"
+HEARTBEAT_ENV = "SWERL_HEARTBEAT_S"
+DEFAULT_HEARTBEAT_S = 30.0
+
+log = logging.getLogger("swerl.heartbeat")
+
+
+def plain_formatter() -> logging.Formatter:
+    """``2026-12-01T13:01:02.345Z INFO    swerl.trainer.loop: message``: ISO-8601 UTC, one line per record."""
+    formatter = logging.Formatter("%(asctime)s.%(msecs)03dZ %(levelname)-7s %(name)s: %(message)s",
+                                  datefmt="%Y-%m-%dT%H:%M:%S")
+    formatter.converter = time.gmtime
+    return formatter
+
+
+def attach_run_log(run_dir: Path) -> logging.Handler:
+    """Append every log record of this process to ``RUN_DIR/train.log`` (a resume appends to it).
+
+    Returns: the handler, for :func:`detach_run_log`.
+    """
+    run_dir.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(run_dir / RUN_LOG, mode="a", encoding="utf-8")
+    handler.setFormatter(plain_formatter())
+    logging.getLogger().addHandler(handler)
+    return handler
+
+
+def detach_run_log(handler: logging.Handler) -> None:
+    """Remove and close a handler from :func:`attach_run_log`."""
+    logging.getLogger().removeHandler(handler)
+    handler.close()
+
+
+def heartbeat_interval_s() -> float:
+    """Seconds between heartbeat lines: ``$SWERL_HEARTBEAT_S`` (0 = off), default 30."""
+    raw = os.environ.get(HEARTBEAT_ENV)
+    try:
+        return DEFAULT_HEARTBEAT_S if raw is None else float(raw)
+    except ValueError:
+        return DEFAULT_HEARTBEAT_S
+
+
+class Heartbeat:
+    """Logs ``status()`` every ``interval_s`` seconds from a daemon thread while the block runs.
+
+    Use it where a live progress display is not drawn (stderr is not a terminal): a CI log of a
+    long rollout phase then shows e.g. ``rollouts: 9/16 episodes done, 41 s`` every 30 s.
+    ``status`` returns None to skip a beat (nothing running).
+
+    Args:
+        status: called on the heartbeat thread; must only read state.
+        interval_s: seconds between lines; <= 0 disables the heartbeat.
+        enabled: False makes the block a no-op (e.g. on a terminal, where the bar shows progress).
+    """
+
+    def __init__(self, status: Callable[[], str | None], interval_s: float, enabled: bool = True) -> None:
+        self.status = status
+        self.interval_s = interval_s
+        self.enabled = enabled and interval_s > 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> Heartbeat:
+        if self.enabled:
+            self._thread = threading.Thread(target=self._beat, name="swerl-heartbeat", daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, err: BaseException | None, tb: TracebackType | None) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            line = self.status()
+            if line:
+                log.info("%s", line)
+
+
+class PhaseClock:
+    """The phase a command is in, its progress and its age, for heartbeat lines.
+
+    ``start("rollouts", total=16, unit="episodes")``, then ``advance()``; ``line()`` reads
+    ``rollouts: 9/16 episodes done, 41 s`` (or ``update: 12 s`` for a phase without a count).
+    """
+
+    def __init__(self) -> None:
+        self.name: str | None = None
+        self.total: int | None = None
+        self.unit = ""
+        self.done = 0
+        self.started = time.monotonic()
+
+    def start(self, name: str, total: int | None = None, unit: str = "") -> None:
+        self.name, self.total, self.unit, self.done, self.started = name, total, unit, 0, time.monotonic()
+
+    def advance(self, done: int | None = None) -> None:
+        self.done = self.done + 1 if done is None else done
+
+    def line(self) -> str | None:
+        if self.name is None:
+            return None
+        age = f"{time.monotonic() - self.started:.0f} s"
+        if self.total is None:
+            return f"{self.name}: {age}"
+        return f"{self.name}: {self.done}/{self.total} {self.unit} done, {age}"
