@@ -8,6 +8,8 @@ denominators and cancels the framework's gradient averaging, see ``reductions.py
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import Tensor
 
@@ -17,7 +19,40 @@ from swerl.rl.config import AlgorithmConfig
 from swerl.rl.reductions import StepDenominators, masked_token_sum, reduce_microbatch
 from swerl.rl.tis import tis_weights
 
-__all__ = ["compute_advantages", "compute_policy_loss"]
+__all__ = ["ADVANTAGE_ESTIMATORS", "POLICY_LOSSES", "compute_advantages", "compute_policy_loss"]
+
+
+AdvantageFn = Callable[[AlgorithmConfig, Tensor, Tensor, "Tensor | None"], tuple[Tensor, dict[str, float]]]
+PolicyLossFn = Callable[[AlgorithmConfig, Tensor, Tensor, Tensor], pl.PolicyLossOutput]
+
+
+def _rloo(config: AlgorithmConfig, rewards: Tensor, group_ids: Tensor, exclude: Tensor | None):  # noqa: ANN202
+    return adv_fns.rloo(rewards, group_ids, exclude)
+
+
+def _rloo_n(config: AlgorithmConfig, rewards: Tensor, group_ids: Tensor, exclude: Tensor | None):  # noqa: ANN202
+    return adv_fns.rloo_n(rewards, group_ids, exclude, config.min_group_size, config.filter_zero_variance_groups)
+
+
+def _grpo(config: AlgorithmConfig, rewards: Tensor, group_ids: Tensor, exclude: Tensor | None):  # noqa: ANN202
+    return adv_fns.grpo(rewards, group_ids, exclude, config.grpo_std_eps)
+
+
+ADVANTAGE_ESTIMATORS: dict[str, AdvantageFn] = {"rloo": _rloo, "rloo_n": _rloo_n, "grpo": _grpo}
+"""``algorithm.advantage_estimator`` -> fn(config, rewards (N,), group_ids (N,), exclude (N,) | None)."""
+
+
+def _regular(config: AlgorithmConfig, logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor) -> pl.PolicyLossOutput:
+    return pl.regular(logprobs, old_logprobs, advantages, config.eps_clip_low, config.eps_clip_high)
+
+
+def _dual_clip(config: AlgorithmConfig, logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor) -> pl.PolicyLossOutput:
+    return pl.dual_clip(logprobs, old_logprobs, advantages, config.eps_clip_low, config.eps_clip_high,
+                        config.clip_ratio_c)
+
+
+POLICY_LOSSES: dict[str, PolicyLossFn] = {"regular": _regular, "dual_clip": _dual_clip}
+"""``algorithm.policy_loss`` -> fn(config, logprobs (B, T), old_logprobs (B, T), advantages (B,))."""
 
 
 def compute_advantages(
@@ -32,23 +67,7 @@ def compute_advantages(
     Returns: (N,) float32 advantages and the ``advantage/*`` metrics.
     Raises: advantages.NonFiniteRewardError naming the trajectory with a NaN/inf reward.
     """
-    if config.advantage_estimator == "rloo_n":
-        return adv_fns.rloo_n(
-            rewards, group_ids, exclude, config.min_group_size, config.filter_zero_variance_groups
-        )
-    if config.advantage_estimator == "grpo":
-        return adv_fns.grpo(rewards, group_ids, exclude, config.grpo_std_eps)
-    return adv_fns.rloo(rewards, group_ids, exclude)
-
-
-def _per_token_policy_loss(
-    config: AlgorithmConfig, logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor
-) -> pl.PolicyLossOutput:
-    if config.policy_loss == "dual_clip":
-        return pl.dual_clip(
-            logprobs, old_logprobs, advantages, config.eps_clip_low, config.eps_clip_high, config.clip_ratio_c
-        )
-    return pl.regular(logprobs, old_logprobs, advantages, config.eps_clip_low, config.eps_clip_high)
+    return ADVANTAGE_ESTIMATORS[config.advantage_estimator](config, rewards, group_ids, exclude)
 
 
 def compute_policy_loss(
@@ -112,7 +131,7 @@ def compute_policy_loss(
         ref_logprobs = torch.where(mask, ref_logprobs, 0.0)
     if entropy is not None:
         entropy = torch.where(mask, entropy, 0.0)
-    out = _per_token_policy_loss(config, logprobs, old_logprobs, advantages)
+    out = POLICY_LOSSES[config.policy_loss](config, logprobs, old_logprobs, advantages)
     per_token = out.per_token_loss
     metrics: dict[str, float] = {"policy/clip_fraction": float((out.is_clipped & mask).sum()) / n_tok}
 

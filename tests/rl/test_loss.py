@@ -130,3 +130,15 @@ def test_non_finite_logprobs_off_the_mask_never_reach_value_or_gradient():
     loss.backward()
     assert torch.isfinite(loss) and torch.isfinite(logp.grad).all()
     assert logp.grad[0, 2:].tolist() == [0.0, 0.0] and (logp.grad[0, :2] != 0).all()
+
+
+def test_registries_cover_every_configurable_name():
+    from typing import get_args
+
+    from swerl.rl.config import AdvantageEstimator, LossReduction, PolicyLossName
+    from swerl.rl.loss import ADVANTAGE_ESTIMATORS, POLICY_LOSSES
+    from swerl.rl.reductions import REDUCTIONS
+
+    assert set(ADVANTAGE_ESTIMATORS) == set(get_args(AdvantageEstimator))
+    assert set(POLICY_LOSSES) == set(get_args(PolicyLossName))
+    assert set(REDUCTIONS) == set(get_args(LossReduction))
