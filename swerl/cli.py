@@ -92,36 +92,19 @@ _JsonOut = Annotated[Optional[str], typer.Option(
     "--json", metavar="PATH", help="Also write the result as JSON to PATH ('-' = stdout; the tables then go to stderr).")]
 
 
-class Backend(str, Enum):
-    """``--backend`` of ``swerl eval`` (the values of ``InferenceConfig.backend``)."""
+def _choices(name: str, *values: str) -> type[Enum]:
+    """A str Enum for a typer option: a bad value fails at parse time naming the flag (exit 2).
 
-    hf = "hf"
-    vllm = "vllm"
-    openai = "openai"
-
-
-class Protocol(str, Enum):
-    """``--protocol`` (the values of ``swerl.agent.config.ProtocolName``)."""
-
-    terminus_json = "terminus-json"
-    terminus_json_fast = "terminus-json-fast"
-    tool_call = "tool-call"
-    single_turn = "single-turn"
+    The values repeat a config ``Literal`` (importing the config would slow ``--help``);
+    ``tests/test_cli_flags.py`` keeps them equal.
+    """
+    return Enum(name, {value: value for value in values}, type=str)
 
 
-class Prefill(str, Enum):
-    """``--prefill`` (the values of ``swerl.agent.config.SingleTurnPrefill``)."""
-
-    none = "none"
-    fence = "fence"
-    starter_code = "starter_code"
-
-
-class Mode(str, Enum):
-    """``--mode`` of ``swerl select-checkpoint``."""
-
-    max = "max"
-    min = "min"
+Backend = _choices("Backend", "hf", "vllm", "openai")  # InferenceConfig.backend
+Protocol = _choices("Protocol", "terminus-json", "terminus-json-fast", "tool-call", "single-turn")  # ProtocolName
+Prefill = _choices("Prefill", "none", "fence", "starter_code")  # SingleTurnPrefill
+Mode = _choices("Mode", "max", "min")  # select-checkpoint
 
 
 def _results_console(json_out: str | None) -> Console:
@@ -390,10 +373,10 @@ def eval_cmd(
     limit: Annotated[Optional[int], typer.Option(min=1, help="Evaluate only the first N tasks.")] = None,
     concurrency: Annotated[int, typer.Option("--concurrency", "-c", min=1, help="Episodes (sandboxes) alive at once.")] = 16,
     protocol: Annotated[Protocol, typer.Option(
-        help="terminus-json: Harbor terminus-2 in tmux.", rich_help_panel=_AGENT_PANEL)] = Protocol.terminus_json,
+        help="terminus-json: Harbor terminus-2 in tmux.", rich_help_panel=_AGENT_PANEL)] = Protocol("terminus-json"),
     prefill: Annotated[Prefill, typer.Option(
         help="single-turn assistant prefill (starter_code: fence + the instruction's first ```python block).",
-        rich_help_panel=_AGENT_PANEL)] = Prefill.none,
+        rich_help_panel=_AGENT_PANEL)] = Prefill("none"),
     temperature: Annotated[float, typer.Option(min=0.0, help="Sampling temperature.", rich_help_panel=_AGENT_PANEL)] = 0.7,
     top_p: Annotated[float, typer.Option(min=0.0, max=1.0, help="Nucleus mass.", rich_help_panel=_AGENT_PANEL)] = 1.0,
     max_new_tokens: Annotated[int, typer.Option(
@@ -702,7 +685,7 @@ def select_checkpoint_cmd(
     run_dir: Annotated[Path, typer.Argument(help="Run directory of `swerl train` (all metrics.jsonl below it).")],
     metric: Annotated[str, typer.Option(help="Metric key to smooth.")] = "reward/avg_raw_reward",
     span: Annotated[int, typer.Option(help="EMA span (alpha = 2/(span+1)).")] = 5,
-    mode: Annotated[Mode, typer.Option(help="max for rewards, min for losses.")] = Mode.max,
+    mode: Annotated[Mode, typer.Option(help="max for rewards, min for losses.")] = Mode("max"),
     interval: Annotated[
         Optional[int], typer.Option(help="Export interval; default: hf_save_interval of RUN_DIR/config.yaml, else 5.")
     ] = None,
