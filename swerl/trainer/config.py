@@ -189,6 +189,12 @@ class TrainConfig(_Strict):
             )
         if self.algorithm.use_kl_loss:
             raise ValueError("algorithm.use_kl_loss needs a reference policy, which the trainer does not hold yet: set false")
+        inert_kl = self.algorithm.kl_loss_coef not in (0.0, AlgorithmConfig.model_fields["kl_loss_coef"].default)
+        if inert_kl and "kl_loss_coef" in self.algorithm.model_fields_set:
+            raise ValueError(
+                f"algorithm.kl_loss_coef={self.algorithm.kl_loss_coef} would be ignored: the trainer has no KL term "
+                "(use_kl_loss must be false without a reference policy); remove it or set 0"
+            )
         if self.model.fsdp and self.generator.backend == "hf":
             raise ValueError(
                 "model.fsdp with generator.backend=hf: every rank generates with its own module, a sharded one cannot; use generator.backend=vllm"

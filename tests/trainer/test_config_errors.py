@@ -55,3 +55,9 @@ def test_restart_environment_true_is_rejected_not_ignored():
         TaskConfig.model_validate({"verifier": {"restart_environment": True}})
     assert TaskConfig.model_validate({"verifier": {"restart_environment": False}}).verifier.restart_environment is False
 
+
+
+def test_a_kl_coefficient_that_would_be_ignored_is_rejected():
+    message = _error(DEMO_YAML, ["algorithm.kl_loss_coef=0.1"])
+    assert message.startswith("--set algorithm.kl_loss_coef=0.1:") and "would be ignored" in message
+    assert load_train_config(DEMO_YAML, ["algorithm.kl_loss_coef=0"]).algorithm.kl_loss_coef == 0.0
