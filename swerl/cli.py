@@ -123,11 +123,9 @@ def _write_json(json_out: str | None, payload: Any) -> None:
         sys.stdout.write(text)
         sys.stdout.flush()
         return
-    path = Path(json_out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    from swerl.fileio import atomic_write_text
+
+    atomic_write_text(Path(json_out), text)
 
 
 # --- tasks -------------------------------------------------------------------

@@ -10,11 +10,10 @@ from __future__ import annotations
 import base64
 import html
 import io
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from swerl.fileio import atomic_write_bytes
 from swerl.errors import ConfigError
 from swerl.report.plots import all_figures, color
 from swerl.report.runs import Run, label_arms, load_run
@@ -61,18 +60,6 @@ def arm_row(run: Run, span: int) -> dict[str, str]:
         "unrewarded length": _fmt(_mean_of(run, "response_length/reward_zero_mean"), 1),
         "clip fraction": _fmt(_mean_of(run, "response_length/clip_fraction")),
     }
-
-
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600; a report is meant to be shared
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _table_html(arms: list[dict[str, str]], runs: list[Run]) -> str:
@@ -131,9 +118,9 @@ def build_report(run_dirs: list[Path], out: Path, span: int = 5) -> ReportResult
         fig.savefig(buf, format="png", dpi=90)
         png = buf.getvalue()
         path = out.parent / f"{out.stem}-{name}.png"
-        _atomic_write_bytes(path, png)
+        atomic_write_bytes(path, png)
         pngs.append(path)
         figures.append((name, title, png))
     arms = [arm_row(r, span) for r in runs]
-    _atomic_write_bytes(out, render_html(runs, arms, diffs, figures, span).encode("utf-8"))
+    atomic_write_bytes(out, render_html(runs, arms, diffs, figures, span).encode("utf-8"))
     return ReportResult(html_path=out, png_paths=pngs, arms=arms, differences=diffs)

@@ -12,15 +12,14 @@ from __future__ import annotations
 
 import html
 import json
-import os
 import re
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from swerl.fileio import atomic_write_text
 from swerl.errors import ConfigError
 
 STEP_FILE = re.compile(r"^step_(\d+)\.jsonl$")
@@ -281,14 +280,4 @@ def render_html(eps: EpisodeSet) -> str:
 
 def write_html(eps: EpisodeSet, out: Path) -> Path:
     """Write :func:`render_html` to ``out`` (temp file + rename)."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(render_html(eps))
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return out
+    return atomic_write_text(out, render_html(eps))

@@ -12,12 +12,11 @@ import base64
 import binascii
 import gzip
 import json
-import os
-import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from swerl.fileio import atomic_write, atomic_write_text
 from swerl.errors import TaskError
 from swerl.tasks.archive import extract_task_archive, pack_task
 from swerl.tasks.models import MalformedTask, Task
@@ -99,19 +98,6 @@ def row_candidates(file: Path, cache_dir: Path) -> Iterator[tuple[str, Callable[
         yield label, (lambda r=row, lb=label: _load_row(r, lb, cache_dir))
 
 
-def _atomic_write(out: Path, write: Callable[[Path], None]) -> Path:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
-    os.close(fd)
-    try:
-        write(Path(tmp))
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return out
-
-
 def write_tasks_parquet(tasks: Iterable[Task], out: Path | str) -> Path:
     """Write tasks as a Parquet dataset (``path`` string, ``task_binary`` binary), atomically.
 
@@ -126,11 +112,11 @@ def write_tasks_parquet(tasks: Iterable[Task], out: Path | str) -> Path:
         "path": pa.array([t.name for t in tasks], type=pa.string()),
         "task_binary": pa.array([pack_task(t.path) for t in tasks], type=pa.binary()),
     })
-    return _atomic_write(Path(out), lambda tmp: pq.write_table(table, tmp))
+    return atomic_write(Path(out), lambda tmp: pq.write_table(table, tmp))
 
 
 def write_tasks_jsonl(tasks: Iterable[Task], out: Path | str) -> Path:
     """Write tasks as JSONL rows ``{"path": name, "task_binary": base64}``, atomically. Returns ``out``."""
     lines = [json.dumps({"path": t.name, "task_binary": base64.b64encode(pack_task(t.path)).decode()})
              for t in tasks]
-    return _atomic_write(Path(out), lambda tmp: tmp.write_text("".join(line + "\n" for line in lines)))
+    return atomic_write_text(Path(out), "".join(line + "\n" for line in lines))

@@ -42,6 +42,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_state_dict,
 )
 
+from swerl.fileio import atomic_write_text
 from swerl.errors import ConfigError
 from swerl.inference.rng import restore_rng_state, save_rng_state
 from swerl.trainer.distributed import DistInfo, barrier, is_distributed
@@ -72,12 +73,6 @@ def list_checkpoints(root: Path) -> list[tuple[int, Path]]:
         if m and p.is_dir() and (p / "trainer_state.json").is_file():
             found.append((int(m.group(1)), p))
     return sorted(found)
-
-
-def _write_text_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".tmp-{path.name}-{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def _fsync_tree(folder: Path) -> None:
@@ -197,7 +192,7 @@ def save_checkpoint(
     if dist_info.is_main:
         _fsync_tree(tmp)
         _rename_into_place(tmp, final)
-        _write_text_atomic(root / LATEST_FILE, f"{step}\n")
+        atomic_write_text(root / LATEST_FILE, f"{step}\n")
         prune_checkpoints(root, keep_last, protect)
         log.info("saved checkpoint %s", final)
     barrier()

@@ -13,6 +13,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from swerl.fileio import atomic_write_text
 from swerl.agent.trajectory import Trajectory
 
 log = logging.getLogger(__name__)
@@ -135,12 +136,6 @@ class MetricsSink:
 
 def dump_trajectories(run_dir: Path, step: int, trajs: list[Trajectory], advantages: list[float]) -> Path:
     """Write ``RUN_DIR/trajectories/step_N.jsonl``: every trajectory with its advantage (atomic)."""
-    folder = run_dir / "trajectories"
-    folder.mkdir(parents=True, exist_ok=True)
-    final = folder / f"step_{step}.jsonl"
-    tmp = folder / f".tmp-step_{step}.jsonl"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        for traj, adv in zip(trajs, advantages):
-            fh.write(json.dumps({"global_step": step, "advantage": adv, **traj.model_dump(mode="json")}) + "\n")
-    os.replace(tmp, final)
-    return final
+    lines = (json.dumps({"global_step": step, "advantage": adv, **traj.model_dump(mode="json")}) + "\n"
+             for traj, adv in zip(trajs, advantages))
+    return atomic_write_text(run_dir / "trajectories" / f"step_{step}.jsonl", "".join(lines))

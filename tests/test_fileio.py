@@ -1,0 +1,34 @@
+"""Atomic writes: the whole new file or the old one, readable modes, no temp file left behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+
+import pytest
+
+from swerl.fileio import atomic_write, atomic_write_bytes, atomic_write_json, atomic_write_text
+
+
+def test_writes_create_parents_and_are_readable_under_a_private_umask(tmp_path):
+    old = os.umask(0o077)
+    try:
+        path = atomic_write_text(tmp_path / "a" / "b.txt", "hello")
+    finally:
+        os.umask(old)
+    assert path.read_text() == "hello" and stat.S_IMODE(path.stat().st_mode) == 0o644
+    assert atomic_write_bytes(tmp_path / "c.bin", b"\x00\x01").read_bytes() == b"\x00\x01"
+    assert json.loads(atomic_write_json(tmp_path / "d.json", {"step": 3}).read_text()) == {"step": 3}
+
+
+def test_a_failing_writer_keeps_the_old_file_and_leaves_no_temp(tmp_path):
+    target = atomic_write_text(tmp_path / "keep.txt", "old")
+
+    def half_then_fail(tmp):  # noqa: ANN001
+        tmp.write_text("half")
+        raise RuntimeError("disk full")
+
+    with pytest.raises(RuntimeError, match="disk full"):
+        atomic_write(target, half_then_fail)
+    assert target.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["keep.txt"]
