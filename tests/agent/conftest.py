@@ -6,8 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import torch
-from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+from transformers import AutoTokenizer, LlamaForCausalLM
 
 
 def _gguf_path() -> Path:
@@ -30,14 +29,11 @@ def smol_tokenizer():
 @pytest.fixture(scope="session")
 def tiny_model(smol_tokenizer) -> LlamaForCausalLM:
     """2-layer Llama, hidden size 32, random weights, over SmolLM2's 49152-id vocabulary."""
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=len(smol_tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
-        initializer_range=0.5, pad_token_id=smol_tokenizer.pad_token_id, eos_token_id=smol_tokenizer.eos_token_id,
-        tie_word_embeddings=True,
-    )
-    return LlamaForCausalLM(config).eval()
+    from conftest import build_tiny_llama
+
+    return build_tiny_llama(len(smol_tokenizer), 0, max_position_embeddings=4096, initializer_range=0.5,
+                            pad_token_id=smol_tokenizer.pad_token_id, eos_token_id=smol_tokenizer.eos_token_id,
+                            tie_word_embeddings=True).eval()
 
 
 @pytest.fixture(scope="session")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 
 SPECIALS = ["<pad>", "<|im_start|>", "<|im_end|>", "<unk>"]
 CHARS = list("abcdefghijklmnopqrstuvwxyz .,:!?\n0123456789")
@@ -31,22 +31,10 @@ def build_tiny_tokenizer() -> PreTrainedTokenizerFast:
 
 def build_tiny_model(vocab_size: int, seed: int = 0) -> LlamaForCausalLM:
     """2-layer Llama with hidden size 32 and random weights, fp32, eval mode."""
-    torch.manual_seed(seed)
-    config = LlamaConfig(
-        vocab_size=vocab_size,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        initializer_range=0.2,
-        pad_token_id=0,
-        bos_token_id=1,
-        eos_token_id=2,
-        tie_word_embeddings=False,
-    )
-    return LlamaForCausalLM(config).eval()
+    from conftest import build_tiny_llama
+
+    return build_tiny_llama(vocab_size, seed, max_position_embeddings=256, initializer_range=0.2, pad_token_id=0,
+                            bos_token_id=1, eos_token_id=2, tie_word_embeddings=False).eval()
 
 
 @pytest.fixture

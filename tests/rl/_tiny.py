@@ -13,14 +13,9 @@ SEQ = 14  # tokens per padded row; per-token logprobs have SEQ - 1 positions
 
 def tiny_model(seed: int = 0) -> torch.nn.Module:
     """LlamaForCausalLM built from a config (no hub), fp32, deterministic weights."""
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from conftest import build_tiny_llama
 
-    torch.manual_seed(seed)
-    cfg = LlamaConfig(
-        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-    )
-    return LlamaForCausalLM(cfg).float()
+    return build_tiny_llama(VOCAB, seed, max_position_embeddings=64)
 
 
 @dataclass

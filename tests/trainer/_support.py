@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
 
 SPECIAL = ["<pad>", "<unk>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"]
 WORDS = ["```python\n", "\n```", "MAGIC", "print(", ")", "pass", "x = 1", "\n", "Write", "answer"]
@@ -34,16 +33,10 @@ def build_tiny_tokenizer():
 def build_tiny_model(vocab_size: int, seed: int = 0, tie_word_embeddings: bool = False):
     """A 2-layer Llama (hidden 32) with random weights drawn from ``seed``; ``tie_word_embeddings``
     shares the input embedding with the LM head, as SmolLM2 does."""
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from conftest import build_tiny_llama
 
-    torch.manual_seed(seed)
-    cfg = LlamaConfig(
-        vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=512, tie_word_embeddings=tie_word_embeddings, pad_token_id=0,
-        eos_token_id=5,
-        bos_token_id=None,
-    )
-    return LlamaForCausalLM(cfg)
+    return build_tiny_llama(vocab_size, seed, max_position_embeddings=512, tie_word_embeddings=tie_word_embeddings,
+                            pad_token_id=0, eos_token_id=5, bos_token_id=None)
 
 
 def save_tiny_model_dir(path: Path, seed: int = 0) -> Path:
