@@ -528,7 +528,8 @@ def train_cmd(
     set_: Annotated[Optional[list[str]], typer.Option(
         "--set", help="Override a field: dotted.key=YAML value (repeatable), e.g. optimizer.lr=1e-5.")] = None,
     dry_run: Annotated[bool, typer.Option(
-        "--dry-run", help="Validate, print the resolved config and the run plan, and exit.")] = False,
+        "--dry-run", help="Run the preflight (what the run would reject fails here, docs/cli.md), print the "
+        "resolved config and the run plan, and exit.")] = False,
     resume: Annotated[Optional[str], typer.Option(
         help="Resume from 'latest' (the run dir's newest checkpoint) or a checkpoints/global_step_N folder.")] = None,
     run_dir: Annotated[Optional[Path], typer.Option(
