@@ -107,6 +107,21 @@ class RolloutRunner:
             self._loop.close()
             self._loop = None
 
+    def cancel_threadsafe(self) -> None:
+        """From another thread: cancel the episodes in flight (their sandboxes close as they unwind)."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+
+        def cancel_all() -> None:
+            for task in asyncio.all_tasks(loop):
+                task.cancel()
+
+        try:
+            loop.call_soon_threadsafe(cancel_all)
+        except RuntimeError:  # closed in between
+            pass
+
     def collect(
         self,
         tasks: list[Any],
