@@ -248,14 +248,16 @@ class PipelinedRollouts:
         """Batch ``step``, waiting for the producer if it is not finished yet.
 
         Raises:
-            whatever stopped the producer (a Docker outage, an inference error).
+            the error that stopped the producer (a Docker outage, an inference error), as it was.
         """
         t0 = time.monotonic()
         with self._cond:
             depth = len(self._ready)
             self._cond.wait_for(lambda: step in self._ready or self._error is not None)
             if step not in self._ready:
-                raise RuntimeError(f"the rollout producer stopped before batch {step}") from self._error
+                log.error("the rollout producer stopped before batch %d", step)
+                assert self._error is not None
+                raise self._error
             batch = self._ready.pop(step)
         waited = time.monotonic() - t0
         batch.trajectories = group_batch(gather_trajectories(batch.trajectories))
