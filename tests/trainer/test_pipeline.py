@@ -132,3 +132,14 @@ def test_a_crashed_episode_is_masked_and_its_step_trains(async_run):
     crashed = [r for r in dumped(async_run)[2] if r["failure_class"] == "mask"]
     assert [(r["group_id"].startswith(FAILED_GROUP), r["sample_index"]) for r in crashed] == [(True, FAILED_SAMPLE)]
     assert "loss/policy" in step2 and [r["global_step"] for r in records(async_run)] == [1, 2, 3, 4]
+
+
+def test_the_dry_run_plan_shows_the_pipeline_of_the_seed_config():
+    from swerl.trainer.config import load_train_config
+    from swerl.trainer.plan import make_plan
+
+    root = Path(__file__).resolve().parents[2] / "examples"
+    lines = dict(make_plan(load_train_config(root / "rloo-seqnorm-tis-qwen3-8b.yaml"), 1000).placement)
+    assert "up to 16 step(s) ahead" in lines["rollout pipeline"] and "vLLM" in lines["pipeline engines"]
+    demo = dict(make_plan(load_train_config(root / "humaneval-smollm2-cpu.yaml"), 12).placement)
+    assert demo["rollout pipeline"].startswith("synchronous")
