@@ -12,7 +12,7 @@ import contextlib
 import inspect
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 Interval = tuple[float, float]
@@ -104,8 +104,9 @@ class MeteredBackend:
     """A generation backend whose calls are timed as ``generation`` and serialized by a lock.
 
     The lock makes a weight update (:meth:`exclusive`) wait for the running generate call and
-    keeps the next one waiting until the update is applied: weights change BETWEEN requests,
-    episodes in flight simply continue with the new version. Every other attribute (tokenizer,
+    keeps the next one waiting until the update is applied; or the update is staged
+    (:meth:`stage`) and the next generate call applies it first. Either way weights change
+    BETWEEN requests, and episodes in flight simply continue with the new version. Every other attribute (tokenizer,
     ``weight_version``, ``engines`` ...) is the wrapped backend's.
     """
 
@@ -113,6 +114,8 @@ class MeteredBackend:
         self.inner = backend
         self.clock = clock
         self._lock = threading.Lock()
+        self._staged: Callable[[Any], None] | None = None
+        self._staged_lock = threading.Lock()
         if "seeds" not in inspect.signature(backend.generate).parameters:
             self.generate = self._generate_plain  # the batcher then never passes per-row seeds
 
@@ -122,16 +125,42 @@ class MeteredBackend:
     def generate(self, prompts: list[list[int]], sampling: Any, seeds: list[int | None] | None = None) -> list[Any]:
         """The wrapped backend's ``generate`` (same arguments and results)."""
         with self._lock, self.clock.busy("generation"):
+            self._apply_staged()
             if seeds is None:
                 return self.inner.generate(prompts, sampling)
             return self.inner.generate(prompts, sampling, seeds=seeds)
 
     def _generate_plain(self, prompts: list[list[int]], sampling: Any) -> list[Any]:
         with self._lock, self.clock.busy("generation"):
+            self._apply_staged()
             return self.inner.generate(prompts, sampling)
 
     @contextlib.contextmanager
-    def exclusive(self) -> Iterator[Any]:
-        """Hold off generate calls for the block (a weight update); yields the wrapped backend."""
-        with self._lock:
+    def exclusive(self, blocking: bool = True) -> Iterator[Any]:
+        """Hold off generate calls for the block (a weight update); yields the wrapped backend, or
+        None when ``blocking`` is False and a generate call is running."""
+        if not self._lock.acquire(blocking=blocking):
+            yield None
+            return
+        try:
+            self._apply_staged(drop=True)  # superseded by what the block applies
             yield self.inner
+        finally:
+            self._lock.release()
+
+    def stage(self, apply: Callable[[Any], None]) -> None:
+        """Have ``apply(backend)`` run before the next generate call (or :meth:`apply_staged`);
+        a later stage replaces an unapplied one."""
+        with self._staged_lock:
+            self._staged = apply
+
+    def apply_staged(self) -> None:
+        """Apply a staged update now (waits for a running generate call)."""
+        with self._lock:
+            self._apply_staged()
+
+    def _apply_staged(self, drop: bool = False) -> None:
+        with self._staged_lock:
+            apply, self._staged = self._staged, None
+        if apply is not None and not drop:
+            apply(self.inner)

@@ -11,8 +11,9 @@ Batch s is always the sampler's s-th batch of prompts (the plan's order), every 
   once the generator holds weight version >= s - 1 - k, so every turn of batch s is sampled by a
   version the trainer has not moved more than k steps past when it trains on it
   (staleness = (s - 1) - oldest turn's version <= k). Nothing finished is ever discarded.
-  Weights reach the producer's generator between two generate calls (``MeteredBackend``
-  lock): in-flight episodes continue with the new version, recorded per turn.
+  Weights reach the producer's generator between two generate calls (``MeteredBackend``: copied
+  in at once when it is idle, else staged for its next call): in-flight episodes continue with
+  the new version, recorded per turn.
 
 A checkpoint stores the sampler position of the last TRAINED batch; batches the producer had
 collected or started beyond it were never trained and are collected again after a resume.
@@ -182,7 +183,7 @@ class PipelinedRollouts:
                                   seed=ctx.config.generator.seed, weight_version=start_step)
         self.metered = MeteredBackend(generator, ctx.clock)
         self.runner = ctx.runner(self.metered)  # held-out eval, in the trainer's thread
-        self._version = start_step
+        self._published = start_step  # the newest version handed to the generator
         self._ready: dict[int, RolloutBatch] = {}
         self._producing: int | None = None
         self._error: BaseException | None = None
@@ -209,12 +210,16 @@ class PipelinedRollouts:
     # ---- producer thread ------------------------------------------------------------------
 
     def _admitted(self, step: int) -> bool:
-        """Wait until batch ``step`` may start (version >= step - 1 - k); False when stopping."""
+        """Wait until batch ``step`` may start: the generator holds version >= step - 1 - k.
+        False when stopping."""
         with self._cond:
-            self._cond.wait_for(lambda: self._stop.is_set() or self._version >= step - 1 - self.k)
-            if not self._stop.is_set():
-                self._producing = step
-            return not self._stop.is_set()
+            self._cond.wait_for(lambda: self._stop.is_set() or self._published >= step - 1 - self.k)
+            if self._stop.is_set():
+                return False
+            self._producing = step
+        self.metered.apply_staged()  # a version staged while a generate call ran
+        assert self.metered.inner.weight_version >= step - 1 - self.k
+        return True
 
     def _produce(self) -> None:
         ctx = self.ctx
@@ -267,22 +272,40 @@ class PipelinedRollouts:
 
     def publish(self, step: int) -> dict[str, float]:
         """Push the weights after ``step`` steps to the producer's generator between two requests,
-        probe parity, then admit the batches this version allows."""
+        then admit the batches this version allows."""
         ctx = self.ctx
-        with ctx.clock.busy("update"), self.metered.exclusive() as generator:
-            if generator is ctx.backend:  # the run's own engines (vLLM)
-                metrics = sync_generator(generator, ctx.model, ctx.config, ctx.run_dir, ctx.info, version=step)
+        with ctx.clock.busy("update"):
+            if self.metered.inner is ctx.backend:  # the run's own engines (vLLM): sync, then probe
+                with self.metered.exclusive() as generator:
+                    metrics = sync_generator(generator, ctx.model, ctx.config, ctx.run_dir, ctx.info, version=step)
             else:
-                t0 = time.monotonic()
+                metrics = self._publish_to_copy(step)
+        with self._cond:
+            self._published = step
+            self._cond.notify_all()
+        return metrics
+
+    def _publish_to_copy(self, step: int) -> dict[str, float]:
+        """The HF copy: copy the weights in now and probe parity when no generate call runs; else
+        stage a snapshot that the next generate call applies first (the trainer does not wait)."""
+        ctx = self.ctx
+        t0 = time.monotonic()
+        with self.metered.exclusive(blocking=False) as generator:
+            if generator is not None:
                 with torch.no_grad():
                     generator.model.load_state_dict(ctx.model.state_dict())
                 generator.weight_version = step
-                metrics = {**probe_parity(generator, ctx.model, ctx.config, ctx.info),
-                           "timing/weight_sync_s": time.monotonic() - t0}
-        with self._cond:
-            self._version = step
-            self._cond.notify_all()
-        return metrics
+                return {**probe_parity(generator, ctx.model, ctx.config, ctx.info),
+                        "timing/weight_sync_s": time.monotonic() - t0}
+        snapshot = {name: tensor.detach().clone() for name, tensor in ctx.model.state_dict().items()}
+
+        def apply(backend: Any) -> None:
+            with torch.no_grad():
+                backend.model.load_state_dict(snapshot)
+            backend.weight_version = step
+
+        self.metered.stage(apply)
+        return {"timing/weight_sync_s": time.monotonic() - t0}
 
     def position(self) -> dict[str, Any]:
         """The pipeline's part of a checkpoint's trainer state (informative: a resume re-collects

@@ -143,3 +143,27 @@ def test_the_dry_run_plan_shows_the_pipeline_of_the_seed_config():
     assert "up to 16 step(s) ahead" in lines["rollout pipeline"] and "vLLM" in lines["pipeline engines"]
     demo = dict(make_plan(load_train_config(root / "humaneval-smollm2-cpu.yaml"), 12).placement)
     assert demo["rollout pipeline"].startswith("synchronous")
+
+
+def test_weights_staged_during_a_generate_call_reach_the_next_call():
+    import threading
+
+    from swerl.trainer.busy import MeteredBackend
+
+    class SlowBackend:  # returns the version it generated with
+        weight_version = 0
+
+        def generate(self, prompts, sampling, seeds=None):
+            time.sleep(0.3)
+            return [self.weight_version] * len(prompts)
+
+    backend = MeteredBackend(SlowBackend(), BusyClock())
+    first: list = []
+    call = threading.Thread(target=lambda: first.extend(backend.generate([[1]], None)))
+    call.start()
+    time.sleep(0.1)
+    with backend.exclusive(blocking=False) as idle:
+        assert idle is None  # a call is running: the trainer does not wait for it
+    backend.stage(lambda inner: setattr(inner, "weight_version", 7))
+    call.join()
+    assert first == [0] and backend.generate([[1]], None, seeds=[3]) == [7]
