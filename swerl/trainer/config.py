@@ -98,7 +98,8 @@ class LoopConfig(_Strict):
         None, ge=1, description="Episodes in flight at once; None = sandbox.concurrency."
     )
     max_staleness_steps: int = Field(
-        0, ge=0, description="Upper bound on how many steps rollouts may lag the trainer (seed run: 16); swerl samples synchronously (0)."
+        0, ge=0, description="Most training steps a trajectory's oldest turn may lag the weights it is trained from "
+        "(seed run: 16). 0 = synchronous; k >= 1 = a producer collects later batches while the trainer updates (docs/async.md)."
     )
     max_masked_fraction: float = Field(
         0.5, ge=0, le=1,

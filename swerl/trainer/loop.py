@@ -4,9 +4,10 @@ rewards from real verifiers in Docker sandboxes.
 Reads top to bottom like nanoGPT ``train.py``: setup (ranks, seeds, tasks, policy, optimizer,
 resume), then one loop whose blocks each call a named step of a lower stage:
 
-    sample prompts -> collect rollouts (agent + sandboxes + verifier) -> failure classes ->
+    take the step's batch from the rollout pipeline (prompts -> agent + sandboxes + verifier) ->
+    failure classes ->
     advantages -> pi_old at the sampling temperature -> micro-batched policy update (clip, AdamW,
-    LR schedule) -> sync weights to the generator -> commit (HF export, checkpoint, metrics
+    LR schedule) -> publish weights to the generator -> commit (HF export, checkpoint, metrics
     record as one unit: ``commit.py``) -> log.
 
 How it departs from a textbook PPO/GRPO trainer (see ``docs/algorithms.md``):
@@ -18,7 +19,10 @@ How it departs from a textbook PPO/GRPO trainer (see ``docs/algorithms.md``):
   trainer with logits divided by the sampling temperature.
 - One optimizer step per training batch by default (the ratio is ~1: REINFORCE with a
   leave-one-out baseline); mini-batches and update epochs are options.
-- Synchronous rollouts (staleness 0): the batch is sampled with the current weights.
+- Rollouts with bounded staleness (``pipeline.py``, ``docs/async.md``): with
+  ``loop.max_staleness_steps = 0`` each batch is sampled with the current weights (synchronous);
+  with k >= 1 a producer thread collects later batches while the trainer updates, and no turn
+  of a batch is sampled by weights more than k steps older than those it is trained from.
 
 Rank 0 drives the rollouts and writes files; every rank trains on its slice of each batch.
 """
@@ -39,7 +43,6 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from swerl.agent.trajectory import Trajectory
 from swerl.errors import ConfigError, RunFailed
 from swerl.rl.advantages import group_index
 from swerl.rl.loss import compute_advantages
@@ -49,6 +52,8 @@ from swerl.trainer import distributed as dist
 from swerl.trainer.batch import row_from_trajectory
 from swerl.trainer.config import TrainConfig
 from swerl.trainer.evaluation import is_due, run_eval
+from swerl.trainer import pipeline
+from swerl.trainer.busy import BusyClock
 from swerl.trainer.generator import close_generator, make_generator, probe_parity, sync_generator
 from swerl.trainer.masked_guard import MaskedGuard
 from swerl.trainer.metrics import MetricsSink, dump_trajectories, effective_reward, rollout_metrics
@@ -56,7 +61,6 @@ from swerl.trainer.model import compute_dtype, load_policy
 from swerl.trainer.nonfinite import NonFiniteStreak
 from swerl.trainer.optim import build_optimizer
 from swerl.trainer.plan import RunPlan, make_plan
-from swerl.trainer.rollouts import RolloutRunner, gather_trajectories, rank_share
 from swerl.trainer.sampler import PromptSampler
 from swerl.trainer.trackers import open_trackers
 from swerl.trainer.update import UpdateSettings, train_on_batch
@@ -123,13 +127,6 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def group_batch(trajs: list[Trajectory]) -> list[Trajectory]:
-    """Groups contiguous, in first-appearance order, samples by ``sample_index`` (mini-batches cut
-    along groups)."""
-    order = {g: i for i, g in enumerate(dict.fromkeys(t.group_id for t in trajs))}
-    return sorted(trajs, key=lambda t: (order[t.group_id], t.sample_index))
-
-
 def _sweep_dead_runs(config: TrainConfig) -> None:
     """Remove containers of dead swerl runs, as every sandbox start does (a run that trains
     nothing starts no sandbox); an unreachable engine is only logged here."""
@@ -173,10 +170,6 @@ def train(
         SandboxError / EnvironmentProblem: Docker is unusable.
     """
     from swerl.tasks.load import load_tasks
-
-    if config.loop.max_staleness_steps > 0:
-        log.info("rollouts run synchronously (staleness 0 <= loop.max_staleness_steps=%d)",
-                 config.loop.max_staleness_steps)
 
     # --- setup: ranks, seeds, run directory ---------------------------------------------------
     info = dist.init_distributed(config.model.device)
@@ -244,7 +237,6 @@ def train(
         (run_dir / "config.yaml").write_text(config.to_yaml())
 
     # --- the loop -------------------------------------------------------------------------------
-    concurrency = config.loop.rollout_concurrency or config.sandbox.concurrency
     trackers = open_trackers(config.logging, run_dir, config.model_dump(mode="json"), plan) if info.is_main else []
     sink = MetricsSink(run_dir, config.logging.tensorboard, trackers) if info.is_main else None
     nonfinite = NonFiniteStreak(config.optimizer.max_consecutive_nonfinite_steps)
@@ -261,9 +253,12 @@ def train(
             sync_generator(backend, model, config, run_dir, info, version=start_step)
         else:
             probe_parity(backend, model, config, info)
-        runner = stack.enter_context(RolloutRunner(
-            backend, tokenizer, config.sandbox, config.agent, concurrency,
-            config.generator.max_batch_size, config.generator.batch_wait_s, config.seed))
+        # Rollouts: batch s collected now (k = 0) or ahead of the trainer by a producer (k >= 1).
+        clock = BusyClock()
+        rollouts = stack.enter_context(pipeline.open_rollouts(pipeline.Context(
+            config, tasks, sampler, backend, model, run_dir, info, clock,
+            lambda at, ev: emit(TrainEvent("rollout", at, ev))), start_step, plan.total_steps))
+        runner = rollouts.runner
         if info.is_main and config.eval is not None and config.eval.before_train and start_step == 0:
             model.eval()  # the initial policy on the held-out tasks: a record at global_step 0
             result.records.append(sink.log(0, run_eval(config.eval, runner, held_out, 0)))
@@ -271,20 +266,12 @@ def train(
             timings: dict[str, float] = {}
             t_step = time.monotonic()
 
-            # Prompts: the sampler's next batch (same order on every rank and after a resume).
-            epoch, indices = sampler.next_batch()
-            batch_tasks = [tasks[i] for i in indices]
-            emit(TrainEvent("step_start", step, len(batch_tasks) * config.n_samples))
-
-            # Rollouts: each rank runs n episodes for its share of the prompts, verified as each ends.
-            t0 = time.monotonic()
-            model.eval()
-            share, prefix = rank_share(len(batch_tasks), step, info.rank, info.world_size)
-            local = runner.collect([batch_tasks[i] for i in share], config.n_samples, step,
-                                   on_event=lambda ev: emit(TrainEvent("rollout", step, ev)), group_prefix=prefix,
-                                   first_index=share.start)
-            trajs = group_batch(gather_trajectories(local))
-            timings["timing/rollout_s"] = time.monotonic() - t0
+            # Rollouts: the sampler's next batch of prompts (same order on every rank and after a
+            # resume), n verified episodes each; every rank collects its share, all ranks get all.
+            emit(TrainEvent("step_start", step, plan.samples_per_step))
+            batch = rollouts.take(step)
+            trajs, epoch = batch.trajectories, batch.epoch
+            timings.update(batch.metrics)
 
             # No silent training on nothing: mostly-masked steps in a row stop the run (every rank).
             guard.observe(step, trajs)
@@ -303,23 +290,26 @@ def train(
             emit(TrainEvent("phase", step, "update"))
             t0 = time.monotonic()
             model.train()
-            update_metrics = train_on_batch(model, optimizer, scheduler, rows, config.algorithm, settings, info)
+            with clock.busy("update"):
+                update_metrics = train_on_batch(model, optimizer, scheduler, rows, config.algorithm, settings, info)
             model.eval()
             timings["timing/update_s"] = time.monotonic() - t0
-            # Weight sync to every engine, then the parity probe (stops the run on stale weights).
-            sync_metrics = sync_generator(backend, model, config, run_dir, info, version=step)
+            # Weight sync to the generator between two requests, then the parity probe (stops the run
+            # on stale weights); it admits the producer's next batches.
+            sync_metrics = rollouts.publish(step)
             held_out_metrics = {}  # held-out eval of these weights, at its interval (rank 0)
             if info.is_main and config.eval is not None and is_due(config.eval, step, plan.total_steps):
                 held_out_metrics = run_eval(config.eval, runner, held_out, step)
 
             # Log: one record per step (spec names), rank 0 writes.
             metrics = {**rollout_metrics(trajs), **adv_metrics, **update_metrics, **timings, **held_out_metrics,
-                       **sync_metrics, "epoch": float(epoch)}
+                       **sync_metrics, **clock.fractions(t_step, time.monotonic()), "epoch": float(epoch)}
             if info.is_main and config.logging.dump_trajectories:
                 dump_trajectories(run_dir, step, trajs, [float(a) for a in advantages])
 
             # Commit: HF export, then the checkpoint holding the step's record, then metrics.jsonl.
-            trainer_state = {"sampler": sampler.state_dict(), "epoch": epoch, "masked_streak": guard.streak}
+            trainer_state = {"sampler": batch.sampler_state, "epoch": epoch, "masked_streak": guard.streak,
+                             "pipeline": rollouts.position()}
             record = commit.commit_step(
                 step, metrics, t_step,
                 export=(lambda: ckpt.export_hf(run_dir, step, model, tokenizer, info, metrics=metrics))

@@ -127,6 +127,25 @@ def placement(cfg: TrainConfig, in_flight: int) -> list[tuple[str, str]]:
     return lines
 
 
+def pipeline_lines(cfg: TrainConfig) -> list[tuple[str, str]]:
+    """The rollout pipeline of ``cfg``: staleness bound, the engines the producer samples with, the
+    overlap to expect (``docs/async.md``)."""
+    k = cfg.loop.max_staleness_steps
+    if k == 0:
+        return [("rollout pipeline", "synchronous (loop.max_staleness_steps=0): step time = rollouts + update "
+                 "+ weight sync, in sequence")]
+    engines = ("its own HF copy of the policy (one more model in memory), weights copied in between two "
+               "generate calls after every step") if cfg.generator.backend == "hf" else (
+               "the run's vLLM engine(s); weights reach them between two requests, episodes in flight continue")
+    return [
+        ("rollout pipeline", f"producer thread up to {k} step(s) ahead: batch s starts once the generator holds "
+         f"weights of step >= s - 1 - {k}; nothing finished is discarded"),
+        ("pipeline engines", f"the producer samples with {engines}"),
+        ("expected overlap", "step time ~ max(rollouts, update + weight sync) instead of their sum, from step 2 "
+         "(step 1 waits for its rollouts)"),
+    ]
+
+
 def _every(interval: int, total: int, final: bool) -> list[int]:
     steps = list(range(interval, total + 1, interval)) if interval > 0 else []
     if final and total > 0 and (not steps or steps[-1] != total):
@@ -153,11 +172,6 @@ def make_plan(cfg: TrainConfig, num_tasks: int | None) -> RunPlan:
     notes = []
     if num_tasks is None:
         notes.append(f"task source {cfg.data.tasks} not readable now: steps assume loop.max_steps")
-    if loop.max_staleness_steps > 0:
-        notes.append(
-            f"loop.max_staleness_steps={loop.max_staleness_steps} is an upper bound: swerl samples each batch "
-            "with the current weights (staleness 0, synchronous)"
-        )
     ck = cfg.checkpointing
     return RunPlan(
         num_tasks=num_tasks,
@@ -171,6 +185,6 @@ def make_plan(cfg: TrainConfig, num_tasks: int | None) -> RunPlan:
         token_budget_per_step=samples * window,
         checkpoint_steps=_every(ck.ckpt_interval, total, ck.save_final),
         export_steps=_every(ck.hf_save_interval, total, ck.save_final),
-        placement=placement(cfg, loop.rollout_concurrency or cfg.sandbox.concurrency),
+        placement=placement(cfg, loop.rollout_concurrency or cfg.sandbox.concurrency) + pipeline_lines(cfg),
         notes=notes,
     )

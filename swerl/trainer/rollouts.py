@@ -83,6 +83,7 @@ class RolloutRunner:
         self.batch_wait_s = batch_wait_s
         self._loop: asyncio.AbstractEventLoop | None = None
         self._manager: Any = None
+        self._collecting = False
 
     def __enter__(self) -> "RolloutRunner":
         from swerl.sandbox.manager import SandboxManager
@@ -107,6 +108,23 @@ class RolloutRunner:
             self._loop.close()
             self._loop = None
 
+    def cancel_threadsafe(self) -> None:
+        """From another thread: cancel the episodes in flight (their sandboxes close as they unwind)."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+
+        def cancel_all() -> None:
+            if not self._collecting:  # between collections (or while closing): nothing to cancel
+                return
+            for task in asyncio.all_tasks(loop):
+                task.cancel()
+
+        try:
+            loop.call_soon_threadsafe(cancel_all)
+        except RuntimeError:  # closed in between
+            pass
+
     def collect(
         self,
         tasks: list[Any],
@@ -124,7 +142,11 @@ class RolloutRunner:
         prefix = f"step{step}/" if group_prefix is None else group_prefix
         if not tasks:
             return []
-        return self._loop.run_until_complete(self._collect(tasks, n_samples, prefix, first_index, on_event))
+        self._collecting = True
+        try:
+            return self._loop.run_until_complete(self._collect(tasks, n_samples, prefix, first_index, on_event))
+        finally:
+            self._collecting = False
 
     async def _collect(
         self, tasks: list[Any], n_samples: int, prefix: str, first_index: int,
