@@ -782,15 +782,32 @@ def view_cmd(
 def main() -> None:
     """Console-script entry: run the app, mapping SwerlError to one stderr line and its exit code.
 
-    Click's standalone mode handles usage errors (exit 2), ``typer.Exit(n)`` and Ctrl-C; any
-    other exception is a bug in swerl and keeps its traceback.
+    A usage error (unknown option, a value outside a flag's choices) is one line naming the
+    flag, exit 2, like a config error; ``typer.Exit(n)`` exits n; Ctrl-C exits 130. Any other
+    exception is a bug in swerl and keeps its traceback.
     """
+    from typer.exceptions import TyperException  # click's exceptions, as typer vendors them
+
     try:
-        app()
+        code = app(standalone_mode=False)
     except SwerlError as err:
-        # The message is plain text: escape it so rich keeps square brackets (`swerl[gpu]`).
-        err_console.print(f"[bold red]error:[/] {escape(str(err))}", highlight=False, soft_wrap=True)
+        _error_line(str(err))
         sys.exit(err.exit_code)
+    except typer.Abort:
+        sys.exit(130)
+    except TyperException as err:  # a usage error: bad option, value outside a flag's choices
+        ctx = getattr(err, "ctx", None)
+        where = f" (see `{ctx.command_path} -h`)" if ctx is not None else ""
+        _error_line(err.format_message() + where)
+        sys.exit(getattr(err, "exit_code", 2))
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+def _error_line(message: str) -> None:
+    """One ``error: ...`` line on stderr; the message is plain text, escaped so rich keeps
+    square brackets (``swerl[gpu]``) and newlines folded so it stays one line."""
+    text = " ".join(message.split())
+    err_console.print(f"[bold red]error:[/] {escape(text)}", highlight=False, soft_wrap=True)
 
 
 if __name__ == "__main__":

@@ -42,5 +42,7 @@ def test_eval_rejects_an_unknown_protocol_in_one_line(tmp_path):
         capture_output=True, text=True, timeout=120,
     )
     assert proc.returncode == 2
-    assert "agent.protocol" in proc.stderr and "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:") and "--protocol" in lines[0], proc.stderr
+    assert "bogus" in lines[0] and "terminus-json" in lines[0]
     assert not (tmp_path / "o").exists()
