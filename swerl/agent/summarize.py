@@ -97,8 +97,11 @@ class ContextSummarizer:
         return self.window - context_tokens < self.cfg.proactive_summarization_threshold_tokens
 
     async def hand_off(self, messages: list[dict], reactive: bool) -> Handoff | None:
-        """The new conversation replacing ``messages`` (which ends with an assistant reply),
-        or None when a proactive summarization fails (the episode then goes on unchanged)."""
+        """The new conversation replacing ``messages``, or None when a proactive summarization
+        fails (the episode then goes on unchanged). A trailing user message is the prompt that
+        did not fit: terminus-2 never added it to its chat, so it is not part of the history."""
+        if messages and messages[-1]["role"] != "assistant":
+            messages = messages[:-1]
         history = self._unwound(messages) if reactive else list(messages)
         instruction = self.protocol.instruction
         if not history:  # terminus-2 ``_summarize``: nothing to summarize, restart from the instruction

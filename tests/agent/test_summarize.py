@@ -83,3 +83,9 @@ def test_when_every_call_fails_the_screen_tail_is_handed_over(smol_tokenizer):
     assert handoff.messages[-1]["content"] == SCREEN_HANDOFF_TEMPLATE.format(instruction="Create hello.txt.\n",
                                                                               screen_tail=tail)
     assert handoff.segments == [] and handoff.prompt_ids == s.chat.prompt_ids(handoff.messages)
+
+
+def test_a_first_prompt_that_does_not_fit_restarts_from_the_instruction(smol_tokenizer):
+    s, policy = summarizer(smol_tokenizer, ["s"], window=5000)
+    handoff = asyncio.run(s.hand_off([{"role": "user", "content": "first prompt"}], reactive=True))
+    assert handoff.messages == [{"role": "user", "content": "Create hello.txt.\n"}] and policy.prompts == []

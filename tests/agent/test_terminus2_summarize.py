@@ -143,3 +143,14 @@ def test_a_summarized_humaneval_episode_still_earns_reward_1(humaneval_task, smo
     traj, _ = summarized_episode(task, smol_tokenizer, replies, cfg)
     assert (traj.end_reason, traj.outcome, traj.reward, traj.num_summarizations) == ("task_complete", "passed", 1.0, 1)
     assert traj.messages[3]["content"].startswith("Here are the answers the other agent provided.")
+
+
+def test_an_output_that_does_not_fit_is_dropped_and_the_context_summarized(tmp_path, smol_tokenizer):
+    replies = [terminus(("head -c 7000 /dev/urandom | base64 -w 8\n", 0.5)), SUMMARY, QUESTIONS, ANSWERS, *AFTER[:1], *AFTER[2:]]
+    cfg = CFG.model_copy(update={"proactive_summarization_threshold_tokens": 0,  # reactive only, as Harbor's test
+                                 "limits": EpisodeLimits(context_window_tokens=6000, max_new_tokens_per_turn=1800)})
+    traj, _ = summarized_episode(hello_world_task(tmp_path / "hello-world"), smol_tokenizer, replies, cfg)
+    assert (traj.end_reason, traj.reward, traj.num_summarizations) == ("task_complete", 1.0, 1)
+    agent = traj.segments[0]
+    assert [m["role"] for m in agent.messages] == ["user", "assistant"]  # the output never entered
+    assert traj.messages[3]["content"] == HANDOFF_TEMPLATE.format(answers=ANSWERS)
