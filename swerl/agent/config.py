@@ -10,7 +10,7 @@ from swerl.inference.base import SamplingParams
 
 ProtocolName = Literal["terminus-json", "terminus-json-fast", "tool-call", "single-turn"]
 AgentFailurePolicy = Literal["zero", "passthrough"]
-ContextFullPolicy = Literal["zero", "mask"]
+ContextFullPolicy = Literal["zero", "mask", "summarize"]
 SingleTurnPrefill = Literal["none", "fence", "starter_code"]
 
 
@@ -89,7 +89,15 @@ class AgentConfig(BaseModel):
         "mask",
         description=(
             "An episode that fills the context window: mask = no trainable tokens, out of the baseline; "
-            "zero = reward 0, kept in the baseline (terminus-2 with enable_summarize off)."
+            "zero = reward 0, kept in the baseline (terminus-2 with enable_summarize off); summarize = "
+            "terminus-2's summary/questions/answers handoff to a new conversation (terminus-json only)."
+        ),
+    )
+    proactive_summarization_threshold_tokens: int = Field(
+        8000, ge=0,
+        description=(
+            "on_context_full: summarize: also summarize before a turn when fewer than this many tokens are "
+            "free (terminus-2's proactive_summarization_threshold); 0 = only when the context is full."
         ),
     )
 
@@ -98,6 +106,11 @@ class AgentConfig(BaseModel):
         if self.limits.max_new_tokens_per_turn >= self.limits.context_window_tokens:
             raise ValueError(
                 "limits.max_new_tokens_per_turn must be smaller than limits.context_window_tokens; lower it or raise the window"
+            )
+        if self.on_context_full == "summarize" and self.protocol != "terminus-json":
+            raise ValueError(
+                f"on_context_full=summarize needs protocol 'terminus-json' (got {self.protocol!r}); "
+                "use zero or mask, or switch the protocol"
             )
         if self.single_turn_prefill != "none" and self.protocol != "single-turn":
             raise ValueError(

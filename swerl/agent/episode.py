@@ -18,8 +18,9 @@ from swerl.agent.config import AgentConfig, EpisodeLimits
 from swerl.agent.outcome import Verdict, judge
 from swerl.agent.policy import Policy
 from swerl.agent.protocols import AgentProtocol, EndReason, make_protocol
+from swerl.agent.summarize import ContextSummarizer
 from swerl.agent.tokens import ChatFormat, TokenRecord
-from swerl.agent.trajectory import Trajectory
+from swerl.agent.trajectory import Segment, Trajectory
 from swerl.errors import SandboxError
 
 logger = logging.getLogger(__name__)
@@ -37,6 +38,8 @@ class _EpisodeState:
     weight_version: int = 0
     detail: str = ""
     timings_s: dict[str, float] = field(default_factory=dict)
+    segments: list[Segment] = field(default_factory=list)
+    num_summarizations: int = 0
 
 
 def first_prompt(task: Any, policy: Policy, cfg: AgentConfig) -> tuple[AgentProtocol, ChatFormat, list[dict], list[int]]:
@@ -122,21 +125,29 @@ async def _agent_loop(
 ) -> EndReason:
     """Turns until the protocol, a budget or the context window ends the episode."""
     await protocol.start(sandbox)
-    record = state.record
     fresh = protocol.messages_after_start()
     if fresh is not None:  # e.g. the real first screen; nothing generated yet, so re-render
         state.messages[:] = fresh
-        record.prompt_ids = chat.prompt_ids(fresh) + (chat.encode(protocol.prefill) if protocol.prefill else [])
+        state.record.prompt_ids = chat.prompt_ids(fresh) + (chat.encode(protocol.prefill) if protocol.prefill else [])
+    summarizer = None
+    if cfg.on_context_full == "summarize" and protocol.supports_summarization:
+        summarizer = ContextSummarizer(protocol, chat, policy, cfg, limits, seed)
+    pending: list[dict] | None = None  # the observation not yet in the record
     while True:
-        # Budgets checked before each turn: turns, then the context window.
+        # Budgets checked before each turn: turns, then the context (shown or handed off).
         if state.num_turns >= limits.max_turns:
             return "max_turns"
-        room = limits.context_window_tokens - record.num_tokens
-        if room <= 0:
+        if pending is not None and not await _observe(chat, state, summarizer, pending, limits):
             return "context_overflow"
+        pending = None
+        room = limits.context_window_tokens - state.record.num_tokens
+        if room <= 0 and not await _hand_off(state, summarizer, reactive=True):
+            return "context_overflow"
+        room = limits.context_window_tokens - state.record.num_tokens
         max_new = min(limits.max_new_tokens_per_turn, room)
 
         # Sample one assistant turn conditioned on exactly the recorded ids.
+        record = state.record
         turn_seed = None if seed is None else seed + state.num_turns
         sampling = cfg.sampling(max_new, sorted(chat.stop_token_ids), turn_seed, list(protocol.stop_strings))
         generation = await policy.generate(record.context_ids(), sampling)
@@ -150,8 +161,10 @@ async def _agent_loop(
         result = None
         if generation.finish_reason == "length":
             state.hit_length_limit = True
-            if max_new < limits.max_new_tokens_per_turn:
-                return "context_overflow"
+            if max_new < limits.max_new_tokens_per_turn:  # cut by the end of the context window
+                if not await _hand_off(state, summarizer, reactive=True):
+                    return "context_overflow"
+                continue
             result = await protocol.act_truncated(reply, sandbox, max_new)
 
         # Act in the sandbox; the protocol says what the next user/tool turn is.
@@ -160,12 +173,49 @@ async def _agent_loop(
         state.num_parse_failures += int(result.parse_failed)
         if result.end_reason is not None:
             return result.end_reason
-        last_id = generation.token_ids[-1] if generation.token_ids else None
-        observation_ids = chat.observation_ids(result.observation, last_id)
-        state.messages.extend(result.observation)
-        if record.num_tokens + len(observation_ids) > limits.context_window_tokens:
-            return "context_overflow"
+        pending = result.observation
+
+
+async def _observe(chat: ChatFormat, state: _EpisodeState, summarizer: ContextSummarizer | None,
+                   observation: list[dict], limits: EpisodeLimits) -> bool:
+    """Show ``observation`` (its template delta appended to the record), unless the context is
+    handed off first (proactive summarization) or it does not fit (reactive). False when the
+    context is full and no handoff took its place."""
+    record = state.record
+    if summarizer is not None and summarizer.is_due(record.num_tokens):
+        if await _hand_off(state, summarizer, reactive=False):
+            return True
+        if state.record is not record:  # handed off, but the new prompt leaves no room
+            return False
+    last_id = record.response_ids[-1] if record.loss_mask and record.loss_mask[-1] == 1 else None
+    observation_ids = chat.observation_ids(observation, last_id)
+    if record.num_tokens + len(observation_ids) <= limits.context_window_tokens:
+        state.messages.extend(observation)
         record.add_observation(observation_ids)
+        return True
+    if summarizer is None:
+        state.messages.extend(observation)  # shown in the transcript, never in the record
+        return False
+    return await _hand_off(state, summarizer, reactive=True)
+
+
+async def _hand_off(state: _EpisodeState, summarizer: ContextSummarizer | None, reactive: bool) -> bool:
+    """Replace the conversation by the summarizer's handoff: the current one becomes a segment.
+    False when there is no summarizer, it failed, or the new prompt leaves no room."""
+    if summarizer is None:
+        return False
+    handoff = await summarizer.hand_off(state.messages, reactive=reactive)
+    state.num_summarizations = summarizer.count
+    if handoff is None:
+        return False
+    record = state.record
+    state.segments.append(Segment(
+        kind="agent", prompt_ids=record.prompt_ids, response_ids=record.response_ids, loss_mask=record.loss_mask,
+        rollout_logprobs=list(record.logprobs) if record.has_logprobs else None, messages=list(state.messages)))
+    state.segments.extend(handoff.segments)
+    state.record = TokenRecord(prompt_ids=handoff.prompt_ids)
+    state.messages = handoff.messages
+    return summarizer.window - len(handoff.prompt_ids) > 0
 
 
 async def _verify(sandbox: Any, state: _EpisodeState) -> tuple[Any | None, str | None]:
@@ -182,10 +232,13 @@ async def _verify(sandbox: Any, state: _EpisodeState) -> tuple[Any | None, str |
 
 def _trajectory(task: Any, group_id: str | None, sample_index: int, state: _EpisodeState, end_reason: str,
                 verdict: Verdict, verifier: Any | None) -> Trajectory:
-    """Assemble the trajectory; a ``mask`` verdict zeroes the loss mask (no trainable tokens)."""
+    """Assemble the trajectory; a ``mask`` verdict zeroes the loss masks (no trainable tokens)."""
     record = state.record
     masked = verdict.failure_class == "mask"
     loss_mask = [0] * len(record.loss_mask) if masked else list(record.loss_mask)
+    segments = [seg.model_copy(update={"loss_mask": [0] * len(seg.loss_mask)}) if masked else seg
+                for seg in state.segments]
+    earlier_generated = sum(sum(seg.loss_mask) for seg in state.segments)
     return Trajectory(
         task_name=task.name,
         group_id=group_id or task.name,
@@ -200,8 +253,8 @@ def _trajectory(task: Any, group_id: str | None, sample_index: int, state: _Epis
         exclude_from_baseline=masked,
         end_reason=end_reason,
         num_turns=state.num_turns,
-        num_generated_tokens=sum(loss_mask),
-        num_policy_tokens=sum(record.loss_mask),
+        num_generated_tokens=sum(loss_mask) + sum(sum(seg.loss_mask) for seg in segments),
+        num_policy_tokens=sum(record.loss_mask) + earlier_generated,
         num_parse_failures=state.num_parse_failures,
         context_tokens=record.num_tokens,
         hit_length_limit=state.hit_length_limit,
@@ -211,6 +264,8 @@ def _trajectory(task: Any, group_id: str | None, sample_index: int, state: _Epis
         turn_weight_versions=list(record.turn_weight_versions),
         timings_s=state.timings_s,
         detail=state.detail or (getattr(verifier, "detail", "") if verifier is not None else ""),
+        segments=segments,
+        num_summarizations=state.num_summarizations,
     )
 
 

@@ -41,7 +41,7 @@ def judge(end_reason: str, verifier: Any | None, cfg: AgentConfig, sandbox_outco
     if end_reason == "sandbox_error" or verifier is None:
         return Verdict(sandbox_outcome or "sandbox_error", 0.0, "mask")
     if end_reason == "context_overflow":
-        return Verdict("context_overflow", 0.0, cfg.on_context_full)
+        return Verdict("context_overflow", 0.0, "mask" if cfg.on_context_full == "mask" else "zero")
     if end_reason == "agent_timeout" and cfg.on_agent_timeout == "zero":
         return Verdict("agent_timeout", 0.0, "zero")
     if end_reason == "parse_failures" and cfg.on_parse_failures == "zero":

@@ -1,5 +1,11 @@
 """The record of one episode that training consumes: token-in, token-out
-(``docs/tasks.md``), never rebuilt by re-tokenizing text."""
+(``docs/tasks.md``), never rebuilt by re-tokenizing text.
+
+An episode is one token sequence unless terminus-2 summarized its context: then each
+conversation the policy was sampled in (the agent's before the handoff, the summary and
+answers, the questions) is a :class:`Segment` of its own, and the top-level ids are the
+last agent conversation. Each segment is token-in/token-out on its own; all of them share
+the episode's reward (``docs/terminus2.md``)."""
 
 from __future__ import annotations
 
@@ -10,6 +16,37 @@ from pydantic import BaseModel, Field, model_validator
 FailureClass = Literal["none", "mask", "zero"]
 """``none``: reward counts; ``mask``: infra failure, excluded from the baseline and the loss;
 ``zero``: agent failure, reward 0, kept in the baseline (tasks.md §6)."""
+
+
+SegmentKind = Literal["agent", "summary", "questions"]
+"""``agent``: an agent conversation cut off by a handoff; ``summary``: the summary request
+and reply, then the answers request and reply (one conversation); ``questions``: the next
+agent's questions (a conversation of its own)."""
+
+
+class Segment(BaseModel):
+    """One earlier token sequence of an episode (same fields and alignment as the trajectory's).
+
+    Attributes:
+        kind: which conversation it is (see ``SegmentKind``).
+        prompt_ids: (P,) ids before its first generated id.
+        response_ids: (T,) generated and observation ids, in order.
+        loss_mask: (T,) 1 on generated ids, 0 on the others.
+        rollout_logprobs: (T,) sampling log-probs (0.0 off the generated ids), or None.
+        messages: its chat messages (for humans).
+    """
+
+    kind: SegmentKind
+    prompt_ids: list[int]
+    response_ids: list[int] = Field(default_factory=list)
+    loss_mask: list[int] = Field(default_factory=list)
+    rollout_logprobs: list[float] | None = None
+    messages: list[dict] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _aligned(self) -> "Segment":
+        _check_aligned(self.response_ids, self.loss_mask, self.rollout_logprobs)
+        return self
 
 
 class Trajectory(BaseModel):
@@ -41,6 +78,9 @@ class Trajectory(BaseModel):
         num_parse_failures: replies the protocol could not parse.
         context_tokens: P + T, the final context length, tokens.
         detail: one line on why the episode or its verification failed ("" if it did not).
+        segments: the earlier token sequences when the context was summarized, in the order
+            they were sampled (empty otherwise); the top-level ids are the last one.
+        num_summarizations: context handoffs (terminus-2 summarization) in the episode.
     """
 
     task_name: str
@@ -67,13 +107,23 @@ class Trajectory(BaseModel):
     num_parse_failures: int = 0
     context_tokens: int = 0
     detail: str = ""
+    segments: list[Segment] = Field(default_factory=list)
+    num_summarizations: int = 0
 
     @model_validator(mode="after")
     def _aligned(self) -> "Trajectory":
-        if len(self.loss_mask) != len(self.response_ids):
-            raise ValueError(f"loss_mask has {len(self.loss_mask)} ids, response_ids {len(self.response_ids)}")
-        if self.rollout_logprobs is not None and len(self.rollout_logprobs) != len(self.response_ids):
-            raise ValueError(
-                f"rollout_logprobs has {len(self.rollout_logprobs)} values, response_ids {len(self.response_ids)}"
-            )
+        _check_aligned(self.response_ids, self.loss_mask, self.rollout_logprobs)
         return self
+
+    def token_sequences(self) -> list[Segment]:
+        """Every token sequence of the episode in sampling order, the last agent one included."""
+        last = Segment(kind="agent", prompt_ids=self.prompt_ids, response_ids=self.response_ids,
+                       loss_mask=self.loss_mask, rollout_logprobs=self.rollout_logprobs)
+        return [*self.segments, last]
+
+
+def _check_aligned(response_ids: list[int], loss_mask: list[int], rollout_logprobs: list[float] | None) -> None:
+    if len(loss_mask) != len(response_ids):
+        raise ValueError(f"loss_mask has {len(loss_mask)} ids, response_ids {len(response_ids)}")
+    if rollout_logprobs is not None and len(rollout_logprobs) != len(response_ids):
+        raise ValueError(f"rollout_logprobs has {len(rollout_logprobs)} values, response_ids {len(response_ids)}")

@@ -4,6 +4,11 @@ Layout ("shifted grid"): a row is ``prompt_ids + response_ids`` right-padded to 
 every per-token tensor has L-1 columns, column j holding the quantity of the token at
 position j+1 (the token predicted from the prefix ``[0..j]``). Response token k of row i sits
 in column ``P_i - 1 + k``. Prompt, observation and padding columns carry loss mask False.
+
+An episode whose context was summarized has several token sequences (``Trajectory.segments``):
+each becomes a row of its own, all with the episode's advantage (SkyRL's step-wise
+trajectories: advantages computed once per trajectory, then given to each of its steps).
+Rows carry the index of their episode so mini-batches never split one.
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ class Row:
         rollout_logprobs: (T,) float32 sampling log-probs, or None (TIS weight 1).
         advantage: scalar A of the row (broadcast to its tokens).
         old_logprobs: (T,) float32 log pi_old recomputed by the trainer, or None before it is.
+        episode_index: index of the trajectory the row comes from in the step's batch (rows of
+            one episode share it; mini-batches are cut between episodes); None = a row of its own.
     """
 
     prompt_ids: Tensor
@@ -37,6 +44,7 @@ class Row:
     rollout_logprobs: Tensor | None
     advantage: float
     old_logprobs: Tensor | None = None
+    episode_index: int | None = None
 
     @property
     def num_trainable_tokens(self) -> int:
@@ -45,19 +53,47 @@ class Row:
 
 
 def row_from_trajectory(traj: Trajectory, advantage: float, agent_failure_tokens: AgentFailureTokens = "train") -> Row:
-    """Build a :class:`Row`; a ``mask``-class trajectory keeps its tokens but no trainable ones,
-    and so does a ``zero``-class one (agent failure) when ``agent_failure_tokens="mask"``."""
-    mask = torch.tensor(traj.loss_mask, dtype=torch.bool)
-    if traj.failure_class == "mask" or (traj.failure_class == "zero" and agent_failure_tokens == "mask"):
-        mask = torch.zeros_like(mask)
-    lp = None if traj.rollout_logprobs is None else torch.tensor(traj.rollout_logprobs, dtype=torch.float32)
-    return Row(
-        prompt_ids=torch.tensor(traj.prompt_ids, dtype=torch.int64),
-        response_ids=torch.tensor(traj.response_ids, dtype=torch.int64),
-        loss_mask=mask,
-        rollout_logprobs=lp,
-        advantage=float(advantage),
-    )
+    """Build the :class:`Row` of the trajectory's last token sequence; a ``mask``-class
+    trajectory keeps its tokens but no trainable ones, and so does a ``zero``-class one
+    (agent failure) when ``agent_failure_tokens="mask"``."""
+    return rows_from_trajectory(traj, advantage, agent_failure_tokens)[-1]
+
+
+def rows_from_trajectory(traj: Trajectory, advantage: float, agent_failure_tokens: AgentFailureTokens = "train",
+                         episode_index: int | None = None) -> list[Row]:
+    """One :class:`Row` per token sequence of the episode (one unless it was summarized), in
+    sampling order, each with the episode's ``advantage`` and its own loss mask (generated ids
+    only); trainable tokens are dropped as in :func:`row_from_trajectory`."""
+    untrained = traj.failure_class == "mask" or (traj.failure_class == "zero" and agent_failure_tokens == "mask")
+    rows = []
+    for seq in traj.token_sequences():
+        mask = torch.tensor(seq.loss_mask, dtype=torch.bool)
+        lp = None if seq.rollout_logprobs is None else torch.tensor(seq.rollout_logprobs, dtype=torch.float32)
+        rows.append(Row(
+            prompt_ids=torch.tensor(seq.prompt_ids, dtype=torch.int64),
+            response_ids=torch.tensor(seq.response_ids, dtype=torch.int64),
+            loss_mask=torch.zeros_like(mask) if untrained else mask,
+            rollout_logprobs=lp,
+            advantage=float(advantage),
+            episode_index=episode_index,
+        ))
+    return rows
+
+
+def mini_batches(rows: list[Row], episodes_per_mini_batch: int) -> list[list[Row]]:
+    """Cut ``rows`` (episodes contiguous) into mini-batches of ``episodes_per_mini_batch``
+    episodes each; with one row per episode, that many rows."""
+    minis: list[list[Row]] = []
+    episodes: list[int] = []
+    for row in rows:
+        if not episodes or row.episode_index is None or row.episode_index != episodes[-1]:
+            if len(episodes) == episodes_per_mini_batch:
+                episodes = []
+            if not episodes:
+                minis.append([])
+            episodes.append(row.episode_index)
+        minis[-1].append(row)
+    return minis
 
 
 def padding_row(like: Row) -> Row:

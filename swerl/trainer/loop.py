@@ -49,7 +49,7 @@ from swerl.rl.loss import compute_advantages
 from swerl.trainer import checkpoint as ckpt
 from swerl.trainer import commit
 from swerl.trainer import distributed as dist
-from swerl.trainer.batch import row_from_trajectory
+from swerl.trainer.batch import rows_from_trajectory
 from swerl.trainer.config import TrainConfig
 from swerl.trainer.evaluation import is_due, run_eval
 from swerl.trainer import pipeline
@@ -283,8 +283,8 @@ def train(
             advantages, adv_metrics = compute_advantages(
                 config.algorithm, rewards, group_index([t.group_id for t in trajs]), exclude
             )
-            rows = [row_from_trajectory(t, float(a), config.algorithm.agent_failure_tokens)
-                    for t, a in zip(trajs, advantages)]
+            rows = [row for i, (t, a) in enumerate(zip(trajs, advantages))  # one row per token sequence
+                    for row in rows_from_trajectory(t, float(a), config.algorithm.agent_failure_tokens, i)]
 
             # Update: pi_old at the sampling temperature, then micro-batched optimizer step(s).
             emit(TrainEvent("phase", step, "update"))

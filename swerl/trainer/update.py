@@ -20,7 +20,7 @@ from swerl.rl.config import AlgorithmConfig
 from swerl.rl.loss import compute_policy_loss
 from swerl.rl.policy_loss import entropy_from_logits
 from swerl.rl.reductions import StepDenominators, denominator_parts, dp_loss_scale
-from swerl.trainer.batch import MicroBatch, Row, collate, padding_row
+from swerl.trainer.batch import MicroBatch, Row, collate, mini_batches, padding_row
 from swerl.trainer.distributed import DistInfo, all_reduce_grads, all_reduce_max, all_reduce_sum, rank_slice
 from swerl.trainer.nonfinite import SKIPPED, skip_counts, step_if_finite
 
@@ -31,7 +31,8 @@ class UpdateSettings:
 
     Attributes:
         temperature: sampling temperature; every trainer forward divides logits by it.
-        rows_per_mini_batch: rows (prompts x samples) per optimizer step.
+        rows_per_mini_batch: episodes (prompts x samples) per optimizer step; a summarized
+            episode brings one row per token sequence.
         micro_batch_size: rows per forward/backward on one rank.
         update_epochs: passes over the mini-batches.
         grad_clip: max global grad norm, or None.
@@ -237,7 +238,7 @@ def train_on_batch(
     """The whole update of one training step.
 
     ``rows`` is the full training batch in group order, identical on every rank. It is cut into
-    mini-batches of ``rows_per_mini_batch`` rows (one optimizer step each); each rank keeps its
+    mini-batches of ``rows_per_mini_batch`` episodes (one optimizer step each); each rank keeps its
     slice, computes pi_old for it with the weights that produced the batch, then runs
     ``update_epochs`` passes of optimizer steps.
 
@@ -245,7 +246,7 @@ def train_on_batch(
         ``update/skipped_nonfinite_steps`` (with ``update/trailing_nonfinite_steps``) and
         ``tis/rows_without_logprobs`` (every row of the step) are totals, not means.
     """
-    minis = [rows[i : i + s.rows_per_mini_batch] for i in range(0, len(rows), s.rows_per_mini_batch)]
+    minis = mini_batches(rows, s.rows_per_mini_batch)
     local = []
     for mini in minis:
         mine = rank_rows(mini, dist_info)

@@ -48,6 +48,8 @@ class AgentProtocol(ABC):
     stop_strings: ClassVar[tuple[str, ...]] = ()
     """Stop strings of every turn. Only for protocols whose episode ends after that turn:
     a multi-turn protocol must end turns on stop token ids (text stops break token-out)."""
+    supports_summarization: ClassVar[bool] = False
+    """Whether ``on_context_full: summarize`` applies (terminus-2 only)."""
 
     def __init__(self, cfg: AgentConfig):
         self.cfg = cfg

@@ -19,7 +19,8 @@ Turn rules, as ``terminus_2.py`` (harbor-framework/main, 2026-05-02) has them:
   parse error does not; the confirming reply's commands still run;
 - a reply cut at the token limit runs nothing and gets ``ERROR!! NONE of the actions ...``;
 - the first prompt shows the real first screen of the pane; the instruction is not stripped;
-- when the shell has been exited (the tmux session is gone) the episode ends (``completed``).
+- when the shell has been exited (the tmux session is gone) the episode ends (``completed``);
+- a full context is summarized with ``on_context_full: summarize`` (``swerl.agent.summarize``).
 
 Thinking: with ``reasoning_split`` off (the seed stack: vLLM without a reasoning parser)
 the parser reads the whole reply, ``<think>`` block included; with it on, a leading
@@ -60,6 +61,7 @@ class Terminus2(AgentProtocol):
     """The terminus-2 state machine around one tmux session per episode."""
 
     name = "terminus-json"
+    supports_summarization = True
 
     def __init__(self, cfg: Any):
         super().__init__(cfg)
@@ -87,8 +89,23 @@ class Terminus2(AgentProtocol):
     def messages_after_start(self) -> list[dict] | None:
         return self.initial_messages(self._instruction)
 
+    @property
+    def instruction(self) -> str:
+        """The task instruction as given (terminus-2's ``original_instruction``)."""
+        return self._instruction
+
+    async def visible_screen(self) -> str:
+        """The pane's visible rows (``tmux capture-pane -p``), as summarization shows them."""
+        assert self.session is not None, "start() opens the tmux session"
+        return await self.session.capture_pane(entire=False)
+
+    def reply_content(self, reply: str) -> str:
+        """What terminus-2 reads of a reply: all of it, or without a leading think block
+        when ``reasoning_split``."""
+        return split_leading_reasoning(reply) if self.cfg.reasoning_split else reply
+
     async def act(self, reply: str, sandbox: Any) -> TurnResult:
-        parsed = parse_terminus_reply(self._parser_text(reply))
+        parsed = parse_terminus_reply(self.reply_content(reply))
         if parsed.error:
             return self._parse_failure(parsed)
         self.consecutive_parse_failures = 0
@@ -109,13 +126,10 @@ class Terminus2(AgentProtocol):
         """A reply cut at ``max_new_tokens``: nothing runs; the model is told to re-issue it."""
         limit = f"{max_new_tokens} tokens"
         text = OUTPUT_LIMIT_TEMPLATE.format(limit=limit)
-        warnings = parse_terminus_reply(self._parser_text(reply)).warning_text
+        warnings = parse_terminus_reply(self.reply_content(reply)).warning_text
         if warnings:
             text += TRUNCATED_WARNINGS_TEMPLATE.format(warnings=warnings)
         return TurnResult(observation=[_user(text)])
-
-    def _parser_text(self, reply: str) -> str:
-        return split_leading_reasoning(reply) if self.cfg.reasoning_split else reply
 
     def _parse_failure(self, parsed: ParsedReply) -> TurnResult:
         self.consecutive_parse_failures += 1

@@ -107,3 +107,64 @@ def parse_error_message(error: str, warning_text: str) -> str:
     """The user turn after an unparsable reply (``warning_text``: ``- a\n- b`` or "")."""
     feedback = f"ERROR: {error}" + (f"\nWARNINGS: {warning_text}" if warning_text else "")
     return PARSE_ERROR_TEMPLATE.format(feedback=feedback)
+
+# Summarization (terminus-2 ``_summarize`` and the fallbacks of ``_query_llm``). The odd
+# indentation inside the summary prompt is upstream's: an f-string continued inside a method.
+SUMMARY_PROMPT_TEMPLATE = """You are about to hand off your work to another AI agent.
+            Please provide a comprehensive summary of what you have
+            accomplished so far on this task:
+
+Original Task: {instruction}
+
+Based on the conversation history, please provide a detailed summary covering:
+1. **Major Actions Completed** - List each significant command you executed
+            and what you learned from it.
+2. **Important Information Learned** - A summary of crucial findings, file
+            locations, configurations, error messages, or system state discovered.
+3. **Challenging Problems Addressed** - Any significant issues you
+            encountered and how you resolved them.
+4. **Current Status** - Exactly where you are in the task completion process.
+
+
+Be comprehensive and detailed. The next agent needs to understand everything
+            that has happened so far in order to continue."""
+"""Step 1, appended to the (unwound) conversation; ``instruction`` is the task instruction."""
+
+QUESTION_PROMPT_TEMPLATE = """You are picking up work from a previous AI agent on this task:
+
+**Original Task:** {instruction}
+
+**Summary from Previous Agent:**
+{summary}
+
+**Current Terminal Screen:**
+{screen}
+
+Please begin by asking several questions (at least five, more if necessary)
+about the current state of the solution that are not answered in the summary
+from the prior agent. After you ask these questions you will be on your own,
+so ask everything you need to know."""
+"""Step 2, a conversation of its own; ``screen`` is the visible pane (``capture-pane -p``)."""
+
+ANSWER_REQUEST_TEMPLATE = (
+    "The next agent has a few questions for you, please answer each of them one by one in detail:\n\n{questions}"
+)
+"""Step 3, appended to step 1's conversation after the summary."""
+
+HANDOFF_TEMPLATE = (
+    "Here are the answers the other agent provided.\n\n{answers}\n\n"
+    "Continue working on this task from where the previous agent left off. You can no longer ask questions. "
+    "Please follow the spec to interact with the terminal."
+)
+"""The first user turn after the handoff (the new conversation: first prompt, question
+prompt, questions, this)."""
+
+SHORT_SUMMARY_PROMPT_TEMPLATE = (
+    "Briefly continue this task: {instruction}\n\nCurrent state: {screen_tail}\n\nNext steps (2-3 sentences):"
+)
+"""Fallback when the three steps fail after a context overflow; ``screen_tail`` is the last
+1,000 characters of the visible pane."""
+
+SHORT_SUMMARY_HANDOFF_TEMPLATE = "{instruction}\n\nSummary: {summary}"
+SCREEN_HANDOFF_TEMPLATE = "{instruction}\n\nCurrent state: {screen_tail}"
+"""Last fallback, no model call."""
