@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
+from matplotlib.ticker import MaxNLocator
 
 from swerl.report.runs import Run
 from swerl.selection import ema
@@ -54,6 +55,11 @@ def color(i: int) -> str:
     return COLORS[i % len(COLORS)]
 
 
+def dashes(i: int) -> str:
+    """The line style of arm ``i``: arms whose curves coincide (same samples) stay visible."""
+    return ("-", "--", "-.", ":")[i % 4]
+
+
 def _grid(n: int, width_in: float = 12.0, row_in: float = 3.0) -> tuple[Figure, list]:
     cols = 1 if n == 1 else 2 if n <= 4 else 3
     rows = -(-n // cols)
@@ -65,8 +71,10 @@ def _grid(n: int, width_in: float = 12.0, row_in: float = 3.0) -> tuple[Figure, 
 
 
 def _legend(fig: Figure, runs: list[Run]) -> None:
-    handles = [Line2D([], [], color=color(i), lw=2) for i in range(len(runs))]
-    fig.legend(handles, [r.label for r in runs], loc="outside lower center", ncols=min(len(runs), 3), fontsize=9)
+    handles = [Line2D([], [], color=color(i), ls=dashes(i), lw=2) for i in range(len(runs))]
+    widest = max(len(r.label) for r in runs)  # ~150 characters of 9 pt text fit across the figure
+    ncols = max(1, min(len(runs), 3, 150 // (widest + 8)))
+    fig.legend(handles, [r.label for r in runs], loc="outside lower center", ncols=ncols, fontsize=9)
 
 
 def reward_figure(runs: list[Run], span: int = 5) -> Figure | None:
@@ -80,12 +88,13 @@ def reward_figure(runs: list[Run], span: int = 5) -> Figure | None:
         if not steps:
             continue
         ax.plot(steps, values, color=color(i), lw=1, alpha=0.45, marker=".")
-        ax.plot(steps, ema(values, span), color=color(i), lw=2.5)
+        ax.plot(steps, ema(values, span), color=color(i), ls=dashes(i), lw=2.5)
         chosen = run.selection.chosen if run.selection else None
         if chosen is not None:
             ax.axvline(chosen.step, color=color(i), ls=":", lw=1.5)
             ax.plot([chosen.step], [chosen.ema], marker="*", ms=16, color=color(i), mec="black")
     ax.set_xlabel("global step")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel("reward/avg_raw_reward")
     ax.grid(alpha=0.3)
     fig.suptitle(f"Reward: raw (thin) and trailing EMA, span {span} (thick); star = selected checkpoint")
@@ -106,7 +115,8 @@ def line_figure(runs: list[Run], panel: Panel) -> Figure | None:
         for i, run in enumerate(runs):
             steps, values = run.steps(key)
             if steps:
-                ax.plot(steps, values, color=color(i), lw=1.8, marker="." if len(steps) < 40 else None)
+                ax.plot(steps, values, color=color(i), ls=dashes(i), lw=1.8, marker="." if len(steps) < 40 else None)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_title(key, fontsize=10)
         ax.set_xlabel("global step", fontsize=8)
         ax.grid(alpha=0.3)
