@@ -78,8 +78,20 @@ def test_enum_choices_match_the_config_literals():
     (["select-checkpoint", str(FIXTURE_TASKS), "--mode", "median"], "'--mode'"),
 ])
 def test_a_bad_choice_names_the_flag_and_exits_2(args, flag):
-    result = runner.invoke(app, args)
+    result = runner.invoke(app, args)  # CliRunner: click's standalone mode (main() makes it one line, below)
     assert result.exit_code == 2 and f"Invalid value for {flag}" in result.output
+
+
+def test_usage_errors_through_main_are_one_line_on_stderr():
+    import subprocess
+    import sys
+
+    for args, flag in ((["train", "c.yaml", "--bogus"], "--bogus"), (["select-checkpoint", "r", "--mode", "median"], "'--mode'"),
+                       (["eval", "t", "--backend", "tgi"], "'--backend'")):
+        proc = subprocess.run([sys.executable, "-m", "swerl.cli", *args], capture_output=True, text=True, timeout=60)
+        lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+        assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: ") and flag in lines[0], proc.stderr
+        assert proc.stdout == ""
 
 
 def test_tasks_list_json_to_stdout_is_the_only_stdout():
