@@ -10,15 +10,18 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import docker
 import docker.errors
+import docker.tls
 import requests.exceptions
 
 from swerl.errors import EnvironmentProblem, SandboxError, SandboxTimeout
+from swerl.sandbox.streams import LOCAL_ENGINE_URL, Endpoint
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -39,22 +42,32 @@ DOCKER_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 
-def connect(base_url: str | None, pool_size: int, timeout_s: float) -> docker.DockerClient:
-    """Open the shared client with an HTTP pool of ``pool_size`` connections.
+def engine_url(url: str | None) -> str:
+    """The URL of the engine named ``url``; None means the local default (``DOCKER_HOST`` as the
+    docker CLI reads it, else ``unix:///var/run/docker.sock``)."""
+    return url or os.environ.get("DOCKER_HOST") or LOCAL_ENGINE_URL
+
+
+def connect(
+    base_url: str | None, pool_size: int, timeout_s: float, tls: docker.tls.TLSConfig | bool | None = None
+) -> docker.DockerClient:
+    """Open a client of one engine with an HTTP pool of ``pool_size`` connections.
+
+    Args:
+        base_url: the engine URL (:func:`engine_url` of None: the local default).
+        tls: the SDK's TLS settings for a ``tcp://`` engine served over TLS.
 
     Raises:
-        EnvironmentProblem: (exit 3) no Docker daemon answers.
+        EnvironmentProblem: (exit 3) the engine does not answer.
     """
+    url = engine_url(base_url)
     try:
-        if base_url:
-            client = docker.DockerClient(base_url=base_url, timeout=int(timeout_s), max_pool_size=pool_size)
-        else:
-            client = docker.from_env(timeout=int(timeout_s), max_pool_size=pool_size)
+        client = docker.DockerClient(base_url=url, timeout=int(timeout_s), max_pool_size=pool_size, tls=tls or False)
         client.ping()
     except DOCKER_ERRORS as err:
         raise EnvironmentProblem(
-            f"Docker is not reachable ({type(err).__name__}: {err}); start dockerd "
-            "(`bash sandboxes/ensure-docker.sh`) or set DOCKER_HOST"
+            f"Docker engine {url} is not reachable ({type(err).__name__}: {err}); start dockerd "
+            "(`bash sandboxes/ensure-docker.sh`), or fix sandbox.engines / --engine / DOCKER_HOST"
         ) from err
     return client
 
@@ -65,11 +78,14 @@ class DockerCaller:
     Args:
         max_workers: threads; size it to the concurrency (a few calls per sandbox at once).
         default_timeout_s: deadline used when a call names none.
+        endpoint: the engine these calls go to, for the exec and attach streams (one caller
+            per engine, so every call of a trial reaches that trial's engine).
     """
 
-    def __init__(self, max_workers: int, default_timeout_s: float) -> None:
+    def __init__(self, max_workers: int, default_timeout_s: float, endpoint: Endpoint) -> None:
         self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="swerl-docker")
         self.default_timeout_s = default_timeout_s
+        self.endpoint = endpoint
 
     async def __call__(self, fn: Callable[..., T], *args: Any, timeout_s: float | None = None, **kwargs: Any) -> T:
         """Await ``fn(*args, **kwargs)`` in a worker thread.
@@ -99,18 +115,14 @@ class DockerCaller:
 
 
 def daemon_error(message: str) -> SandboxError:
-    """A :class:`SandboxError` tagged with the ``daemon_error`` outcome."""
+    """A :class:`SandboxError` with the ``daemon_error`` outcome."""
     from swerl.sandbox.models import Outcome
 
-    err = SandboxError(message)
-    err.outcome = Outcome.daemon_error  # type: ignore[attr-defined]
-    return err
+    return SandboxError(message, outcome=Outcome.daemon_error)
 
 
 def sandbox_error(message: str, outcome: str) -> SandboxError:
-    """A :class:`SandboxError` whose ``.outcome`` names the trial outcome it causes."""
+    """A :class:`SandboxError` whose ``outcome`` is the named trial outcome."""
     from swerl.sandbox.models import Outcome
 
-    err = SandboxError(message)
-    err.outcome = Outcome(outcome)  # type: ignore[attr-defined]
-    return err
+    return SandboxError(message, outcome=Outcome(outcome))

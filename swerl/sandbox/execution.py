@@ -112,7 +112,7 @@ async def exec_argv(
         environment=env, workdir=workdir,
     )
     exec_id = created["Id"]
-    reader, writer = await open_exec_stream(api.base_url, api._version, exec_id, False, call.default_timeout_s)
+    reader, writer = await open_exec_stream(call.endpoint, exec_id, False, call.default_timeout_s)
     sink = CappedOutput(max_output_bytes)
     stream_done = True
     try:

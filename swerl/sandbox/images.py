@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -41,8 +42,16 @@ def base_image_tag(recipe: Path = RECIPE) -> str:
     return f"{BASE_REPO}:{digest.hexdigest()[:12]}"
 
 
-def build_base_image(client: docker.DockerClient, recipe: Path = RECIPE, force: bool = False) -> tuple[str, list[str]]:
+def build_base_image(
+    client: docker.DockerClient, recipe: Path = RECIPE, force: bool = False,
+    url: str | None = None, source: docker.DockerClient | None = None,
+) -> tuple[str, list[str]]:
     """Build the offline base image unless present, then add the missing ``python:3.X-slim`` tags.
+
+    Args:
+        url: the engine's URL (the recipe's ``docker import`` goes there); None = the default.
+        source: another engine that may hold the image already: it is copied from there
+            (``docker save | load``) instead of built, unless ``force``.
 
     Returns:
         (base tag, aliases newly tagged).
@@ -50,10 +59,17 @@ def build_base_image(client: docker.DockerClient, recipe: Path = RECIPE, force: 
     Raises:
         EnvironmentProblem: (exit 3) the recipe script failed (no mmdebstrap, no apt mirror).
     """
+    from swerl.sandbox.deployment.transfer import copy_image
+
     tag = base_image_tag(recipe)
+    if not force and not _image_exists(client, tag) and source is not None and _image_exists(source, tag):
+        log.info("copying %s from another engine", tag)
+        copy_image(source, client, tag)
     if force or not _image_exists(client, tag):
         log.info("building %s with %s (mmdebstrap from the host's apt sources)", tag, recipe.name)
-        proc = subprocess.run(["bash", str(recipe), tag], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False)
+        env = {**os.environ, "DOCKER_HOST": url} if url else None
+        proc = subprocess.run(["bash", str(recipe), tag], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              check=False, env=env)
         if proc.returncode != 0 or not _image_exists(client, tag):
             tail = proc.stdout.decode("utf-8", "replace").strip().splitlines()[-5:]
             raise EnvironmentProblem(

@@ -10,7 +10,9 @@ import enum
 import os
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from swerl.sandbox.deployment.config import EngineConfig
 
 FailureClass = Literal["none", "mask", "zero"]
 Verification = Literal["clean_room", "same_container"]
@@ -127,8 +129,37 @@ class SandboxConfig(BaseModel):
     )
     gc_dead_runs: bool = Field(True, description="At start, remove containers of runs whose process died.")
     docker_base_url: str | None = Field(
-        None, description="Docker endpoint (e.g. unix:///var/run/docker.sock); None = from the environment."
+        None, description="The one Docker engine when `engines` is empty (e.g. unix:///var/run/docker.sock); "
+        "None = DOCKER_HOST, else the local socket."
     )
+    engines: list[EngineConfig] = Field(
+        default_factory=list,
+        description="The Docker-API engines of the fleet; trials go to the engine with the most free slots. "
+        "Empty = one local engine (docker_base_url).",
+    )
+    engine_retries: int = Field(
+        2, ge=0, le=10,
+        description="Times a trial whose engine stopped answering is run again on another engine before it is masked.",
+    )
+    engine_probe_s: float = _seconds(
+        1.0, "First wait before a quarantined engine is probed again, seconds; doubles per failed probe up to 30 s.",
+    )
+
+    @model_validator(mode="after")
+    def _one_way_to_name_engines(self) -> SandboxConfig:
+        if self.engines and self.docker_base_url:
+            raise ValueError("sandbox.docker_base_url and sandbox.engines both set; list the engine in engines instead")
+        urls = [e.url for e in self.engines]
+        if len(set(urls)) != len(urls):
+            raise ValueError(f"sandbox.engines lists an engine twice ({urls}); give each url once")
+        return self
+
+    def engine_list(self) -> list[EngineConfig]:
+        """The engines to use: ``engines``, else the one of ``docker_base_url`` (None url = local
+        default, resolved by :func:`swerl.sandbox.docker_api.engine_url`)."""
+        if self.engines:
+            return list(self.engines)
+        return [EngineConfig.model_construct(url=self.docker_base_url, slots=None, tls=None)]
 
 
 class ExecResult(BaseModel):
@@ -195,4 +226,6 @@ class TrialRecord(BaseModel):
     failure_class: FailureClass = "none"
     detail: str = ""
     verification: Verification | None = Field(None, description="Where the tests ran; None when the trial ended before.")
+    engine: str | None = Field(None, description="URL of the Docker engine the trial ran on (its last attempt).")
+    engine_retries: int = Field(0, description="Times the trial was moved to another engine because its engine stopped answering.")
     timings: TrialTimings = Field(default_factory=TrialTimings)

@@ -95,7 +95,7 @@ async def launch(
     container_id = await call(create_container, client, spec, labels, timeout_s=timeout_s)
     channel: KeeperChannel | None = None
     try:
-        channel = await KeeperChannel.attach(client, container_id, docker_timeout_s)
+        channel = await KeeperChannel.attach(call.endpoint, container_id, docker_timeout_s)
         await call(client.api.start, container_id, timeout_s=timeout_s)
     except BaseException:
         if channel is not None:

@@ -84,6 +84,7 @@ class Sandbox:
         self._renew, self._retire = renew, retire
         self._kills: set[asyncio.Task[None]] = set()
         self.disk_exceeded: str | None = None  # set by the manager's disk watcher before it kills the container
+        self.engine: str | None = None  # URL of the Docker engine it runs on (set by the manager)
 
     async def exec(
         self,
@@ -324,7 +325,7 @@ class Sandbox:
             return None  # the keeper buffers stdin in one `dd` block; stream big inputs instead
         if self._keeper is None and not self._keeper_failed:
             try:
-                self._keeper = await KeeperChannel.attach(self._client, self.container_id, self._config.docker_timeout_s)
+                self._keeper = await KeeperChannel.attach(self._call.endpoint, self.container_id, self._config.docker_timeout_s)
             except SandboxError as err:
                 log.debug("no keeper channel for %s: %s", self.container_id[:12], err)
                 self._keeper_failed = True

@@ -1,4 +1,5 @@
-"""Async byte streams of ``docker exec``: the hijacked HTTP connection and a capped output buffer.
+"""Async byte streams of ``docker exec`` and ``attach``: one engine's endpoint and its hijacked
+HTTP connection, and a capped output buffer.
 
 ``POST /exec/{id}/start`` answers ``101 UPGRADED`` and then streams the process's output
 (multiplexed 8-byte frames without a TTY, raw bytes with one) and, with a TTY, accepts
@@ -10,60 +11,108 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl as ssl_module
 import struct
+from dataclasses import dataclass
 from urllib.parse import urlparse
 
 from swerl.errors import SandboxError
 
 _HEADER_LIMIT = 64 * 1024
+LOCAL_ENGINE_URL = "unix:///var/run/docker.sock"
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where one Docker engine listens, for the streams the SDK cannot give us unbuffered.
+
+    Attributes:
+        url: the engine URL as configured (``unix:///path``, ``tcp://host:port``, ``https://...``).
+        kind: ``"unix"`` or ``"tcp"``.
+        address: the socket path, or ``"host:port"``.
+        api_version: the API version the client negotiated (e.g. ``"1.41"``).
+        ssl: TLS context for a ``tcp`` engine served over TLS, else None.
+    """
+
+    url: str
+    kind: str
+    address: str
+    api_version: str
+    ssl: ssl_module.SSLContext | None = None
+
+    @classmethod
+    def of(cls, url: str, api_version: str, ssl: ssl_module.SSLContext | None = None) -> Endpoint:
+        """Parse ``url``; an ``https://`` URL or a TLS context means TLS.
+
+        Raises:
+            SandboxError: not ``unix://``, ``tcp://``, ``http://`` or ``https://``.
+        """
+        if url.startswith("unix://"):
+            return cls(url, "unix", url[len("unix://"):], api_version)
+        parsed = urlparse(url.replace("tcp://", "http://", 1))
+        if parsed.scheme not in ("http", "https") or not parsed.hostname:
+            raise SandboxError(f"unsupported Docker endpoint {url!r}; use unix:///path or tcp://host:port")
+        if parsed.scheme == "https" and ssl is None:
+            ssl = ssl_module.create_default_context()
+        default_port = 2376 if ssl is not None else 2375
+        return cls(url, "tcp", f"{parsed.hostname}:{parsed.port or default_port}", api_version, ssl)
+
+    async def upgrade(
+        self, path: str, body: bytes, timeout_s: float
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """``POST /v<api>/<path>`` with ``Upgrade: tcp`` and return the hijacked (reader, writer).
+
+        This is the one HTTP exchange swerl writes itself (exec start and container attach both
+        use it): after ``101 UPGRADED`` the connection carries raw process I/O, and reading it on
+        asyncio keeps every byte (an HTTP client's read-ahead buffer would swallow some).
+
+        Raises:
+            SandboxError: the daemon refused (e.g. the container is gone) or did not answer
+                within ``timeout_s`` seconds.
+        """
+        head = (
+            f"POST /v{self.api_version}/{path} HTTP/1.1\r\nHost: docker\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: Upgrade\r\nUpgrade: tcp\r\n\r\n"
+        ).encode()
+
+        async def _open() -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+            if self.kind == "unix":
+                reader, writer = await asyncio.open_unix_connection(self.address, limit=_HEADER_LIMIT)
+            else:
+                host, port = self.address.rsplit(":", 1)
+                reader, writer = await asyncio.open_connection(host, int(port), limit=_HEADER_LIMIT, ssl=self.ssl)
+            writer.write(head + body)
+            await writer.drain()
+            status_head = await reader.readuntil(b"\r\n\r\n")
+            status = status_head.split(b"\r\n", 1)[0].decode("latin-1")
+            if int(status.split()[1]) not in (101, 200):
+                detail = await _read_error_body(reader, status_head)
+                writer.close()
+                raise SandboxError(f"docker {path.split('?')[0]} failed: {status}: {detail}")
+            return reader, writer
+
+        try:
+            return await asyncio.wait_for(_open(), timeout_s)
+        except asyncio.TimeoutError as err:
+            raise SandboxError(f"docker {path.split('?')[0]} did not answer within {timeout_s:.0f} s") from err
+        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError, IndexError) as err:
+            raise SandboxError(f"docker {path.split('?')[0]} failed: {err}") from err
 
 
 async def open_exec_stream(
-    base_url: str, api_version: str, exec_id: str, tty: bool, timeout_s: float
+    endpoint: Endpoint, exec_id: str, tty: bool, timeout_s: float
 ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    """Start exec ``exec_id`` and return the upgraded (reader, writer) pair.
+    """Start exec ``exec_id`` on ``endpoint`` and return the upgraded (reader, writer) pair.
 
     Args:
-        base_url: the client's ``base_url`` (``http+docker://localhost`` for the unix socket,
-            or ``http://host:port``); the unix path comes from ``DOCKER_HOST`` handling in
-            :func:`socket_address`.
         tty: whether the exec was created with a TTY (raw stream instead of frames).
         timeout_s: deadline for connecting and reading the response head, seconds.
 
     Raises:
         SandboxError: the daemon refused (e.g. the container is gone) or did not answer in time.
     """
-    kind, address = socket_address(base_url)
     body = json.dumps({"Detach": False, "Tty": tty}).encode()
-    head = (
-        f"POST /v{api_version}/exec/{exec_id}/start HTTP/1.1\r\n"
-        "Host: docker\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {len(body)}\r\nConnection: Upgrade\r\nUpgrade: tcp\r\n\r\n"
-    ).encode()
-
-    async def _open() -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        if kind == "unix":
-            reader, writer = await asyncio.open_unix_connection(address, limit=_HEADER_LIMIT)
-        else:
-            host, port = address.rsplit(":", 1)
-            reader, writer = await asyncio.open_connection(host, int(port), limit=_HEADER_LIMIT)
-        writer.write(head + body)
-        await writer.drain()
-        status_head = await reader.readuntil(b"\r\n\r\n")
-        status = status_head.split(b"\r\n", 1)[0].decode("latin-1")
-        code = int(status.split()[1])
-        if code not in (101, 200):
-            detail = await _read_error_body(reader, status_head)
-            writer.close()
-            raise SandboxError(f"docker exec start failed: {status}: {detail}")
-        return reader, writer
-
-    try:
-        return await asyncio.wait_for(_open(), timeout_s)
-    except asyncio.TimeoutError as err:
-        raise SandboxError(f"docker exec start did not answer within {timeout_s:.0f} s") from err
-    except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError) as err:
-        raise SandboxError(f"docker exec start failed: {err}") from err
+    return await endpoint.upgrade(f"exec/{exec_id}/start", body, timeout_s)
 
 
 async def _read_error_body(reader: asyncio.StreamReader, head: bytes) -> str:
@@ -76,23 +125,6 @@ async def _read_error_body(reader: asyncio.StreamReader, head: bytes) -> str:
         return json.loads(raw).get("message", raw.decode("utf-8", "replace"))
     except Exception:  # noqa: BLE001 - best effort detail for an error message
         return "(no detail)"
-
-
-def socket_address(base_url: str) -> tuple[str, str]:
-    """Map a docker-SDK ``base_url`` to ``("unix", path)`` or ``("tcp", "host:port")``."""
-    import os
-
-    if base_url.startswith("http+docker://"):
-        host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
-        if host.startswith("unix://"):
-            return "unix", host[len("unix://") :]
-        base_url = host
-    if base_url.startswith("unix://"):
-        return "unix", base_url[len("unix://") :]
-    parsed = urlparse(base_url.replace("tcp://", "http://"))
-    if parsed.scheme not in ("http", "") or not parsed.hostname:
-        raise SandboxError(f"unsupported Docker endpoint for streaming exec: {base_url} (use unix:// or plain tcp://)")
-    return "tcp", f"{parsed.hostname}:{parsed.port or 2375}"
 
 
 class CappedOutput:

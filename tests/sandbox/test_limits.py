@@ -113,7 +113,7 @@ def test_a_trial_past_storage_mb_is_killed_and_ends_as_disk_limit(docker_client,
                     state = docker_client.api.inspect_container(sb.container_id)["State"]
                     return caught.value, state, mgr.run_id
             finally:
-                await mgr._reaper.drain(30)
+                await mgr.engines[0].reaper.drain(30)
 
     err, state, run_id = run(body())
     assert err.outcome is Outcome.disk_limit and Outcome.disk_limit.failure_class == "mask"
