@@ -164,13 +164,16 @@ class SandboxManager:
         )
 
     @contextlib.asynccontextmanager
-    async def sandbox(self, task: Task, timings: TrialTimings | None = None) -> AsyncIterator[Sandbox]:
+    async def sandbox(
+        self, task: Task, timings: TrialTimings | None = None, placed: list[str] | None = None
+    ) -> AsyncIterator[Sandbox]:
         """A fresh started sandbox for one trial; removed (in the background) on every exit path.
 
         Waits for a concurrency slot and an engine slot first. A start that fails because the
         engine stopped answering moves to another engine (at most ``engine_retries`` times).
         ``timings`` (optional) receives ``build_s``, ``start_s`` and, once the background
-        removal ends, ``cleanup_s``.
+        removal ends, ``cleanup_s``. ``placed`` (optional) receives the URL of each engine the
+        trial was placed on, in order (a start that failed there included).
 
         Raises:
             TaskError: malformed environment. SandboxError: ``outcome`` build_error/start_error.
@@ -183,6 +186,8 @@ class SandboxManager:
         async with self._slots:
             for moves in range(self.config.engine_retries + 1):
                 async with self.fleet.slot() as engine:
+                    if placed is not None:
+                        placed.append(engine.url)
                     try:
                         sb = await self._start(task, engine, timings)
                     except SandboxError as err:
@@ -268,10 +273,9 @@ class SandboxManager:
     async def _trial_once(self, task: Task, attempt: str) -> tuple[TrialRecord, bool]:
         """The trial's record, and whether it failed because its engine stopped answering."""
         timings = TrialTimings()
-        engine = None
+        placed: list[str] = []
         try:
-            async with self.sandbox(task, timings) as sb:
-                engine = sb.engine
+            async with self.sandbox(task, timings, placed) as sb:
                 began = time.monotonic()
                 agent_note = ""
                 if attempt == "oracle":
@@ -286,13 +290,13 @@ class SandboxManager:
             outcome = outcome_of(err)
             record = TrialRecord(
                 task=task.name, attempt=attempt, outcome=outcome, failure_class=outcome.failure_class,
-                detail=str(err), engine=engine, timings=timings,
+                detail=str(err), engine=placed[-1] if placed else None, timings=timings,
             )
             return record, isinstance(err, EngineLost)
         record = TrialRecord(
             task=task.name, attempt=attempt, outcome=verdict.outcome, reward=verdict.reward,
             failure_class=verdict.failure_class, detail=(agent_note + verdict.detail).strip("; "),
-            verification=verdict.verification, engine=engine, timings=timings,
+            verification=verdict.verification, engine=sb.engine, timings=timings,
         )
         return record, False
 
