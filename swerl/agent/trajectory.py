@@ -9,11 +9,10 @@ the episode's reward (``docs/terminus2.md``)."""
 
 from __future__ import annotations
 
-from typing import Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-FailureClass = Literal["none", "mask", "zero"]
+from swerl.sandbox.models import FailureClass
 """``none``: reward counts; ``mask``: infra failure, excluded from the baseline and the loss;
 ``zero``: agent failure, reward 0, kept in the baseline (tasks.md §6)."""
 

@@ -21,6 +21,7 @@ import docker.tls
 import requests.exceptions
 
 from swerl.errors import EnvironmentProblem, SandboxError, SandboxTimeout
+from swerl.sandbox.models import Outcome
 from swerl.sandbox.streams import LOCAL_ENGINE_URL, Endpoint
 
 log = logging.getLogger(__name__)
@@ -66,7 +67,7 @@ def connect(
         client.ping()
     except DOCKER_ERRORS as err:
         raise EnvironmentProblem(
-            f"Docker engine {url} is not reachable ({type(err).__name__}: {err}); start dockerd "
+            f"Docker is not reachable at {url} ({type(err).__name__}: {err}); start dockerd "
             "(`bash sandboxes/ensure-docker.sh`), or fix sandbox.engines / --engine / DOCKER_HOST"
         ) from err
     return client
@@ -106,7 +107,7 @@ class DockerCaller:
         except docker.errors.NotFound:
             raise
         except DOCKER_ERRORS as err:
-            raise daemon_error(f"Docker call {name} failed: {err}") from err
+            raise SandboxError(f"Docker call {name} failed: {err}", outcome=Outcome.daemon_error) from err
 
     def close(self, wait: bool = False) -> None:
         """Stop the worker threads; queued calls are cancelled, running ones finish
@@ -114,15 +115,6 @@ class DockerCaller:
         self._pool.shutdown(wait=wait, cancel_futures=True)
 
 
-def daemon_error(message: str) -> SandboxError:
-    """A :class:`SandboxError` with the ``daemon_error`` outcome."""
-    from swerl.sandbox.models import Outcome
-
-    return SandboxError(message, outcome=Outcome.daemon_error)
-
-
 def sandbox_error(message: str, outcome: str) -> SandboxError:
-    """A :class:`SandboxError` whose ``outcome`` is the named trial outcome."""
-    from swerl.sandbox.models import Outcome
-
+    """Deprecated spelling of ``SandboxError(message, outcome=Outcome(outcome))``."""
     return SandboxError(message, outcome=Outcome(outcome))

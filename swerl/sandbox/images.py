@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING
 
 import docker.errors
 
-from swerl.errors import EnvironmentProblem, TaskError
-from swerl.sandbox.docker_api import TASK_IMAGE_REPO, sandbox_error
+from swerl.errors import EnvironmentProblem, SandboxError, TaskError
+from swerl.sandbox.docker_api import TASK_IMAGE_REPO
+from swerl.sandbox.models import Outcome
 
 if TYPE_CHECKING:
     import docker
@@ -195,12 +196,12 @@ async def ensure_task_image(
     try:
         await call(_build, client, environment_dir, tag, allow_network, timeout_s=build_timeout_s)
     except TimeoutError as err:
-        raise sandbox_error(f"{environment_dir}: image build exceeded {build_timeout_s:.0f} s", "build_error") from err
+        raise SandboxError(f"{environment_dir}: image build exceeded {build_timeout_s:.0f} s", outcome=Outcome.build_error) from err
     except (docker.errors.BuildError, docker.errors.APIError, _BuildFailed) as err:
-        raise sandbox_error(f"{environment_dir}: image build failed: {err}", "build_error") from err
+        raise SandboxError(f"{environment_dir}: image build failed: {err}", outcome=Outcome.build_error) from err
     except Exception as err:
         if getattr(err, "outcome", None) is not None:
-            raise sandbox_error(f"{environment_dir}: image build failed: {err}", "build_error") from err
+            raise SandboxError(f"{environment_dir}: image build failed: {err}", outcome=Outcome.build_error) from err
         raise
     return tag
 

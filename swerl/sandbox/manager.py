@@ -23,7 +23,7 @@ from swerl.sandbox.cleanroom import verification_mode
 from swerl.sandbox.deployment.engine import DEFAULT_MAX_WARM, MAX_WARM_POOLS, Engine, EngineLost
 from swerl.sandbox.deployment.fleet import Fleet
 from swerl.sandbox.deployment.transfer import copy_image, has_image
-from swerl.sandbox.docker_api import LABEL_TASK, sandbox_error
+from swerl.sandbox.docker_api import LABEL_TASK
 from swerl.sandbox.gc import owner_labels
 from swerl.sandbox.image_cache import prune_task_images, record_use
 from swerl.sandbox.images import ensure_task_image, from_images, task_image_tag
@@ -306,4 +306,4 @@ def _record_cleanup(task: asyncio.Task[float], timings: TrialTimings) -> None:
         timings.cleanup_s = task.result()
 
 
-__all__ = ["DEFAULT_MAX_WARM", "MAX_WARM_POOLS", "SandboxManager", "new_run_id", "outcome_of", "sandbox_error"]
+__all__ = ["DEFAULT_MAX_WARM", "MAX_WARM_POOLS", "SandboxManager", "new_run_id", "outcome_of"]

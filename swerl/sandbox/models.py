@@ -14,7 +14,17 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from swerl.sandbox.deployment.config import EngineConfig
 
-FailureClass = Literal["none", "mask", "zero"]
+
+
+class FailureClass(enum.StrEnum):
+    """What a trial does to training (the failure classes of docs/sandbox.md); the one
+    definition every stage uses (a ``StrEnum``: it compares and prints as its value)."""
+
+    none = "none"  # a reward was read
+    mask = "mask"  # infrastructure or verifier fault: no trainable tokens, out of the RLOO baseline
+    zero = "zero"  # the agent's own failure: reward 0, kept in the baseline
+
+
 Verification = Literal["clean_room", "same_container"]
 # Longest deadline a config may name, seconds (one day); beyond it is a typo or a parked sandbox.
 MAX_DEADLINE_S = 86_400.0
@@ -48,20 +58,20 @@ class Outcome(str, enum.Enum):
 
 
 _FAILURE_CLASS: dict[Outcome, FailureClass] = {
-    Outcome.passed: "none",
-    Outcome.failed: "none",
+    Outcome.passed: FailureClass.none,
+    Outcome.failed: FailureClass.none,
     # The tests hang or blow the memory limit because of the code under test: the agent's fault.
-    Outcome.verifier_timeout: "zero",
-    Outcome.oom: "zero",
+    Outcome.verifier_timeout: FailureClass.zero,
+    Outcome.oom: FailureClass.zero,
     # The verifier or the machine misbehaved: no trustworthy reward, so mask the trial.
-    Outcome.no_reward_file: "mask",
-    Outcome.bad_reward: "mask",
-    Outcome.build_error: "mask",
-    Outcome.start_error: "mask",
-    Outcome.daemon_error: "mask",
+    Outcome.no_reward_file: FailureClass.mask,
+    Outcome.bad_reward: FailureClass.mask,
+    Outcome.build_error: FailureClass.mask,
+    Outcome.start_error: FailureClass.mask,
+    Outcome.daemon_error: FailureClass.mask,
     # The container's writable layer passed [environment] storage_mb (or the work product the
     # artifact cap): the trial is stopped, no reward is trusted, the host disk is protected.
-    Outcome.disk_limit: "mask",
+    Outcome.disk_limit: FailureClass.mask,
 }
 
 
@@ -198,7 +208,7 @@ class VerifierResult(BaseModel):
 
     outcome: Outcome
     reward: float = 0.0
-    failure_class: FailureClass = "none"
+    failure_class: FailureClass = FailureClass.none
     output_tail: str = ""
     duration_s: float = 0.0
     detail: str = ""
@@ -223,7 +233,7 @@ class TrialRecord(BaseModel):
     attempt: str = Field(description="`oracle`, `null` or an agent name.")
     outcome: Outcome
     reward: float = 0.0
-    failure_class: FailureClass = "none"
+    failure_class: FailureClass = FailureClass.none
     detail: str = ""
     verification: Verification | None = Field(None, description="Where the tests ran; None when the trial ended before.")
     engine: str | None = Field(None, description="URL of the Docker engine the trial ran on (its last attempt).")

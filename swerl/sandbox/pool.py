@@ -18,8 +18,9 @@ import docker.errors
 from pydantic import BaseModel, ConfigDict
 
 from swerl.errors import SandboxError
-from swerl.sandbox.docker_api import LABEL_POOL, LABEL_TASK, sandbox_error
+from swerl.sandbox.docker_api import LABEL_POOL, LABEL_TASK
 from swerl.sandbox.keeper import KeeperChannel, keeper_script_args
+from swerl.sandbox.models import Outcome
 
 if TYPE_CHECKING:
     import docker
@@ -179,7 +180,7 @@ class WarmPool:
             SandboxError: ``outcome`` start_error when the container cannot be created/started.
         """
         if self._closed:
-            raise sandbox_error("the sandbox manager is closed", "start_error")
+            raise SandboxError("the sandbox manager is closed", outcome=Outcome.start_error)
         self.takes += 1
         ready = self._ready.pop(0) if self._ready else None
         self._refill()
@@ -216,7 +217,7 @@ class WarmPool:
                 self._call, self._client, self.spec, labels, self._start_timeout_s, self._docker_timeout_s
             )
         except (SandboxError, docker.errors.DockerException) as err:
-            raise sandbox_error(f"container start failed ({self.spec.image}): {err}", "start_error") from err
+            raise SandboxError(f"container start failed ({self.spec.image}): {err}", outcome=Outcome.start_error) from err
 
     async def close(self, timeout_s: float) -> None:
         """Stop refilling, wait for starts in flight, and hand every idle container to the reaper."""

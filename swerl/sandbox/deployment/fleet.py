@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator
 
 from swerl.errors import EnvironmentProblem, SandboxError
 from swerl.sandbox.deployment.engine import Engine
-from swerl.sandbox.docker_api import daemon_error
+from swerl.sandbox.models import Outcome
 
 log = logging.getLogger(__name__)
 MAX_PROBE_S = 30.0
@@ -77,8 +77,8 @@ class Fleet:
         async with self._changed:
             while (engine := self.pick()) is None:
                 if not self.healthy:
-                    raise daemon_error("every Docker engine stopped answering: " + "; ".join(
-                        f"{e.url}: {e.last_error or 'down'}" for e in self.engines))
+                    raise SandboxError("every Docker engine stopped answering: " + "; ".join(
+                        f"{e.url}: {e.last_error or 'down'}" for e in self.engines), outcome=Outcome.daemon_error)
                 await self._changed.wait()
             engine.in_use += 1
             engine.trials += 1
