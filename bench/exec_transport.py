@@ -20,7 +20,7 @@ import time
 import docker
 
 from swerl.sandbox.docker_api import DockerCaller, engine_url
-from swerl.sandbox.streams import CappedOutput, Endpoint, open_exec_stream, read_frames
+from swerl.sandbox.runtime.streams import CappedOutput, Endpoint, open_exec_stream, read_frames
 
 PAYLOAD = 65536
 COMMAND = ["sh", "-c", f"head -c {PAYLOAD} /dev/zero | tr '\\0' x"]

@@ -238,7 +238,7 @@ def sandbox_build_base(
     """Build the offline Debian Python base image and tag it as python:3.10/3.11/3.12-slim when absent.
 
     With --engine, on each engine named: copied from the local engine when it has the image, else built there."""
-    from swerl.sandbox.images import build_base_image
+    from swerl.sandbox.deployment.images import build_base_image
 
     urls = [e.url for e in _engine_configs(engine)] or [None]
     local = None
@@ -263,7 +263,7 @@ def sandbox_gc(
     engine: EngineOption = None,
 ) -> None:
     """Remove containers, networks and volumes left by dead swerl runs (labelled swerl.run), on every engine named."""
-    from swerl.sandbox.gc import collect_garbage, remove_task_images
+    from swerl.sandbox.deployment.gc import collect_garbage, remove_task_images
 
     for url in [e.url for e in _engine_configs(engine)] or [None]:
         client = _docker_client(url)

@@ -20,8 +20,8 @@ from swerl.sandbox.models import (
     TrialTimings,
     VerifierResult,
 )
-from swerl.sandbox.sandbox import Sandbox
-from swerl.sandbox.shell import Shell
+from swerl.sandbox.runtime.sandbox import Sandbox
+from swerl.sandbox.runtime.shell import Shell
 
 __all__ = [
     "ExecResult",

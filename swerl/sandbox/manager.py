@@ -5,7 +5,7 @@ concurrency, and retries of trials whose engine stopped answering.
 local engine by default): each is connected, its data root's free disk checked, and what dead
 runs left on it removed. On exit every engine drains: warm containers and trial containers are
 removed, and a final sweep by this run's labels catches anything a timed-out call created late.
-While a trial runs, a watcher bounds its disk use (:mod:`swerl.sandbox.limits`).
+While a trial runs, a watcher bounds its disk use (:mod:`swerl.sandbox.deployment.limits`).
 """
 
 from __future__ import annotations
@@ -19,19 +19,19 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
 from swerl.errors import SandboxError
-from swerl.sandbox.cleanroom import verification_mode
+from swerl.sandbox.runtime.cleanroom import verification_mode
 from swerl.sandbox.deployment.engine import DEFAULT_MAX_WARM, MAX_WARM_POOLS, Engine, EngineLost
 from swerl.sandbox.deployment.fleet import Fleet
 from swerl.sandbox.deployment.transfer import copy_image, has_image
 from swerl.sandbox.docker_api import LABEL_TASK
-from swerl.sandbox.gc import owner_labels
-from swerl.sandbox.image_cache import prune_task_images, record_use
-from swerl.sandbox.images import ensure_task_image, from_images, task_image_tag
-from swerl.sandbox.keeper import KeeperChannel
-from swerl.sandbox.limits import watch_disk
+from swerl.sandbox.deployment.gc import owner_labels
+from swerl.sandbox.deployment.image_cache import prune_task_images, record_use
+from swerl.sandbox.deployment.images import ensure_task_image, from_images, task_image_tag
+from swerl.sandbox.runtime.keeper import KeeperChannel
+from swerl.sandbox.deployment.limits import watch_disk
 from swerl.sandbox.models import Outcome, SandboxConfig, TrialRecord, TrialTimings
-from swerl.sandbox.pool import ContainerSpec
-from swerl.sandbox.sandbox import Sandbox
+from swerl.sandbox.deployment.pool import ContainerSpec
+from swerl.sandbox.runtime.sandbox import Sandbox
 
 if TYPE_CHECKING:
     import docker

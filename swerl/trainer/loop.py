@@ -134,7 +134,7 @@ def _sweep_dead_runs(config: TrainConfig) -> None:
         return
     from swerl.errors import SwerlError
     from swerl.sandbox.docker_api import connect
-    from swerl.sandbox.gc import collect_garbage
+    from swerl.sandbox.deployment.gc import collect_garbage
 
     for engine in config.sandbox.engine_list():
         try:

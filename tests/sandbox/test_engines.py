@@ -15,7 +15,7 @@ import pytest
 from swerl.sandbox import Outcome, SandboxConfig, SandboxManager
 from swerl.sandbox.deployment.config import EngineConfig
 from swerl.sandbox.docker_api import LOCAL_ENGINE_URL
-from swerl.sandbox.gc import collect_garbage
+from swerl.sandbox.deployment.gc import collect_garbage
 from swerl.sandbox.selftest import run_sandbox_test
 from swerl.tasks import load_task
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from swerl.errors import SandboxError
-from swerl.sandbox.streams import CappedOutput, Endpoint
+from swerl.sandbox.runtime.streams import CappedOutput, Endpoint
 
 
 def test_small_output_is_kept_whole():

@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING
 
 from swerl.errors import SandboxError
 from swerl.sandbox.docker_api import LABEL_PID, LABEL_RUN, DockerCaller, connect, engine_url
-from swerl.sandbox.gc import collect_garbage
-from swerl.sandbox.limits import check_free_disk
-from swerl.sandbox.pool import ContainerSpec, Reaper, WarmPool
-from swerl.sandbox.streams import Endpoint
+from swerl.sandbox.deployment.gc import collect_garbage
+from swerl.sandbox.deployment.limits import check_free_disk
+from swerl.sandbox.deployment.pool import ContainerSpec, Reaper, WarmPool
+from swerl.sandbox.runtime.streams import Endpoint
 
 if TYPE_CHECKING:
     import docker

@@ -9,7 +9,7 @@ direct child (tagged ``SWERL_EXEC=<token>``), then prints ``\\x1eswerl-done <tok
 Between commands it reaps orphans. Being PID 1 it survives ``kill -KILL -1`` from inside.
 
 Self-stop: containers are created with ``StdinOnce`` and swerl attaches to them *before*
-starting them (:mod:`swerl.sandbox.pool`), so the keeper's stdin closes when swerl's
+starting them (:mod:`swerl.sandbox.deployment.pool`), so the keeper's stdin closes when swerl's
 connection does, whoever closes it: a normal end, or the kernel when the swerl process dies
 (``kill -9``, a crash). On EOF the keeper exits and, being PID 1, stops the container at once;
 no container of a dead run keeps running until the next gc (it stays, stopped, for the gc).
@@ -29,7 +29,7 @@ import time
 import uuid
 from swerl.errors import SandboxError
 from swerl.sandbox.models import ExecResult
-from swerl.sandbox.streams import CappedOutput, Endpoint
+from swerl.sandbox.runtime.streams import CappedOutput, Endpoint
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from swerl.errors import SandboxError
 from swerl.sandbox.models import ExecResult
-from swerl.sandbox.streams import CappedOutput, open_exec_stream, read_frames
+from swerl.sandbox.runtime.streams import CappedOutput, open_exec_stream, read_frames
 
 if TYPE_CHECKING:
     import docker

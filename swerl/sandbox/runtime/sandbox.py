@@ -3,7 +3,7 @@
 A :class:`Sandbox` is handed out by ``SandboxManager.sandbox(task)``, which owns its
 lifecycle (start from the warm pool, removal in ``finally``). The task's tests are not in
 the container until :meth:`Sandbox.verify` uploads them. In the clean room (see
-:mod:`swerl.sandbox.cleanroom`) ``verify`` swaps the agent's container for a fresh one of the
+:mod:`swerl.sandbox.runtime.cleanroom`) ``verify`` swaps the agent's container for a fresh one of the
 pristine image: ``container_id`` then names the fresh one, and there is still one container
 per trial at a time.
 """
@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, TypeVar
 import docker.errors
 
 from swerl.errors import SandboxError
-from swerl.sandbox.execution import (
+from swerl.sandbox.runtime.execution import (
     STREAM_GRACE_S,
     exec_argv,
     exec_command,
@@ -34,11 +34,11 @@ from swerl.sandbox.execution import (
     tar_of_dir,
     tar_of_files,
 )
-from swerl.sandbox import cleanroom
-from swerl.sandbox.keeper import KeeperChannel
+from swerl.sandbox.runtime import cleanroom
+from swerl.sandbox.runtime.keeper import KeeperChannel
 from swerl.sandbox.models import ExecResult, Outcome, SandboxConfig, Verification, VerifierResult
-from swerl.sandbox.shell import Shell
-from swerl.sandbox.verifier import VERIFY_OUTPUT_BYTES, VERIFY_SCRIPT, parse_sections, verdict
+from swerl.sandbox.runtime.shell import Shell
+from swerl.sandbox.runtime.verifier import VERIFY_OUTPUT_BYTES, VERIFY_SCRIPT, parse_sections, verdict
 
 if TYPE_CHECKING:
     import docker
@@ -142,7 +142,7 @@ class Sandbox:
         await self._put_archive(archive)
 
     async def open_shell(self, env: dict[str, str] | None = None, workdir: str | None = None) -> Shell:
-        """A persistent ``bash -i`` (see :class:`~swerl.sandbox.shell.Shell`); closed with the sandbox."""
+        """A persistent ``bash -i`` (see :class:`~swerl.sandbox.runtime.shell.Shell`); closed with the sandbox."""
         shell = await Shell.open(
             self._call, self._client, self.container_id, env=env, workdir=workdir,
             max_buffer_bytes=self._config.max_output_bytes, timeout_s=self._config.docker_timeout_s,
@@ -168,7 +168,7 @@ class Sandbox:
     async def verify(self, timeout_s: float | None = None) -> VerifierResult:
         """Run the task's hidden tests (docs/sandbox.md) and read the reward.
 
-        Where: :func:`~swerl.sandbox.cleanroom.verification_mode`. Clean room: kill every
+        Where: :func:`~swerl.sandbox.runtime.cleanroom.verification_mode`. Clean room: kill every
         process in the agent's container, read the work product out, remove that container,
         and run the protocol in a fresh one of the pristine image holding only the work
         product. Same container: every process killed, then ``/logs/verifier`` and ``/tests``

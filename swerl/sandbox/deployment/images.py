@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 
 BASE_REPO = "swerl/base"
 BASE_ALIASES = ("python:3.10-slim", "python:3.11-slim", "python:3.12-slim")
-RECIPE = Path(__file__).resolve().parents[2] / "sandboxes" / "build-base.sh"
+RECIPE = Path(__file__).resolve().parents[3] / "sandboxes" / "build-base.sh"
 RECIPE_ASSETS = ("pip-offline-fastpath.sh",)
 
 

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict
 
 from swerl.errors import SandboxError
 from swerl.sandbox.docker_api import LABEL_POOL, LABEL_TASK
-from swerl.sandbox.keeper import KeeperChannel, keeper_script_args
+from swerl.sandbox.runtime.keeper import KeeperChannel, keeper_script_args
 from swerl.sandbox.models import Outcome
 
 if TYPE_CHECKING:
@@ -55,7 +55,7 @@ def create_container(
 
     Isolation: no network unless ``spec.network``, CPU/memory (no swap)/pids limits,
     ``cap_drop=ALL``, ``no-new-privileges``. PID 1 is swerl's keeper (the image's entrypoint
-    is overridden; see :mod:`swerl.sandbox.keeper`): it runs commands sent on its stdin,
+    is overridden; see :mod:`swerl.sandbox.runtime.keeper`): it runs commands sent on its stdin,
     survives ``kill -KILL -1`` from inside (the verifier's sweep of leftover processes) and
     reaps orphans. docker-py sets ``StdinOnce`` with ``stdin_open`` (not detached): the
     keeper's stdin closes when swerl's attach does.
@@ -85,7 +85,7 @@ async def launch(
 ) -> tuple[str, KeeperChannel]:
     """Create a container, attach to its keeper, then start it: the attach precedes the start,
     so a running trial container always has swerl's connection on its stdin and stops when it
-    closes (see :mod:`swerl.sandbox.keeper`).
+    closes (see :mod:`swerl.sandbox.runtime.keeper`).
 
     Returns:
         (container id, the keeper channel).

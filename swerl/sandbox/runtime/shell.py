@@ -18,9 +18,9 @@ import uuid
 from typing import TYPE_CHECKING
 
 from swerl.errors import SandboxError
-from swerl.sandbox.execution import exec_command
+from swerl.sandbox.runtime.execution import exec_command
 from swerl.sandbox.models import ExecResult
-from swerl.sandbox.streams import open_exec_stream
+from swerl.sandbox.runtime.streams import open_exec_stream
 
 if TYPE_CHECKING:
     import docker
