@@ -141,17 +141,23 @@ class SandboxManager:
         """Copy the task's ``FROM`` images that ``engine`` lacks from a healthy peer engine."""
         assert engine.call is not None and engine.client is not None and self.fleet is not None
         for ref in from_images(task.environment_dir / "Dockerfile"):
-            if await engine.call(has_image, engine.client, ref):
+            async with engine.image_locks.setdefault(f"from:{ref}", asyncio.Lock()):  # one copy per image
+                await self._bring_base(task, engine, ref)
+
+    async def _bring_base(self, task: Task, engine: Engine, ref: str) -> None:
+        """Copy ``ref`` to ``engine`` from the first healthy peer that has it (if it lacks it)."""
+        assert engine.call is not None and engine.client is not None and self.fleet is not None
+        if await engine.call(has_image, engine.client, ref):
+            return
+        for peer in self.fleet.healthy:
+            if peer is engine or peer.call is None or not await peer.call(has_image, peer.client, ref):
                 continue
-            for peer in self.fleet.healthy:
-                if peer is engine or peer.call is None or not await peer.call(has_image, peer.client, ref):
-                    continue
-                try:
-                    await engine.call(copy_image, peer.client, engine.client, ref,
-                                      timeout_s=task.config.environment.build_timeout_sec)
-                except Exception as err:  # noqa: BLE001 - the build then names the missing image
-                    log.warning("could not copy %s from %s to %s: %s", ref, peer.url, engine.url, err)
-                break
+            try:
+                await engine.call(copy_image, peer.client, engine.client, ref,
+                                  timeout_s=task.config.environment.build_timeout_sec)
+            except Exception as err:  # noqa: BLE001 - the build then names the missing image
+                log.warning("could not copy %s from %s to %s: %s", ref, peer.url, engine.url, err)
+            return
 
     def _spec(self, task: Task, image: str) -> ContainerSpec:
         env = task.config.environment
