@@ -105,7 +105,7 @@ def test_a_quarantined_engine_rejoins_when_it_answers_again(docker_client, secon
             down = await mgr.fleet.check(engine, "killed by the test")
             healthy_while_down = engine.healthy
             await asyncio.to_thread(second_engine.start)
-            for _ in range(100):
+            for _ in range(300):  # probes back off 0.5, 1, 2, 4, 8 s
                 if engine.healthy:
                     break
                 await asyncio.sleep(0.1)
