@@ -1,4 +1,4 @@
-"""The one shared Docker client and the bounded, non-blocking way to call it.
+"""Clients of Docker engines and the bounded, non-blocking way to call them (one caller per engine).
 
 Every blocking docker-SDK call runs in a worker thread (``asyncio.to_thread`` semantics on a
 pool sized to the concurrency) and is awaited with a deadline in seconds, so one hung
