@@ -9,6 +9,7 @@ the episode's reward (``docs/terminus2.md``)."""
 
 from __future__ import annotations
 
+from typing import Literal
 
 from pydantic import BaseModel, Field, model_validator
 
