@@ -1,7 +1,7 @@
 """Throughput of oracle verifications of the HumanEval tasks, four ways, at concurrency 1 and 2.
 
     .venv/bin/python bench/sandbox_throughput.py [--tasks DIR] [--limit N] [--concurrency 1 2]
-        [--modes floor naive swerl clean]
+        [--modes floor naive swerl clean] [--engine URL --engine URL ...]
 
 (a) floor: the verifier's pytest command (``pytest tests/test_solution.py -v --tb=short``) as a
     bare host subprocess, in a small venv with pytest (no sandbox, no pip, no bash);
@@ -14,6 +14,12 @@
 (d) clean: the same with ``verification="clean_room"``: after solve.sh the work product
     (``/app``) is read out, the agent's container removed, and the tests run in a second fresh
     container of the pristine image holding only ``/app``.
+
+With two or more ``--engine`` URLs the swerl and clean modes run on that fleet (concurrency
+is then per engine: each engine gets ``c`` slots) and print, per engine, the trials it ran, the
+mean seconds of its trials (start + solve + verify) minus the floor's per-trial seconds, and
+the balance (fewest / most trials of an engine). On one machine the fleet shares the same CPUs,
+so the total stays CPU-bound: the mode measures the fleet's overhead and balance, not a speed-up.
 
 Prints trials/s and the per-trial overhead over the floor, per trial-slot
 (= wall seconds * concurrency / trials). The modes run interleaved in rounds of ``--chunk``
@@ -33,7 +39,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from swerl.sandbox import Outcome, SandboxConfig, SandboxManager
+from swerl.sandbox import Outcome, SandboxConfig, SandboxManager, TrialRecord
+from swerl.sandbox.deployment.config import EngineConfig
 from swerl.tasks import import_humaneval, load_tasks
 from swerl.tasks.models import Task
 
@@ -102,10 +109,11 @@ async def run_naive(tasks: list[Task], concurrency: int, root: Path, image: str)
     return time.monotonic() - began, sum(results)
 
 
-async def run_swerl(mgr: SandboxManager, tasks: list[Task]) -> tuple[float, int]:
+async def run_swerl(mgr: SandboxManager, tasks: list[Task], sink: list[TrialRecord]) -> tuple[float, int]:
     """(c)/(d) ``SandboxManager.run_oracle`` per task: fresh sandbox, solve.sh, verifier protocol."""
     began = time.monotonic()
     records = await asyncio.gather(*(mgr.run_oracle(t) for t in tasks))
+    sink.extend(records)
     return time.monotonic() - began, sum(r.outcome is Outcome.passed for r in records)
 
 
@@ -113,14 +121,17 @@ VERIFICATION = {"swerl": "same_container", "clean": "clean_room"}
 
 
 async def bench(tasks: list[Task], image: str, concurrency: int, modes: list[str], chunk: int, root: Path,
-                bin_dir: Path) -> dict[str, tuple[float, int]]:
-    """Run the modes interleaved chunk by chunk (so machine load hits them alike); sum per mode."""
+                bin_dir: Path, engines: list[str], records: dict[str, list[TrialRecord]]) -> dict[str, tuple[float, int]]:
+    """Run the modes interleaved chunk by chunk (so machine load hits them alike); sum per mode.
+    ``records`` receives the trial records of the swerl modes (they name their engine)."""
     totals = {mode: (0.0, 0) for mode in modes}
     works = {t.name: stage_host_copy(t, root / f"floor-c{concurrency}") for t in tasks} if "floor" in modes else {}
     async with contextlib.AsyncExitStack() as stack:
         managers = {}
         for mode in (m for m in modes if m in VERIFICATION):
-            config = SandboxConfig(concurrency=concurrency, verification=VERIFICATION[mode])
+            fleet = [EngineConfig(url=url, slots=concurrency) for url in engines]
+            config = SandboxConfig(concurrency=concurrency * max(len(fleet), 1), verification=VERIFICATION[mode],
+                                   engines=fleet)
             managers[mode] = mgr = await stack.enter_async_context(SandboxManager(config))
             # Warm up once, as in a long run: image cached, pool filled.
             await asyncio.gather(*(mgr.run_null(tasks[0]) for _ in range(2)))
@@ -133,7 +144,7 @@ async def bench(tasks: list[Task], image: str, concurrency: int, modes: list[str
                 elif mode == "naive":
                     wall, ok = await run_naive(part, concurrency, root, image)
                 else:
-                    wall, ok = await run_swerl(managers[mode], part)
+                    wall, ok = await run_swerl(managers[mode], part, records.setdefault(mode, []))
                 totals[mode] = (totals[mode][0] + wall, totals[mode][1] + ok)
     return totals
 
@@ -151,6 +162,22 @@ def line(name: str, n: int, c: int, wall: float, ok: int, floor_slot: float | No
     return f"{name:<6} c={c}  {n / wall:6.2f} trials/s  {slot:.3f} s per trial-slot{over}  ({ok}/{n} reward 1)"
 
 
+def engine_lines(mode: str, records: list[TrialRecord], floor_s: float | None) -> list[str]:
+    """Per engine: trials, mean trial seconds (start + solve + verify) over the floor, balance."""
+    by_engine: dict[str, list[TrialRecord]] = {}
+    for record in records:
+        by_engine.setdefault(record.engine or "?", []).append(record)
+    lines = []
+    for url, rows in sorted(by_engine.items()):
+        mean = sum(r.timings.start_s + r.timings.agent_s + r.timings.verify_s for r in rows) / len(rows)
+        over = "" if floor_s is None else f", overhead {mean - floor_s:+.3f} s/trial"
+        lines.append(f"  {mode:<6} {url}: {len(rows)} trials ({len(rows) / len(records):.0%}), "
+                     f"{mean:.3f} s/trial{over}, {sum(r.engine_retries for r in rows)} moved here")
+    counts = [len(rows) for rows in by_engine.values()]
+    lines.append(f"  {mode:<6} balance {min(counts) / max(counts):.2f} (fewest / most trials per engine)")
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tasks", type=Path, help="HumanEval task folders (default: import into a temp dir)")
@@ -159,6 +186,8 @@ def main() -> None:
     parser.add_argument("--chunk", type=int, default=20, help="Tasks per interleaved round of the modes")
     parser.add_argument("--modes", nargs="+", default=["floor", "naive", "swerl", "clean"],
                         choices=["floor", "naive", "swerl", "clean"])
+    parser.add_argument("--engine", action="append", default=[],
+                        help="Docker engine URL of the fleet (repeat; default: the local engine only)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="swerl-bench-", ignore_cleanup_errors=True) as tmp:
         source = args.tasks
@@ -172,10 +201,16 @@ def main() -> None:
         print(f"{n} HumanEval oracle verifications, image {image}, {os.cpu_count()} CPUs, "
               f"load average {os.getloadavg()[0]:.1f}", flush=True)
         for c in args.concurrency:
-            totals = asyncio.run(bench(tasks, image, c, args.modes, args.chunk, Path(tmp), bin_dir))
+            records: dict[str, list[TrialRecord]] = {}
+            totals = asyncio.run(bench(tasks, image, c, args.modes, args.chunk, Path(tmp), bin_dir, args.engine, records))
             floor_slot = totals["floor"][0] * c / n if "floor" in totals else None
             for mode, (wall, ok) in totals.items():
-                print(line(mode, n, c, wall, ok, None if mode == "floor" else floor_slot), flush=True)
+                slots = c * len(args.engine) if mode in VERIFICATION and len(args.engine) > 1 else c
+                print(line(mode, n, slots, wall, ok, None if mode == "floor" else floor_slot), flush=True)
+            if len(args.engine) > 1:
+                floor_trial = totals["floor"][0] * c / n if "floor" in totals else None
+                for mode, rows in records.items():
+                    print("\n".join(engine_lines(mode, rows, floor_trial)), flush=True)
         print(f"load average at the end {os.getloadavg()[0]:.1f}", flush=True)
 
 

@@ -203,25 +203,56 @@ def tasks_list(path: _TasksPath, cache_dir: _CacheDir = None, json_out: _JsonOut
 
 
 # --- sandbox -----------------------------------------------------------------
-# (commands: `swerl sandbox build-base`, `swerl sandbox gc`, `swerl sandbox-test`)
+# (commands: `swerl sandbox build-base`, `swerl sandbox gc`, `swerl sandbox engines`, `swerl sandbox-test`)
+
+_ENGINE_HELP = ("Docker-API engine URL (unix:///path.sock, tcp://host:port); repeat for a fleet. "
+                "Default: the local engine (DOCKER_HOST, else /var/run/docker.sock).")
+EngineOption = Annotated[Optional[list[str]], typer.Option("--engine", help=_ENGINE_HELP)]
 
 
-def _docker_client():  # noqa: ANN202 - docker is imported lazily
+def _engine_configs(urls: Optional[list[str]]) -> list:  # noqa: ANN202 - list[EngineConfig], imported lazily
+    """``--engine`` values as engine configs (one bad URL: exit 2 naming it)."""
+    from pydantic import ValidationError
+
+    from swerl.errors import ConfigError
+    from swerl.sandbox.deployment.config import EngineConfig
+
+    try:
+        return [EngineConfig(url=url) for url in urls or []]
+    except ValidationError as err:
+        raise ConfigError(f"--engine: {err.errors()[0]['msg']}") from None
+
+
+def _docker_client(url: Optional[str] = None):  # noqa: ANN202 - docker is imported lazily
     from swerl.sandbox.docker_api import connect
 
-    return connect(None, pool_size=4, timeout_s=120)
+    return connect(url, pool_size=4, timeout_s=120)
 
 
 @sandbox_app.command("build-base")
 def sandbox_build_base(
     force: Annotated[bool, typer.Option("--force", help="Rebuild even when the image exists.")] = False,
     verbose: _Verbose = False,
+    engine: EngineOption = None,
 ) -> None:
-    """Build the offline Debian Python base image and tag it as python:3.10/3.11/3.12-slim when absent."""
-    from swerl.sandbox.images import build_base_image
+    """Build the offline Debian Python base image and tag it as python:3.10/3.11/3.12-slim when absent.
 
-    tag, tagged = build_base_image(_docker_client(), force=force)
-    out_console.print(f"{tag} ready" + (f"; tagged {', '.join(tagged)}" if tagged else ""), highlight=False)
+    With --engine, on each engine named: copied from the local engine when it has the image, else built there."""
+    from swerl.sandbox.deployment.images import build_base_image
+
+    urls = [e.url for e in _engine_configs(engine)] or [None]
+    local = None
+    if urls != [None]:
+        from swerl.errors import EnvironmentProblem
+
+        try:
+            local = _docker_client()
+        except EnvironmentProblem:
+            local = None
+    for url in urls:
+        tag, tagged = build_base_image(_docker_client(url), force=force, url=url, source=local)
+        where = f" on {url}" if url else ""
+        out_console.print(f"{tag} ready{where}" + (f"; tagged {', '.join(tagged)}" if tagged else ""), highlight=False)
 
 
 @sandbox_app.command("gc")
@@ -229,15 +260,48 @@ def sandbox_gc(
     all_: Annotated[bool, typer.Option("--all", help="Remove every swerl container, not only dead runs'.")] = False,
     images: Annotated[bool, typer.Option("--images", help="Also remove cached swerl-task:* images.")] = False,
     verbose: _Verbose = False,
+    engine: EngineOption = None,
 ) -> None:
-    """Remove containers, networks and volumes left by dead swerl runs (labelled swerl.run)."""
-    from swerl.sandbox.gc import collect_garbage, remove_task_images
+    """Remove containers, networks and volumes left by dead swerl runs (labelled swerl.run), on every engine named."""
+    from swerl.sandbox.deployment.gc import collect_garbage, remove_task_images
 
-    client = _docker_client()
-    removed = collect_garbage(client, everything=all_)
-    if images:
-        removed["images"] = remove_task_images(client)
-    out_console.print(", ".join(f"{n} {kind}" for kind, n in removed.items()) + " removed", highlight=False)
+    for url in [e.url for e in _engine_configs(engine)] or [None]:
+        client = _docker_client(url)
+        removed = collect_garbage(client, everything=all_)
+        if images:
+            removed["images"] = remove_task_images(client)
+        where = f" on {url}" if url else ""
+        out_console.print(", ".join(f"{n} {kind}" for kind, n in removed.items()) + f" removed{where}", highlight=False)
+
+
+@sandbox_app.command("engines")
+def sandbox_engines(engine: EngineOption = None) -> None:
+    """One row per engine: reachable, version, swerl slots in use, containers, images, free disk."""
+    from rich.table import Table
+
+    from swerl.sandbox.deployment.config import EngineConfig
+    from swerl.sandbox.deployment.status import engine_status
+
+    rows = [engine_status(e) for e in _engine_configs(engine) or [EngineConfig.model_construct(url=None, slots=None, tls=None)]]
+    table = Table(title="Docker engines")
+    for column in ("engine", "reachable", "version", "slots in use", "swerl containers", "containers",
+                   "images", "task images", "disk free MiB"):
+        table.add_column(column, justify="left" if column in ("engine", "version") else "right")
+    for row in rows:
+        def show(value: object) -> str:
+            return "-" if value is None else str(value)
+
+        table.add_row(row.url, "yes" if row.reachable else "NO", show(row.version), show(row.slots_in_use),
+                      show(row.swerl_containers), show(row.containers), show(row.images), show(row.task_images),
+                      show(row.disk_free_mb))
+    out_console.print(table)
+    for row in rows:
+        if not row.reachable:
+            err_console.print(f"{row.url}: {row.error}", highlight=False, soft_wrap=True)
+    if not all(row.reachable for row in rows):
+        from swerl.errors import EnvironmentProblem
+
+        raise EnvironmentProblem(f"{sum(not r.reachable for r in rows)} of {len(rows)} engine(s) unreachable")
 
 
 @app.command("sandbox-test")
@@ -256,6 +320,7 @@ def sandbox_test(
         "--redteam", help="Also run the built-in exploit attempts (docs/redteam.md) on every task; "
         "a task that gives any of them reward > 0 is FORGEABLE (exit 1).")] = False,
     verbose: _Verbose = False,
+    engine: EngineOption = None,
 ) -> None:
     """Run each task's oracle (expect reward 1) and a null attempt (expect reward 0) in fresh sandboxes."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -267,7 +332,7 @@ def sandbox_test(
     from swerl.tasks import load_tasks
 
     task_set = load_tasks(tasks, on_error="skip")
-    config = SandboxConfig(allow_network=allow_network, warm_pool=warm_pool,
+    config = SandboxConfig(allow_network=allow_network, warm_pool=warm_pool, engines=_engine_configs(engine),
                            **({"concurrency": concurrency} if concurrency else {}))
     trials = sum(len(trial_attempts(t, redteam)) for t in task_set.tasks)
     progress = Progress(TextColumn("sandbox-test"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -398,6 +463,7 @@ def eval_cmd(
         rich_help_panel=_MODEL_PANEL)] = None,
     json_out: _JsonOut = None,
     verbose: _Verbose = False,
+    engine: EngineOption = None,
 ) -> None:
     """Evaluate a model on tasks: k episodes per task in sandboxes; pass@1, pass@k, reward, outcomes.
 
@@ -418,6 +484,7 @@ def eval_cmd(
     try:
         config = EvalConfig.model_validate({
             "tasks": tasks, "samples": samples, "limit": limit, "concurrency": concurrency, "resume": resume,
+            "engines": engine or [],
             "out_dir": out or Path("runs") / _time.strftime("eval-%Y%m%d-%H%M%S", _time.gmtime()),
             "agent": {"protocol": protocol.value, "temperature": temperature, "top_p": top_p, "seed": seed,
                       "enable_thinking": enable_thinking, "single_turn_prefill": prefill.value,

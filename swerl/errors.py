@@ -8,6 +8,11 @@ bug in swerl and keeps its traceback.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from swerl.sandbox.models import Outcome
+
 
 class SwerlError(Exception):
     """Base of all swerl errors; the message is one line naming the file/field and the fix."""
@@ -34,9 +39,19 @@ class EnvironmentProblem(SwerlError, RuntimeError):
 
 
 class SandboxError(SwerlError, RuntimeError):
-    """A sandbox could not be built, started or talked to (exit 3 when it surfaces to the CLI)."""
+    """A sandbox could not be built, started or talked to (exit 3 when it surfaces to the CLI).
+
+    Args:
+        message: one line naming what failed and the fix.
+        outcome: the trial outcome it causes (a ``swerl.sandbox.Outcome``); None reads as
+            ``daemon_error`` (see ``swerl.sandbox.outcome_of``).
+    """
 
     exit_code = 3
+
+    def __init__(self, message: str = "", *, outcome: Outcome | None = None) -> None:
+        super().__init__(message)
+        self.outcome = outcome
 
 
 class SandboxTimeout(SandboxError, TimeoutError):

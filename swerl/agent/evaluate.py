@@ -185,6 +185,7 @@ class EvalConfig(BaseModel):
     samples: int = Field(1, ge=1, description="k episodes per task (pass@1 and pass@k are reported).")
     limit: int | None = Field(None, ge=1, description="Evaluate only the first N tasks.")
     concurrency: int = Field(8, ge=1, description="Most episodes (sandboxes) alive at once.")
+    engines: list[str] = Field(default_factory=list, description="Docker engine URLs of the sandbox fleet; empty = the local engine.")
     out_dir: Path = Field(description="Where trajectories.jsonl and summary.json are written.")
     resume: bool = Field(False, description="Continue the eval already in out_dir: run only its missing episodes.")
     agent: AgentConfig = Field(default_factory=AgentConfig)
@@ -217,7 +218,7 @@ async def _run_async(tasks: list[Any], backend: Any, config: EvalConfig,
     batcher = make_batcher(backend, config.inference)
     try:
         policy = BackendPolicy(batcher, backend.tokenizer)
-        sandbox_config = SandboxConfig(concurrency=config.concurrency)
+        sandbox_config = SandboxConfig(concurrency=config.concurrency, engines=[{"url": url} for url in config.engines])
         return await evaluate(tasks, policy, sandbox_config, config.agent, n_samples=config.samples,
                               concurrency=config.concurrency, on_event=forward, skip=skip)
     finally:

@@ -110,12 +110,22 @@ async def collect_rollouts(
 
 async def _guarded_episode(task: Any, manager: Any, policy: Policy, cfg: AgentConfig, group_id: str,
                            sample_index: int, seed: int | None, on_start: Callable[[], None]) -> Trajectory:
-    """One episode whose infra failures and crashes become masked trajectories."""
+    """One episode whose infra failures and crashes become masked trajectories; an episode whose
+    Docker engine stopped answering runs again from the start on another engine (at most
+    ``engine_retries`` times, as sandbox-test trials do)."""
+    retries = getattr(getattr(manager, "config", None), "engine_retries", 0)
     try:
-        async with manager.sandbox(task) as sandbox:
-            on_start()
-            return await run_episode(task, sandbox, policy, cfg, group_id=group_id,
-                                     sample_index=sample_index, seed=seed)
+        for retry in range(retries + 1):
+            async with manager.sandbox(task) as sandbox:
+                on_start()
+                traj = await run_episode(task, sandbox, policy, cfg, group_id=group_id,
+                                         sample_index=sample_index, seed=seed)
+                lost = getattr(manager, "engine_lost", None)
+                if retry == retries or not traj.exclude_from_baseline or lost is None or not await lost(sandbox):
+                    return traj
+            logger.warning("%s #%d: its engine stopped answering; running it again on another engine",
+                           task.name, sample_index)
+        raise AssertionError("unreachable")  # pragma: no cover - the loop returns
     except SandboxError as err:
         outcome = getattr(err, "outcome", None)
         outcome_name = str(getattr(outcome, "value", outcome) or "sandbox_error")

@@ -3,13 +3,18 @@ in-container timeouts, persistent shells, the verifier protocol, leak-free lifec
 
 Public API::
 
-    async with SandboxManager(SandboxConfig(...)) as mgr:
+Layout: ``deployment/`` owns engines, images, warm pools, placement and gc; ``runtime/`` owns
+one sandbox (exec, files, shell, verifier); ``manager.py`` joins them.
+
+    async with SandboxManager(SandboxConfig(engines=[EngineConfig(url=...), ...])) as mgr:
         async with mgr.sandbox(task) as sb:
             await sb.exec("cmd", timeout_s=10.0)
             shell = await sb.open_shell()
             verdict = await sb.verify()
 """
 
+from swerl.sandbox.deployment.config import EngineConfig, EngineTLS
+from swerl.sandbox.deployment.engine import EngineLost
 from swerl.sandbox.manager import SandboxManager, new_run_id, outcome_of
 from swerl.sandbox.models import (
     ExecResult,
@@ -20,10 +25,13 @@ from swerl.sandbox.models import (
     TrialTimings,
     VerifierResult,
 )
-from swerl.sandbox.sandbox import Sandbox
-from swerl.sandbox.shell import Shell
+from swerl.sandbox.runtime.sandbox import Sandbox
+from swerl.sandbox.runtime.shell import Shell
 
 __all__ = [
+    "EngineConfig",
+    "EngineLost",
+    "EngineTLS",
     "ExecResult",
     "FailureClass",
     "Outcome",

@@ -1,4 +1,4 @@
-"""The one shared Docker client and the bounded, non-blocking way to call it.
+"""Clients of Docker engines and the bounded, non-blocking way to call them (one caller per engine).
 
 Every blocking docker-SDK call runs in a worker thread (``asyncio.to_thread`` semantics on a
 pool sized to the concurrency) and is awaited with a deadline in seconds, so one hung
@@ -10,15 +10,19 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import docker
 import docker.errors
+import docker.tls
 import requests.exceptions
 
 from swerl.errors import EnvironmentProblem, SandboxError, SandboxTimeout
+from swerl.sandbox.models import Outcome
+from swerl.sandbox.runtime.streams import LOCAL_ENGINE_URL, Endpoint
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -39,22 +43,32 @@ DOCKER_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 
-def connect(base_url: str | None, pool_size: int, timeout_s: float) -> docker.DockerClient:
-    """Open the shared client with an HTTP pool of ``pool_size`` connections.
+def engine_url(url: str | None) -> str:
+    """The URL of the engine named ``url``; None means the local default (``DOCKER_HOST`` as the
+    docker CLI reads it, else ``unix:///var/run/docker.sock``)."""
+    return url or os.environ.get("DOCKER_HOST") or LOCAL_ENGINE_URL
+
+
+def connect(
+    base_url: str | None, pool_size: int, timeout_s: float, tls: docker.tls.TLSConfig | bool | None = None
+) -> docker.DockerClient:
+    """Open a client of one engine with an HTTP pool of ``pool_size`` connections.
+
+    Args:
+        base_url: the engine URL (:func:`engine_url` of None: the local default).
+        tls: the SDK's TLS settings for a ``tcp://`` engine served over TLS.
 
     Raises:
-        EnvironmentProblem: (exit 3) no Docker daemon answers.
+        EnvironmentProblem: (exit 3) the engine does not answer.
     """
+    url = engine_url(base_url)
     try:
-        if base_url:
-            client = docker.DockerClient(base_url=base_url, timeout=int(timeout_s), max_pool_size=pool_size)
-        else:
-            client = docker.from_env(timeout=int(timeout_s), max_pool_size=pool_size)
+        client = docker.DockerClient(base_url=url, timeout=int(timeout_s), max_pool_size=pool_size, tls=tls or False)
         client.ping()
     except DOCKER_ERRORS as err:
         raise EnvironmentProblem(
-            f"Docker is not reachable ({type(err).__name__}: {err}); start dockerd "
-            "(`bash sandboxes/ensure-docker.sh`) or set DOCKER_HOST"
+            f"Docker is not reachable at {url} ({type(err).__name__}: {err}); start dockerd "
+            "(`bash sandboxes/ensure-docker.sh`), or fix sandbox.engines / --engine / DOCKER_HOST"
         ) from err
     return client
 
@@ -65,11 +79,14 @@ class DockerCaller:
     Args:
         max_workers: threads; size it to the concurrency (a few calls per sandbox at once).
         default_timeout_s: deadline used when a call names none.
+        endpoint: the engine these calls go to, for the exec and attach streams (one caller
+            per engine, so every call of a trial reaches that trial's engine).
     """
 
-    def __init__(self, max_workers: int, default_timeout_s: float) -> None:
+    def __init__(self, max_workers: int, default_timeout_s: float, endpoint: Endpoint) -> None:
         self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="swerl-docker")
         self.default_timeout_s = default_timeout_s
+        self.endpoint = endpoint
 
     async def __call__(self, fn: Callable[..., T], *args: Any, timeout_s: float | None = None, **kwargs: Any) -> T:
         """Await ``fn(*args, **kwargs)`` in a worker thread.
@@ -90,7 +107,7 @@ class DockerCaller:
         except docker.errors.NotFound:
             raise
         except DOCKER_ERRORS as err:
-            raise daemon_error(f"Docker call {name} failed: {err}") from err
+            raise SandboxError(f"Docker call {name} failed: {err}", outcome=Outcome.daemon_error) from err
 
     def close(self, wait: bool = False) -> None:
         """Stop the worker threads; queued calls are cancelled, running ones finish
@@ -98,19 +115,6 @@ class DockerCaller:
         self._pool.shutdown(wait=wait, cancel_futures=True)
 
 
-def daemon_error(message: str) -> SandboxError:
-    """A :class:`SandboxError` tagged with the ``daemon_error`` outcome."""
-    from swerl.sandbox.models import Outcome
-
-    err = SandboxError(message)
-    err.outcome = Outcome.daemon_error  # type: ignore[attr-defined]
-    return err
-
-
 def sandbox_error(message: str, outcome: str) -> SandboxError:
-    """A :class:`SandboxError` whose ``.outcome`` names the trial outcome it causes."""
-    from swerl.sandbox.models import Outcome
-
-    err = SandboxError(message)
-    err.outcome = Outcome(outcome)  # type: ignore[attr-defined]
-    return err
+    """Deprecated spelling of ``SandboxError(message, outcome=Outcome(outcome))``."""
+    return SandboxError(message, outcome=Outcome(outcome))

@@ -1,9 +1,11 @@
-"""The process-wide owner of sandboxes: Docker client, image cache, warm pools, concurrency.
+"""The process-wide owner of sandboxes: the fleet of Docker engines, image caches, warm pools,
+concurrency, and retries of trials whose engine stopped answering.
 
-``async with SandboxManager(config) as mgr`` connects once, checks the free disk of Docker's
-data root, removes what dead runs left, and on exit drains: warm containers and trial
-containers are removed, and a final sweep by this run's labels catches anything a timed-out
-call created late. While a trial runs, a watcher bounds its disk use (:mod:`swerl.sandbox.limits`).
+``async with SandboxManager(config) as mgr`` opens every engine of ``config.engines`` (one
+local engine by default): each is connected, its data root's free disk checked, and what dead
+runs left on it removed. On exit every engine drains: warm containers and trial containers are
+removed, and a final sweep by this run's labels catches anything a timed-out call created late.
+While a trial runs, a watcher bounds its disk use (:mod:`swerl.sandbox.deployment.limits`).
 """
 
 from __future__ import annotations
@@ -17,16 +19,19 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
 from swerl.errors import SandboxError
-from swerl.sandbox.cleanroom import verification_mode
-from swerl.sandbox.docker_api import LABEL_PID, LABEL_RUN, LABEL_TASK, DockerCaller, connect, sandbox_error
-from swerl.sandbox.gc import collect_garbage, owner_labels
-from swerl.sandbox.image_cache import prune_task_images, record_use
-from swerl.sandbox.images import ensure_task_image
-from swerl.sandbox.keeper import KeeperChannel
-from swerl.sandbox.limits import check_free_disk, watch_disk
+from swerl.sandbox.runtime.cleanroom import verification_mode
+from swerl.sandbox.deployment.engine import DEFAULT_MAX_WARM, MAX_WARM_POOLS, Engine, EngineLost
+from swerl.sandbox.deployment.fleet import Fleet
+from swerl.sandbox.deployment.transfer import copy_image, has_image
+from swerl.sandbox.docker_api import LABEL_TASK
+from swerl.sandbox.deployment.gc import owner_labels
+from swerl.sandbox.deployment.image_cache import prune_task_images, record_use
+from swerl.sandbox.deployment.images import ensure_task_image, from_images, task_image_tag
+from swerl.sandbox.runtime.keeper import KeeperChannel
+from swerl.sandbox.deployment.limits import watch_disk
 from swerl.sandbox.models import Outcome, SandboxConfig, TrialRecord, TrialTimings
-from swerl.sandbox.pool import ContainerSpec, Reaper, WarmPool
-from swerl.sandbox.sandbox import Sandbox
+from swerl.sandbox.deployment.pool import ContainerSpec
+from swerl.sandbox.runtime.sandbox import Sandbox
 
 if TYPE_CHECKING:
     import docker
@@ -34,12 +39,8 @@ if TYPE_CHECKING:
     from swerl.tasks.models import Task
 
 log = logging.getLogger(__name__)
-
-
-# Warm pools kept at once (one per image + limits); older ones are drained.
-MAX_WARM_POOLS = 4
-# Default idle containers per pool (SandboxConfig.warm_pool_size overrides).
-DEFAULT_MAX_WARM = 4
+# Outcomes of a Docker failure: when the engine then fails a ping too, the engine is lost.
+ENGINE_OUTCOMES = (Outcome.daemon_error, Outcome.start_error, Outcome.build_error)
 
 
 def new_run_id() -> str:
@@ -53,7 +54,8 @@ def outcome_of(err: BaseException) -> Outcome:
 
 
 class SandboxManager:
-    """Hands out one fresh, isolated :class:`Sandbox` per trial, at most ``concurrency`` at once.
+    """Hands out one fresh, isolated :class:`Sandbox` per trial, at most ``concurrency`` at once,
+    each on the engine with the most free slots.
 
     Args:
         config: see :class:`SandboxConfig`.
@@ -62,75 +64,49 @@ class SandboxManager:
     def __init__(self, config: SandboxConfig | None = None) -> None:
         self.config = config or SandboxConfig()
         self.run_id = self.config.run_id or new_run_id()
-        self.client: docker.DockerClient | None = None
-        self._call: DockerCaller | None = None
         self._slots = asyncio.Semaphore(self.config.concurrency)
-        self._pools: dict[ContainerSpec, WarmPool] = {}
-        self._image_locks: dict[str, asyncio.Lock] = {}
-        self._images: dict[str, str] = {}
-        self._reaper: Reaper | None = None
         self._labels: dict[str, str] = {}
-        self._evictions: set[asyncio.Task[None]] = set()
+        self.fleet: Fleet | None = None
+
+    @property
+    def engines(self) -> list[Engine]:
+        """The engines of the fleet, in config order (empty before the manager is open)."""
+        return self.fleet.engines if self.fleet is not None else []
+
+    @property
+    def client(self) -> docker.DockerClient | None:
+        """The client of the first healthy engine (None when none is)."""
+        healthy = self.fleet.healthy if self.fleet is not None else []
+        return healthy[0].client if healthy else None
 
     async def __aenter__(self) -> SandboxManager:
-        """Connect, check free disk and gc dead runs.
+        """Open every engine: connect, check free disk, gc dead runs.
 
         Raises:
-            EnvironmentProblem: (exit 3) Docker is unreachable, or its data root has less free
-                space than ``min_free_disk_mb``.
+            EnvironmentProblem: (exit 3) no engine is reachable with enough free disk
+                (``min_free_disk_mb``); engines that fail while others open are quarantined.
         """
-        workers = 4 * self.config.concurrency + 4
-        self._call = DockerCaller(workers, self.config.docker_timeout_s)
-        pool = 2 * self.config.concurrency + 4
-        self.client = await asyncio.to_thread(
-            connect, self.config.docker_base_url, pool, self.config.docker_timeout_s
-        )
-        self._reaper = Reaper(self._call, self.client, parallel=max(2, self.config.concurrency))
         self._labels = owner_labels(self.run_id)
-        try:
-            await self._call(check_free_disk, self.client, self.config.min_free_disk_mb)
-        except BaseException:
-            self.client.close()
-            self._call.close()
-            self.client = None
-            raise
-        if self.config.gc_dead_runs:
-            await self._call(collect_garbage, self.client, timeout_s=self.config.drain_timeout_s)
+        fleet = Fleet([Engine(e, self.config, self._labels) for e in self.config.engine_list()], self.config.engine_probe_s)
+        await fleet.open()
+        self.fleet = fleet
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         await asyncio.shield(self.close())
 
     async def close(self) -> None:
-        """Drain: close warm pools, wait for removals, sweep this run's leftovers, close the client."""
-        if self.client is None or self._call is None or self._reaper is None:
-            return
-        limit = self.config.drain_timeout_s
-        for pool in self._pools.values():
-            await pool.close(limit)
-        if self._evictions:
-            await asyncio.wait(set(self._evictions), timeout=limit)
-        await self._reaper.drain(limit)
-        # Calls that timed out may still be running in worker threads (a late container create):
-        # let them finish, then sweep whatever this process created under this run id.
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(asyncio.to_thread(self._call.close, True), limit)
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(asyncio.to_thread(self._sweep_own), limit)
-        self.client.close()
-        self.client = None
-
-    def _sweep_own(self) -> None:
-        assert self.client is not None
-        flt = {"label": [f"{LABEL_RUN}={self.run_id}", f"{LABEL_PID}={self._labels[LABEL_PID]}"]}
-        for container in self.client.containers.list(all=True, filters=flt, ignore_removed=True):
-            with contextlib.suppress(Exception):
-                container.remove(force=True, v=True)
+        """Drain every engine: close warm pools, wait for removals, sweep this run's leftovers."""
+        if self.fleet is not None:
+            fleet, self.fleet = self.fleet, None
+            await fleet.close()
 
     # --- images and containers ---------------------------------------------------
 
-    async def image_for(self, task: Task) -> str:
-        """The task's image: ``[environment] docker_image``, or ``environment/`` built (cached).
+    async def image_for(self, task: Task, engine: Engine | None = None) -> str:
+        """The task's image on ``engine`` (default: the first healthy one): ``[environment]
+        docker_image``, or ``environment/`` built there (cached per engine). A ``FROM`` image
+        the engine lacks is copied from a peer engine that has it.
 
         Raises:
             TaskError: bad environment folder. SandboxError: build_error.
@@ -138,25 +114,50 @@ class SandboxManager:
         env = task.config.environment
         if env.docker_image:
             return env.docker_image
+        if engine is None:
+            if self.fleet is None or not self.fleet.healthy:
+                raise SandboxError("SandboxManager is not open; use `async with SandboxManager(...)`")
+            engine = self.fleet.healthy[0]
         key = str(task.environment_dir.resolve())
-        if key in self._images:
-            return self._images[key]
-        from swerl.sandbox.images import task_image_tag
-
-        lock = self._image_locks.setdefault(task_image_tag(task.environment_dir), asyncio.Lock())
+        if key in engine.images:
+            return engine.images[key]
+        lock = engine.image_locks.setdefault(task_image_tag(task.environment_dir), asyncio.Lock())
         async with lock:
-            assert self._call is not None and self.client is not None
+            assert engine.call is not None and engine.client is not None
+            await self._bring_bases(task, engine)
             tag = await ensure_task_image(
-                self._call, self.client, task.environment_dir, env.build_timeout_sec, allow_network=False
+                engine.call, engine.client, task.environment_dir, env.build_timeout_sec, allow_network=False
             )
-        self._images[key] = tag
+        engine.images[key] = tag
         await asyncio.to_thread(record_use, tag)
         if self.config.image_cache_mb is not None:
             try:
-                await self._call(prune_task_images, self.client, self.config.image_cache_mb, set(self._images.values()))
+                await engine.call(prune_task_images, engine.client, self.config.image_cache_mb, set(engine.images.values()))
             except SandboxError as err:  # a full cache is a nuisance, never a failed trial
-                log.warning("image cache pruning failed: %s", err)
+                log.warning("image cache pruning failed on %s: %s", engine.url, err)
         return tag
+
+    async def _bring_bases(self, task: Task, engine: Engine) -> None:
+        """Copy the task's ``FROM`` images that ``engine`` lacks from a healthy peer engine."""
+        assert engine.call is not None and engine.client is not None and self.fleet is not None
+        for ref in from_images(task.environment_dir / "Dockerfile"):
+            async with engine.image_locks.setdefault(f"from:{ref}", asyncio.Lock()):  # one copy per image
+                await self._bring_base(task, engine, ref)
+
+    async def _bring_base(self, task: Task, engine: Engine, ref: str) -> None:
+        """Copy ``ref`` to ``engine`` from the first healthy peer that has it (if it lacks it)."""
+        assert engine.call is not None and engine.client is not None and self.fleet is not None
+        if await engine.call(has_image, engine.client, ref):
+            return
+        for peer in self.fleet.healthy:
+            if peer is engine or peer.call is None or not await peer.call(has_image, peer.client, ref):
+                continue
+            try:
+                await engine.call(copy_image, peer.client, engine.client, ref,
+                                  timeout_s=task.config.environment.build_timeout_sec)
+            except Exception as err:  # noqa: BLE001 - the build then names the missing image
+                log.warning("could not copy %s from %s to %s: %s", ref, peer.url, engine.url, err)
+            return
 
     def _spec(self, task: Task, image: str) -> ContainerSpec:
         env = task.config.environment
@@ -168,70 +169,90 @@ class SandboxManager:
             network=bool(env.allow_internet and self.config.allow_network),
         )
 
-    def _pool(self, spec: ContainerSpec, per_trial: int = 1) -> WarmPool:
-        """The warm pool of ``spec``, most recently used last; pools beyond the few most recent
-        are closed, so a dataset with one image per task never piles up idle containers.
-        ``per_trial``: containers one trial takes (2 in the clean room)."""
-        pool = self._pools.pop(spec, None)
-        if pool is None:
-            assert self._call is not None and self.client is not None and self._reaper is not None
-            size = self.config.warm_pool_size
-            if size is None:  # enough to stay ahead of trial starts; more would only idle
-                size = min(self.config.concurrency, DEFAULT_MAX_WARM) * per_trial
-            pool = WarmPool(
-                self._call, self.client, spec, size if self.config.warm_pool else 0,
-                self._labels, self._reaper, self.config.start_timeout_s,
-                docker_timeout_s=self.config.docker_timeout_s,
-            )
-        self._pools[spec] = pool  # re-insert: dict order is least -> most recently used
-        while len(self._pools) > MAX_WARM_POOLS:
-            stale = self._pools.pop(next(iter(self._pools)))
-            task = asyncio.create_task(stale.close(self.config.drain_timeout_s), name="swerl-pool-evict")
-            self._evictions.add(task)
-            task.add_done_callback(self._evictions.discard)
-        return pool
-
     @contextlib.asynccontextmanager
-    async def sandbox(self, task: Task, timings: TrialTimings | None = None) -> AsyncIterator[Sandbox]:
+    async def sandbox(
+        self, task: Task, timings: TrialTimings | None = None, placed: list[str] | None = None
+    ) -> AsyncIterator[Sandbox]:
         """A fresh started sandbox for one trial; removed (in the background) on every exit path.
 
-        Waits for a concurrency slot first. ``timings`` (optional) receives ``build_s``,
-        ``start_s`` and, once the background removal ends, ``cleanup_s``.
+        Waits for a concurrency slot and an engine slot first. A start that fails because the
+        engine stopped answering moves to another engine (at most ``engine_retries`` times).
+        ``timings`` (optional) receives ``build_s``, ``start_s`` and, once the background
+        removal ends, ``cleanup_s``. ``placed`` (optional) receives the URL of each engine the
+        trial was placed on, in order (a start that failed there included).
 
         Raises:
-            TaskError: malformed environment. SandboxError: ``.outcome`` build_error/start_error.
+            TaskError: malformed environment. SandboxError: ``outcome`` build_error/start_error.
+            EngineLost: the sandbox's engine stopped answering while the caller used it (the
+                caller may run the trial again: another engine takes it).
         """
-        if self.client is None or self._call is None or self._reaper is None:
+        if self.fleet is None:
             raise SandboxError("SandboxManager is not open; use `async with SandboxManager(...)`")
         timings = timings if timings is not None else TrialTimings()
         async with self._slots:
-            began = time.monotonic()
-            image = await self.image_for(task)
-            timings.build_s = time.monotonic() - began
-            began = time.monotonic()
-            labels = {**self._labels, LABEL_TASK: task.name}
-            spec = self._spec(task, image)
-            per_trial = 2 if verification_mode(task, self.config) == "clean_room" else 1
-            container_id, keeper = await self._pool(spec, per_trial).take(task.name, labels)
-            timings.start_s = time.monotonic() - began
+            for moves in range(self.config.engine_retries + 1):
+                async with self.fleet.slot() as engine:
+                    if placed is not None:
+                        placed.append(engine.url)
+                    try:
+                        sb = await self._start(task, engine, timings)
+                    except SandboxError as err:
+                        if (moves < self.config.engine_retries and outcome_of(err) in ENGINE_OUTCOMES
+                                and await self.fleet.check(engine, str(err))):
+                            continue
+                        raise
+                    async with self._running(sb, engine, timings):
+                        yield sb
+                    return
 
-            async def renew() -> tuple[str, KeeperChannel]:
-                return await self._pool(spec, per_trial).take(task.name, labels)
+    async def _start(self, task: Task, engine: Engine, timings: TrialTimings) -> Sandbox:
+        """Build (or find) the image on ``engine`` and take a started container there."""
+        began = time.monotonic()
+        image = await self.image_for(task, engine)
+        timings.build_s = time.monotonic() - began
+        began = time.monotonic()
+        labels = {**self._labels, LABEL_TASK: task.name}
+        spec = self._spec(task, image)
+        per_trial = 2 if verification_mode(task, self.config) == "clean_room" else 1
+        container_id, keeper = await engine.pool(spec, per_trial).take(task.name, labels)
+        timings.start_s = time.monotonic() - began
 
-            assert self._reaper is not None
-            sb = Sandbox(self._call, self.client, self.config, task, container_id, keeper=keeper,
-                         renew=renew, retire=self._reaper.remove)
-            watcher = None
-            if self.config.disk_poll_s is not None:
-                watcher = asyncio.create_task(watch_disk(self._call, self.client, sb, self.config.disk_poll_s))
-            try:
-                yield sb
-            finally:
-                if watcher is not None:
-                    watcher.cancel()
-                await asyncio.shield(sb.close_shells())
-                removal = self._reaper.remove(sb.container_id)
-                removal.add_done_callback(lambda t: _record_cleanup(t, timings))
+        async def renew() -> tuple[str, KeeperChannel]:
+            return await engine.pool(spec, per_trial).take(task.name, labels)
+
+        assert engine.call is not None and engine.client is not None and engine.reaper is not None
+        sb = Sandbox(engine.call, engine.client, self.config, task, container_id, keeper=keeper,
+                     renew=renew, retire=engine.reaper.remove)
+        sb.engine = engine.url
+        return sb
+
+    @contextlib.asynccontextmanager
+    async def _running(self, sb: Sandbox, engine: Engine, timings: TrialTimings) -> AsyncIterator[None]:
+        """Watch the sandbox's disk while the caller uses it; remove it after; turn a Docker
+        failure of an engine that no longer answers into :class:`EngineLost`."""
+        assert engine.call is not None and engine.client is not None and engine.reaper is not None
+        watcher = None
+        if self.config.disk_poll_s is not None:
+            watcher = asyncio.create_task(watch_disk(engine.call, engine.client, sb, self.config.disk_poll_s))
+        try:
+            yield
+        except SandboxError as err:
+            if (not isinstance(err, EngineLost) and outcome_of(err) in ENGINE_OUTCOMES and self.fleet is not None
+                    and await self.fleet.check(engine, str(err))):
+                raise EngineLost(f"engine {engine.url} stopped answering: {err}", outcome=outcome_of(err)) from err
+            raise
+        finally:
+            if watcher is not None:
+                watcher.cancel()
+            await asyncio.shield(sb.close_shells())
+            removal = engine.reaper.remove(sb.container_id)
+            removal.add_done_callback(lambda t: _record_cleanup(t, timings))
+
+    async def engine_lost(self, sb: Sandbox) -> bool:
+        """True when the engine ``sb`` runs on stopped answering (it is then quarantined): a
+        trial that failed there may run again; another engine takes it."""
+        engine = next((e for e in self.engines if e.url == sb.engine), None)
+        return engine is not None and self.fleet is not None and await self.fleet.check(engine, "a trial failed there")
 
     # --- sandbox-test trials -----------------------------------------------------
 
@@ -244,9 +265,23 @@ class SandboxManager:
         return await self._trial(task, "null")
 
     async def _trial(self, task: Task, attempt: str) -> TrialRecord:
+        """One trial, run again on another engine (at most ``engine_retries`` times) while its
+        engine is lost; after that the record is the masked failure."""
+        record, lost = await self._trial_once(task, attempt)
+        for retry in range(1, self.config.engine_retries + 1):
+            if not lost:
+                break
+            log.info("%s/%s: engine %s lost, retry %d on another engine", task.name, attempt, record.engine, retry)
+            record, lost = await self._trial_once(task, attempt)
+            record.engine_retries = retry
+        return record
+
+    async def _trial_once(self, task: Task, attempt: str) -> tuple[TrialRecord, bool]:
+        """The trial's record, and whether it failed because its engine stopped answering."""
         timings = TrialTimings()
+        placed: list[str] = []
         try:
-            async with self.sandbox(task, timings) as sb:
+            async with self.sandbox(task, timings, placed) as sb:
                 began = time.monotonic()
                 agent_note = ""
                 if attempt == "oracle":
@@ -259,15 +294,17 @@ class SandboxManager:
                 timings.verify_s = time.monotonic() - began
         except SandboxError as err:
             outcome = outcome_of(err)
-            return TrialRecord(
+            record = TrialRecord(
                 task=task.name, attempt=attempt, outcome=outcome, failure_class=outcome.failure_class,
-                detail=str(err), timings=timings,
+                detail=str(err), engine=placed[-1] if placed else None, timings=timings,
             )
-        return TrialRecord(
+            return record, isinstance(err, EngineLost)
+        record = TrialRecord(
             task=task.name, attempt=attempt, outcome=verdict.outcome, reward=verdict.reward,
             failure_class=verdict.failure_class, detail=(agent_note + verdict.detail).strip("; "),
-            verification=verdict.verification, timings=timings,
+            verification=verdict.verification, engine=sb.engine, timings=timings,
         )
+        return record, False
 
 
 def _record_cleanup(task: asyncio.Task[float], timings: TrialTimings) -> None:
@@ -275,4 +312,4 @@ def _record_cleanup(task: asyncio.Task[float], timings: TrialTimings) -> None:
         timings.cleanup_s = task.result()
 
 
-__all__ = ["SandboxManager", "new_run_id", "outcome_of", "sandbox_error"]
+__all__ = ["DEFAULT_MAX_WARM", "MAX_WARM_POOLS", "SandboxManager", "new_run_id", "outcome_of"]

@@ -10,9 +10,21 @@ import enum
 import os
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-FailureClass = Literal["none", "mask", "zero"]
+from swerl.sandbox.deployment.config import EngineConfig
+
+
+
+class FailureClass(enum.StrEnum):
+    """What a trial does to training (the failure classes of docs/sandbox.md); the one
+    definition every stage uses (a ``StrEnum``: it compares and prints as its value)."""
+
+    none = "none"  # a reward was read
+    mask = "mask"  # infrastructure or verifier fault: no trainable tokens, out of the RLOO baseline
+    zero = "zero"  # the agent's own failure: reward 0, kept in the baseline
+
+
 Verification = Literal["clean_room", "same_container"]
 # Longest deadline a config may name, seconds (one day); beyond it is a typo or a parked sandbox.
 MAX_DEADLINE_S = 86_400.0
@@ -46,20 +58,20 @@ class Outcome(str, enum.Enum):
 
 
 _FAILURE_CLASS: dict[Outcome, FailureClass] = {
-    Outcome.passed: "none",
-    Outcome.failed: "none",
+    Outcome.passed: FailureClass.none,
+    Outcome.failed: FailureClass.none,
     # The tests hang or blow the memory limit because of the code under test: the agent's fault.
-    Outcome.verifier_timeout: "zero",
-    Outcome.oom: "zero",
+    Outcome.verifier_timeout: FailureClass.zero,
+    Outcome.oom: FailureClass.zero,
     # The verifier or the machine misbehaved: no trustworthy reward, so mask the trial.
-    Outcome.no_reward_file: "mask",
-    Outcome.bad_reward: "mask",
-    Outcome.build_error: "mask",
-    Outcome.start_error: "mask",
-    Outcome.daemon_error: "mask",
+    Outcome.no_reward_file: FailureClass.mask,
+    Outcome.bad_reward: FailureClass.mask,
+    Outcome.build_error: FailureClass.mask,
+    Outcome.start_error: FailureClass.mask,
+    Outcome.daemon_error: FailureClass.mask,
     # The container's writable layer passed [environment] storage_mb (or the work product the
     # artifact cap): the trial is stopped, no reward is trusted, the host disk is protected.
-    Outcome.disk_limit: "mask",
+    Outcome.disk_limit: FailureClass.mask,
 }
 
 
@@ -127,8 +139,37 @@ class SandboxConfig(BaseModel):
     )
     gc_dead_runs: bool = Field(True, description="At start, remove containers of runs whose process died.")
     docker_base_url: str | None = Field(
-        None, description="Docker endpoint (e.g. unix:///var/run/docker.sock); None = from the environment."
+        None, description="The one Docker engine when `engines` is empty (e.g. unix:///var/run/docker.sock); "
+        "None = DOCKER_HOST, else the local socket."
     )
+    engines: list[EngineConfig] = Field(
+        default_factory=list,
+        description="The Docker-API engines of the fleet; trials go to the engine with the most free slots. "
+        "Empty = one local engine (docker_base_url).",
+    )
+    engine_retries: int = Field(
+        2, ge=0, le=10,
+        description="Times a trial whose engine stopped answering is run again on another engine before it is masked.",
+    )
+    engine_probe_s: float = _seconds(
+        1.0, "First wait before a quarantined engine is probed again, seconds; doubles per failed probe up to 30 s.",
+    )
+
+    @model_validator(mode="after")
+    def _one_way_to_name_engines(self) -> SandboxConfig:
+        if self.engines and self.docker_base_url:
+            raise ValueError("sandbox.docker_base_url and sandbox.engines both set; list the engine in engines instead")
+        urls = [e.url for e in self.engines]
+        if len(set(urls)) != len(urls):
+            raise ValueError(f"sandbox.engines lists an engine twice ({urls}); give each url once")
+        return self
+
+    def engine_list(self) -> list[EngineConfig]:
+        """The engines to use: ``engines``, else the one of ``docker_base_url`` (None url = local
+        default, resolved by :func:`swerl.sandbox.docker_api.engine_url`)."""
+        if self.engines:
+            return list(self.engines)
+        return [EngineConfig.model_construct(url=self.docker_base_url, slots=None, tls=None)]
 
 
 class ExecResult(BaseModel):
@@ -167,7 +208,7 @@ class VerifierResult(BaseModel):
 
     outcome: Outcome
     reward: float = 0.0
-    failure_class: FailureClass = "none"
+    failure_class: FailureClass = FailureClass.none
     output_tail: str = ""
     duration_s: float = 0.0
     detail: str = ""
@@ -192,7 +233,9 @@ class TrialRecord(BaseModel):
     attempt: str = Field(description="`oracle`, `null` or an agent name.")
     outcome: Outcome
     reward: float = 0.0
-    failure_class: FailureClass = "none"
+    failure_class: FailureClass = FailureClass.none
     detail: str = ""
     verification: Verification | None = Field(None, description="Where the tests ran; None when the trial ended before.")
+    engine: str | None = Field(None, description="URL of the Docker engine the trial ran on (its last attempt).")
+    engine_retries: int = Field(0, description="Times the trial was moved to another engine because its engine stopped answering.")
     timings: TrialTimings = Field(default_factory=TrialTimings)

@@ -128,23 +128,24 @@ def seed_everything(seed: int) -> None:
 
 
 def _sweep_dead_runs(config: TrainConfig) -> None:
-    """Remove containers of dead swerl runs, as every sandbox start does (a run that trains
-    nothing starts no sandbox); an unreachable engine is only logged here."""
+    """Remove containers of dead swerl runs on every engine, as every sandbox start does (a run
+    that trains nothing starts no sandbox); an unreachable engine is only logged here."""
     if not config.sandbox.gc_dead_runs:
         return
     from swerl.errors import SwerlError
     from swerl.sandbox.docker_api import connect
-    from swerl.sandbox.gc import collect_garbage
+    from swerl.sandbox.deployment.gc import collect_garbage
 
-    try:
-        client = connect(config.sandbox.docker_base_url, 2, config.sandbox.docker_timeout_s)
-    except SwerlError as err:
-        log.warning("dead runs' containers not removed: %s", err)
-        return
-    try:
-        collect_garbage(client)
-    finally:
-        client.close()
+    for engine in config.sandbox.engine_list():
+        try:
+            client = connect(engine.url, 2, config.sandbox.docker_timeout_s, engine.sdk_tls())
+        except SwerlError as err:
+            log.warning("dead runs' containers not removed: %s", err)
+            continue
+        try:
+            collect_garbage(client)
+        finally:
+            client.close()
 
 
 def train(

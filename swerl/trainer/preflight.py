@@ -147,7 +147,7 @@ def check_docker(cfg: TrainConfig, tasks: list) -> list[str]:
     import docker
 
     from swerl.sandbox.docker_api import connect
-    from swerl.sandbox.images import from_images
+    from swerl.sandbox.deployment.images import from_images
 
     refs: dict[str, Path] = {}
     for task in tasks:
@@ -156,7 +156,8 @@ def check_docker(cfg: TrainConfig, tasks: list) -> list[str]:
             from_images(dockerfile) if dockerfile.is_file() else [])
         for ref in names:
             refs.setdefault(ref, task.path)
-    client = connect(cfg.sandbox.docker_base_url, 2, cfg.sandbox.docker_timeout_s)
+    engine = cfg.sandbox.engine_list()[0]  # the other engines of a fleet get missing FROM images from a peer
+    client = connect(engine.url, 2, cfg.sandbox.docker_timeout_s, engine.sdk_tls())
     try:
         for ref, task_path in refs.items():
             try:

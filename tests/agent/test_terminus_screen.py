@@ -1,6 +1,6 @@
 """terminus-2's pane diff and tmux command building (pure text; real panes are in test_terminus2)."""
 
-from swerl.sandbox.tmux import MAX_SEND_KEYS_COMMAND_CHARS, find_new_content, send_keys_commands
+from swerl.sandbox.runtime.tmux import MAX_SEND_KEYS_COMMAND_CHARS, find_new_content, send_keys_commands
 
 PROMPT = "root@0123456789ab:/app#"
 

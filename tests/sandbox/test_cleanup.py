@@ -108,10 +108,11 @@ def test_warm_pools_beyond_the_most_recent_few_are_drained(docker_client):
                     async with mgr.sandbox(with_memory(memory_mb)):
                         pass
             await asyncio.sleep(0.5)
-            await asyncio.wait(set(mgr._evictions), timeout=30) if mgr._evictions else None
-            await mgr._reaper.drain(30)
+            engine = mgr.engines[0]
+            await asyncio.wait(set(engine._evictions), timeout=30) if engine._evictions else None
+            await mgr.engines[0].reaper.drain(30)
             idle = [c for c in containers_of(docker_client, mgr.run_id) if c.labels.get("swerl.task") == "(warm pool)"]
-            return len(mgr._pools), len(idle), mgr.run_id
+            return len(engine.pools), len(idle), mgr.run_id
 
     pools, idle, run_id = run(body())
     assert pools == MAX_WARM_POOLS

@@ -39,6 +39,25 @@ def test_unreachable_docker_exits_3():
     assert out.returncode == 3 and "Docker is not reachable" in out.stderr and "Traceback" not in out.stderr
 
 
+def test_engines_table_names_an_unreachable_engine_and_exits_3(tmp_path):
+    out = swerl("sandbox", "engines", "--engine", f"unix://{tmp_path}/none.sock")
+    assert out.returncode == 3 and "Traceback" not in out.stderr
+    assert f"unix://{tmp_path}/none.sock" in out.stdout and "NO" in out.stdout
+    assert "1 of 1 engine(s) unreachable" in out.stderr
+
+
+def test_an_engine_url_of_an_unknown_scheme_exits_2():
+    out = swerl("sandbox-test", str(FIXTURES / "add"), "--engine", "ssh://host")
+    assert out.returncode == 2 and "--engine" in out.stderr and "Traceback" not in out.stderr
+
+
+@pytest.mark.docker
+def test_engines_table_shows_the_local_engine(docker_client):
+    out = swerl("sandbox", "engines")
+    assert out.returncode == 0, out.stderr
+    assert docker_client.version()["Version"] in out.stdout and "yes" in out.stdout
+
+
 @pytest.mark.docker
 def test_sandbox_test_passes_a_good_task_and_writes_json(docker_client, tmp_path):
     out = swerl("sandbox-test", str(FIXTURES / "add"), "--concurrency", "2", "--json", str(tmp_path / "r.json"))

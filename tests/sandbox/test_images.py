@@ -7,7 +7,7 @@ import pytest
 
 from swerl.errors import TaskError
 from swerl.sandbox import Outcome, SandboxConfig, SandboxManager
-from swerl.sandbox.images import BASE_ALIASES, base_image_tag, environment_hash, task_image_tag
+from swerl.sandbox.deployment.images import BASE_ALIASES, base_image_tag, environment_hash, task_image_tag
 from swerl.tasks import load_task
 
 from ._support import copy_task, run
@@ -86,7 +86,7 @@ def test_offline_base_image_has_python_pip_pytest_and_no_externally_managed(dock
 
 
 def test_from_images_skips_build_stages(tmp_path):
-    from swerl.sandbox.images import from_images
+    from swerl.sandbox.deployment.images import from_images
 
     dockerfile = tmp_path / "Dockerfile"
     dockerfile.write_text(

@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from swerl.errors import EnvironmentProblem, SandboxError
 from swerl.sandbox import Outcome, SandboxConfig, SandboxManager
-from swerl.sandbox.cleanroom import add_work_product
+from swerl.sandbox.runtime.cleanroom import add_work_product
 from swerl.tasks import load_task
 from swerl.tasks.models import MalformedTask
 
@@ -113,7 +113,7 @@ def test_a_trial_past_storage_mb_is_killed_and_ends_as_disk_limit(docker_client,
                     state = docker_client.api.inspect_container(sb.container_id)["State"]
                     return caught.value, state, mgr.run_id
             finally:
-                await mgr._reaper.drain(30)
+                await mgr.engines[0].reaper.drain(30)
 
     err, state, run_id = run(body())
     assert err.outcome is Outcome.disk_limit and Outcome.disk_limit.failure_class == "mask"
@@ -134,7 +134,7 @@ def test_too_little_free_disk_on_dockers_data_root_is_an_environment_problem(doc
 
 @pytest.mark.docker
 def test_task_image_cache_prunes_least_recently_used_beyond_its_budget(docker_client, tmp_path):
-    from swerl.sandbox.image_cache import prune_task_images, record_use
+    from swerl.sandbox.deployment.image_cache import prune_task_images, record_use
 
     repo = f"swerl-task-test-{uuid.uuid4().hex[:8]}"
     usage = tmp_path / "usage.json"
@@ -166,7 +166,7 @@ def test_task_image_cache_prunes_least_recently_used_beyond_its_budget(docker_cl
 
 
 def test_verification_mode_follows_the_run_then_the_task():
-    from swerl.sandbox.cleanroom import verification_mode
+    from swerl.sandbox.runtime.cleanroom import verification_mode
 
     task = fixture_task("add")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from swerl.sandbox.models import Outcome
-from swerl.sandbox.verifier import parse_sections, read_reward, verdict
+from swerl.sandbox.runtime.verifier import parse_sections, read_reward, verdict
 
 
 def report(rc: str = "0", txt: str | None = None, js: str | None = None, tail: str = "", oom: tuple[int, int] = (0, 0)) -> str:

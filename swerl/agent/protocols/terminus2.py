@@ -2,7 +2,7 @@
 
 Each reply is ``{"analysis", "plan", "commands": [{"keystrokes", "duration"}], "task_complete"}``.
 The keystrokes go to a real tmux pane (160 x 40, echo on, ``bash --login``) through
-:class:`swerl.sandbox.tmux.TmuxSession`; after each command the full ``duration`` elapses
+:class:`swerl.sandbox.runtime.tmux.TmuxSession`; after each command the full ``duration`` elapses
 (capped at ``limits.command_timeout_s``, 60 s as in terminus-2) whether or not it finished.
 The next user turn is the pane diff (``New Terminal Output:`` with the echoed prompt line,
 or ``Current Terminal Screen:``), limited to ``output_budget_bytes`` (head + tail).
@@ -43,7 +43,7 @@ from swerl.agent.protocols.terminus_texts import (
     WARNINGS_TEMPLATE,
     parse_error_message,
 )
-from swerl.sandbox.tmux import TmuxSession
+from swerl.sandbox.runtime.tmux import TmuxSession
 
 _LEADING_REASONING_RE = re.compile(r"<(?:think|thinking|budget:thinking)>(.*?)</(?:think|thinking|budget:thinking)>(.*)",
                                    re.DOTALL)

@@ -9,7 +9,7 @@ direct child (tagged ``SWERL_EXEC=<token>``), then prints ``\\x1eswerl-done <tok
 Between commands it reaps orphans. Being PID 1 it survives ``kill -KILL -1`` from inside.
 
 Self-stop: containers are created with ``StdinOnce`` and swerl attaches to them *before*
-starting them (:mod:`swerl.sandbox.pool`), so the keeper's stdin closes when swerl's
+starting them (:mod:`swerl.sandbox.deployment.pool`), so the keeper's stdin closes when swerl's
 connection does, whoever closes it: a normal end, or the kernel when the swerl process dies
 (``kill -9``, a crash). On EOF the keeper exits and, being PID 1, stops the container at once;
 no container of a dead run keeps running until the next gc (it stays, stopped, for the gc).
@@ -27,14 +27,9 @@ import re
 import struct
 import time
 import uuid
-from typing import TYPE_CHECKING
-
 from swerl.errors import SandboxError
 from swerl.sandbox.models import ExecResult
-from swerl.sandbox.streams import CappedOutput, socket_address
-
-if TYPE_CHECKING:
-    import docker
+from swerl.sandbox.runtime.streams import CappedOutput, Endpoint
 
 log = logging.getLogger(__name__)
 
@@ -66,39 +61,15 @@ class KeeperChannel:
         self.broken = False
 
     @classmethod
-    async def attach(cls, client: docker.DockerClient, container_id: str, timeout_s: float) -> KeeperChannel:
+    async def attach(cls, endpoint: Endpoint, container_id: str, timeout_s: float) -> KeeperChannel:
         """Attach to the container's stdin/stdout/stderr (one HTTP upgrade, no process started).
 
         Raises:
             SandboxError: the daemon refused or did not answer within ``timeout_s``.
         """
-        api = client.api
-        kind, address = socket_address(api.base_url)
-        head = (
-            f"POST /v{api._version}/containers/{container_id}/attach?stream=1&stdin=1&stdout=1&stderr=1 HTTP/1.1\r\n"
-            "Host: docker\r\nContent-Length: 0\r\nConnection: Upgrade\r\nUpgrade: tcp\r\n\r\n"
-        ).encode()
-
-        async def _open() -> KeeperChannel:
-            if kind == "unix":
-                reader, writer = await asyncio.open_unix_connection(address)
-            else:
-                host, port = address.rsplit(":", 1)
-                reader, writer = await asyncio.open_connection(host, int(port))
-            writer.write(head)
-            await writer.drain()
-            status = (await reader.readuntil(b"\r\n\r\n")).split(b"\r\n", 1)[0].decode("latin-1")
-            if int(status.split()[1]) not in (101, 200):
-                writer.close()
-                raise SandboxError(f"docker attach failed: {status}")
-            return cls(reader, writer)
-
-        try:
-            return await asyncio.wait_for(_open(), timeout_s)
-        except asyncio.TimeoutError as err:
-            raise SandboxError(f"docker attach did not answer within {timeout_s:.0f} s") from err
-        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError, IndexError) as err:
-            raise SandboxError(f"docker attach failed: {err}") from err
+        path = f"containers/{container_id}/attach?stream=1&stdin=1&stdout=1&stderr=1"
+        reader, writer = await endpoint.upgrade(path, b"", timeout_s)
+        return cls(reader, writer)
 
     @property
     def busy(self) -> bool:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from swerl.errors import SandboxError
 from swerl.sandbox.models import ExecResult
-from swerl.sandbox.streams import CappedOutput, open_exec_stream, read_frames
+from swerl.sandbox.runtime.streams import CappedOutput, open_exec_stream, read_frames
 
 if TYPE_CHECKING:
     import docker
@@ -67,8 +67,7 @@ async def exec_command(
     raw = await exec_argv(
         call, client, container_id, argv, timeout_s + STREAM_GRACE_S, max_output_bytes, env, workdir, stdin
     )
-    # `timeout -s KILL` kills its own group too, so the exec ends with 137 (or 124) at the deadline.
-    timed_out = raw.timed_out or (raw.exit_code in (124, 137) and raw.duration_s >= timeout_s - 0.05)
+    timed_out = killed_by_timeout(raw, timeout_s)
     if timed_out:  # also get what left the process group (setsid, daemons) of a timed-out command
         await kill_exec(call, client, container_id, marker)
     if raw.exit_code is None and not timed_out:
@@ -112,7 +111,7 @@ async def exec_argv(
         environment=env, workdir=workdir,
     )
     exec_id = created["Id"]
-    reader, writer = await open_exec_stream(api.base_url, api._version, exec_id, False, call.default_timeout_s)
+    reader, writer = await open_exec_stream(call.endpoint, exec_id, False, call.default_timeout_s)
     sink = CappedOutput(max_output_bytes)
     stream_done = True
     try:
@@ -165,6 +164,13 @@ async def _exit_code(call: DockerCaller, client: docker.DockerClient, exec_id: s
             return int(info["ExitCode"])
         await asyncio.sleep(0.01)
     return None
+
+
+def killed_by_timeout(result: ExecResult, timeout_s: float) -> bool:
+    """The timeout rule, for every command path (docker exec and the keeper): a command was
+    killed by its timeout when the stream outlived the deadline, or when it ended with 137
+    (``timeout -s KILL`` kills its own process group too) or 124 at the deadline (within 50 ms)."""
+    return result.timed_out or (result.exit_code in (124, 137) and result.duration_s >= timeout_s - 0.05)
 
 
 def _fmt_seconds(seconds: float) -> str:

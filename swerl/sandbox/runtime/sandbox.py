@@ -3,7 +3,7 @@
 A :class:`Sandbox` is handed out by ``SandboxManager.sandbox(task)``, which owns its
 lifecycle (start from the warm pool, removal in ``finally``). The task's tests are not in
 the container until :meth:`Sandbox.verify` uploads them. In the clean room (see
-:mod:`swerl.sandbox.cleanroom`) ``verify`` swaps the agent's container for a fresh one of the
+:mod:`swerl.sandbox.runtime.cleanroom`) ``verify`` swaps the agent's container for a fresh one of the
 pristine image: ``container_id`` then names the fresh one, and there is still one container
 per trial at a time.
 """
@@ -24,21 +24,21 @@ from typing import TYPE_CHECKING, TypeVar
 import docker.errors
 
 from swerl.errors import SandboxError
-from swerl.sandbox.docker_api import sandbox_error
-from swerl.sandbox.execution import (
+from swerl.sandbox.runtime.execution import (
     STREAM_GRACE_S,
     exec_argv,
     exec_command,
     file_from_tar,
     kill_exec,
+    killed_by_timeout,
     tar_of_dir,
     tar_of_files,
 )
-from swerl.sandbox import cleanroom
-from swerl.sandbox.keeper import KeeperChannel
+from swerl.sandbox.runtime import cleanroom
+from swerl.sandbox.runtime.keeper import KeeperChannel
 from swerl.sandbox.models import ExecResult, Outcome, SandboxConfig, Verification, VerifierResult
-from swerl.sandbox.shell import Shell
-from swerl.sandbox.verifier import VERIFY_OUTPUT_BYTES, VERIFY_SCRIPT, parse_sections, verdict
+from swerl.sandbox.runtime.shell import Shell
+from swerl.sandbox.runtime.verifier import VERIFY_OUTPUT_BYTES, VERIFY_SCRIPT, parse_sections, verdict
 
 if TYPE_CHECKING:
     import docker
@@ -84,6 +84,7 @@ class Sandbox:
         self._renew, self._retire = renew, retire
         self._kills: set[asyncio.Task[None]] = set()
         self.disk_exceeded: str | None = None  # set by the manager's disk watcher before it kills the container
+        self.engine: str | None = None  # URL of the Docker engine it runs on (set by the manager)
 
     async def exec(
         self,
@@ -113,9 +114,7 @@ class Sandbox:
         result, token = await self._keeper_run(
             channel, script, stdin or b"", timeout_s, timeout_s + STREAM_GRACE_S, self._config.max_output_bytes, token
         )
-        # `timeout -s KILL` kills its own group too, so the command ends with 137 (or 124) at the deadline.
-        timed_out = result.timed_out or (result.exit_code in (124, 137) and result.duration_s >= timeout_s - 0.05)
-        if timed_out:  # also get what left the process group (setsid, daemons)
+        if killed_by_timeout(result, timeout_s):  # also get what left the process group (setsid, daemons)
             await kill_exec(self._call, self._client, self.container_id, token)
             return result.model_copy(update={"exit_code": None, "timed_out": True})
         return result
@@ -134,7 +133,7 @@ class Sandbox:
             stream, _ = await self._call(self._client.api.get_archive, self.container_id, path)
             data = await self._call(lambda: b"".join(stream))
         except docker.errors.NotFound as err:
-            raise sandbox_error(f"{path}: no such file in the sandbox", "daemon_error") from err
+            raise SandboxError(f"{path}: no such file in the sandbox", outcome=Outcome.daemon_error) from err
         return file_from_tar(data, max_bytes)
 
     async def upload_dir(self, local_dir: Path, dest: str) -> None:
@@ -143,7 +142,7 @@ class Sandbox:
         await self._put_archive(archive)
 
     async def open_shell(self, env: dict[str, str] | None = None, workdir: str | None = None) -> Shell:
-        """A persistent ``bash -i`` (see :class:`~swerl.sandbox.shell.Shell`); closed with the sandbox."""
+        """A persistent ``bash -i`` (see :class:`~swerl.sandbox.runtime.shell.Shell`); closed with the sandbox."""
         shell = await Shell.open(
             self._call, self._client, self.container_id, env=env, workdir=workdir,
             max_buffer_bytes=self._config.max_output_bytes, timeout_s=self._config.docker_timeout_s,
@@ -160,7 +159,7 @@ class Sandbox:
         """
         solution = self.task.solution_dir
         if solution is None:
-            raise sandbox_error(f"{self.task.path}: no solution/solve.sh", "start_error")
+            raise SandboxError(f"{self.task.path}: no solution/solve.sh", outcome=Outcome.start_error)
         limit = timeout_s if timeout_s is not None else self.task.config.agent.timeout_sec
         # The files ride on the exec's stdin (one round trip instead of a copy plus an exec).
         command = "tar -x -C / -f - && exec bash /solution/solve.sh"
@@ -169,7 +168,7 @@ class Sandbox:
     async def verify(self, timeout_s: float | None = None) -> VerifierResult:
         """Run the task's hidden tests (docs/sandbox.md) and read the reward.
 
-        Where: :func:`~swerl.sandbox.cleanroom.verification_mode`. Clean room: kill every
+        Where: :func:`~swerl.sandbox.runtime.cleanroom.verification_mode`. Clean room: kill every
         process in the agent's container, read the work product out, remove that container,
         and run the protocol in a fresh one of the pristine image holding only the work
         product. Same container: every process killed, then ``/logs/verifier`` and ``/tests``
@@ -207,7 +206,7 @@ class Sandbox:
 
     def _check_disk(self) -> None:
         if self.disk_exceeded is not None:
-            raise sandbox_error(self.disk_exceeded, "disk_limit")
+            raise SandboxError(self.disk_exceeded, outcome=Outcome.disk_limit)
 
     async def _work_paths(self) -> list[str]:
         """The declared work product, else (clean room forced by the run) the image's WORKDIR."""
@@ -216,9 +215,9 @@ class Sandbox:
         attrs = await self._guard(self._call(self._client.api.inspect_container, self.container_id))
         workdir = (attrs.get("Config") or {}).get("WorkingDir") or ""
         if workdir.rstrip("/") == "":
-            raise sandbox_error(
+            raise SandboxError(
                 f"{self.task.path / 'task.toml'}: clean-room verification needs [verifier] artifacts "
-                '(e.g. ["/app"]) and the image has no WORKDIR; declare them or verify same_container', "start_error",
+                '(e.g. ["/app"]) and the image has no WORKDIR; declare them or verify same_container', outcome=Outcome.start_error,
             )
         return [workdir.rstrip("/")]
 
@@ -269,7 +268,7 @@ class Sandbox:
     async def _switch_container(self) -> None:
         """Remove the agent's container and continue in a fresh one of the same image."""
         if self._renew is None or self._retire is None:
-            raise sandbox_error("clean-room verification needs a sandbox from SandboxManager.sandbox()", "start_error")
+            raise SandboxError("clean-room verification needs a sandbox from SandboxManager.sandbox()", outcome=Outcome.start_error)
         await self.close_shells()
         self._retire(self.container_id)
         self.container_id, self._keeper = await self._renew()
@@ -324,7 +323,7 @@ class Sandbox:
             return None  # the keeper buffers stdin in one `dd` block; stream big inputs instead
         if self._keeper is None and not self._keeper_failed:
             try:
-                self._keeper = await KeeperChannel.attach(self._client, self.container_id, self._config.docker_timeout_s)
+                self._keeper = await KeeperChannel.attach(self._call.endpoint, self.container_id, self._config.docker_timeout_s)
             except SandboxError as err:
                 log.debug("no keeper channel for %s: %s", self.container_id[:12], err)
                 self._keeper_failed = True
@@ -338,7 +337,7 @@ class Sandbox:
     async def _put_archive(self, archive: bytes) -> None:
         ok = await self._guard(self._call(self._client.api.put_archive, self.container_id, "/", archive))
         if not ok:
-            raise sandbox_error("copying files into the sandbox failed", "daemon_error")
+            raise SandboxError("copying files into the sandbox failed", outcome=Outcome.daemon_error)
 
     async def _guard(self, awaitable: Awaitable[T]) -> T:
         """Await a Docker operation; if it fails because the container died, say why (oom or not)."""
@@ -356,11 +355,11 @@ class Sandbox:
         except Exception:  # noqa: BLE001 - the container may be gone entirely
             state = {}
         if self.disk_exceeded is not None:
-            return sandbox_error(self.disk_exceeded, "disk_limit")
+            return SandboxError(self.disk_exceeded, outcome=Outcome.disk_limit)
         if state.get("Running"):
-            return err if isinstance(err, SandboxError) else sandbox_error(str(err), "daemon_error")
+            return err if isinstance(err, SandboxError) else SandboxError(str(err), outcome=Outcome.daemon_error)
         outcome = Outcome.oom if state.get("OOMKilled") else Outcome.daemon_error
-        return sandbox_error(f"the sandbox container stopped ({outcome.value}): {err}", outcome.value)
+        return SandboxError(f"the sandbox container stopped ({outcome.value}): {err}", outcome=outcome)
 
 
 def _is_tar(data: bytes) -> bool:

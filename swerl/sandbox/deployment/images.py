@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import docker.errors
 
-from swerl.errors import EnvironmentProblem, TaskError
-from swerl.sandbox.docker_api import TASK_IMAGE_REPO, sandbox_error
+from swerl.errors import EnvironmentProblem, SandboxError, TaskError
+from swerl.sandbox.docker_api import TASK_IMAGE_REPO
+from swerl.sandbox.models import Outcome
 
 if TYPE_CHECKING:
     import docker
@@ -29,7 +31,7 @@ log = logging.getLogger(__name__)
 
 BASE_REPO = "swerl/base"
 BASE_ALIASES = ("python:3.10-slim", "python:3.11-slim", "python:3.12-slim")
-RECIPE = Path(__file__).resolve().parents[2] / "sandboxes" / "build-base.sh"
+RECIPE = Path(__file__).resolve().parents[3] / "sandboxes" / "build-base.sh"
 RECIPE_ASSETS = ("pip-offline-fastpath.sh",)
 
 
@@ -41,8 +43,16 @@ def base_image_tag(recipe: Path = RECIPE) -> str:
     return f"{BASE_REPO}:{digest.hexdigest()[:12]}"
 
 
-def build_base_image(client: docker.DockerClient, recipe: Path = RECIPE, force: bool = False) -> tuple[str, list[str]]:
+def build_base_image(
+    client: docker.DockerClient, recipe: Path = RECIPE, force: bool = False,
+    url: str | None = None, source: docker.DockerClient | None = None,
+) -> tuple[str, list[str]]:
     """Build the offline base image unless present, then add the missing ``python:3.X-slim`` tags.
+
+    Args:
+        url: the engine's URL (the recipe's ``docker import`` goes there); None = the default.
+        source: another engine that may hold the image already: it is copied from there
+            (``docker save | load``) instead of built, unless ``force``.
 
     Returns:
         (base tag, aliases newly tagged).
@@ -50,10 +60,17 @@ def build_base_image(client: docker.DockerClient, recipe: Path = RECIPE, force: 
     Raises:
         EnvironmentProblem: (exit 3) the recipe script failed (no mmdebstrap, no apt mirror).
     """
+    from swerl.sandbox.deployment.transfer import copy_image
+
     tag = base_image_tag(recipe)
+    if not force and not _image_exists(client, tag) and source is not None and _image_exists(source, tag):
+        log.info("copying %s from another engine", tag)
+        copy_image(source, client, tag)
     if force or not _image_exists(client, tag):
         log.info("building %s with %s (mmdebstrap from the host's apt sources)", tag, recipe.name)
-        proc = subprocess.run(["bash", str(recipe), tag], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False)
+        env = {**os.environ, "DOCKER_HOST": url} if url else None
+        proc = subprocess.run(["bash", str(recipe), tag], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              check=False, env=env)
         if proc.returncode != 0 or not _image_exists(client, tag):
             tail = proc.stdout.decode("utf-8", "replace").strip().splitlines()[-5:]
             raise EnvironmentProblem(
@@ -179,12 +196,12 @@ async def ensure_task_image(
     try:
         await call(_build, client, environment_dir, tag, allow_network, timeout_s=build_timeout_s)
     except TimeoutError as err:
-        raise sandbox_error(f"{environment_dir}: image build exceeded {build_timeout_s:.0f} s", "build_error") from err
+        raise SandboxError(f"{environment_dir}: image build exceeded {build_timeout_s:.0f} s", outcome=Outcome.build_error) from err
     except (docker.errors.BuildError, docker.errors.APIError, _BuildFailed) as err:
-        raise sandbox_error(f"{environment_dir}: image build failed: {err}", "build_error") from err
+        raise SandboxError(f"{environment_dir}: image build failed: {err}", outcome=Outcome.build_error) from err
     except Exception as err:
         if getattr(err, "outcome", None) is not None:
-            raise sandbox_error(f"{environment_dir}: image build failed: {err}", "build_error") from err
+            raise SandboxError(f"{environment_dir}: image build failed: {err}", outcome=Outcome.build_error) from err
         raise
     return tag
 

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     import docker
 
     from swerl.sandbox.docker_api import DockerCaller
-    from swerl.sandbox.sandbox import Sandbox
+    from swerl.sandbox.runtime.sandbox import Sandbox
 
 log = logging.getLogger(__name__)
 MIB = 1 << 20

@@ -18,8 +18,9 @@ import docker.errors
 from pydantic import BaseModel, ConfigDict
 
 from swerl.errors import SandboxError
-from swerl.sandbox.docker_api import LABEL_POOL, LABEL_TASK, sandbox_error
-from swerl.sandbox.keeper import KeeperChannel, keeper_script_args
+from swerl.sandbox.docker_api import LABEL_POOL, LABEL_TASK
+from swerl.sandbox.runtime.keeper import KeeperChannel, keeper_script_args
+from swerl.sandbox.models import Outcome
 
 if TYPE_CHECKING:
     import docker
@@ -54,7 +55,7 @@ def create_container(
 
     Isolation: no network unless ``spec.network``, CPU/memory (no swap)/pids limits,
     ``cap_drop=ALL``, ``no-new-privileges``. PID 1 is swerl's keeper (the image's entrypoint
-    is overridden; see :mod:`swerl.sandbox.keeper`): it runs commands sent on its stdin,
+    is overridden; see :mod:`swerl.sandbox.runtime.keeper`): it runs commands sent on its stdin,
     survives ``kill -KILL -1`` from inside (the verifier's sweep of leftover processes) and
     reaps orphans. docker-py sets ``StdinOnce`` with ``stdin_open`` (not detached): the
     keeper's stdin closes when swerl's attach does.
@@ -84,7 +85,7 @@ async def launch(
 ) -> tuple[str, KeeperChannel]:
     """Create a container, attach to its keeper, then start it: the attach precedes the start,
     so a running trial container always has swerl's connection on its stdin and stops when it
-    closes (see :mod:`swerl.sandbox.keeper`).
+    closes (see :mod:`swerl.sandbox.runtime.keeper`).
 
     Returns:
         (container id, the keeper channel).
@@ -95,7 +96,7 @@ async def launch(
     container_id = await call(create_container, client, spec, labels, timeout_s=timeout_s)
     channel: KeeperChannel | None = None
     try:
-        channel = await KeeperChannel.attach(client, container_id, docker_timeout_s)
+        channel = await KeeperChannel.attach(call.endpoint, container_id, docker_timeout_s)
         await call(client.api.start, container_id, timeout_s=timeout_s)
     except BaseException:
         if channel is not None:
@@ -179,7 +180,7 @@ class WarmPool:
             SandboxError: ``outcome`` start_error when the container cannot be created/started.
         """
         if self._closed:
-            raise sandbox_error("the sandbox manager is closed", "start_error")
+            raise SandboxError("the sandbox manager is closed", outcome=Outcome.start_error)
         self.takes += 1
         ready = self._ready.pop(0) if self._ready else None
         self._refill()
@@ -216,7 +217,7 @@ class WarmPool:
                 self._call, self._client, self.spec, labels, self._start_timeout_s, self._docker_timeout_s
             )
         except (SandboxError, docker.errors.DockerException) as err:
-            raise sandbox_error(f"container start failed ({self.spec.image}): {err}", "start_error") from err
+            raise SandboxError(f"container start failed ({self.spec.image}): {err}", outcome=Outcome.start_error) from err
 
     async def close(self, timeout_s: float) -> None:
         """Stop refilling, wait for starts in flight, and hand every idle container to the reaper."""

@@ -18,9 +18,9 @@ import uuid
 from typing import TYPE_CHECKING
 
 from swerl.errors import SandboxError
-from swerl.sandbox.execution import exec_command
+from swerl.sandbox.runtime.execution import exec_command
 from swerl.sandbox.models import ExecResult
-from swerl.sandbox.streams import open_exec_stream
+from swerl.sandbox.runtime.streams import open_exec_stream
 
 if TYPE_CHECKING:
     import docker
@@ -90,7 +90,7 @@ class Shell:
             api.exec_create, container_id, ["bash", "--noediting", "--norc", "--noprofile", "-i"],
             stdin=True, tty=True, environment=environment, workdir=workdir,
         )
-        reader, writer = await open_exec_stream(api.base_url, api._version, created["Id"], True, timeout_s)
+        reader, writer = await open_exec_stream(call.endpoint, created["Id"], True, timeout_s)
         shell = cls(call, client, container_id, reader, writer, max_buffer_bytes)
         try:
             await shell._initialize(timeout_s)

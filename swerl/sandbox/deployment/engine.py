@@ -1,0 +1,184 @@
+"""One Docker engine of the fleet and what swerl keeps on it: its client and caller, the reaper
+of its trial containers, its warm pools, the task images built on it, and its health.
+
+Every Docker call of a trial goes through the engine the trial was placed on (its
+:class:`~swerl.sandbox.docker_api.DockerCaller` carries the engine's endpoint, so the exec and
+attach streams reach the same engine as the SDK calls).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import TYPE_CHECKING
+
+from swerl.errors import SandboxError
+from swerl.sandbox.docker_api import LABEL_PID, LABEL_RUN, DockerCaller, connect, engine_url
+from swerl.sandbox.deployment.gc import collect_garbage
+from swerl.sandbox.deployment.limits import check_free_disk
+from swerl.sandbox.deployment.pool import ContainerSpec, Reaper, WarmPool
+from swerl.sandbox.runtime.streams import Endpoint
+
+if TYPE_CHECKING:
+    import docker
+
+    from swerl.sandbox.deployment.config import EngineConfig
+    from swerl.sandbox.models import SandboxConfig
+
+log = logging.getLogger(__name__)
+
+# Warm pools kept at once per engine (one per image + limits); older ones are drained.
+MAX_WARM_POOLS = 4
+# Default idle containers per pool (SandboxConfig.warm_pool_size overrides).
+DEFAULT_MAX_WARM = 4
+# Deadline of a health probe (a ping), seconds.
+PING_TIMEOUT_S = 5.0
+
+
+class Engine:
+    """One engine: open with :meth:`open`, place trials while :attr:`healthy`, :meth:`close` at the end.
+
+    Attributes:
+        url: the engine URL (``unix:///...``, ``tcp://...``).
+        slots: most sandboxes alive at once here; ``in_use`` counts those placed now.
+        healthy: False while quarantined (it stopped answering); no trial is placed on it then.
+        trials: trials placed here so far (for the balance of a run).
+        images: task image tag per environment folder, built on this engine.
+    """
+
+    def __init__(self, config: EngineConfig, sandbox: SandboxConfig, labels: dict[str, str]) -> None:
+        self.config, self.sandbox = config, sandbox
+        self.url = engine_url(config.url)
+        self.slots = config.slots or sandbox.concurrency
+        self.in_use = 0
+        self.trials = 0
+        self.healthy = False
+        self.last_error = ""
+        self.labels = labels
+        self.client: docker.DockerClient | None = None
+        self.call: DockerCaller | None = None
+        self.reaper: Reaper | None = None
+        self.pools: dict[ContainerSpec, WarmPool] = {}
+        self.images: dict[str, str] = {}
+        self.image_locks: dict[str, asyncio.Lock] = {}
+        self._evictions: set[asyncio.Task[None]] = set()
+
+    @property
+    def free(self) -> int:
+        """Slots not in use (negative never)."""
+        return max(self.slots - self.in_use, 0)
+
+    async def open(self) -> None:
+        """Connect, check the free disk of the data root, and remove dead runs' containers.
+
+        Raises:
+            EnvironmentProblem: (exit 3) the engine does not answer or its disk is too full.
+        """
+        cfg = self.sandbox
+        pool = 2 * self.slots + 4
+        self.client = await asyncio.to_thread(connect, self.url, pool, cfg.docker_timeout_s, self.config.sdk_tls())
+        try:
+            endpoint = Endpoint.of(self.url, self.client.api.api_version, self.config.ssl_context())
+            self.call = DockerCaller(4 * self.slots + 4, cfg.docker_timeout_s, endpoint)
+            self.reaper = Reaper(self.call, self.client, parallel=max(2, self.slots))
+            await self.call(check_free_disk, self.client, cfg.min_free_disk_mb)
+            if cfg.gc_dead_runs:
+                await self.call(collect_garbage, self.client, timeout_s=cfg.drain_timeout_s)
+        except BaseException:
+            self.client.close()
+            if self.call is not None:
+                self.call.close()
+            self.client = self.call = None
+            raise
+        self.healthy = True
+
+    async def answers(self) -> bool:
+        """Whether the engine answers a ping within :data:`PING_TIMEOUT_S` seconds."""
+        if self.client is None:
+            return False
+        try:
+            return bool(await asyncio.wait_for(asyncio.to_thread(self.client.ping), PING_TIMEOUT_S))
+        except Exception:  # noqa: BLE001 - any failure to answer means it is gone
+            return False
+
+    def pool(self, spec: ContainerSpec, per_trial: int = 1) -> WarmPool:
+        """The warm pool of ``spec`` on this engine, most recently used last; pools beyond the
+        few most recent are closed, so a dataset with one image per task never piles up idle
+        containers. ``per_trial``: containers one trial takes (2 in the clean room)."""
+        assert self.call is not None and self.client is not None and self.reaper is not None
+        cfg = self.sandbox
+        pool = self.pools.pop(spec, None)
+        if pool is None:
+            size = cfg.warm_pool_size
+            if size is None:  # enough to stay ahead of trial starts; more would only idle
+                size = min(self.slots, DEFAULT_MAX_WARM) * per_trial
+            pool = WarmPool(self.call, self.client, spec, size if cfg.warm_pool else 0, self.labels, self.reaper,
+                            cfg.start_timeout_s, docker_timeout_s=cfg.docker_timeout_s)
+        self.pools[spec] = pool  # re-insert: dict order is least -> most recently used
+        while len(self.pools) > MAX_WARM_POOLS:
+            self._close_pool(self.pools.pop(next(iter(self.pools))))
+        return pool
+
+    def _close_pool(self, pool: WarmPool) -> None:
+        task = asyncio.create_task(pool.close(self.sandbox.drain_timeout_s), name="swerl-pool-evict")
+        self._evictions.add(task)
+        task.add_done_callback(self._evictions.discard)
+
+    def quarantine(self, reason: str) -> None:
+        """Stop placing trials here and drop the warm pools (their containers went with the engine)."""
+        if self.healthy:
+            log.warning("engine %s quarantined: %s", self.url, reason)
+        self.healthy, self.last_error = False, reason
+        while self.pools:
+            self._close_pool(self.pools.popitem()[1])
+
+    def rejoin(self) -> None:
+        """Take trials again; first remove this run's stopped containers here (the engine lost
+        their keepers while it was down, and the reaper's removals then failed)."""
+        with contextlib.suppress(Exception):
+            self._sweep_own(stopped_only=True)
+        log.warning("engine %s rejoined the fleet", self.url)
+        self.healthy, self.last_error = True, ""
+
+    async def close(self) -> None:
+        """Drain: close warm pools, wait for removals, sweep this run's leftovers, close the client."""
+        if self.client is None or self.call is None or self.reaper is None:
+            return
+        limit = self.sandbox.drain_timeout_s
+        for pool in self.pools.values():
+            await pool.close(limit)
+        self.pools.clear()
+        if self._evictions:
+            await asyncio.wait(set(self._evictions), timeout=limit)
+        await self.reaper.drain(limit)
+        # Calls that timed out may still be running in worker threads (a late container create):
+        # let them finish, then sweep whatever this process created under this run id.
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(asyncio.to_thread(self.call.close, True), limit)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(asyncio.to_thread(self._sweep_own), limit)
+        self.client.close()
+        self.client = None
+        self.healthy = False
+
+    def _sweep_own(self, stopped_only: bool = False) -> None:
+        assert self.client is not None
+        flt: dict[str, object] = {"label": [f"{LABEL_RUN}={self.labels[LABEL_RUN]}", f"{LABEL_PID}={self.labels[LABEL_PID]}"]}
+        if stopped_only:
+            flt["status"] = ["exited", "dead"]
+        for container in self.client.containers.list(all=True, filters=flt, ignore_removed=True):
+            with contextlib.suppress(Exception):
+                container.remove(force=True, v=True)
+
+
+def engine_lost(message: str) -> SandboxError:
+    """A trial's engine stopped answering (``daemon_error``; the manager retries it elsewhere)."""
+    from swerl.sandbox.models import Outcome
+
+    return EngineLost(message, outcome=Outcome.daemon_error)
+
+
+class EngineLost(SandboxError):
+    """The engine of a sandbox stopped answering while it ran; ``engine`` names it. A trial that
+    sees this may run again on another engine (``SandboxConfig.engine_retries``)."""
