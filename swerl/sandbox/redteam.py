@@ -180,4 +180,4 @@ async def run_attempt(mgr: SandboxManager, task: Task, attempt: Attempt) -> Tria
                            detail=str(err), timings=timings)
     return TrialRecord(task=task.name, attempt=name, outcome=verdict.outcome, reward=verdict.reward,
                        failure_class=verdict.failure_class, detail="; ".join([*notes, verdict.detail]).strip("; "),
-                       timings=timings)
+                       verification=verdict.verification, timings=timings)

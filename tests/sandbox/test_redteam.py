@@ -56,9 +56,13 @@ def test_weak_task_is_named_forgeable_with_the_attempts_that_forged_it(redteam_r
     assert all(name in line for name in WEAK_FORGERS), line
     assert records[("weak_exit_code", "oracle")]["reward"] == 1.0  # a working verifier, just a weak one
     assert records[("weak_exit_code", "null")]["reward"] == 0.0
-    # humaneval-000 is forgeable only by environment attempts (until verification is clean-room).
-    he_line = next((x for x in out.stdout.splitlines() if x.startswith("FORGEABLE humaneval-000:")), "")
-    assert not SOLUTION_KIND & set(he_line.removeprefix("FORGEABLE humaneval-000:").replace(",", " ").split())
+    # It declares no artifacts, so it is verified in the agent's container: environment attempts may forge it too.
+    assert {r["verification"] for (task, _), r in records.items() if task == "weak_exit_code"} == {"same_container"}
+    # humaneval-000 (artifacts declared, so the clean room under the default "auto") is forgeable by none.
+    assert not any(x.startswith("FORGEABLE humaneval-000") for x in out.stdout.splitlines()), out.stdout[-2000:]
+    he = {a: r for (task, a), r in records.items() if task == "humaneval-000"}
+    assert len(he) == len(CATALOGUE) + 2 and {r["verification"] for r in he.values()} == {"clean_room"}
+    assert [a for a, r in he.items() if a.startswith("redteam/") and (r["reward"] != 0.0 or r["forged"])] == []
 
 
 def test_red_team_trials_leave_no_container(redteam_run, docker_client):
