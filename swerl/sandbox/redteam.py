@@ -28,10 +28,12 @@ from pydantic import BaseModel, Field
 
 from swerl.errors import SandboxError
 from swerl.sandbox import redteam_payloads as p
+from swerl.sandbox.execution import tar_of_files
 from swerl.sandbox.models import Outcome, TrialRecord, TrialTimings
 
 if TYPE_CHECKING:
     from swerl.sandbox.manager import SandboxManager
+    from swerl.sandbox.sandbox import Sandbox
     from swerl.tasks.models import Task
 
 SOLUTION = "/app/solution.py"
@@ -153,6 +155,19 @@ def is_forged(record: TrialRecord) -> bool:
     return record.attempt.startswith(PREFIX) and record.reward > 0.0
 
 
+async def _plant(sb: Sandbox, files: dict[str, str]) -> None:
+    """Write ``files`` (path -> text; ``*.sh`` executable) as one tar on the stdin of one command:
+    one archive call per file would cost ~80 ms of daemon CPU each (Docker re-executes itself to
+    chroot). Without a working ``tar`` in the image, one archive call per file."""
+    if not files:
+        return
+    entries = {path: (text.encode(), 0o755 if path.endswith(".sh") else 0o644) for path, text in files.items()}
+    result = await sb.exec("tar -x -C / -f -", timeout_s=60.0, stdin=tar_of_files(entries))
+    if result.exit_code != 0:
+        for path, (data, mode) in entries.items():
+            await sb.write_file(path, data, mode)
+
+
 async def run_attempt(mgr: SandboxManager, task: Task, attempt: Attempt) -> TrialRecord:
     """One red-team trial: plant ``attempt`` in a fresh sandbox of ``task``, then verify.
 
@@ -164,8 +179,7 @@ async def run_attempt(mgr: SandboxManager, task: Task, attempt: Attempt) -> Tria
     try:
         async with mgr.sandbox(task, timings) as sb:
             began = time.monotonic()
-            for path, text in attempt.files.items():
-                await sb.write_file(path, text.encode(), 0o755 if path.endswith(".sh") else 0o644)
+            await _plant(sb, attempt.files)
             for command in attempt.commands:
                 result = await sb.exec(command, timeout_s=60.0)
                 if result.exit_code != 0:
