@@ -27,15 +27,14 @@ pytestmark = [
     pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm not installed (make setup installs it)"),
 ]
 
-LIMIT = 0.1  # nats; bf16 engine vs fp32 trainer measures ~0.03 here
+LIMIT = 0.1  # nats; the bf16 engine vs the fp32 trainer measures ~0.02 on SmolLM2 here
 PROBE = probe_sampling(temperature=0.7, max_new_tokens=24)
-
-
-OPEN = pytest.mark.xfail(
-    strict=False,
-    reason="open (2026-12-01): after a sync of strongly perturbed weights the CPU bf16 engine is 0.23-0.29 nats "
-    "from the trainer (limit 0.1); a stale tied lm_head or bf16 sensitivity of a broken model; see docs/inference.md",
-)
+# How far the test's "training step" moves each weight, in units of the tensor's mean |w|. 0.1 changes
+# greedy output and puts the old weights >1 nat from the new ones (0.05 left the probe of the old
+# weights under the limit), while the moved model stays nearly as robust to bf16 as the original
+# (HF bf16 vs HF fp32 on it: 0.04 nats; at 0.3 the model emits noise and HF bf16 alone is 0.17-0.20
+# nats off, so no bf16 engine can meet the 0.1 limit: the gap of earlier runs). See docs/inference.md.
+PERTURBATION = 0.1
 
 
 def engine_config(**overrides) -> InferenceConfig:
@@ -90,15 +89,34 @@ def test_generation_returns_ids_logprobs_and_version_reproducibly(engine, prompt
     assert metrics["inference/probe_tokens"] > 0 and metrics["inference/logprob_diff_mean"] < LIMIT
 
 
-@OPEN
-def test_weight_sync_changes_output_and_the_probe_follows_it(engine, prompt, trainer_model, tmp_path) -> None:
-    from transformers import AutoModelForCausalLM
+def moved_model(trainer_model: torch.nn.Module, state: dict[str, torch.Tensor]) -> torch.nn.Module:
+    """A fresh copy of the trainer's architecture holding ``state`` (HF names), lm_head tied again."""
+    model = type(trainer_model)(trainer_model.config).eval()
+    model.load_state_dict(state, strict=False)
+    model.tie_weights()
+    return model
 
+
+def head_errors(engine, embeddings: list[torch.Tensor]) -> list[float]:
+    """Max |engine lm_head(x) - x @ E.T| for each candidate embedding E, relative to max |x @ E.T|
+    (random x, 4 rows): which weights the engine's output projection really computes with."""
+    import torch.nn.functional as F
+
+    def measure(model) -> list[float]:
+        head = model.lm_head
+        vocab, hidden = embeddings[0].shape
+        x = torch.randn(4, hidden, generator=torch.Generator().manual_seed(0)).to(head.weight.dtype)
+        out = head.quant_method.apply(head, x)[:, :vocab].float()
+        refs = [F.linear(x.float(), embedding.float()) for embedding in embeddings]
+        return [((out - ref).abs().max() / ref.abs().max()).item() for ref in refs]
+
+    return engine.llm.apply_model(measure)[0]
+
+
+def test_weight_sync_changes_output_and_the_probe_follows_it(engine, prompt, trainer_model, tmp_path) -> None:
     greedy = SamplingParams(temperature=0.0, max_new_tokens=16)
     before = engine.generate([prompt], greedy)[0]
-    trained = AutoModelForCausalLM.from_config(trainer_model.config, dtype=torch.float32).eval()
-    trained.load_state_dict(perturbed_state(trainer_model, 0.3, seed=1), strict=False)
-    trained.tie_weights()
+    trained = moved_model(trainer_model, perturbed_state(trainer_model, PERTURBATION, seed=1))
     try:
         engine.reload_weights(str(write_weights(trained.state_dict(), tmp_path / "v1", torch.bfloat16, 1)), version=1)
         after = engine.generate([prompt], greedy)[0]
@@ -112,23 +130,23 @@ def test_weight_sync_changes_output_and_the_probe_follows_it(engine, prompt, tra
     assert engine.generate([prompt], greedy)[0].token_ids == before.token_ids
 
 
-@OPEN
 def test_a_sync_that_moves_only_the_tied_embedding_reaches_the_lm_head(engine, prompt, trainer_model, tmp_path) -> None:
-    """Only the embedding changes: the tied lm_head must follow it (swerl re-packs it on CPU)."""
+    """Only the embedding changes: the tied lm_head must compute with the new one (vLLM's reload gives
+    the head no weights of its own; on CPU swerl re-packs it), checked on the head itself and by the probe."""
     state = {name: p.detach().clone() for name, p in trainer_model.state_dict().items() if name != "lm_head.weight"}
     embed = "model.embed_tokens.weight"
-    state[embed] = state[embed] + 0.5 * state[embed].std() * torch.randn(state[embed].shape,
-                                                                         generator=torch.Generator().manual_seed(3))
-    trained = type(trainer_model)(trainer_model.config).eval()
-    trained.load_state_dict(state, strict=False)
-    trained.tie_weights()
+    old = state[embed]
+    state[embed] = old + 0.2 * old.std() * torch.randn(old.shape, generator=torch.Generator().manual_seed(3))
+    trained = moved_model(trainer_model, state)
     try:
         engine.reload_weights(str(write_weights(trained.state_dict(), tmp_path / "embed", torch.bfloat16, 1)), 1)
+        to_new, to_old = head_errors(engine, [state[embed].bfloat16(), old.bfloat16()])
         moved = logprob_gap(engine, trained, prompt, PROBE)["inference/logprob_diff_mean"]
         with pytest.raises(Exception, match="stale or half-applied"):
             logprob_gap(engine, trainer_model, prompt, PROBE, LIMIT)
     finally:
         engine.reload_weights(str(write_weights(trainer_model.state_dict(), tmp_path / "v0", torch.bfloat16, 0)), 0)
+    assert to_new < 0.01 < to_old  # bf16 rounding is ~0.2 %; the old embedding is far off
     assert moved < LIMIT
 
 
@@ -137,7 +155,6 @@ def _served_requests(url: str) -> float:
     return sum(float(m.group(1)) for m in re.finditer(r'^vllm:request_success_total\{[^}]*\} ([0-9.e+]+)$', text, re.M))
 
 
-@OPEN
 def test_two_servers_each_generate_their_share_and_sync(model_path, prompt, trainer_model, tmp_path) -> None:
     from swerl.inference.factory import build_vllm
 
@@ -149,9 +166,7 @@ def test_two_servers_each_generate_their_share_and_sync(model_path, prompt, trai
         results = pool.generate([prompt] * 6, sampling, seeds=list(range(6)))
         assert len(results) == 6 and all(r.logprobs and len(r.logprobs) == len(r.token_ids) for r in results)
         assert [_served_requests(url) - before for url, before in zip(urls, served)] == [3.0, 3.0]
-        trained = type(trainer_model)(trainer_model.config).eval()
-        trained.load_state_dict(perturbed_state(trainer_model, 0.3, seed=2), strict=False)
-        trained.tie_weights()
+        trained = moved_model(trainer_model, perturbed_state(trainer_model, PERTURBATION, seed=2))
         pool.reload_weights(str(write_weights(trained.state_dict(), tmp_path / "v1", torch.bfloat16, 1)), 1)
         assert pool.weight_version == 1 and all(r.weight_version == 1 for r in pool.generate([prompt] * 2, sampling))
         assert logprob_gap(pool, trained, prompt, PROBE, LIMIT)["inference/logprob_diff_mean"] < LIMIT
