@@ -36,6 +36,7 @@ class PrivateEngine:
         """Start dockerd and wait until it answers a ping."""
         import docker
 
+        self._kill_stale_containerd()
         log = open(self.root / "dockerd.log", "ab")  # noqa: SIM115 - the daemon keeps it open
         self.proc = subprocess.Popen(self.argv(), stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + timeout_s
@@ -49,6 +50,18 @@ class PrivateEngine:
                 return
             time.sleep(0.2)
         raise RuntimeError(f"private dockerd did not answer within {timeout_s:.0f} s")
+
+    def _kill_stale_containerd(self) -> None:
+        """After a SIGKILL of dockerd its containerd lives on; a new dockerd's dial of it times out
+        on a loaded host (seen at load 12), so a restart starts with a fresh containerd (the
+        containers' shims survive it and the new daemon restores them)."""
+        pid_file = self.root / "exec" / "containerd" / "containerd.pid"
+        with contextlib.suppress(OSError, ValueError):
+            pid = int(pid_file.read_text().strip())
+            os.kill(pid, signal.SIGKILL)
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and Path(f"/proc/{pid}").exists():
+                time.sleep(0.1)
 
     @property
     def pid(self) -> int:
