@@ -275,7 +275,7 @@ def sandbox_gc(
 
 
 @sandbox_app.command("engines")
-def sandbox_engines(engine: EngineOption = None) -> None:
+def sandbox_engines(engine: EngineOption = None, verbose: _Verbose = False) -> None:
     """One row per engine: reachable, version, swerl slots in use, containers, images, free disk."""
     from rich.table import Table
 

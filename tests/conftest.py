@@ -8,22 +8,9 @@ it with their vocabulary and special tokens.
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
-TINY_LLAMA = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
-              "num_key_value_heads": 2}
-
-
-def build_tiny_llama(vocab_size: int, seed: int = 0, **config: Any):  # noqa: ANN201 - LlamaForCausalLM
-    """A fp32 ``LlamaForCausalLM`` of ``TINY_LLAMA`` size over ``vocab_size`` ids; ``config`` overrides
-    or adds ``LlamaConfig`` fields (max_position_embeddings, tie_word_embeddings, token ids, ...)."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(seed)
-    return LlamaForCausalLM(LlamaConfig(vocab_size=vocab_size, **{**TINY_LLAMA, **config})).float()
+from tiny_llama import TINY_LLAMA, build_tiny_llama  # noqa: F401 - re-exported for the stage helpers
 
 
 @pytest.fixture

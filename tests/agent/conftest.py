@@ -29,7 +29,7 @@ def smol_tokenizer():
 @pytest.fixture(scope="session")
 def tiny_model(smol_tokenizer) -> LlamaForCausalLM:
     """2-layer Llama, hidden size 32, random weights, over SmolLM2's 49152-id vocabulary."""
-    from conftest import build_tiny_llama
+    from tiny_llama import build_tiny_llama
 
     return build_tiny_llama(len(smol_tokenizer), 0, max_position_embeddings=4096, initializer_range=0.5,
                             pad_token_id=smol_tokenizer.pad_token_id, eos_token_id=smol_tokenizer.eos_token_id,

@@ -31,7 +31,7 @@ def build_tiny_tokenizer() -> PreTrainedTokenizerFast:
 
 def build_tiny_model(vocab_size: int, seed: int = 0) -> LlamaForCausalLM:
     """2-layer Llama with hidden size 32 and random weights, fp32, eval mode."""
-    from conftest import build_tiny_llama
+    from tiny_llama import build_tiny_llama
 
     return build_tiny_llama(vocab_size, seed, max_position_embeddings=256, initializer_range=0.2, pad_token_id=0,
                             bos_token_id=1, eos_token_id=2, tie_word_embeddings=False).eval()

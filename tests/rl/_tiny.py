@@ -13,7 +13,7 @@ SEQ = 14  # tokens per padded row; per-token logprobs have SEQ - 1 positions
 
 def tiny_model(seed: int = 0) -> torch.nn.Module:
     """LlamaForCausalLM built from a config (no hub), fp32, deterministic weights."""
-    from conftest import build_tiny_llama
+    from tiny_llama import build_tiny_llama
 
     return build_tiny_llama(VOCAB, seed, max_position_embeddings=64)
 

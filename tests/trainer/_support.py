@@ -33,7 +33,7 @@ def build_tiny_tokenizer():
 def build_tiny_model(vocab_size: int, seed: int = 0, tie_word_embeddings: bool = False):
     """A 2-layer Llama (hidden 32) with random weights drawn from ``seed``; ``tie_word_embeddings``
     shares the input embedding with the LM head, as SmolLM2 does."""
-    from conftest import build_tiny_llama
+    from tiny_llama import build_tiny_llama
 
     return build_tiny_llama(vocab_size, seed, max_position_embeddings=512, tie_word_embeddings=tie_word_embeddings,
                             pad_token_id=0, eos_token_id=5, bos_token_id=None)

@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1]))  # tiny_llama
 
 from _support import build_tiny_model, make_trajectories  # noqa: E402
 

@@ -42,7 +42,11 @@ def test_placement_sizes_the_seed_run(tmp_path):
     assert "vLLM" in lines["generator"] and "64 cores" in lines["sandbox cores / memory"]
 
 
-def test_dry_run_prints_the_placement():
-    result = CliRunner().invoke(app, ["train", str(DEMO_YAML), "--dry-run"])
+@pytest.mark.docker  # the dry run is a preflight: it loads the tasks and asks Docker for their images
+def test_dry_run_prints_the_placement(tmp_path):
+    from swerl.tasks import import_humaneval
+
+    import_humaneval(tmp_path / "tasks", limit=61)  # the demo's task names are humaneval-002..060
+    result = CliRunner().invoke(app, ["train", str(DEMO_YAML), "--dry-run", "--set", f"data.tasks={tmp_path / 'tasks'}"])
     assert result.exit_code == 0, result.output
     assert "episodes in flight" in result.output and "HF generate on rank 0" in result.output

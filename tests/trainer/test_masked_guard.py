@@ -43,14 +43,18 @@ def private_docker():
     import docker
     import psutil
 
-    if os.geteuid() != 0 or shutil.which("dockerd") is None or shutil.which("docker") is None:
-        pytest.skip("a private dockerd needs root and the dockerd/docker binaries")
+    if os.geteuid() != 0 or not all(shutil.which(tool) for tool in ("dockerd", "docker", "unshare")):
+        pytest.skip("a private dockerd needs root and the dockerd, docker and unshare binaries")
     root = Path(tempfile.mkdtemp(prefix="swerl-dockerd-", dir="/tmp"))
     url = f"unix://{root}/docker.sock"
     log = open(root / "dockerd.log", "wb")
     daemon = subprocess.Popen(
-        ["dockerd", "--host", url, "--data-root", str(root / "data"), "--exec-root", str(root / "exec"),
-         "--pidfile", str(root / "docker.pid"), "--bridge", "none", "--iptables=false"],
+        # In a network namespace of its own: `dockerd --bridge none` deletes the host's docker0
+        # otherwise, and every later bridge container of the default engine fails (unshare execs
+        # dockerd, so daemon.pid is the daemon's pid).
+        ["unshare", "--net", "dockerd", "--host", url, "--data-root", str(root / "data"),
+         "--exec-root", str(root / "exec"), "--pidfile", str(root / "docker.pid"), "--bridge", "none",
+         "--iptables=false", "--ip6tables=false"],
         stdout=log, stderr=subprocess.STDOUT)
     family: list[psutil.Process] = []
     try:

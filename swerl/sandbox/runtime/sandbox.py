@@ -344,7 +344,7 @@ class Sandbox:
         try:
             return await awaitable
         except (docker.errors.NotFound, SandboxError) as err:
-            if getattr(err, "outcome", Outcome.daemon_error) is not Outcome.daemon_error:
+            if getattr(err, "outcome", None) not in (None, Outcome.daemon_error):  # already says why
                 raise
             raise await self._container_failure(err) from err
 
