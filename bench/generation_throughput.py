@@ -74,7 +74,7 @@ def main() -> None:
     from transformers import AutoTokenizer
 
     from swerl.inference.base import SamplingParams
-    from swerl.inference.models import resolve_model
+    from swerl.inference.model_files import resolve_model
 
     os.sched_setaffinity(0, {args.core})
     torch.set_num_threads(1)

@@ -42,7 +42,7 @@ from pathlib import Path
 from swerl.sandbox import Outcome, SandboxConfig, SandboxManager, TrialRecord
 from swerl.sandbox.deployment.config import EngineConfig
 from swerl.tasks import import_humaneval, load_tasks
-from swerl.tasks.models import Task
+from swerl.tasks.task_folder import Task
 
 FLOOR_VENV = Path.home() / ".cache" / "swerl" / "bench-floor-venv"
 

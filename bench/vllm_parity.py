@@ -40,7 +40,7 @@ def main() -> None:
 
     from swerl.inference.config import InferenceConfig
     from swerl.inference.factory import build_vllm
-    from swerl.inference.models import resolve_model
+    from swerl.inference.model_files import resolve_model
     from swerl.inference.probe import probe_sampling
     from swerl.inference.weight_sync import write_weights
     from swerl.trainer.generator import probe_prompt

@@ -26,7 +26,7 @@ def big_model_folder(root: Path, layers: int) -> Path:
     """A random Llama (hidden 1024, ``layers`` layers, SmolLM2's tokenizer) saved as an HF folder."""
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-    from swerl.inference.models import resolve_model
+    from swerl.inference.model_files import resolve_model
 
     config = LlamaConfig(vocab_size=49152, hidden_size=1024, intermediate_size=4096, num_hidden_layers=layers,
                          num_attention_heads=16, num_key_value_heads=4, max_position_embeddings=2048,
@@ -73,7 +73,7 @@ def main() -> None:
         work = Path(tempfile.mkdtemp(prefix="swerl-bench-sync-"))
         print(f"{seconds_per_sync(path, Path(folder), args.repeats, work):.3f}")
         return
-    from swerl.inference.models import resolve_model
+    from swerl.inference.model_files import resolve_model
 
     work = Path(tempfile.mkdtemp(prefix="swerl-bench-sync-"))
     sizes = {"135M": resolve_model(None)}

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from swerl.sandbox.models import Outcome
+    from swerl.sandbox.types import Outcome
 
 
 class SwerlError(Exception):

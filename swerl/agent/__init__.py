@@ -13,7 +13,7 @@ from swerl.agent.config import AgentConfig, EpisodeLimits
 from swerl.agent.episode import run_episode
 from swerl.agent.metrics import pass_at_k, summarize
 from swerl.agent.policy import BackendPolicy, Policy, ScriptedPolicy
-from swerl.agent.rollout import RolloutEvent, collect_rollouts
+from swerl.agent.collect import RolloutEvent, collect_rollouts
 from swerl.agent.trajectory import Trajectory
 
 __all__ = [

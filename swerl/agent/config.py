@@ -40,7 +40,7 @@ class AgentConfig(BaseModel):
     """How an agent acts in the sandbox and how its failures count.
 
     Shared by ``swerl eval`` and ``swerl train`` (the trainer passes it to
-    :func:`swerl.agent.rollout.collect_rollouts`).
+    :func:`swerl.agent.collect.collect_rollouts`).
     """
 
     model_config = ConfigDict(extra="forbid")

@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from swerl.agent.config import AgentConfig
 from swerl.agent.metrics import summarize
 from swerl.agent.policy import BackendPolicy, Policy
-from swerl.agent.rollout import RolloutEvent, collect_rollouts
+from swerl.agent.collect import RolloutEvent, collect_rollouts
 from swerl.agent.trajectory import Trajectory
 from swerl.errors import ConfigError, InferenceError
 from swerl.inference.config import InferenceConfig
@@ -195,7 +195,7 @@ class EvalConfig(BaseModel):
 def model_label(config: InferenceConfig) -> str:
     """How the evaluated model is reported: the default model is named as such."""
     if config.model is None and config.backend != "openai":
-        from swerl.inference.models import DEFAULT_MODEL_NAME
+        from swerl.inference.model_files import DEFAULT_MODEL_NAME
 
         return f"default: {DEFAULT_MODEL_NAME}"
     if config.backend == "openai":
@@ -269,7 +269,7 @@ def run_eval(config: EvalConfig, on_event: Callable[[RolloutEvent], None] | None
         EnvironmentProblem: default model or Docker missing (exit 3).
         InferenceError: the model's tokenizer has no chat template (``--tokenizer`` for openai).
     """
-    from swerl.agent.rollout import group_id_for
+    from swerl.agent.collect import group_id_for
     from swerl.inference.factory import build_backend
     from swerl.sandbox.signals import run_async
     from swerl.tasks import load_tasks

@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from swerl.sandbox.models import FailureClass
+from swerl.sandbox.types import FailureClass
 """``none``: reward counts; ``mask``: infra failure, excluded from the baseline and the loss;
 ``zero``: agent failure, reward 0, kept in the baseline (tasks.md §6)."""
 

@@ -7,7 +7,7 @@ log-prob math), ``hf`` (transformers backend), ``vllm_backend`` (in-process vLLM
 (code run inside vLLM workers: weight reload + tied-head re-pack), ``engine_pool`` (several
 engines behind one backend), ``weight_sync`` (weights to safetensors for the engines; NCCL path),
 ``openai_backend`` (any OpenAI-compatible server), ``batcher`` (AsyncBatcher for concurrent
-episodes), ``models`` (model resolution, GGUF -> cached HF folder), ``config`` (InferenceConfig),
+episodes), ``model_files`` (model resolution, GGUF -> cached HF folder), ``config`` (InferenceConfig),
 ``factory`` (make_backend, build_vllm, make_batcher), ``probe`` (engine/trainer log-prob parity),
 ``rng`` (process RNG state capture/restore, shared with trainer checkpoints). Nothing heavy is
 imported here, so ``import swerl.inference`` stays cheap. See ``docs/inference.md``.

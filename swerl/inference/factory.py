@@ -42,7 +42,7 @@ def build_backend(config: InferenceConfig) -> GenerationBackend:
         dtype = config.resolved_dtype()
         return HFBackend.from_pretrained(config.model, dtype=dtype, device=config.device, seed=config.seed)
     if config.backend == "vllm":
-        from swerl.inference.models import resolve_model
+        from swerl.inference.model_files import resolve_model
 
         return build_vllm(config, str(resolve_model(config.model)), Path(tempfile.gettempdir()) / "swerl-vllm-logs")
     from swerl.inference.openai_backend import OpenAIBackend
@@ -122,7 +122,7 @@ def _openai_tokenizer(config: InferenceConfig) -> Any:
     """Tokenizer of the served model: ``tokenizer`` if set, else ``model`` when it is a local path, else None."""
     from transformers import AutoTokenizer
 
-    from swerl.inference.models import resolve_model
+    from swerl.inference.model_files import resolve_model
 
     spec = config.tokenizer
     if spec is None and config.model is not None and Path(config.model).expanduser().exists():

@@ -104,7 +104,7 @@ class HFBackend:
         """
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        from swerl.inference.models import resolve_model
+        from swerl.inference.model_files import resolve_model
 
         if dtype not in DTYPES:
             raise ConfigError(f"inference dtype {dtype!r} is unknown; fix: use one of {sorted(DTYPES)}")

@@ -16,7 +16,7 @@ one sandbox (exec, files, shell, verifier); ``manager.py`` joins them.
 from swerl.sandbox.deployment.config import EngineConfig, EngineTLS
 from swerl.sandbox.deployment.engine import EngineLost
 from swerl.sandbox.manager import SandboxManager, new_run_id, outcome_of
-from swerl.sandbox.models import (
+from swerl.sandbox.types import (
     ExecResult,
     FailureClass,
     Outcome,

@@ -21,7 +21,7 @@ import docker.tls
 import requests.exceptions
 
 from swerl.errors import EnvironmentProblem, SandboxError, SandboxTimeout
-from swerl.sandbox.models import Outcome
+from swerl.sandbox.types import Outcome
 from swerl.sandbox.runtime.streams import LOCAL_ENGINE_URL, Endpoint
 
 log = logging.getLogger(__name__)

@@ -29,14 +29,14 @@ from swerl.sandbox.deployment.image_cache import prune_task_images, record_use
 from swerl.sandbox.deployment.images import ensure_task_image, from_images, task_image_tag
 from swerl.sandbox.runtime.keeper import KeeperChannel
 from swerl.sandbox.deployment.limits import watch_disk
-from swerl.sandbox.models import Outcome, SandboxConfig, TrialRecord, TrialTimings
+from swerl.sandbox.types import Outcome, SandboxConfig, TrialRecord, TrialTimings
 from swerl.sandbox.deployment.pool import ContainerSpec
 from swerl.sandbox.runtime.sandbox import Sandbox
 
 if TYPE_CHECKING:
     import docker
 
-    from swerl.tasks.models import Task
+    from swerl.tasks.task_folder import Task
 
 log = logging.getLogger(__name__)
 # Outcomes of a Docker failure: when the engine then fails a ping too, the engine is lost.

@@ -29,12 +29,12 @@ from pydantic import BaseModel, Field
 from swerl.errors import SandboxError
 from swerl.sandbox import redteam_payloads as p
 from swerl.sandbox.runtime.execution import tar_of_files
-from swerl.sandbox.models import Outcome, TrialRecord, TrialTimings
+from swerl.sandbox.types import Outcome, TrialRecord, TrialTimings
 
 if TYPE_CHECKING:
     from swerl.sandbox.manager import SandboxManager
     from swerl.sandbox.runtime.sandbox import Sandbox
-    from swerl.tasks.models import Task
+    from swerl.tasks.task_folder import Task
 
 SOLUTION = "/app/solution.py"
 STAGE = "/tmp/.swerl-redteam"  # planted payloads land here first, commands copy them into place

@@ -20,11 +20,11 @@ from pydantic import BaseModel, Field
 
 from swerl.errors import EnvironmentProblem, SwerlError
 from swerl.sandbox.manager import SandboxManager
-from swerl.sandbox.models import Outcome, SandboxConfig, TrialRecord
+from swerl.sandbox.types import Outcome, SandboxConfig, TrialRecord
 from swerl.sandbox.redteam import CATALOGUE, PREFIX, is_forged, run_attempt
 
 if TYPE_CHECKING:
-    from swerl.tasks.models import Task
+    from swerl.tasks.task_folder import Task
 
 log = logging.getLogger(__name__)
 ATTEMPTS = ("oracle", "null")

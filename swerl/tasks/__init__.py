@@ -5,7 +5,7 @@ Public API: :func:`load_task`, :func:`load_tasks` (-> :class:`TaskSet`),
 """
 
 from swerl.tasks.load import load_task, load_tasks
-from swerl.tasks.models import MalformedTask, Task, TaskConfig, TaskProblem, TaskSet
+from swerl.tasks.task_folder import MalformedTask, Task, TaskConfig, TaskProblem, TaskSet
 from swerl.tasks.rows import write_tasks_jsonl, write_tasks_parquet
 
 __all__ = [

@@ -21,7 +21,7 @@ import tempfile
 import zlib
 from pathlib import Path
 
-from swerl.tasks.models import MalformedTask
+from swerl.tasks.task_folder import MalformedTask
 
 MAX_ARCHIVE_BYTES = 256 * 1024 * 1024
 """Largest total size of the files in one task archive, bytes (a guard against tar bombs)."""

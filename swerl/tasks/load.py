@@ -21,7 +21,7 @@ from typing import Literal
 from pydantic import ValidationError
 
 from swerl.errors import TaskError
-from swerl.tasks.models import MalformedTask, Task, TaskConfig, TaskProblem, TaskSet
+from swerl.tasks.task_folder import MalformedTask, Task, TaskConfig, TaskProblem, TaskSet
 
 log = logging.getLogger(__name__)
 

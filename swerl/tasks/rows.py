@@ -19,7 +19,7 @@ from typing import Any
 from swerl.fileio import atomic_write, atomic_write_text
 from swerl.errors import TaskError
 from swerl.tasks.archive import extract_task_archive, pack_task
-from swerl.tasks.models import MalformedTask, Task
+from swerl.tasks.task_folder import MalformedTask, Task
 
 COLUMNS = ("path", "task_binary")
 

@@ -18,7 +18,7 @@ from swerl.agent.config import AgentConfig
 from swerl.errors import ConfigError
 from swerl.inference.config import InferenceConfig
 from swerl.rl.config import AlgorithmConfig
-from swerl.sandbox.models import SandboxConfig
+from swerl.sandbox.types import SandboxConfig
 from swerl.trainer.evaluation import EvalDuringTrainingConfig
 from swerl.trainer.trackers import MlflowConfig, WandbConfig
 

@@ -23,7 +23,7 @@ def load_policy(cfg: ModelConfig, dist_info: DistInfo) -> tuple[torch.nn.Module,
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from swerl.inference.models import resolve_model
+    from swerl.inference.model_files import resolve_model
 
     path = resolve_model(cfg.path)
     tokenizer = AutoTokenizer.from_pretrained(path)

@@ -92,7 +92,7 @@ def check_run_dir(run_dir: Path, resume: str | None) -> None:
 def check_model(spec: str | None) -> Path | None:
     """``model.path`` names an HF folder (with ``config.json``) or a ``.gguf`` file; None needs the
     default model package. Nothing is converted here. Returns the HF folder when one exists already."""
-    from swerl.inference.models import converted_dir, default_gguf_path, resolve_model
+    from swerl.inference.model_files import converted_dir, default_gguf_path, resolve_model
 
     if spec is None:
         gguf = default_gguf_path()

@@ -18,10 +18,10 @@ from typing import Any
 
 from swerl.agent.config import AgentConfig
 from swerl.agent.policy import BackendPolicy
-from swerl.agent.rollout import RolloutEvent, collect_rollouts
+from swerl.agent.collect import RolloutEvent, collect_rollouts
 from swerl.agent.trajectory import Trajectory
 from swerl.inference.batcher import AsyncBatcher
-from swerl.sandbox.models import SandboxConfig
+from swerl.sandbox.types import SandboxConfig
 
 log = logging.getLogger(__name__)
 

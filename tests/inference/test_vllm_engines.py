@@ -18,7 +18,7 @@ import torch
 
 from swerl.inference.base import SamplingParams
 from swerl.inference.config import InferenceConfig
-from swerl.inference.models import resolve_model
+from swerl.inference.model_files import resolve_model
 from swerl.inference.probe import logprob_gap, probe_sampling
 from swerl.inference.weight_sync import write_weights
 

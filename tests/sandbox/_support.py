@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from swerl.tasks import load_task
-from swerl.tasks.models import Task
+from swerl.tasks.task_folder import Task
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "sandbox_tasks"
 T = TypeVar("T")

@@ -16,7 +16,7 @@ from swerl.errors import EnvironmentProblem, SandboxError
 from swerl.sandbox import Outcome, SandboxConfig, SandboxManager
 from swerl.sandbox.runtime.cleanroom import add_work_product
 from swerl.tasks import load_task
-from swerl.tasks.models import MalformedTask
+from swerl.tasks.task_folder import MalformedTask
 
 from ._support import containers_of, copy_task, fixture_task, run
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from swerl.sandbox.models import Outcome
+from swerl.sandbox.types import Outcome
 from swerl.sandbox.runtime.verifier import parse_sections, read_reward, verdict
 
 

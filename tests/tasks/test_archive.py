@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from swerl.tasks.archive import archive_digest, extract_task_archive, pack_task
-from swerl.tasks.models import MalformedTask
+from swerl.tasks.task_folder import MalformedTask
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "tasks"
 

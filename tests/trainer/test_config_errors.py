@@ -49,7 +49,7 @@ def test_missing_required_section_is_named(tmp_path):
 
 
 def test_restart_environment_true_is_rejected_not_ignored():
-    from swerl.tasks.models import TaskConfig
+    from swerl.tasks.task_folder import TaskConfig
 
     with pytest.raises(Exception, match="restart_environment = true is not supported"):
         TaskConfig.model_validate({"verifier": {"restart_environment": True}})

@@ -83,7 +83,7 @@ FAILED_GROUP, FAILED_SAMPLE = "step2/0:", 0
 def async_run(tmp_path_factory, tiny_model_dir) -> Path:
     """A 4-step run at k = 1 whose update is slowed (so the producer runs ahead) and in which one
     episode of step 2 crashes."""
-    import swerl.agent.rollout as agent_rollout
+    import swerl.agent.collect as agent_rollout
     import swerl.trainer.loop as loop
 
     real_update, real_episode = loop.train_on_batch, agent_rollout.run_episode

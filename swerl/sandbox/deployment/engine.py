@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     import docker
 
     from swerl.sandbox.deployment.config import EngineConfig
-    from swerl.sandbox.models import SandboxConfig
+    from swerl.sandbox.types import SandboxConfig
 
 log = logging.getLogger(__name__)
 
@@ -174,7 +174,7 @@ class Engine:
 
 def engine_lost(message: str) -> SandboxError:
     """A trial's engine stopped answering (``daemon_error``; the manager retries it elsewhere)."""
-    from swerl.sandbox.models import Outcome
+    from swerl.sandbox.types import Outcome
 
     return EngineLost(message, outcome=Outcome.daemon_error)
 

@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator
 
 from swerl.errors import EnvironmentProblem, SandboxError
 from swerl.sandbox.deployment.engine import Engine
-from swerl.sandbox.models import Outcome
+from swerl.sandbox.types import Outcome
 
 log = logging.getLogger(__name__)
 MAX_PROBE_S = 30.0

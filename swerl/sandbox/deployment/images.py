@@ -20,7 +20,7 @@ import docker.errors
 
 from swerl.errors import EnvironmentProblem, SandboxError, TaskError
 from swerl.sandbox.docker_api import TASK_IMAGE_REPO
-from swerl.sandbox.models import Outcome
+from swerl.sandbox.types import Outcome
 
 if TYPE_CHECKING:
     import docker

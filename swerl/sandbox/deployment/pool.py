@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict
 from swerl.errors import SandboxError
 from swerl.sandbox.docker_api import LABEL_POOL, LABEL_TASK
 from swerl.sandbox.runtime.keeper import KeeperChannel, keeper_script_args
-from swerl.sandbox.models import Outcome
+from swerl.sandbox.types import Outcome
 
 if TYPE_CHECKING:
     import docker

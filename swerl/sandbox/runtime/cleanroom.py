@@ -32,11 +32,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from swerl.sandbox.docker_api import sandbox_error
-from swerl.sandbox.models import Verification
+from swerl.sandbox.types import Verification
 
 if TYPE_CHECKING:
-    from swerl.sandbox.models import SandboxConfig
-    from swerl.tasks.models import Task
+    from swerl.sandbox.types import SandboxConfig
+    from swerl.tasks.task_folder import Task
 
 _KINDS = (tarfile.REGTYPE, tarfile.AREGTYPE, tarfile.DIRTYPE, tarfile.SYMTYPE, tarfile.LNKTYPE)
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from swerl.errors import SandboxError
-from swerl.sandbox.models import ExecResult
+from swerl.sandbox.types import ExecResult
 from swerl.sandbox.runtime.streams import CappedOutput, open_exec_stream, read_frames
 
 if TYPE_CHECKING:

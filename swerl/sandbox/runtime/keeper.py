@@ -28,7 +28,7 @@ import struct
 import time
 import uuid
 from swerl.errors import SandboxError
-from swerl.sandbox.models import ExecResult
+from swerl.sandbox.types import ExecResult
 from swerl.sandbox.runtime.streams import CappedOutput, Endpoint
 
 log = logging.getLogger(__name__)

@@ -36,7 +36,7 @@ from swerl.sandbox.runtime.execution import (
 )
 from swerl.sandbox.runtime import cleanroom
 from swerl.sandbox.runtime.keeper import KeeperChannel
-from swerl.sandbox.models import ExecResult, Outcome, SandboxConfig, Verification, VerifierResult
+from swerl.sandbox.types import ExecResult, Outcome, SandboxConfig, Verification, VerifierResult
 from swerl.sandbox.runtime.shell import Shell
 from swerl.sandbox.runtime.verifier import VERIFY_OUTPUT_BYTES, VERIFY_SCRIPT, parse_sections, verdict
 
@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     import docker
 
     from swerl.sandbox.docker_api import DockerCaller
-    from swerl.tasks.models import Task
+    from swerl.tasks.task_folder import Task
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

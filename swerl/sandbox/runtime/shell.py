@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from swerl.errors import SandboxError
 from swerl.sandbox.runtime.execution import exec_command
-from swerl.sandbox.models import ExecResult
+from swerl.sandbox.types import ExecResult
 from swerl.sandbox.runtime.streams import open_exec_stream
 
 if TYPE_CHECKING:

@@ -14,7 +14,7 @@ import json
 import math
 import re
 
-from swerl.sandbox.models import Outcome, VerifierResult
+from swerl.sandbox.types import Outcome, VerifierResult
 
 # $1: "-" = one tar on stdin to extract at / (tests/... and, in the clean room, the work
 # product), else a staging dir (uploaded before) whose contents are copied to /;

