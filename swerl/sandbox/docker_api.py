@@ -114,7 +114,3 @@ class DockerCaller:
         (``wait``: block until they have)."""
         self._pool.shutdown(wait=wait, cancel_futures=True)
 
-
-def sandbox_error(message: str, outcome: str) -> SandboxError:
-    """Deprecated spelling of ``SandboxError(message, outcome=Outcome(outcome))``."""
-    return SandboxError(message, outcome=Outcome(outcome))

@@ -39,15 +39,25 @@ def pack_task(task_dir: Path) -> bytes:
     """
     buf = io.BytesIO()
     with gzip.GzipFile(fileobj=buf, mode="wb", mtime=0) as gz, tarfile.open(fileobj=gz, mode="w") as tar:
-        for path in sorted(task_dir.rglob("*")):
-            info = tar.gettarinfo(str(path), arcname=path.relative_to(task_dir).as_posix())
-            info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "root", "root"
-            if info.isfile():
-                with path.open("rb") as fh:
-                    tar.addfile(info, fh)
-            else:
-                tar.addfile(info)
+        add_tree(tar, task_dir, "", mtime=0)
     return buf.getvalue()
+
+
+def add_tree(tar: tarfile.TarFile, folder: Path, arc_prefix: str, mtime: int | None = None) -> None:
+    """Add everything under ``folder`` to ``tar`` as ``<arc_prefix><relative path>``, sorted, owned
+    by root (uid/gid 0); ``mtime`` (seconds) replaces the files' times when given (reproducible
+    archives)."""
+    for path in sorted(folder.rglob("*")):
+        info = tar.gettarinfo(str(path), arcname=arc_prefix + path.relative_to(folder).as_posix())
+        info.uid = info.gid = 0
+        info.uname = info.gname = "root"
+        if mtime is not None:
+            info.mtime = mtime
+        if info.isreg():
+            with path.open("rb") as fh:
+                tar.addfile(info, fh)
+        else:
+            tar.addfile(info)
 
 
 def archive_digest(data: bytes) -> str:

@@ -31,8 +31,9 @@ import tarfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from swerl.sandbox.docker_api import sandbox_error
-from swerl.sandbox.types import Verification
+from swerl.errors import SandboxError
+from swerl.sandbox.types import Outcome, Verification
+from swerl.tasks.archive import add_tree
 
 if TYPE_CHECKING:
     from swerl.sandbox.types import SandboxConfig
@@ -139,21 +140,13 @@ def bundle(tests_dir: Path, work: list[tuple[bytes, str]], paths: list[str], pre
         for archive, rebase in work:
             if archive:
                 add_work_product(out, archive, paths, prefix, rebase)
-        for item in sorted(tests_dir.rglob("*")):
-            info = out.gettarinfo(str(item), arcname=f"{prefix}tests/{item.relative_to(tests_dir).as_posix()}")
-            info.uid = info.gid = 0
-            info.uname = info.gname = "root"
-            if info.isreg():
-                with item.open("rb") as fh:
-                    out.addfile(info, fh)
-            else:
-                out.addfile(info)
+        add_tree(out, tests_dir, f"{prefix}tests/")
     return buf.getvalue()
 
 
 def too_large(task: Task, cap_mb: int) -> Exception:
     """The error of a work product over ``SandboxConfig.max_artifact_mb`` (outcome disk_limit)."""
-    return sandbox_error(
+    return SandboxError(
         f"{task.name}: the work product {task.config.verifier.artifacts} is over {cap_mb} MiB "
-        "(SandboxConfig.max_artifact_mb)", "disk_limit",
+        "(SandboxConfig.max_artifact_mb)", outcome=Outcome.disk_limit,
     )

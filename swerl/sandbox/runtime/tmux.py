@@ -27,7 +27,9 @@ import shlex
 import time
 from typing import Any
 
-from swerl.sandbox.docker_api import sandbox_error
+from swerl.errors import SandboxError
+from swerl.sandbox.types import Outcome
+
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +85,7 @@ class TmuxSession:
         )
         result = await self._exec(start)
         if result.exit_code != 0:
-            raise sandbox_error(f"tmux new-session failed: {result.output.strip()[-300:]}", "start_error")
+            raise SandboxError(f"tmux new-session failed: {result.output.strip()[-300:]}", outcome=Outcome.start_error)
         result = await self._exec(f"tmux set-option -g history-limit {HISTORY_LIMIT_LINES}")
         if result.exit_code != 0:
             log.warning("could not raise the tmux history-limit: %s", result.output.strip())
@@ -100,7 +102,7 @@ class TmuxSession:
         for command in send_keys_commands([keys] if isinstance(keys, str) else list(keys)):
             result = await self._exec(command)
             if result.exit_code != 0:
-                raise sandbox_error(f"tmux send-keys failed: {result.output.strip()[-300:]}", "daemon_error")
+                raise SandboxError(f"tmux send-keys failed: {result.output.strip()[-300:]}", outcome=Outcome.daemon_error)
         remaining_s = min_timeout_s - (time.monotonic() - started)
         if remaining_s > 0:
             await asyncio.sleep(remaining_s)
@@ -137,10 +139,10 @@ class TmuxSession:
             await self.sandbox.exec(command, timeout_s=self.install_timeout_s)
             break
         if (await self._exec("tmux -V")).exit_code != 0:
-            raise sandbox_error(
+            raise SandboxError(
                 "the task image has no tmux and its package manager could not install it "
                 "(the sandbox is offline); add tmux to the image or use protocol terminus-json-fast",
-                "start_error",
+                outcome=Outcome.start_error,
             )
 
     async def _exec(self, command: str) -> Any:
