@@ -1,11 +1,13 @@
-"""Atomic file writes: a temp file beside the target, renamed over it, so a crash or a kill leaves
-the old file or the new one, never half of one. Every stage writes its outputs through these.
+"""Atomic writes: a file or a folder is written under a temp name beside its target and renamed
+over it, so a crash or a kill leaves the old one or the new one, never half of one. Every stage
+writes its outputs through these (a leaf module: it imports nothing of swerl).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -48,3 +50,50 @@ def atomic_write_text(path: Path, text: str, mode: int = 0o644) -> Path:
 def atomic_write_json(path: Path, payload: Any, indent: int | None = 2, mode: int = 0o644) -> Path:
     """Write ``payload`` as JSON (plus a newline) to ``path`` atomically; non-JSON values via ``str``."""
     return atomic_write_text(path, json.dumps(payload, indent=indent, default=str) + "\n", mode)
+
+
+def fsync_tree(folder: Path) -> None:
+    """Flush every file below ``folder`` to disk (before a rename makes the folder visible)."""
+    for p in Path(folder).rglob("*"):
+        if p.is_file():
+            with open(p, "rb") as fh:
+                os.fsync(fh.fileno())
+
+
+def replace_dir(tmp: Path, final: Path, fsync: bool = True) -> Path:
+    """Make the finished folder ``tmp`` appear as ``final`` in one rename (same filesystem).
+
+    An existing ``final`` (e.g. a step saved again after a resume) is first renamed aside, then
+    removed once ``tmp`` stands in its place.
+
+    Args:
+        tmp: the complete folder. final: its name once published.
+        fsync: flush ``tmp``'s files first, so a power loss cannot publish empty files.
+    Returns: ``final``.
+    """
+    tmp, final = Path(tmp), Path(final)
+    if fsync:
+        fsync_tree(tmp)
+    if final.exists():
+        trash = final.with_name(f".old-{final.name}-{os.getpid()}")
+        os.replace(final, trash)
+        os.replace(tmp, final)
+        shutil.rmtree(trash, ignore_errors=True)
+    else:
+        os.replace(tmp, final)
+    return final
+
+
+def atomic_dir(path: Path, write: Callable[[Path], None], fsync: bool = True) -> Path:
+    """Call ``write(tmp)`` on a new temp folder beside ``path``, then :func:`replace_dir` it to ``path``.
+
+    Returns: ``path``. The temp folder is removed when ``write`` raises.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{path.name}.", dir=path.parent))
+    try:
+        write(tmp)
+        return replace_dir(tmp, path, fsync)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

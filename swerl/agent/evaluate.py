@@ -14,7 +14,6 @@ import asyncio
 import json
 import logging
 import os
-import tempfile
 import time
 from collections.abc import Callable, Collection
 from pathlib import Path
@@ -28,6 +27,7 @@ from swerl.agent.policy import BackendPolicy, Policy
 from swerl.agent.collect import RolloutEvent, collect_rollouts
 from swerl.agent.trajectory import Trajectory
 from swerl.errors import ConfigError, InferenceError
+from swerl.fileio import atomic_write_text
 from swerl.inference.config import InferenceConfig
 
 log = logging.getLogger(__name__)
@@ -155,25 +155,13 @@ def write_eval_outputs(out_dir: Path, trajectories: list[Trajectory], summary: d
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     lines = "".join(json.dumps(trajectory_record(t), ensure_ascii=False) + "\n" for t in trajectories)
-    traj_path = _atomic_write(out_dir / "trajectories.jsonl", lines)
+    traj_path = atomic_write_text(out_dir / "trajectories.jsonl", lines)
     return traj_path, write_summary(out_dir, summary)
 
 
 def write_summary(out_dir: Path, summary: dict) -> Path:
     """Write ``out_dir/summary.json`` (temp file + rename)."""
-    return _atomic_write(out_dir / "summary.json", json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
-
-
-def _atomic_write(path: Path, text: str) -> Path:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return atomic_write_text(out_dir / "summary.json", json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
 
 
 class EvalConfig(BaseModel):

@@ -13,11 +13,10 @@ import hashlib
 import importlib.util
 import logging
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
 from swerl.errors import ConfigError, EnvironmentProblem
+from swerl.fileio import atomic_dir
 
 log = logging.getLogger(__name__)
 
@@ -128,12 +127,7 @@ def convert_gguf(gguf: Path, cache_dir: Path | None = None) -> Path:
         if (target / "config.json").is_file():
             return target
         log.info("converting %s to an HF folder at %s (once)", gguf, target)
-        tmp = Path(tempfile.mkdtemp(prefix=target.name + ".tmp-", dir=target.parent))
-        try:
-            _write_hf_folder(gguf, tmp)
-            os.replace(tmp, target)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+        atomic_dir(target, lambda tmp: _write_hf_folder(gguf, tmp))
     return target
 
 

@@ -13,13 +13,13 @@ Two paths:
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from swerl.errors import ConfigError
+from swerl.fileio import atomic_write
 
 WEIGHTS_FILE = "model.safetensors"
 
@@ -50,10 +50,8 @@ def write_weights(state: dict[str, torch.Tensor], folder: Path, dtype: torch.dty
     """
     from safetensors.torch import save_file
 
-    folder.mkdir(parents=True, exist_ok=True)
-    partial = folder / f".{WEIGHTS_FILE}.partial"
-    save_file(untied_state_dict(state, dtype), str(partial), metadata={"format": "pt", "weight_version": str(version)})
-    os.replace(partial, folder / WEIGHTS_FILE)
+    tensors, metadata = untied_state_dict(state, dtype), {"format": "pt", "weight_version": str(version)}
+    atomic_write(folder / WEIGHTS_FILE, lambda tmp: save_file(tensors, str(tmp), metadata=metadata))
     return folder
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from swerl.errors import EnvironmentProblem, TaskError
+from swerl.fileio import replace_dir
 from swerl.tasks.pytask import PyTaskSpec, write_pytask
 
 INSTRUCTION = """\
@@ -128,13 +129,7 @@ def import_humaneval(out_dir: Path | str, limit: int | None = None, *, force: bo
             write_pytask(spec, staging / spec.name)
         written = []
         for spec in specs:
-            target = out / spec.name
-            if target.exists():
-                old = staging / f"{spec.name}.old"
-                target.rename(old)
-                shutil.rmtree(old)
-            (staging / spec.name).rename(target)
-            written.append(target)
+            written.append(replace_dir(staging / spec.name, out / spec.name, fsync=False))
         return written
     finally:
         shutil.rmtree(staging, ignore_errors=True)

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import shutil
 from collections.abc import Iterator
@@ -42,7 +41,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_state_dict,
 )
 
-from swerl.fileio import atomic_write_text
+from swerl.fileio import atomic_write_text, replace_dir
 from swerl.errors import ConfigError
 from swerl.inference.rng import restore_rng_state, save_rng_state
 from swerl.trainer.distributed import DistInfo, barrier, is_distributed
@@ -73,23 +72,6 @@ def list_checkpoints(root: Path) -> list[tuple[int, Path]]:
         if m and p.is_dir() and (p / "trainer_state.json").is_file():
             found.append((int(m.group(1)), p))
     return sorted(found)
-
-
-def _fsync_tree(folder: Path) -> None:
-    for p in folder.rglob("*"):
-        if p.is_file():
-            with open(p, "rb") as fh:
-                os.fsync(fh.fileno())
-
-
-def _rename_into_place(tmp: Path, final: Path) -> None:
-    if final.exists():  # re-saving a step (e.g. after a resume): swap, then drop the old one
-        trash = final.with_name(f".old-{final.name}-{os.getpid()}")
-        os.replace(final, trash)
-        os.replace(tmp, final)
-        shutil.rmtree(trash, ignore_errors=True)
-    else:
-        os.replace(tmp, final)
 
 
 def _remove_stale_temps(root: Path) -> None:
@@ -190,8 +172,7 @@ def save_checkpoint(
         (tmp / "trainer_state.json").write_text(json.dumps(state, indent=2))
     barrier()  # every rank's shards are on disk before the folder becomes visible
     if dist_info.is_main:
-        _fsync_tree(tmp)
-        _rename_into_place(tmp, final)
+        replace_dir(tmp, final)  # re-saving a step (after a resume) swaps the old folder out
         atomic_write_text(root / LATEST_FILE, f"{step}\n")
         prune_checkpoints(root, keep_last, protect)
         log.info("saved checkpoint %s", final)
@@ -365,8 +346,7 @@ def export_hf(
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
         finish_export(tmp, run_dir, step, unwrapped.config, metrics)
-        _fsync_tree(tmp)
-        _rename_into_place(tmp, final)
+        replace_dir(tmp, final)  # re-saving a step (after a resume) swaps the old folder out
         log.info("exported %s", final)
     barrier()
     return final

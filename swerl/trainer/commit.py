@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import shutil
 import time
@@ -29,6 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from swerl.fileio import atomic_write_text
 from swerl.trainer.metrics import METRICS_FILE, MetricsSink, make_record
 
 log = logging.getLogger(__name__)
@@ -101,9 +101,7 @@ def truncate_metrics(run_dir: Path, last_step: int) -> int:
     kept = [line for step, line in rows if step <= last_step]
     if len(kept) == len(rows) and not torn:
         return 0
-    tmp = path.with_name(f".tmp-{METRICS_FILE}")
-    tmp.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
-    os.replace(tmp, path)
+    atomic_write_text(path, "".join(line + "\n" for line in kept))
     dropped = len(rows) - len(kept) + int(torn)
     log.info("metrics.jsonl: dropped %d record(s) of uncommitted steps after step %d", dropped, last_step)
     return dropped

@@ -26,6 +26,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from swerl.errors import EnvironmentProblem
+from swerl.fileio import atomic_write_json
 
 log = logging.getLogger(__name__)
 
@@ -61,9 +62,7 @@ def _read_ids(run_dir: Path) -> dict[str, str]:
 
 
 def _write_ids(run_dir: Path, ids: dict[str, str]) -> None:
-    tmp = run_dir / f".tmp-{IDS_FILE}"
-    tmp.write_text(json.dumps(ids, indent=1) + "\n")
-    tmp.replace(run_dir / IDS_FILE)
+    atomic_write_json(run_dir / IDS_FILE, ids, indent=1)
 
 
 def _plain(plan: Any) -> dict[str, Any]:

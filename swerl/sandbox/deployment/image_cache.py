@@ -14,8 +14,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
-import tempfile
 import time
 from datetime import datetime
 from pathlib import Path
@@ -23,6 +21,7 @@ from typing import TYPE_CHECKING
 
 import docker.errors
 
+from swerl.fileio import atomic_write_json
 from swerl.sandbox.docker_api import TASK_IMAGE_REPO
 
 if TYPE_CHECKING:
@@ -46,11 +45,7 @@ def record_use(tag: str, path: Path = USAGE_FILE) -> None:
     usage = _read_usage(path)
     usage[tag] = time.time()
     with contextlib.suppress(OSError):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".task-images-")
-        with os.fdopen(fd, "w") as fh:
-            json.dump(usage, fh)
-        os.replace(tmp, path)
+        atomic_write_json(path, usage, indent=None)
 
 
 def _created(image: docker.models.images.Image) -> float:
