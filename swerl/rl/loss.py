@@ -9,6 +9,7 @@ denominators and cancels the framework's gradient averaging, see ``reductions.py
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
@@ -22,37 +23,29 @@ from swerl.rl.tis import tis_weights
 __all__ = ["ADVANTAGE_ESTIMATORS", "POLICY_LOSSES", "compute_advantages", "compute_policy_loss"]
 
 
-AdvantageFn = Callable[[AlgorithmConfig, Tensor, Tensor, "Tensor | None"], tuple[Tensor, dict[str, float]]]
-PolicyLossFn = Callable[[AlgorithmConfig, Tensor, Tensor, Tensor], pl.PolicyLossOutput]
+class Registered(NamedTuple):
+    """A registry entry: a pure function and the ``AlgorithmConfig`` fields it takes after its tensors."""
+
+    fn: Callable[..., Any]
+    params: tuple[str, ...]
+
+    def args(self, config: AlgorithmConfig) -> tuple[Any, ...]:
+        """The values of ``params`` in ``config``, in order."""
+        return tuple(getattr(config, name) for name in self.params)
 
 
-def _rloo(config: AlgorithmConfig, rewards: Tensor, group_ids: Tensor, exclude: Tensor | None):  # noqa: ANN202
-    return adv_fns.rloo(rewards, group_ids, exclude)
+ADVANTAGE_ESTIMATORS: dict[str, Registered] = {
+    "rloo": Registered(adv_fns.rloo, ()),
+    "rloo_n": Registered(adv_fns.rloo_n, ("min_group_size", "filter_zero_variance_groups")),
+    "grpo": Registered(adv_fns.grpo, ("grpo_std_eps",)),
+}
+"""``algorithm.advantage_estimator`` -> fn(rewards (N,), group_ids (N,), exclude (N,) | None, *params)."""
 
-
-def _rloo_n(config: AlgorithmConfig, rewards: Tensor, group_ids: Tensor, exclude: Tensor | None):  # noqa: ANN202
-    return adv_fns.rloo_n(rewards, group_ids, exclude, config.min_group_size, config.filter_zero_variance_groups)
-
-
-def _grpo(config: AlgorithmConfig, rewards: Tensor, group_ids: Tensor, exclude: Tensor | None):  # noqa: ANN202
-    return adv_fns.grpo(rewards, group_ids, exclude, config.grpo_std_eps)
-
-
-ADVANTAGE_ESTIMATORS: dict[str, AdvantageFn] = {"rloo": _rloo, "rloo_n": _rloo_n, "grpo": _grpo}
-"""``algorithm.advantage_estimator`` -> fn(config, rewards (N,), group_ids (N,), exclude (N,) | None)."""
-
-
-def _regular(config: AlgorithmConfig, logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor) -> pl.PolicyLossOutput:
-    return pl.regular(logprobs, old_logprobs, advantages, config.eps_clip_low, config.eps_clip_high)
-
-
-def _dual_clip(config: AlgorithmConfig, logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor) -> pl.PolicyLossOutput:
-    return pl.dual_clip(logprobs, old_logprobs, advantages, config.eps_clip_low, config.eps_clip_high,
-                        config.clip_ratio_c)
-
-
-POLICY_LOSSES: dict[str, PolicyLossFn] = {"regular": _regular, "dual_clip": _dual_clip}
-"""``algorithm.policy_loss`` -> fn(config, logprobs (B, T), old_logprobs (B, T), advantages (B,))."""
+POLICY_LOSSES: dict[str, Registered] = {
+    "regular": Registered(pl.regular, ("eps_clip_low", "eps_clip_high")),
+    "dual_clip": Registered(pl.dual_clip, ("eps_clip_low", "eps_clip_high", "clip_ratio_c")),
+}
+"""``algorithm.policy_loss`` -> fn(logprobs (B, T), old_logprobs (B, T), advantages (B,), *params)."""
 
 
 def compute_advantages(
@@ -67,21 +60,14 @@ def compute_advantages(
     Returns: (N,) float32 advantages and the ``advantage/*`` metrics.
     Raises: advantages.NonFiniteRewardError naming the trajectory with a NaN/inf reward.
     """
-    return ADVANTAGE_ESTIMATORS[config.advantage_estimator](config, rewards, group_ids, exclude)
+    estimator = ADVANTAGE_ESTIMATORS[config.advantage_estimator]
+    return estimator.fn(rewards, group_ids, exclude, *estimator.args(config))
 
 
 def compute_policy_loss(
-    config: AlgorithmConfig,
-    *,
-    logprobs: Tensor,
-    old_logprobs: Tensor,
-    advantages: Tensor,
-    loss_mask: Tensor,
-    denominators: StepDenominators,
-    rollout_logprobs: Tensor | None = None,
-    has_rollout_logprobs: Tensor | None = None,
-    ref_logprobs: Tensor | None = None,
-    entropy: Tensor | None = None,
+    config: AlgorithmConfig, *, logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, loss_mask: Tensor,
+    denominators: StepDenominators, rollout_logprobs: Tensor | None = None,
+    has_rollout_logprobs: Tensor | None = None, ref_logprobs: Tensor | None = None, entropy: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """The micro-batch's contribution to the step loss, ready for ``backward``.
 
@@ -116,50 +102,69 @@ def compute_policy_loss(
         ``tis/rows_without_logprobs``.
     Raises: ValueError if a required input is missing or shapes disagree.
     """
+    _check_shapes(logprobs, old_logprobs, loss_mask)
+    mask = loss_mask.bool()
+    n_tok = max(denominators.num_tokens, 1.0)
+    # Off-mask positions (padding, prompt, observations) may hold -inf/NaN log-probs: replace them
+    # before any arithmetic so that neither the value nor the gradient (0 * nan) can pick them up.
+    logprobs, old_logprobs, ref_logprobs, entropy = (
+        None if t is None else torch.where(mask, t, 0.0) for t in (logprobs, old_logprobs, ref_logprobs, entropy))
+    policy_loss = POLICY_LOSSES[config.policy_loss]
+    out = policy_loss.fn(logprobs, old_logprobs, advantages, *policy_loss.args(config))
+    per_token = out.per_token_loss
+    metrics: dict[str, float] = {"policy/clip_fraction": float((out.is_clipped & mask).sum()) / n_tok}
+    if config.use_tis:
+        weights, tis_metrics = _tis(config, old_logprobs, rollout_logprobs, has_rollout_logprobs, mask, n_tok)
+        per_token = per_token * weights
+        metrics.update(tis_metrics)
+
+    policy = reduce_microbatch(per_token, mask, denominators, config.loss_reduction, config.max_seq_len)
+    metrics["loss/policy"] = float(policy.detach())
+    loss = _add_regularizers(policy, config, logprobs, ref_logprobs, entropy, mask, n_tok, metrics)
+    metrics["loss/total"] = float(loss.detach())
+    return loss, metrics
+
+
+def _check_shapes(logprobs: Tensor, old_logprobs: Tensor, loss_mask: Tensor) -> None:
     if logprobs.shape != old_logprobs.shape or logprobs.shape != loss_mask.shape:
         raise ValueError(
             f"shapes: logprobs {tuple(logprobs.shape)}, old_logprobs {tuple(old_logprobs.shape)}, "
             f"loss_mask {tuple(loss_mask.shape)} must all be (B, T)"
         )
-    mask = loss_mask.bool()
-    n_tok = max(denominators.num_tokens, 1.0)
-    # Off-mask positions (padding, prompt, observations) may hold -inf/NaN log-probs: replace them
-    # before any arithmetic so that neither the value nor the gradient (0 * nan) can pick them up.
-    logprobs = torch.where(mask, logprobs, 0.0)
-    old_logprobs = torch.where(mask, old_logprobs, 0.0)
-    if ref_logprobs is not None:
-        ref_logprobs = torch.where(mask, ref_logprobs, 0.0)
-    if entropy is not None:
-        entropy = torch.where(mask, entropy, 0.0)
-    out = POLICY_LOSSES[config.policy_loss](config, logprobs, old_logprobs, advantages)
-    per_token = out.per_token_loss
-    metrics: dict[str, float] = {"policy/clip_fraction": float((out.is_clipped & mask).sum()) / n_tok}
 
-    if config.use_tis:
-        batch = logprobs.shape[0]
-        if rollout_logprobs is None:
-            rollout_logprobs = torch.zeros_like(old_logprobs)
-            has_rollout_logprobs = torch.zeros(batch, dtype=torch.bool, device=logprobs.device)
-        elif has_rollout_logprobs is None:
-            has_rollout_logprobs = torch.ones(batch, dtype=torch.bool, device=logprobs.device)
-        tis = tis_weights(old_logprobs, rollout_logprobs, has_rollout_logprobs, mask, config.tis_imp_ratio_cap)
-        per_token = per_token * tis.weights
-        metrics["tis/imp_ratio_mean"] = float(masked_token_sum(tis.weights, mask)) / n_tok
-        metrics["tis/imp_ratio_capped_fraction"] = float((tis.is_capped & mask).sum()) / n_tok
-        metrics["tis/log_ratio_abs_mean"] = float(masked_token_sum(tis.log_ratio.abs(), mask)) / n_tok
-        metrics["tis/rows_without_logprobs"] = tis.metrics["tis/rows_without_logprobs"]
 
-    policy = reduce_microbatch(per_token, mask, denominators, config.loss_reduction, config.max_seq_len)
-    loss = policy
-    metrics["loss/policy"] = float(policy.detach())
+def _tis(
+    config: AlgorithmConfig, old_logprobs: Tensor, rollout_logprobs: Tensor | None,
+    has_rollout_logprobs: Tensor | None, mask: Tensor, n_tok: float,
+) -> tuple[Tensor, dict[str, float]]:
+    """TIS weights (B, T) for the per-token loss and the additive ``tis/*`` metrics (see above)."""
+    batch = old_logprobs.shape[0]
+    if rollout_logprobs is None:
+        rollout_logprobs = torch.zeros_like(old_logprobs)
+        has_rollout_logprobs = torch.zeros(batch, dtype=torch.bool, device=old_logprobs.device)
+    elif has_rollout_logprobs is None:
+        has_rollout_logprobs = torch.ones(batch, dtype=torch.bool, device=old_logprobs.device)
+    tis = tis_weights(old_logprobs, rollout_logprobs, has_rollout_logprobs, mask, config.tis_imp_ratio_cap)
+    return tis.weights, {
+        "tis/imp_ratio_mean": float(masked_token_sum(tis.weights, mask)) / n_tok,
+        "tis/imp_ratio_capped_fraction": float((tis.is_capped & mask).sum()) / n_tok,
+        "tis/log_ratio_abs_mean": float(masked_token_sum(tis.log_ratio.abs(), mask)) / n_tok,
+        "tis/rows_without_logprobs": tis.metrics["tis/rows_without_logprobs"],
+    }
 
+
+def _add_regularizers(
+    loss: Tensor, config: AlgorithmConfig, logprobs: Tensor, ref_logprobs: Tensor | None,
+    entropy: Tensor | None, mask: Tensor, n_tok: float, metrics: dict[str, float],
+) -> Tensor:
+    """``loss + kl_loss_coef * token_mean(k3) - entropy_coef * token_mean(H)`` (each term only when
+    on); adds ``loss/kl`` and ``policy/entropy`` to ``metrics`` when computed."""
     if config.use_kl_loss:
         if ref_logprobs is None:
             raise ValueError("use_kl_loss is true but no ref_logprobs were given")
         kl = masked_token_sum(pl.kl_k3(logprobs, ref_logprobs), mask) / n_tok
         loss = loss + config.kl_loss_coef * kl
         metrics["loss/kl"] = float(kl.detach())
-
     if config.entropy_coef > 0 and entropy is None:
         raise ValueError(f"entropy_coef={config.entropy_coef} > 0 but no per-token entropy was given")
     if entropy is not None:
@@ -167,6 +172,4 @@ def compute_policy_loss(
         metrics["policy/entropy"] = float(ent.detach())
         if config.entropy_coef > 0:
             loss = loss - config.entropy_coef * ent
-
-    metrics["loss/total"] = float(loss.detach())
-    return loss, metrics
+    return loss

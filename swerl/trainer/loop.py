@@ -148,42 +148,112 @@ def _sweep_dead_runs(config: TrainConfig) -> None:
             client.close()
 
 
-def train(
-    config: TrainConfig,
-    run_dir: Path,
-    resume: str | None = None,
-    *,
-    on_event: Callable[[TrainEvent], None] | None = None,
-) -> TrainResult:
+@dataclass
+class _Run:
+    """What the steps of one :func:`train` call work with: built by :func:`_prepare`, completed by
+    :func:`_resume` (position) and :func:`_start_rollouts` (metrics sink, rollout pipeline)."""
+
+    config: TrainConfig
+    run_dir: Path
+    info: dist.DistInfo
+    emit: Callable[[TrainEvent], None]
+    tasks: list
+    held_out: list
+    sampler: PromptSampler
+    plan: RunPlan
+    model: torch.nn.Module
+    tokenizer: Any
+    model_path: Path
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    settings: UpdateSettings
+    ckpt_path: Path | None
+    start_step: int = 0
+    protect: frozenset[int] = frozenset()
+    guard: MaskedGuard | None = None
+    sink: MetricsSink | None = None
+    clock: BusyClock = field(default_factory=BusyClock)
+    result: TrainResult | None = None
+
+
+def train(config: TrainConfig, run_dir: Path, resume: str | None = None, *,
+          on_event: Callable[[TrainEvent], None] | None = None) -> TrainResult:
     """Run (or resume) a training run in ``run_dir``.
 
     Args:
-        config: the validated config.
-        run_dir: where config.yaml, metrics.jsonl, checkpoints/ and exports/ go.
-        resume: None (fresh run; refuses a run_dir that already has checkpoints), ``latest``
-            or a checkpoint folder path.
-        on_event: progress callback, called on rank 0 only.
+        config: the validated config. run_dir: where config.yaml, metrics.jsonl, checkpoints/
+            and exports/ go. resume: None (fresh run; refuses a run_dir that already has
+            checkpoints), ``latest`` or a checkpoint folder path. on_event: progress callback
+            (rank 0 only).
     Returns: TrainResult.
     Raises:
-        ConfigError: bad settings found at run time (task set smaller than a batch, resume
-            mismatch, existing checkpoints without ``--resume``).
-        RunFailed: the run trained zero steps although steps were planned.
+        ConfigError: bad settings found at run time (resume mismatch, existing checkpoints
+            without ``--resume``).
+        RunFailed: the plan trains 0 steps, or the run trained zero steps although steps were planned.
         SandboxError / EnvironmentProblem: Docker is unusable.
     """
+    run = _prepare(config, Path(run_dir), resume, on_event)
+    if _resume(run, resume):
+        return run.result
+    nonfinite = NonFiniteStreak(config.optimizer.max_consecutive_nonfinite_steps)
+    with contextlib.ExitStack() as stack:
+        rollouts = _start_rollouts(run, stack)
+        for step in range(run.start_step + 1, run.plan.total_steps + 1):
+            t_step = time.monotonic()
+            # Rollouts: the sampler's next batch of prompts (same order on every rank and after a
+            # resume), n verified episodes each; every rank collects its share, all ranks get all.
+            run.emit(TrainEvent("step_start", step, run.plan.samples_per_step))
+            batch = rollouts.take(step)
+            timings: dict[str, float] = dict(batch.metrics)
+            # No silent training on nothing: mostly-masked steps in a row stop the run (every rank).
+            run.guard.observe(step, batch.trajectories)
+            # Failure classes and advantages: masked rows leave the baseline, failures score 0.
+            run.emit(TrainEvent("phase", step, "advantages"))
+            advantages, adv_metrics, rows = _advantage_rows(config, batch.trajectories)
+            # Update: pi_old at the sampling temperature, then micro-batched optimizer step(s).
+            run.emit(TrainEvent("phase", step, "update"))
+            t0 = time.monotonic()
+            run.model.train()
+            with run.clock.busy("update"):
+                update_metrics = train_on_batch(run.model, run.optimizer, run.scheduler, rows, config.algorithm,
+                                                run.settings, run.info)
+            run.model.eval()
+            timings["timing/update_s"] = time.monotonic() - t0
+            # Weight sync to the generator between two requests, then the parity probe (stops the run
+            # on stale weights); it admits the producer's next batches.
+            sync_metrics = rollouts.publish(step)
+            held_out_metrics = _held_out_eval(run, rollouts.runner, step)
+            # Log and commit: one record per step, in the checkpoint and in metrics.jsonl.
+            metrics = {**rollout_metrics(batch.trajectories), **adv_metrics, **update_metrics, **timings,
+                       **held_out_metrics, **sync_metrics, **run.clock.fractions(t_step, time.monotonic()),
+                       "epoch": float(batch.epoch)}
+            _commit(run, step, batch, rollouts.position(), metrics, advantages, t_step)
+            nonfinite.observe(step, update_metrics)  # K skipped optimizer steps in a row: RunFailed
+    # A run that was asked to train and trained nothing is a failure, not a success.
+    if run.result.steps_trained == 0:
+        raise RunFailed(
+            f"trained 0 steps (planned {run.plan.total_steps}; {len(run.tasks)} tasks, train_batch_size "
+            f"{config.loop.train_batch_size}): raise loop.max_steps/epochs or add tasks"
+        )
+    return run.result
+
+
+def _prepare(
+    config: TrainConfig, run_dir: Path, resume: str | None, on_event: Callable[[TrainEvent], None] | None
+) -> _Run:
+    """Setup: ranks, seeds, run directory, tasks, the prompt sampler and the plan, then the policy,
+    its optimizer and LR schedule (in this order: the seeds fix the model's initialization)."""
     from swerl.tasks.load import load_tasks
 
-    # --- setup: ranks, seeds, run directory ---------------------------------------------------
     info = dist.init_distributed(config.model.device)
     emit = on_event if (on_event is not None and info.is_main) else (lambda event: None)
     seed_everything(config.seed)
-    run_dir = Path(run_dir)
     if info.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
     ckpt_path = ckpt.resolve_resume(run_dir, resume)
     if resume is None and ckpt.list_checkpoints(run_dir / ckpt.CKPT_DIR):
         raise ConfigError(f"{run_dir} already holds checkpoints: pass --resume latest, or another --run-dir")
 
-    # --- data: tasks and the prompt sampler --------------------------------------------------
     tasks = list(load_tasks(config.data.tasks, limit=config.data.limit, names=config.data.names))
     held_out = [] if config.eval is None else list(
         load_tasks(config.eval.tasks, limit=config.eval.limit, names=config.eval.names))
@@ -198,11 +268,16 @@ def train(
     log.info("plan: %d steps x %d prompts x %d samples, %d optimizer steps", plan.total_steps,
              plan.prompts_per_step, config.n_samples, plan.total_optimizer_steps)
 
-    # --- policy, optimizer, schedule ----------------------------------------------------------
     model, tokenizer, model_path = load_policy(config.model, info)
     optimizer, scheduler = build_optimizer(model, config.optimizer, max(plan.total_optimizer_steps, 1))
+    return _Run(config, run_dir, info, emit, tasks, held_out, sampler, plan, model, tokenizer, model_path, optimizer,
+                scheduler, _update_settings(config, tokenizer), ckpt_path)
+
+
+def _update_settings(config: TrainConfig, tokenizer: Any) -> UpdateSettings:
+    """The policy update's settings from the config (padding with the tokenizer's pad or EOS id)."""
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.eos_token_id or 0)
-    settings = UpdateSettings(
+    return UpdateSettings(
         temperature=config.agent.temperature,
         rows_per_mini_batch=(config.loop.mini_batch_size or config.loop.train_batch_size) * config.n_samples,
         micro_batch_size=config.loop.micro_batch_size,
@@ -213,129 +288,114 @@ def train(
         pad_id=pad_id,
     )
 
-    # --- resume: weights, optimizer, scheduler, RNG, data position; the run dir made to match --
-    start_step = 0
-    protect = frozenset(config.checkpointing.protect_steps)
-    guard = MaskedGuard(config.loop.max_masked_fraction, config.loop.max_masked_steps)
-    if ckpt_path is not None:
-        state = ckpt.load_checkpoint(ckpt_path, model, optimizer, scheduler, info)
-        sampler.load_state_dict(state["sampler"])
-        start_step = int(state["global_step"])
-        guard.streak = int(state.get("masked_streak", 0))
-        protect |= {start_step}  # the checkpoint this run resumed from
+
+def _resume(run: _Run, resume: str | None) -> bool:
+    """Resume: weights, optimizer, scheduler, RNG, data position; the run dir made to match.
+
+    Returns: True when the resumed checkpoint is already at the planned last step (nothing to
+    train, no file of the run rewritten); else False, with ``config.yaml`` written.
+    """
+    config, info = run.config, run.info
+    run.protect = frozenset(config.checkpointing.protect_steps)
+    run.guard = MaskedGuard(config.loop.max_masked_fraction, config.loop.max_masked_steps)
+    if run.ckpt_path is not None:
+        state = ckpt.load_checkpoint(run.ckpt_path, run.model, run.optimizer, run.scheduler, info)
+        run.sampler.load_state_dict(state["sampler"])
+        run.start_step = int(state["global_step"])
+        run.guard.streak = int(state.get("masked_streak", 0))
+        run.protect |= {run.start_step}  # the checkpoint this run resumed from
         if info.is_main:
-            commit.reconcile_run(run_dir, state, redo_after=start_step < plan.total_steps)
+            commit.reconcile_run(run.run_dir, state, redo_after=run.start_step < run.plan.total_steps)
     elif resume is not None and info.is_main:  # killed before its first checkpoint: nothing was committed
-        commit.reconcile_run(run_dir, {"global_step": 0}, redo_after=True)
-    result = TrainResult(run_dir=run_dir, last_step=start_step)
-    if start_step >= plan.total_steps and ckpt_path is not None:
-        log.info("run already finished at global step %d of %d: nothing to train", start_step, plan.total_steps)
+        commit.reconcile_run(run.run_dir, {"global_step": 0}, redo_after=True)
+    run.result = TrainResult(run_dir=run.run_dir, last_step=run.start_step)
+    if run.start_step >= run.plan.total_steps and run.ckpt_path is not None:
+        log.info("run already finished at global step %d of %d: nothing to train", run.start_step,
+                 run.plan.total_steps)
         if info.is_main:
-            _sweep_dead_runs(config)  # and no file of the run is rewritten
-        result.already_finished = True
-        return result
+            _sweep_dead_runs(config)
+        run.result.already_finished = True
+        return True
     if info.is_main:
-        (run_dir / "config.yaml").write_text(config.to_yaml())
+        (run.run_dir / "config.yaml").write_text(config.to_yaml())
+    return False
 
-    # --- the loop -------------------------------------------------------------------------------
-    trackers = open_trackers(config.logging, run_dir, config.model_dump(mode="json"), plan) if info.is_main else []
-    sink = MetricsSink(run_dir, config.logging.tensorboard, trackers) if info.is_main else None
-    nonfinite = NonFiniteStreak(config.optimizer.max_consecutive_nonfinite_steps)
-    with contextlib.ExitStack() as stack:
-        stack.enter_context(sigterm_unwinds())
-        stack.callback(lambda: sink.close() if sink is not None else None)
 
-        # Generator: every rank's own engine(s). Rollouts of step k use the weights after k - 1
-        # steps (weight version k - 1); a resumed run pushes the checkpoint's weights first.
-        backend = make_generator(config, model, tokenizer, model_path, run_dir, info)
-        stack.callback(close_generator, backend)
-        model.eval()
-        if ckpt_path is not None:
-            sync_generator(backend, model, config, run_dir, info, version=start_step)
-        else:
-            probe_parity(backend, model, config, info)
-        # Rollouts: batch s collected now (k = 0) or ahead of the trainer by a producer (k >= 1).
-        clock = BusyClock()
-        rollouts = stack.enter_context(pipeline.open_rollouts(pipeline.Context(
-            config, tasks, sampler, backend, model, run_dir, info, clock,
-            lambda at, ev: emit(TrainEvent("rollout", at, ev))), start_step, plan.total_steps))
-        runner = rollouts.runner
-        if info.is_main and config.eval is not None and config.eval.before_train and start_step == 0:
-            model.eval()  # the initial policy on the held-out tasks: a record at global_step 0
-            result.records.append(sink.log(0, run_eval(config.eval, runner, held_out, 0)))
-        for step in range(start_step + 1, plan.total_steps + 1):
-            timings: dict[str, float] = {}
-            t_step = time.monotonic()
+def _start_rollouts(
+    run: _Run, stack: contextlib.ExitStack
+) -> pipeline.InlineRollouts | pipeline.PipelinedRollouts:
+    """Open the metrics sink and trackers (rank 0), the generator and the rollout pipeline; their
+    closing goes on ``stack``. The initial policy is evaluated on the held-out tasks when asked."""
+    config, info = run.config, run.info
+    trackers = open_trackers(config.logging, run.run_dir, config.model_dump(mode="json"), run.plan) if info.is_main else []
+    run.sink = MetricsSink(run.run_dir, config.logging.tensorboard, trackers) if info.is_main else None
+    stack.enter_context(sigterm_unwinds())
+    stack.callback(lambda: run.sink.close() if run.sink is not None else None)
+    # Generator: every rank's own engine(s). Rollouts of step k use the weights after k - 1
+    # steps (weight version k - 1); a resumed run pushes the checkpoint's weights first.
+    backend = make_generator(config, run.model, run.tokenizer, run.model_path, run.run_dir, info)
+    stack.callback(close_generator, backend)
+    run.model.eval()
+    if run.ckpt_path is not None:
+        sync_generator(backend, run.model, config, run.run_dir, info, version=run.start_step)
+    else:
+        probe_parity(backend, run.model, config, info)
+    # Rollouts: batch s collected now (k = 0) or ahead of the trainer by a producer (k >= 1).
+    rollouts = stack.enter_context(pipeline.open_rollouts(pipeline.Context(
+        config, run.tasks, run.sampler, backend, run.model, run.run_dir, info, run.clock,
+        lambda at, ev: run.emit(TrainEvent("rollout", at, ev))), run.start_step, run.plan.total_steps))
+    if info.is_main and config.eval is not None and config.eval.before_train and run.start_step == 0:
+        run.model.eval()  # the initial policy on the held-out tasks: a record at global_step 0
+        run.result.records.append(run.sink.log(0, run_eval(config.eval, rollouts.runner, run.held_out, 0)))
+    return rollouts
 
-            # Rollouts: the sampler's next batch of prompts (same order on every rank and after a
-            # resume), n verified episodes each; every rank collects its share, all ranks get all.
-            emit(TrainEvent("step_start", step, plan.samples_per_step))
-            batch = rollouts.take(step)
-            trajs, epoch = batch.trajectories, batch.epoch
-            timings.update(batch.metrics)
 
-            # No silent training on nothing: mostly-masked steps in a row stop the run (every rank).
-            guard.observe(step, trajs)
+def _held_out_eval(run: _Run, runner: Any, step: int) -> dict[str, float]:
+    """The held-out eval of the current weights when due at ``step`` (rank 0), else ``{}``."""
+    if run.info.is_main and run.config.eval is not None and is_due(run.config.eval, step, run.plan.total_steps):
+        return run_eval(run.config.eval, runner, run.held_out, step)
+    return {}
 
-            # Failure classes and advantages: masked rows leave the baseline, failures score 0.
-            emit(TrainEvent("phase", step, "advantages"))
-            rewards = torch.tensor([effective_reward(t) for t in trajs], dtype=torch.float32)
-            exclude = torch.tensor([t.exclude_from_baseline or t.failure_class == "mask" for t in trajs])
-            advantages, adv_metrics = compute_advantages(
-                config.algorithm, rewards, group_index([t.group_id for t in trajs]), exclude
-            )
-            rows = [row for i, (t, a) in enumerate(zip(trajs, advantages))  # one row per token sequence
-                    for row in rows_from_trajectory(t, float(a), config.algorithm.agent_failure_tokens, i)]
 
-            # Update: pi_old at the sampling temperature, then micro-batched optimizer step(s).
-            emit(TrainEvent("phase", step, "update"))
-            t0 = time.monotonic()
-            model.train()
-            with clock.busy("update"):
-                update_metrics = train_on_batch(model, optimizer, scheduler, rows, config.algorithm, settings, info)
-            model.eval()
-            timings["timing/update_s"] = time.monotonic() - t0
-            # Weight sync to the generator between two requests, then the parity probe (stops the run
-            # on stale weights); it admits the producer's next batches.
-            sync_metrics = rollouts.publish(step)
-            held_out_metrics = {}  # held-out eval of these weights, at its interval (rank 0)
-            if info.is_main and config.eval is not None and is_due(config.eval, step, plan.total_steps):
-                held_out_metrics = run_eval(config.eval, runner, held_out, step)
+def _advantage_rows(config: TrainConfig, trajs: list) -> tuple[torch.Tensor, dict[str, float], list]:
+    """Advantages (N,) of the step's trajectories (masked rows left out of the baseline, failures
+    scored 0), their ``advantage/*`` metrics, and the update's rows (one per token sequence)."""
+    rewards = torch.tensor([effective_reward(t) for t in trajs], dtype=torch.float32)
+    exclude = torch.tensor([t.exclude_from_baseline or t.failure_class == "mask" for t in trajs])
+    advantages, adv_metrics = compute_advantages(
+        config.algorithm, rewards, group_index([t.group_id for t in trajs]), exclude
+    )
+    rows = [row for i, (t, a) in enumerate(zip(trajs, advantages))
+            for row in rows_from_trajectory(t, float(a), config.algorithm.agent_failure_tokens, i)]
+    return advantages, adv_metrics, rows
 
-            # Log: one record per step (spec names), rank 0 writes.
-            metrics = {**rollout_metrics(trajs), **adv_metrics, **update_metrics, **timings, **held_out_metrics,
-                       **sync_metrics, **clock.fractions(t_step, time.monotonic()), "epoch": float(epoch)}
-            if info.is_main and config.logging.dump_trajectories:
-                dump_trajectories(run_dir, step, trajs, [float(a) for a in advantages])
 
-            # Commit: HF export, then the checkpoint holding the step's record, then metrics.jsonl.
-            trainer_state = {"sampler": batch.sampler_state, "epoch": epoch, "masked_streak": guard.streak,
-                             "pipeline": rollouts.position()}
-            record = commit.commit_step(
-                step, metrics, t_step,
-                export=(lambda: ckpt.export_hf(run_dir, step, model, tokenizer, info, metrics=metrics))
-                if step in plan.export_steps else None,
-                checkpoint=(lambda recs: ckpt.save_checkpoint(
-                    run_dir, step, model, optimizer, scheduler, {**trainer_state, commit.RECORDS_KEY: recs},
-                    config.to_yaml(), info, config.checkpointing.keep_last, protect))
-                if step in plan.checkpoint_steps else None,
-                append=sink.append if sink is not None else None,
-            )
-            if sink is not None:
-                result.records.append(record)
-                emit(TrainEvent("step_end", step, record))
-                log.info(
-                    "step %d/%d | reward %.3f | pass@n %.2f | loss %.4f | grad %.3f | %.1fs",
-                    step, plan.total_steps, metrics["reward/avg_raw_reward"], metrics["reward/avg_pass_at_n"],
-                    metrics.get("loss/policy", 0.0), metrics["grad_norm"], metrics["timing/step_s"],
-                )
-            result.steps_trained += 1
-            result.last_step = step
-            nonfinite.observe(step, update_metrics)  # K skipped optimizer steps in a row: RunFailed
-    # A run that was asked to train and trained nothing is a failure, not a success.
-    if result.steps_trained == 0:
-        raise RunFailed(
-            f"trained 0 steps (planned {plan.total_steps}; {len(tasks)} tasks, train_batch_size "
-            f"{config.loop.train_batch_size}): raise loop.max_steps/epochs or add tasks"
+def _commit(run: _Run, step: int, batch: pipeline.RolloutBatch, position: dict[str, Any], metrics: dict[str, float],
+            advantages: torch.Tensor, t_step: float) -> None:
+    """Commit the step: HF export, then the checkpoint holding the step's record, then
+    metrics.jsonl (rank 0 writes; ``commit.py``); then one log line."""
+    config, info, run_dir, model = run.config, run.info, run.run_dir, run.model
+    if info.is_main and config.logging.dump_trajectories:
+        dump_trajectories(run_dir, step, batch.trajectories, [float(a) for a in advantages])
+    trainer_state = {"sampler": batch.sampler_state, "epoch": batch.epoch, "masked_streak": run.guard.streak,
+                     "pipeline": position}
+    record = commit.commit_step(
+        step, metrics, t_step,
+        export=(lambda: ckpt.export_hf(run_dir, step, model, run.tokenizer, info, metrics=metrics))
+        if step in run.plan.export_steps else None,
+        checkpoint=(lambda recs: ckpt.save_checkpoint(
+            run_dir, step, model, run.optimizer, run.scheduler, {**trainer_state, commit.RECORDS_KEY: recs},
+            config.to_yaml(), info, config.checkpointing.keep_last, run.protect))
+        if step in run.plan.checkpoint_steps else None,
+        append=run.sink.append if run.sink is not None else None,
+    )
+    if run.sink is not None:
+        run.result.records.append(record)
+        run.emit(TrainEvent("step_end", step, record))
+        log.info(
+            "step %d/%d | reward %.3f | pass@n %.2f | loss %.4f | grad %.3f | %.1fs",
+            step, run.plan.total_steps, metrics["reward/avg_raw_reward"], metrics["reward/avg_pass_at_n"],
+            metrics.get("loss/policy", 0.0), metrics["grad_norm"], metrics["timing/step_s"],
         )
-    return result
+    run.result.steps_trained += 1
+    run.result.last_step = step

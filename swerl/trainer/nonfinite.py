@@ -2,7 +2,7 @@
 ``inf`` would otherwise turn every parameter NaN through AdamW), counted, and K skipped optimizer
 steps in a row stop the run.
 
-Stage: ``trainer/``. ``update.optimizer_step`` calls :func:`step_if_finite` in place of
+Stage: ``trainer/``. The policy update (``update.py``) calls :func:`step_if_finite` in place of
 ``optimizer.step()``; ``train_on_batch`` folds the per-step flags with :func:`skip_counts`; the
 loop feeds each training step's metrics to :class:`NonFiniteStreak`.
 """

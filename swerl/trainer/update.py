@@ -1,6 +1,6 @@
 """The policy update of one training step: old log-probs, then micro-batched optimizer steps.
 
-Per optimizer step (algorithms.md §4): count the step's denominators over all its micro-batches,
+Per optimizer step (docs/algorithms.md §4): count the step's denominators over all its micro-batches,
 SUM them over ranks (one all-reduce), then for each micro-batch forward at the sampling
 temperature, ``compute_policy_loss`` (PPO clip, TIS, reduction) and ``backward``; gradients are
 SUMMED over ranks (replicated models) or FSDP's average is cancelled by scaling the loss by W;
@@ -148,51 +148,35 @@ def _metric_keys(algo: AlgorithmConfig) -> set[str]:
     return keys
 
 
-def optimizer_step(
-    model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer,
-    scheduler: torch.optim.lr_scheduler.LRScheduler,
-    rows: list[Row],
-    algo: AlgorithmConfig,
-    s: UpdateSettings,
-    dist_info: DistInfo,
-) -> dict[str, float]:
-    """One optimizer step over this rank's ``rows`` (every rank calls it with equally many rows).
+def _with_pi_old(model: torch.nn.Module, mini: list[Row], algo: AlgorithmConfig, s: UpdateSettings,
+                 dist_info: DistInfo) -> list[Row]:
+    """This rank's rows of one mini-batch, with log pi_old on each row that will be forwarded."""
+    mine = rank_rows(mini, dist_info)
+    needed = {id(r) for r in rows_to_forward(mine, algo, s)}
+    with_old = iter(with_old_logprobs(model, [r for r in mine if id(r) in needed], s, dist_info.device, mine[0]))
+    return [next(with_old) if id(r) in needed else r for r in mine]
 
-    Returns: step metrics, already summed over micro-batches and ranks: ``loss/*``,
-        ``policy/*``, ``tis/*``, ``grad_norm``, ``lr`` and ``policy/num_tokens``.
-    """
-    device = dist_info.device
-    # Step-level denominators over ALL rows of this step on every rank (one all-reduce), then
-    # forward only the rows that carry signal (the others add exactly 0 to the numerator).
+
+def _plan_step(rows: list[Row], algo: AlgorithmConfig, s: UpdateSettings, dist_info: DistInfo,
+               ) -> tuple[StepDenominators, list[Row], list[tuple[MicroBatch, torch.Tensor]]]:
+    """One optimizer step's denominators over ALL its rows on every rank (one all-reduce), the rows
+    to forward (those carrying signal; the others add exactly 0 to the numerator) and their
+    micro-batches with (b,) advantages."""
     parts = sum((denominator_parts(r.loss_mask[None], torch.tensor([r.advantage])) for r in rows),
                 StepDenominators.zero())
-    denominators = StepDenominators.from_tensor(all_reduce_sum(parts.as_tensor(device)))
+    denominators = StepDenominators.from_tensor(all_reduce_sum(parts.as_tensor(dist_info.device)))
     forwarded = _pad_to_common_length(rows_to_forward(rows, algo, s), rows[0], s)
-    micro = [collate(chunk, s.pad_id) for chunk in _micro_batches(forwarded, s.micro_batch_size)]
-    row_adv = [torch.tensor([r.advantage for r in chunk]) for chunk in _micro_batches(forwarded, s.micro_batch_size)]
-    scale = dp_loss_scale(dist_info.world_size, grads_averaged=s.sharded)
+    chunks = _micro_batches(forwarded, s.micro_batch_size)
+    micro = [collate(chunk, s.pad_id) for chunk in chunks]
+    return denominators, forwarded, list(zip(micro, [torch.tensor([r.advantage for r in c]) for c in chunks]))
 
-    totals: dict[str, float] = {}
-    with_entropy = algo.entropy_coef > 0
-    for mb, adv in zip(micro, row_adv):
-        mb = mb.to(device)
-        logprobs, entropy = forward_logprobs(model, mb, s.temperature, with_entropy, _autocast_dtype(s))
-        loss, metrics = compute_policy_loss(
-            algo,
-            logprobs=logprobs,
-            old_logprobs=mb.old_logprobs,
-            advantages=adv.to(device),
-            loss_mask=mb.loss_mask,
-            denominators=denominators,
-            rollout_logprobs=mb.rollout_logprobs,
-            has_rollout_logprobs=mb.has_rollout_logprobs,
-            entropy=entropy,
-        )
-        (loss * scale).backward()
-        for k, v in metrics.items():
-            totals[k] = totals.get(k, 0.0) + v
 
+def _apply_gradients(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                     scheduler: torch.optim.lr_scheduler.LRScheduler, s: UpdateSettings) -> tuple[float, float, float]:
+    """Sum the ranks' gradients, clip, step AdamW (unless a gradient is NaN/inf) and the schedule.
+
+    Returns: (grad_norm, the step's lr, 1.0 when the step was skipped else 0.0).
+    """
     # A parameter no forwarded row touched has gradient 0, not None: AdamW must still apply its
     # momentum exactly as if the skipped rows had been forwarded.
     params = [p for p in model.parameters() if p.requires_grad]
@@ -210,7 +194,12 @@ def optimizer_step(
     skipped = step_if_finite(optimizer, grad_norm)  # a NaN/inf gradient must never reach the weights
     scheduler.step()
     optimizer.zero_grad(set_to_none=True)
+    return float(grad_norm), lr, skipped
 
+
+def _step_metrics(totals: dict[str, float], forwarded: list[Row], denominators: StepDenominators,
+                  algo: AlgorithmConfig, device: torch.device) -> dict[str, float]:
+    """The optimizer step's loss metrics, summed over micro-batches (``totals``) and ranks."""
     # Metrics are additive over micro-batches and ranks (see compute_policy_loss).
     keys = sorted(set(totals) | _metric_keys(algo))  # same keys on every rank, even one that forwarded nothing
     summed = all_reduce_sum(torch.tensor([totals.get(k, 0.0) for k in keys], dtype=torch.float64, device=device))
@@ -221,8 +210,18 @@ def optimizer_step(
     for key in ("tis/imp_ratio_mean", "tis/imp_ratio_capped_fraction", "tis/log_ratio_abs_mean"):
         if key in out:
             out[key] *= denominators.num_tokens / max(fwd_tokens, 1.0)
-    out.update({"grad_norm": float(grad_norm), "lr": lr, "policy/num_tokens": denominators.num_tokens,
-                "policy/num_signal_rows": denominators.num_signal_rows, SKIPPED: skipped})
+    out.update({"policy/num_tokens": denominators.num_tokens, "policy/num_signal_rows": denominators.num_signal_rows})
+    return out
+
+
+def _mean_over_steps(history: list[dict[str, float]], rows: list[Row], algo: AlgorithmConfig) -> dict[str, float]:
+    """Per-optimizer-step metrics averaged, plus the counts that are totals (see ``train_on_batch``)."""
+    keys = sorted({k for h in history for k in h})
+    out = {k: sum(h.get(k, 0.0) for h in history) / len(history) for k in keys}
+    out["policy/optimizer_steps"] = float(len(history))
+    out.update(skip_counts([h[SKIPPED] for h in history]))  # counts over the step, not means
+    if algo.use_tis:  # every row of the step, forwarded or not (rows is identical on every rank)
+        out["tis/rows_without_logprobs"] = float(sum(r.rollout_logprobs is None for r in rows))
     return out
 
 
@@ -240,27 +239,33 @@ def train_on_batch(
     ``rows`` is the full training batch in group order, identical on every rank. It is cut into
     mini-batches of ``rows_per_mini_batch`` episodes (one optimizer step each); each rank keeps its
     slice, computes pi_old for it with the weights that produced the batch, then runs
-    ``update_epochs`` passes of optimizer steps.
+    ``update_epochs`` passes of optimizer steps (every rank with equally many rows).
 
-    Returns: metrics averaged over the optimizer steps, plus ``policy/optimizer_steps``; the counts
+    Returns: metrics averaged over the optimizer steps (``loss/*``, ``policy/*``, ``tis/*``,
+        ``grad_norm``, ``lr``), plus ``policy/optimizer_steps``; the counts
         ``update/skipped_nonfinite_steps`` (with ``update/trailing_nonfinite_steps``) and
         ``tis/rows_without_logprobs`` (every row of the step) are totals, not means.
     """
-    minis = mini_batches(rows, s.rows_per_mini_batch)
-    local = []
-    for mini in minis:
-        mine = rank_rows(mini, dist_info)
-        needed = {id(r) for r in rows_to_forward(mine, algo, s)}
-        with_old = iter(with_old_logprobs(model, [r for r in mine if id(r) in needed], s, dist_info.device, mine[0]))
-        local.append([next(with_old) if id(r) in needed else r for r in mine])
+    device, with_entropy = dist_info.device, algo.entropy_coef > 0
+    scale = dp_loss_scale(dist_info.world_size, grads_averaged=s.sharded)
+    local = [_with_pi_old(model, mini, algo, s, dist_info) for mini in mini_batches(rows, s.rows_per_mini_batch)]
     history: list[dict[str, float]] = []
     for _ in range(s.update_epochs):
-        for mini_rows in local:
-            history.append(optimizer_step(model, optimizer, scheduler, mini_rows, algo, s, dist_info))
-    keys = sorted({k for h in history for k in h})
-    out = {k: sum(h.get(k, 0.0) for h in history) / len(history) for k in keys}
-    out["policy/optimizer_steps"] = float(len(history))
-    out.update(skip_counts([h[SKIPPED] for h in history]))  # counts over the step, not means
-    if algo.use_tis:  # every row of the step, forwarded or not (rows is identical on every rank)
-        out["tis/rows_without_logprobs"] = float(sum(r.rollout_logprobs is None for r in rows))
-    return out
+        for mini_rows in local:  # one optimizer step
+            denominators, forwarded, micro = _plan_step(mini_rows, algo, s, dist_info)
+            totals: dict[str, float] = {}
+            for mb, adv in micro:
+                mb = mb.to(device)
+                logprobs, entropy = forward_logprobs(model, mb, s.temperature, with_entropy, _autocast_dtype(s))
+                loss, metrics = compute_policy_loss(
+                    algo, logprobs=logprobs, old_logprobs=mb.old_logprobs, advantages=adv.to(device),
+                    loss_mask=mb.loss_mask, denominators=denominators, rollout_logprobs=mb.rollout_logprobs,
+                    has_rollout_logprobs=mb.has_rollout_logprobs, entropy=entropy,
+                )
+                (loss * scale).backward()
+                for k, v in metrics.items():
+                    totals[k] = totals.get(k, 0.0) + v
+            grad_norm, lr, skipped = _apply_gradients(model, optimizer, scheduler, s)
+            history.append({**_step_metrics(totals, forwarded, denominators, algo, device),
+                            "grad_norm": grad_norm, "lr": lr, SKIPPED: skipped})
+    return _mean_over_steps(history, rows, algo)
