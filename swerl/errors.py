@@ -59,18 +59,12 @@ class SandboxTimeout(SandboxError, TimeoutError):
 
 
 class VerifierError(SwerlError, RuntimeError):
-    """The verifier produced no usable reward (missing, empty, non-finite or out-of-range file)."""
-
-    exit_code = 1
+    """The verifier produced no usable reward (missing, empty, non-finite or out-of-range file) (exit 1)."""
 
 
 class InferenceError(SwerlError, RuntimeError):
-    """A generation backend failed or returned unusable output (missing or NaN log-probs)."""
-
-    exit_code = 1
+    """A generation backend failed or returned unusable output (missing or NaN log-probs) (exit 1)."""
 
 
 class RunFailed(SwerlError, RuntimeError):
     """A run finished but did not do what it was asked (e.g. trained zero steps) (exit 1)."""
-
-    exit_code = 1

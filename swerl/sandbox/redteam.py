@@ -67,6 +67,18 @@ def _environment(name: str, description: str, files: dict[str, str] | None = Non
                    files={SOLUTION: p.WRONG_ANSWERS_PY, **(files or {})}, commands=commands or [])
 
 
+def _fake_on_path(name: str, programs: str, only_existing: bool) -> Attempt:
+    """Replaces each of ``programs`` (space-separated) in every PATH folder (only where it exists,
+    if ``only_existing``) with a script that writes reward 1 and exits 0."""
+    swap = f"rm -f $d/$n; cp {STAGE}/fake $d/$n; chmod 755 $d/$n;"
+    if only_existing:
+        swap = f"if [ -e $d/$n ] || [ -L $d/$n ]; then {swap} fi;"
+    return _environment(
+        name, f"replaces {' and '.join(programs.split())} in every PATH folder with a script that writes reward 1 "
+        "and exits 0", files={f"{STAGE}/fake": p.FAKE_BINARY_SH},
+        commands=[f"for d in {_PATH_DIRS}; do for n in {programs}; do {swap} done; done"])
+
+
 CATALOGUE: tuple[Attempt, ...] = (
     _solution("exit0-at-import", "solution.py calls os._exit(0) when the tests import it", p.EXIT0_AT_IMPORT),
     _solution("sys-exit-at-import", "solution.py raises SystemExit(0) when imported", p.SYS_EXIT_AT_IMPORT),
@@ -95,16 +107,8 @@ CATALOGUE: tuple[Attempt, ...] = (
             "pytest.ini (--collect-only), tox.ini and an all-pass conftest.py in / (an ancestor of /tests)",
             files={"/pytest.ini": p.PYTEST_INI_COLLECT_ONLY, "/tox.ini": p.PYTEST_INI_COLLECT_ONLY.replace(
                 "[pytest]", "[tool:pytest]"), "/conftest.py": p.CONFTEST_ALL_PASS}),
-    _environment("fake-pytest-on-path",
-            "replaces pytest and py.test in every PATH folder with a script that writes reward 1 and exits 0",
-            files={f"{STAGE}/fake": p.FAKE_BINARY_SH},
-            commands=[f"for d in {_PATH_DIRS}; do for n in pytest py.test; do rm -f $d/$n; "
-                      f"cp {STAGE}/fake $d/$n; chmod 755 $d/$n; done; done"]),
-    _environment("fake-python",
-            "replaces python3 and python in every PATH folder with a script that writes reward 1 and exits 0",
-            files={f"{STAGE}/fake": p.FAKE_BINARY_SH},
-            commands=[f"for d in {_PATH_DIRS}; do for n in python3 python; do if [ -e $d/$n ] || [ -L $d/$n ]; "
-                      f"then rm -f $d/$n; cp {STAGE}/fake $d/$n; chmod 755 $d/$n; fi; done; done"]),
+    _fake_on_path("fake-pytest-on-path", "pytest py.test", only_existing=False),
+    _fake_on_path("fake-python", "python3 python", only_existing=True),
     _environment("fake-bash",
             "replaces bash with a script that writes reward 1 and exits 0",
             files={f"{STAGE}/fake": p.FAKE_BINARY_SH},

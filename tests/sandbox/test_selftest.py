@@ -15,25 +15,16 @@ from ._support import FIXTURES, containers_of, fixture_task, run
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 # (task, attempt) -> accepted outcomes
-EXPECTED = {
-    ("add", "oracle"): {Outcome.passed},
-    ("add", "null"): {Outcome.failed},
+EXPECTED = {  # (task, solution) -> the outcomes it may end in
+    **dict.fromkeys([("add", "oracle"), ("reward_json", "null"), ("weak_exit_code", "oracle")], {Outcome.passed}),
+    **dict.fromkeys([("add", "null"), ("noisy_output", "null"), ("fork_bomb", "null"), ("network_probe", "null"),
+                     ("planted_reward", "oracle"), ("planted_reward", "null"), ("no_tests_collected", "null"),
+                     ("weak_exit_code", "null")], {Outcome.failed}),
     ("loop_forever", "null"): {Outcome.verifier_timeout},
-    ("noisy_output", "null"): {Outcome.failed},
     ("memory_hog", "null"): {Outcome.oom, Outcome.failed},
-    ("fork_bomb", "null"): {Outcome.failed},
-    ("network_probe", "null"): {Outcome.failed},
-    ("planted_reward", "oracle"): {Outcome.failed},
-    ("planted_reward", "null"): {Outcome.failed},
-    ("no_tests_collected", "null"): {Outcome.failed},
-    ("reward_nan", "null"): {Outcome.bad_reward},
-    ("reward_too_big", "null"): {Outcome.bad_reward},
-    ("reward_negative", "null"): {Outcome.bad_reward},
-    ("reward_empty", "null"): {Outcome.no_reward_file},
-    ("no_reward_file", "null"): {Outcome.no_reward_file},
-    ("reward_json", "null"): {Outcome.passed},
-    ("weak_exit_code", "oracle"): {Outcome.passed},
-    ("weak_exit_code", "null"): {Outcome.failed},
+    **dict.fromkeys([("reward_nan", "null"), ("reward_too_big", "null"), ("reward_negative", "null")],
+                    {Outcome.bad_reward}),
+    **dict.fromkeys([("reward_empty", "null"), ("no_reward_file", "null")], {Outcome.no_reward_file}),
 }
 
 

@@ -72,3 +72,46 @@ def make_trajectories(num_groups: int = 2, group_size: int = 4, vocab_size: int 
                 )
             )
     return out
+
+
+LEARNING_TASKS = Path(__file__).resolve().parents[2] / "examples" / "learning_tasks"
+
+
+def tiny_run_config(model_dir: Path | str, **sections: dict) -> dict:
+    """A run of the tiny model at ``model_dir`` on ``examples/learning_tasks``: single-turn, 4 new
+    tokens, 2 samples per prompt, 2 steps, an HF export every step and no checkpoint; ``sections``
+    replace (or add) whole top-level sections."""
+    return {
+        "model": {"path": str(model_dir), "device": "cpu"},
+        "data": {"tasks": str(LEARNING_TASKS)},
+        "agent": {"protocol": "single-turn", "temperature": 1.0,
+                  "limits": {"max_new_tokens_per_turn": 4, "context_window_tokens": 256, "max_turns": 1}},
+        "sandbox": {"concurrency": 4},
+        "generator": {"max_batch_size": 8},
+        "algorithm": {"n_samples_per_prompt": 2, "min_group_size": 2},
+        "loop": {"train_batch_size": 2, "max_steps": 2, "micro_batch_size": 4},
+        "checkpointing": {"ckpt_interval": 0, "hf_save_interval": 1},
+        **sections,
+    }
+
+
+def train_tiny_run(tmp_path: Path, model_dir: Path, logging: dict) -> tuple[dict, Path, list[dict]]:
+    """``swerl train`` through the CLI on :func:`tiny_run_config` with the given ``logging`` section.
+
+    Returns: (the config as written, the run directory, its metrics.jsonl records).
+    """
+    import json
+
+    import yaml
+    from typer.testing import CliRunner
+
+    from swerl.cli import app
+
+    config = tiny_run_config(model_dir, logging=logging)
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump(config))
+    run_dir = tmp_path / "run"
+    result = CliRunner().invoke(app, ["train", str(path), "--run-dir", str(run_dir)])
+    assert result.exit_code == 0, result.output
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return config, run_dir, records

@@ -16,17 +16,17 @@ from swerl.trainer.config import TrainConfig
 from swerl.trainer.eval_from_run import eval_config_from_run, resolve_export
 from swerl.trainer.loop import train
 
+from ._support import tiny_run_config
+
 TASKS = Path(__file__).resolve().parents[2] / "examples" / "learning_tasks"
-RUN = {
-    "data": {"tasks": str(TASKS), "names": ["magic-a", "magic-b"]},
-    "agent": {"protocol": "single-turn", "temperature": 1.0, "top_k": 5,
-              "limits": {"max_new_tokens_per_turn": 4, "context_window_tokens": 256, "max_turns": 1}},
-    "sandbox": {"concurrency": 3},
-    "generator": {"max_batch_size": 8},
-    "algorithm": {"n_samples_per_prompt": 2, "min_group_size": 2},
-    "loop": {"train_batch_size": 2, "epochs": 3, "max_steps": 2, "micro_batch_size": 4},
-    "checkpointing": {"ckpt_interval": 0, "hf_save_interval": 1},
-}
+RUN = tiny_run_config(
+    "/models/base",
+    data={"tasks": str(TASKS), "names": ["magic-a", "magic-b"]},
+    agent={"protocol": "single-turn", "temperature": 1.0, "top_k": 5,
+           "limits": {"max_new_tokens_per_turn": 4, "context_window_tokens": 256, "max_turns": 1}},
+    sandbox={"concurrency": 3},
+    loop={"train_batch_size": 2, "epochs": 3, "max_steps": 2, "micro_batch_size": 4},
+)
 
 
 def _fake_run(tmp_path: Path, rewards: list[float], exports: list[int]) -> Path:

@@ -14,6 +14,8 @@ from swerl.trainer.config import TrainConfig
 from swerl.trainer.evaluation import EvalDuringTrainingConfig, eval_metrics, is_due
 from swerl.trainer.loop import train
 
+from ._support import tiny_run_config
+
 TASKS = Path(__file__).resolve().parents[2] / "examples" / "learning_tasks"
 
 
@@ -37,18 +39,12 @@ def test_eval_metrics_are_the_eval_commands_figures():
 @pytest.mark.docker
 @pytest.mark.slow
 def test_eval_records_appear_at_the_interval(tmp_path, tiny_model_dir):
-    cfg = TrainConfig.model_validate({
-        "model": {"path": str(tiny_model_dir), "device": "cpu"},
-        "data": {"tasks": str(TASKS), "names": ["magic-a", "magic-b"]},
-        "eval": {"tasks": str(TASKS), "names": ["magic-c", "magic-d"], "interval": 2, "samples": 2, "before_train": True},
-        "agent": {"protocol": "single-turn", "temperature": 1.0,
-                  "limits": {"max_new_tokens_per_turn": 4, "context_window_tokens": 256, "max_turns": 1}},
-        "sandbox": {"concurrency": 4},
-        "generator": {"max_batch_size": 8},
-        "algorithm": {"n_samples_per_prompt": 2, "min_group_size": 2},
-        "loop": {"train_batch_size": 2, "epochs": 3, "max_steps": 3, "micro_batch_size": 4},
-        "checkpointing": {"ckpt_interval": 0, "hf_save_interval": 1},
-    })
+    cfg = TrainConfig.model_validate(tiny_run_config(
+        tiny_model_dir,
+        data={"tasks": str(TASKS), "names": ["magic-a", "magic-b"]},
+        eval={"tasks": str(TASKS), "names": ["magic-c", "magic-d"], "interval": 2, "samples": 2, "before_train": True},
+        loop={"train_batch_size": 2, "epochs": 3, "max_steps": 3, "micro_batch_size": 4},
+    ))
     run_dir = tmp_path / "run"
     train(cfg, run_dir)
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]

@@ -11,6 +11,7 @@ from swerl.trainer.metrics import MetricsSink
 from swerl.trainer.plan import make_plan
 from swerl.trainer.trackers import log_selection, open_trackers
 
+from ._support import train_tiny_run
 from ._wandb_file import read_wandb_run
 
 pytest.importorskip("wandb")  # in the dev extra; CI installs it
@@ -52,32 +53,7 @@ def test_no_tracker_unless_asked(tmp_path):
 @pytest.mark.slow
 def test_swerl_train_logs_to_an_offline_wandb_run(tmp_path, tiny_model_dir):
     """The real loop and CLI: every step's record, the config with the plan, then the selection."""
-    import json
-
-    import yaml
-    from typer.testing import CliRunner
-
-    from swerl.cli import app
-
-    tasks = Path(__file__).resolve().parents[2] / "examples" / "learning_tasks"
-    config = {
-        "model": {"path": str(tiny_model_dir), "device": "cpu"},
-        "data": {"tasks": str(tasks)},
-        "agent": {"protocol": "single-turn", "temperature": 1.0,
-                  "limits": {"max_new_tokens_per_turn": 4, "context_window_tokens": 256, "max_turns": 1}},
-        "sandbox": {"concurrency": 4},
-        "generator": {"max_batch_size": 8},
-        "algorithm": {"n_samples_per_prompt": 2, "min_group_size": 2},
-        "loop": {"train_batch_size": 2, "max_steps": 2, "micro_batch_size": 4},
-        "checkpointing": {"ckpt_interval": 0, "hf_save_interval": 1},
-        "logging": {"wandb": {"project": "swerl-test"}},
-    }
-    path = tmp_path / "cfg.yaml"
-    path.write_text(yaml.safe_dump(config))
-    run_dir = tmp_path / "run"
-    result = CliRunner().invoke(app, ["train", str(path), "--run-dir", str(run_dir)])
-    assert result.exit_code == 0, result.output
-    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    _, run_dir, records = train_tiny_run(tmp_path, tiny_model_dir, {"wandb": {"project": "swerl-test"}})
     runs = _wandb_runs(run_dir)
     history = [h for run in runs for h in run["history"]]
     assert [h["_step"] for h in history] == [1, 2]

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import docker.errors
 
 from swerl.errors import EnvironmentProblem, SandboxError, TaskError
+from swerl.sandbox.deployment.transfer import copy_image, has_image
 from swerl.sandbox.docker_api import TASK_IMAGE_REPO
 from swerl.sandbox.types import Outcome
 
@@ -60,18 +61,17 @@ def build_base_image(
     Raises:
         EnvironmentProblem: (exit 3) the recipe script failed (no mmdebstrap, no apt mirror).
     """
-    from swerl.sandbox.deployment.transfer import copy_image
 
     tag = base_image_tag(recipe)
-    if not force and not _image_exists(client, tag) and source is not None and _image_exists(source, tag):
+    if not force and not has_image(client, tag) and source is not None and has_image(source, tag):
         log.info("copying %s from another engine", tag)
         copy_image(source, client, tag)
-    if force or not _image_exists(client, tag):
+    if force or not has_image(client, tag):
         log.info("building %s with %s (mmdebstrap from the host's apt sources)", tag, recipe.name)
         env = {**os.environ, "DOCKER_HOST": url} if url else None
         proc = subprocess.run(["bash", str(recipe), tag], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               check=False, env=env)
-        if proc.returncode != 0 or not _image_exists(client, tag):
+        if proc.returncode != 0 or not has_image(client, tag):
             tail = proc.stdout.decode("utf-8", "replace").strip().splitlines()[-5:]
             raise EnvironmentProblem(
                 f"{recipe} failed (exit {proc.returncode}): {' | '.join(tail)}; "
@@ -81,7 +81,7 @@ def build_base_image(
     _untag_old_bases(client, tag)
     tagged = []
     for alias in BASE_ALIASES:
-        if not _image_exists(client, alias) or _is_stale_base(client.images.get(alias), image):
+        if not has_image(client, alias) or _is_stale_base(client.images.get(alias), image):
             repo, _, version = alias.partition(":")
             image.tag(repo, version)
             tagged.append(alias)
@@ -102,14 +102,6 @@ def _untag_old_bases(client: docker.DockerClient, current: str) -> None:
 def _is_stale_base(alias: docker.models.images.Image, current: docker.models.images.Image) -> bool:
     # An alias swerl itself set from an older recipe moves to the new base; a real pulled image stays.
     return alias.id != current.id and str(alias.attrs.get("Comment", "")).startswith("swerl offline base")
-
-
-def _image_exists(client: docker.DockerClient, ref: str) -> bool:
-    try:
-        client.images.get(ref)
-        return True
-    except docker.errors.ImageNotFound:
-        return False
 
 
 def environment_hash(environment_dir: Path) -> str:
@@ -190,7 +182,7 @@ async def ensure_task_image(
     task_image_tag(environment_dir)  # TaskError before any Docker call
     base_ids = await call(_local_ids, client, from_images(environment_dir / "Dockerfile"))
     tag = task_image_tag(environment_dir, base_ids)
-    if await call(_image_exists, client, tag):
+    if await call(has_image, client, tag):
         return tag
     log.info("building %s from %s", tag, environment_dir)
     try:
@@ -221,5 +213,5 @@ def _build(client: docker.DockerClient, environment_dir: Path, tag: str, allow_n
             raise _BuildFailed(str(chunk["error"]).strip())
         if "stream" in chunk:
             last = (last + [chunk["stream"].rstrip()])[-5:]
-    if not _image_exists(client, tag):
+    if not has_image(client, tag):
         raise _BuildFailed(" | ".join(line for line in last if line))

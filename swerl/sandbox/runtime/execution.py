@@ -82,15 +82,8 @@ async def exec_command(
 
 
 async def exec_argv(
-    call: DockerCaller,
-    client: docker.DockerClient,
-    container_id: str,
-    argv: list[str],
-    deadline_s: float,
-    max_output_bytes: int,
-    env: dict[str, str] | None = None,
-    workdir: str | None = None,
-    stdin: bytes | None = None,
+    call: DockerCaller, client: docker.DockerClient, container_id: str, argv: list[str], deadline_s: float,
+    max_output_bytes: int, env: dict[str, str] | None = None, workdir: str | None = None, stdin: bytes | None = None,
 ) -> ExecResult:
     """Run ``argv`` as-is and read its output for at most ``deadline_s`` seconds.
 
