@@ -1,4 +1,4 @@
-"""Checkpoint selection: the trailing-EMA rule over a run's ``metrics.jsonl`` (algorithms.md §6).
+"""Checkpoint selection: the trailing-EMA rule over a run's ``metrics.jsonl`` (docs/algorithms.md, Metrics and checkpoint selection).
 
 Stage: last, after training; reads files only (no torch). ``swerl select-checkpoint`` renders
 the returned :class:`Selection`.

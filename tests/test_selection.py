@@ -1,4 +1,4 @@
-"""Checkpoint selection (algorithms.md §6): the EMA rule, eligibility, malformed input, and the CLI."""
+"""Checkpoint selection (docs/algorithms.md, Metrics and checkpoint selection): the EMA rule, eligibility, malformed input, and the CLI."""
 
 import json
 from pathlib import Path

@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field, model_validator
 
 from swerl.sandbox.types import FailureClass
 """``none``: reward counts; ``mask``: infra failure, excluded from the baseline and the loss;
-``zero``: agent failure, reward 0, kept in the baseline (tasks.md §6)."""
+``zero``: agent failure, reward 0, kept in the baseline (docs/tasks.md, Failure classes)."""
 
 
 SegmentKind = Literal["agent", "summary", "questions"]

@@ -1,4 +1,4 @@
-"""swerl.rl stage: the RL math as pure torch functions (algorithms.md §1-4).
+"""swerl.rl stage: the RL math as pure torch functions (docs/algorithms.md).
 
 - ``config.py``: ``AlgorithmConfig`` (validated once) and the ``SEED_RUN`` preset.
 - ``advantages.py``: ``rloo``, ``rloo_n``, ``grpo`` from rewards, group ids and exclusion flags.

@@ -7,7 +7,7 @@ Every estimator takes
 - ``group_ids``: (N,) int64, the group (prompt ``uid``) of each trajectory, in ANY order
   (rows of one group need not be contiguous; the result is permutation invariant),
 - ``exclude``: (N,) bool or None, ``exclude_from_baseline`` (infrastructure failures,
-  tasks.md §6); excluded rows get A = 0 and are left out of every group statistic,
+  docs/tasks.md, Failure classes); excluded rows get A = 0 and are left out of every group statistic,
 
 and returns ``(advantages, metrics)``: (N,) float32 and a dict with
 ``advantage/zero_variance_groups``, ``advantage/below_min_groups``,
@@ -166,7 +166,7 @@ def rloo_n(
     Returns: (N,) float32 advantages; metrics dict. Golden: rewards [1,1,1,0,0,0,0,0] in one
         group give +0.7143 (= 8/7 * 5/8) for the ones and -0.4286 (= -8/7 * 3/8) for the zeros.
     Raises: NonFiniteRewardError; ValueError if ``min_group_size`` < 2 or shapes mismatch.
-    Source: algorithms.md §1 (MarinSkyRL ``rloo_n``); RLOO: Ahmadian et al. 2024.
+    Source: docs/algorithms.md, Advantages (MarinSkyRL ``rloo_n``); RLOO: Ahmadian et al. 2024.
     """
     if min_group_size < 2:
         raise ValueError(f"min_group_size must be >= 2, got {min_group_size}")

@@ -1,5 +1,5 @@
 """The algorithm's settings (advantage estimator, policy loss, TIS, loss reduction), validated
-once at load time; ``AlgorithmConfig.seed_run()`` is the seed run's recipe (algorithms.md §1-5).
+once at load time; ``AlgorithmConfig.seed_run()`` is the seed run's recipe (docs/algorithms.md).
 
 Stage: ``rl/``. The trainer receives a validated ``AlgorithmConfig`` and never re-checks it.
 """
@@ -16,7 +16,7 @@ AgentFailureTokens = Literal["train", "mask"]
 LossReduction = Literal["token_mean", "sequence_mean", "seq_mean_token_sum_norm", "seq_mean_token_sum_norm_global"]
 
 TIS_COMPATIBLE_LOSSES: frozenset[str] = frozenset({"regular", "dual_clip"})
-"""Policy losses whose per-token loss TIS may reweight (algorithms.md §3)."""
+"""Policy losses whose per-token loss TIS may reweight (docs/algorithms.md, Truncated importance sampling)."""
 SEQNORM_REDUCTIONS: frozenset[str] = frozenset({"seq_mean_token_sum_norm", "seq_mean_token_sum_norm_global"})
 """Reductions that divide by ``max_seq_len`` and so require it explicitly."""
 
@@ -72,7 +72,7 @@ class AlgorithmConfig(BaseModel):
     """TIS cap C: w = min(pi_old / mu, C); must be > 0 when ``use_tis``."""
 
     loss_reduction: LossReduction = "token_mean"
-    """How per-token losses become the step objective (algorithms.md §4); the denominators are
+    """How per-token losses become the step objective (docs/algorithms.md, Loss reductions); the denominators are
     counted over the whole optimizer step (all micro-batches, all ranks)."""
 
     max_seq_len: int | None = Field(None, ge=1)
@@ -144,4 +144,4 @@ SEED_RUN = AlgorithmConfig(
     kl_loss_coef=0.0,
     entropy_coef=0.0,
 )
-"""The seed run's ``AlgorithmConfig`` (algorithms.md §1-5)."""
+"""The seed run's ``AlgorithmConfig`` (docs/algorithms.md)."""

@@ -51,7 +51,7 @@ POLICY_LOSSES: dict[str, Registered] = {
 def compute_advantages(
     config: AlgorithmConfig, rewards: Tensor, group_ids: Tensor, exclude: Tensor | None
 ) -> tuple[Tensor, dict[str, float]]:
-    """Per-trajectory advantages with the configured estimator (algorithms.md §1).
+    """Per-trajectory advantages with the configured estimator (docs/algorithms.md, Advantages).
 
     Args:
         config: validated AlgorithmConfig.

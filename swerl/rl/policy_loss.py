@@ -1,7 +1,7 @@
 """Per-token policy losses (PPO clip, dual clip) and the optional KL and entropy terms.
 
 Stage: ``rl/``. Every function maps (B, T) tensors to (B, T) float32 per-token values; the
-loss mask and the reduction are applied later (``reductions.py``). Spec: algorithms.md §2.
+loss mask and the reduction are applied later (``reductions.py``). See docs/algorithms.md, Policy loss.
 """
 
 from __future__ import annotations

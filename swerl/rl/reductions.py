@@ -1,4 +1,4 @@
-"""Loss reductions with optimizer-step-level denominators (algorithms.md §4).
+"""Loss reductions with optimizer-step-level denominators (docs/algorithms.md, Loss reductions).
 
 Stage: ``rl/``. The four reductions turn masked per-token losses l_it into one objective per
 optimizer step. Their denominators are counted over the WHOLE step (every micro-batch of the

@@ -1,7 +1,7 @@
 """Truncated importance sampling (TIS): per-token weights correcting sampler/trainer mismatch.
 
 Stage: ``rl/``. The weight multiplies the per-token policy loss after clipping and before the
-reduction; it never touches a denominator, the KL or the entropy term. Spec: algorithms.md §3.
+reduction; it never touches a denominator, the KL or the entropy term. See docs/algorithms.md, Truncated importance sampling.
 """
 
 from __future__ import annotations

@@ -51,7 +51,7 @@ class Outcome(str, enum.Enum):
 
     @property
     def failure_class(self) -> FailureClass:
-        """What the trial does to training (spec §6): ``mask`` for infrastructure and verifier
+        """What the trial does to training (docs/tasks.md, Failure classes): ``mask`` for infrastructure and verifier
         faults (excluded from the RLOO baseline), ``zero`` for the agent's own failures
         (reward 0, kept), ``none`` when a reward was read."""
         return _FAILURE_CLASS[self]
@@ -193,12 +193,12 @@ class ExecResult(BaseModel):
 
 
 class VerifierResult(BaseModel):
-    """Verdict of the task's hidden tests (spec §2).
+    """Verdict of the task's hidden tests (docs/tasks.md, The verifier protocol).
 
     Attributes:
         outcome: typed outcome; ``passed`` iff the reward is 1.
         reward: in [0, 1]; 0 for every outcome other than passed/failed.
-        failure_class: ``none``/``mask``/``zero`` (spec §6).
+        failure_class: ``none``/``mask``/``zero`` (docs/tasks.md, Failure classes).
         output_tail: last few KiB of ``/logs/verifier/test-stdout.txt`` (decoded with replacement).
         duration_s: wall-clock seconds of the whole verification.
         detail: one line saying why, for anything but ``passed``.

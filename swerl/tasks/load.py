@@ -43,7 +43,7 @@ def _format_validation_error(err: ValidationError) -> str:
 
 
 def _unknown_keys(config: TaskConfig) -> list[str]:
-    """Dotted names of task.toml keys the spec does not define (kept in ``model_extra``)."""
+    """Dotted names of task.toml keys docs/tasks.md does not define (kept in ``model_extra``)."""
     keys = [k for k in (config.model_extra or {})]
     for section in ("agent", "verifier", "environment"):
         keys += [f"{section}.{k}" for k in (getattr(config, section).model_extra or {})]

@@ -105,7 +105,7 @@ class EnvironmentSection(_Section):
 
 
 class TaskConfig(_Section):
-    """The whole ``task.toml`` with the spec's defaults."""
+    """The whole ``task.toml`` with the defaults of docs/tasks.md."""
 
     version: str = "1.0"
     metadata: dict[str, Any] = Field(default_factory=dict)

@@ -1,7 +1,7 @@
 """Data-parallel plumbing: process group setup under ``torchrun``, sums across ranks, rank slices.
 
 Gradients are reduced by an explicit SUM (never an average), so that the gradient every rank
-applies equals the one of a single process over the whole batch (algorithms.md §4: no extra
+applies equals the one of a single process over the whole batch (docs/algorithms.md, Loss reductions: no extra
 1/world_size). Without ``torchrun`` everything here degrades to a one-rank no-op.
 """
 

@@ -1,4 +1,4 @@
-"""What a training step reports: rollout statistics with the spec's names (algorithms.md §6), and
+"""What a training step reports: rollout statistics with the names of docs/metrics.md, and
 the sinks that record them (``metrics.jsonl``, TensorBoard, ``trajectories/step_N.jsonl``).
 
 Metric keys are slash-namespaced; every record carries ``global_step``.

@@ -1,6 +1,6 @@
 """The policy update of one training step: old log-probs, then micro-batched optimizer steps.
 
-Per optimizer step (docs/algorithms.md §4): count the step's denominators over all its micro-batches,
+Per optimizer step (docs/algorithms.md, Loss reductions): count the step's denominators over all its micro-batches,
 SUM them over ranks (one all-reduce), then for each micro-batch forward at the sampling
 temperature, ``compute_policy_loss`` (PPO clip, TIS, reduction) and ``backward``; gradients are
 SUMMED over ranks (replicated models) or FSDP's average is cancelled by scaling the loss by W;

@@ -1,4 +1,4 @@
-"""Advantage estimators against worked examples (algorithms.md §1)."""
+"""Advantage estimators against worked examples (docs/algorithms.md, Advantages)."""
 
 import math
 

@@ -1,4 +1,4 @@
-"""PPO clip (asymmetric), dual clip, k3 KL and entropy on hand-set ratios (algorithms.md §2)."""
+"""PPO clip (asymmetric), dual clip, k3 KL and entropy on hand-set ratios (docs/algorithms.md, Policy loss)."""
 
 import math
 

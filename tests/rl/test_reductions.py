@@ -1,5 +1,5 @@
 """The four loss reductions: formulas by hand, and invariance to micro-batching and gradient
-accumulation on a real tiny causal LM with ragged rows (algorithms.md §4)."""
+accumulation on a real tiny causal LM with ragged rows (docs/algorithms.md, Loss reductions)."""
 
 import pytest
 import torch

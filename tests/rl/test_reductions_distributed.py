@@ -1,5 +1,5 @@
 """Two real gloo ranks with DDP equal one rank over the union, for every reduction, once the
-framework's gradient averaging is cancelled (algorithms.md §4, swerl: no extra 1/W)."""
+framework's gradient averaging is cancelled (docs/algorithms.md, Loss reductions, swerl: no extra 1/W)."""
 
 import socket
 

@@ -1,4 +1,4 @@
-"""Truncated importance sampling weights (algorithms.md §3)."""
+"""Truncated importance sampling weights (docs/algorithms.md, Truncated importance sampling)."""
 
 import math
 

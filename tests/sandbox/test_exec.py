@@ -62,9 +62,9 @@ def test_files_round_trip_as_tar_streams(docker_client, tmp_path):
 
     async def body(sb):
         await sb.write_file("/app/deep/dir/data.bin", b"\x00\xff binary", mode=0o600)
-        await sb.upload_dir(tmp_path, "/work/up")
+        await sb.upload_dir(tmp_path, "/srv/up")
         data = await sb.read_file("/app/deep/dir/data.bin")
-        listing = await sb.exec("stat -c '%a %n' /app/deep/dir/data.bin; cat /work/up/pkg/mod.py; bash /work/up/run.sh", timeout_s=10)
+        listing = await sb.exec("stat -c '%a %n' /app/deep/dir/data.bin; cat /srv/up/pkg/mod.py; bash /srv/up/run.sh", timeout_s=10)
         return data, listing
 
     (data, listing), _ = run(_in_sandbox(body))

@@ -70,7 +70,7 @@ def test_resume_reproduces_the_uninterrupted_run(tmp_path, tiny_model_dir):
     result = train(cfg, full)
     assert result.steps_trained == 3 and result.last_step == 3
 
-    # Run directory: config, one record per step with the spec's names, checkpoints, exports, dumps.
+    # Run directory: config, one record per step with the names of docs/metrics.md, checkpoints, exports, dumps.
     recs = records(full)
     assert [r["global_step"] for r in recs] == [1, 2, 3]
     missing = [k for k in SPEC_METRICS if k not in recs[0]]

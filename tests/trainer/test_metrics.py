@@ -1,4 +1,4 @@
-"""Step metrics: the spec's names and values, metrics.jsonl records, TensorBoard, trajectory dumps."""
+"""Step metrics: the names and values of docs/metrics.md, metrics.jsonl records, TensorBoard, trajectory dumps."""
 
 from __future__ import annotations
 

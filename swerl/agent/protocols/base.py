@@ -42,7 +42,7 @@ class TurnResult:
 
 
 class AgentProtocol(ABC):
-    """One way of talking to the model (tasks.md §5)."""
+    """One way of talking to the model (docs/tasks.md, Agent protocols)."""
 
     name: ClassVar[str]
     stop_strings: ClassVar[tuple[str, ...]] = ()

@@ -1,5 +1,5 @@
 """single-turn: one completion; its first fenced Python block becomes the solution file
-(tasks.md §5). The cheapest protocol: tiny models and smoke tests."""
+(docs/tasks.md, Agent protocols). The cheapest protocol: tiny models and smoke tests."""
 
 from __future__ import annotations
 

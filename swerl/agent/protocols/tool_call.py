@@ -1,4 +1,4 @@
-"""tool-call: Qwen3/Hermes native function calling with one ``bash`` tool (tasks.md §5).
+"""tool-call: Qwen3/Hermes native function calling with one ``bash`` tool (docs/tasks.md, Agent protocols).
 
 The model calls ``<tool_call>{"name": "bash", "arguments": {"command": "..."}}</tool_call>``;
 each command runs in the episode's persistent shell (``cd`` and variables persist) with the

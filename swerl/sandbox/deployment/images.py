@@ -2,7 +2,7 @@
 
 The base image is Debian bookworm from the host's apt sources (``sandboxes/build-base.sh``:
 mmdebstrap piped into ``docker import``), tagged ``swerl/base:<recipe hash>`` and under the
-``python:3.X-slim`` names tasks use when those are absent (spec §4). A task image is built
+``python:3.X-slim`` names tasks use when those are absent (docs/tasks.md, Offline sandbox images). A task image is built
 from ``environment/`` without network and tagged ``swerl-task:<hash of the folder>``; a
 second build of the same folder is a cache hit.
 """
