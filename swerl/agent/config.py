@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from swerl.fields import set_fields
 from swerl.inference.base import SamplingParams
 
 ProtocolName = Literal["terminus-json", "terminus-json-fast", "tool-call", "single-turn"]
@@ -34,6 +36,16 @@ class EpisodeLimits(BaseModel):
         None, ge=1,
         description="Unparsable replies in a row before the episode ends with parse_failures; None = no cap (terminus-2).",
     )
+
+
+_READ_ONLY_WHEN: dict[str, tuple[Callable[[AgentConfig], bool], str]] = {
+    "reasoning_split": (lambda c: c.protocol == "terminus-json", "by protocol 'terminus-json'"),
+    "solution_path": (lambda c: c.protocol == "single-turn", "by protocol 'single-turn'"),
+    "output_budget_bytes": (lambda c: c.protocol != "single-turn", "by the multi-turn protocols, not 'single-turn'"),
+    "proactive_summarization_threshold_tokens": (lambda c: c.on_context_full == "summarize",
+                                                 "with on_context_full=summarize"),
+}
+"""Fields read under one setting only (checked at load): name -> (reads(config), the setting in words)."""
 
 
 class AgentConfig(BaseModel):
@@ -117,6 +129,9 @@ class AgentConfig(BaseModel):
                 f"single_turn_prefill={self.single_turn_prefill!r} only applies to protocol 'single-turn' "
                 f"(got {self.protocol!r}); set it to 'none' or switch the protocol"
             )
+        for name, (reads, why) in _READ_ONLY_WHEN.items():
+            if not reads(self) and set_fields(self, [name]):
+                raise ValueError(f"{name} is only read {why}: remove it or switch")
         return self
 
     def sampling(

@@ -6,6 +6,20 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from swerl.fields import set_fields
+
+
+ONLY_READ_BY: dict[str, tuple[str, ...]] = {
+    "hf": ("device",),
+    "vllm": ("vllm_mode", "num_servers", "server_urls", "cpu_cores", "kv_cache_space_gib", "server_start_timeout_s",
+             "gpu_memory_utilization", "max_model_len", "max_num_seqs", "max_num_batched_tokens", "enforce_eager",
+             "enable_prefix_caching", "enable_sleep_mode", "fp32_lm_head", "weight_sync", "weight_sync_dir"),
+    "openai": ("tokenizer", "api_key_env", "openai_endpoint"),
+}
+"""Fields that one backend alone reads; set with another backend, they are refused at load."""
+SERVERS_ONLY: tuple[str, ...] = ("num_servers", "server_urls", "server_start_timeout_s")
+"""vllm fields read by the server pool only (not by an in-process engine)."""
+
 
 class InferenceConfig(BaseModel):
     """One generation backend and its knobs (``make_backend`` builds it).
@@ -103,6 +117,14 @@ class InferenceConfig(BaseModel):
             )
         if self.backend == "vllm" and self.dtype == "float16":
             raise ValueError("inference.dtype float16 is not supported with vllm; fix: use bfloat16 (trainer dtype)")
+        for backend, names in ONLY_READ_BY.items():
+            stray = set_fields(self, names) if self.backend != backend else []
+            if stray:
+                raise ValueError(f"inference.{stray[0]} is only read by backend {backend!r}, not {self.backend!r}: "
+                                 "remove it")
+        stray = set_fields(self, SERVERS_ONLY) if self.backend == "vllm" and self.vllm_mode == "inprocess" else []
+        if stray:
+            raise ValueError(f"inference.{stray[0]} is only read with vllm_mode=servers: remove it or set vllm_mode=servers")
         return self
 
     @property

@@ -97,11 +97,18 @@ class EnvironmentSection(_Section):
         description="Disk budget of the container's writable layer, MiB: swerl kills a container past it "
         "(the trial ends as disk_limit, masked); see SandboxConfig.disk_poll_s.",
     )
-    gpus: int = Field(0, ge=0, description="GPUs requested (swerl runs CPU sandboxes only).")
+    gpus: int = Field(0, ge=0, description="GPUs requested: swerl runs CPU sandboxes only, so only 0 is accepted.")
     allow_internet: bool = Field(
         False,
         description="Task asks for network. swerl grants it only with --allow-network (Harbor defaults true).",
     )
+
+    @field_validator("gpus")
+    @classmethod
+    def _no_gpus(cls, value: int) -> int:
+        if value:
+            raise ValueError(f"gpus = {value} is not supported: swerl runs CPU sandboxes only; set gpus = 0 or remove it")
+        return value
 
 
 class TaskConfig(_Section):

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from swerl.agent.config import AgentConfig
 from swerl.errors import ConfigError
+from swerl.fields import set_fields
 from swerl.inference.config import InferenceConfig
 from swerl.rl.config import AlgorithmConfig
 from swerl.sandbox.types import SandboxConfig
@@ -188,6 +189,14 @@ class TrainConfig(_Strict):
             raise ValueError(
                 "generator.weight_sync=nccl sends weights to vLLM servers: set generator.vllm_mode=servers or weight_sync=disk"
             )
+        ignored = {"device": "the generator runs on model.device"}
+        if self.generator.backend == "hf":
+            ignored["dtype"] = "generator.backend=hf samples with the trained module itself, in its dtype"
+        else:
+            ignored["num_threads"] = "it sets torch threads for generator.backend=hf only"
+        stray = set_fields(self.generator, ignored)
+        if stray:
+            raise ValueError(f"generator.{stray[0]} would be ignored by swerl train ({ignored[stray[0]]}): remove it")
         if self.algorithm.use_kl_loss:
             raise ValueError("algorithm.use_kl_loss needs a reference policy, which the trainer does not hold yet: set false")
         inert_kl = self.algorithm.kl_loss_coef not in (0.0, AlgorithmConfig.model_fields["kl_loss_coef"].default)
