@@ -114,14 +114,8 @@ async def run_episode(
 
 
 async def _agent_loop(
-    protocol: AgentProtocol,
-    chat: ChatFormat,
-    sandbox: Any,
-    policy: Policy,
-    cfg: AgentConfig,
-    limits: EpisodeLimits,
-    state: _EpisodeState,
-    seed: int | None,
+    protocol: AgentProtocol, chat: ChatFormat, sandbox: Any, policy: Policy, cfg: AgentConfig,
+    limits: EpisodeLimits, state: _EpisodeState, seed: int | None,
 ) -> EndReason:
     """Turns until the protocol, a budget or the context window ends the episode."""
     await protocol.start(sandbox)

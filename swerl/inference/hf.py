@@ -230,6 +230,23 @@ class HFBackend:
             pad_token_id=pad_id,
             use_cache=True,
         )
+        sequences = self._generate_neutral(input_ids, attention_mask, config, recorder, criteria)
+        generated = sequences[:, input_ids.shape[1] :].tolist()
+        logprobs = torch.stack(recorder.logprobs, dim=1).tolist() if recorder.logprobs else [[] for _ in prompts]
+        hits = stop_strings.hit_len if stop_strings is not None else [None] * len(prompts)
+        return [
+            self._finish(ids, row_logprobs, stop_ids, hit, sampling.max_new_tokens)
+            for ids, row_logprobs, hit in zip(generated, logprobs, hits, strict=True)
+        ]
+
+    def _generate_neutral(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, config: GenerationConfig,
+        recorder: _SampleAndRecord, criteria: StoppingCriteriaList,
+    ) -> torch.Tensor:
+        """``model.generate`` in eval mode under no_grad, with our processor and stopping criteria only.
+
+        Returns: (B, prompt + new) token ids; the model's train mode and generation config are restored.
+        """
         was_training = self.model.training
         # The model's own generation config (e.g. Qwen3's temperature/top-k, a repetition penalty)
         # would fill every unset field of ours and add processors before our sampler: swap in a
@@ -239,7 +256,7 @@ class HFBackend:
         self.model.eval()
         try:
             with torch.no_grad():
-                sequences = self.model.generate(
+                return self.model.generate(
                     input_ids=input_ids,
                     attention_mask=attention_mask,
                     generation_config=config,
@@ -249,13 +266,6 @@ class HFBackend:
         finally:
             self.model.train(was_training)
             self.model.generation_config = model_defaults
-        generated = sequences[:, input_ids.shape[1] :].tolist()
-        logprobs = torch.stack(recorder.logprobs, dim=1).tolist() if recorder.logprobs else [[] for _ in prompts]
-        hits = stop_strings.hit_len if stop_strings is not None else [None] * len(prompts)
-        return [
-            self._finish(ids, row_logprobs, stop_ids, hit, sampling.max_new_tokens)
-            for ids, row_logprobs, hit in zip(generated, logprobs, hits, strict=True)
-        ]
 
     def _finish(
         self, ids: list[int], logprobs: list[float], stop_ids: set[int], hit: int | None, budget: int
