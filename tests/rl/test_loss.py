@@ -142,3 +142,7 @@ def test_registries_cover_every_configurable_name():
     assert set(ADVANTAGE_ESTIMATORS) == set(get_args(AdvantageEstimator))
     assert set(POLICY_LOSSES) == set(get_args(PolicyLossName))
     assert set(REDUCTIONS) == set(get_args(LossReduction))
+    from swerl.rl.config import AlgorithmConfig
+
+    for entry in [*ADVANTAGE_ESTIMATORS.values(), *POLICY_LOSSES.values()]:  # the config fields each one takes
+        assert set(entry.params) <= set(AlgorithmConfig.model_fields), entry
