@@ -291,6 +291,6 @@ def run_eval(config: EvalConfig, on_event: Callable[[RolloutEvent], None] | None
         records = sorted(read_records(episodes.path), key=lambda r: (order[r["group_id"]], r["sample_index"]))
         summary = _summarize_records(config, records, previous_wall_s + time.monotonic() - started, expected)
         if not summary["partial"]:  # complete: the file in task order, like an uninterrupted eval
-            _atomic_write(episodes.path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+            atomic_write_text(episodes.path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
         write_summary(config.out_dir, summary)
     return [trajectory_from_record(r) for r in records], summary
