@@ -213,6 +213,7 @@ def log_selection(logging_cfg: Any, run_dir: Path, selection: dict[str, Any]) ->
                          resume="allow", settings=wandb.Settings(silent=True, console="off"))
         run.summary.update({f"selection/{k}": v for k, v in selection.items()})
         run.finish()
+        wandb.teardown()  # finish() can return before the service has written the run file
     ml_cfg = getattr(logging_cfg, "mlflow", None)
     if ml_cfg is not None and "mlflow" in ids:
         client = _mlflow_client(ml_cfg, run_dir)
