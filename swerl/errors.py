@@ -1,6 +1,6 @@
 """Typed errors of every stage, each carrying the CLI exit code it maps to.
 
-``cli.py`` catches :class:`SwerlError` once, prints its one-line message to stderr
+``swerl.cli.main`` catches :class:`SwerlError` once, prints its one-line message to stderr
 and exits with ``exit_code``: 2 for bad input or config, 3 for the environment
 (no Docker daemon, missing image), 1 for a failed run. Any other exception is a
 bug in swerl and keeps its traceback.

@@ -1,7 +1,7 @@
 """Log output of the CLI: the plain line format used off a terminal and in ``train.log``, the run's
 log file, and a heartbeat that says what a long phase is doing when no live display can.
 
-Only ``cli.py`` uses this module; library code logs with ``logging.getLogger(__name__)``.
+Only ``swerl.cli`` uses this module; library code logs with ``logging.getLogger(__name__)``.
 """
 
 from __future__ import annotations

@@ -1,0 +1,135 @@
+"""What every command shares: the two consoles, logging setup, the shared flags (``-v``,
+``--json PATH``, ``--engine``), the enum choices, and the ``--json`` writer.
+
+Nothing heavy is imported at module level: ``swerl --help`` imports this file.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+from rich.console import Console
+from typer.core import TyperCommand, TyperGroup, TyperOption
+
+# Off a terminal (CI logs, `2> file`) lines are never wrapped at 80 columns.
+PLAIN_WIDTH = 240
+err_console = Console(stderr=True, width=None if sys.stderr.isatty() else PLAIN_WIDTH)
+out_console = Console(width=None if sys.stdout.isatty() else PLAIN_WIDTH)
+
+
+def setup_logging(verbose: bool = False) -> None:
+    """One handler on stderr; level from ``SWERL_LOG_LEVEL`` or ``--verbose``.
+
+    On a terminal: rich's handler. Off a terminal: plain lines with ISO-8601 UTC timestamps, so a
+    CI log or ``2> run.log`` can be read and grepped. Third-party progress bars (Hugging
+    Face, tqdm) are off either way: swerl draws its own.
+    """
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TQDM_DISABLE", "1")
+    level = "DEBUG" if verbose else os.environ.get("SWERL_LOG_LEVEL", "INFO").upper()
+    if err_console.is_terminal:
+        from rich.logging import RichHandler
+
+        handler: logging.Handler = RichHandler(console=err_console, show_path=False, rich_tracebacks=False)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+    else:
+        from swerl.logs import plain_formatter
+
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(plain_formatter())
+    logging.basicConfig(level=level, handlers=[handler], force=True)
+    for noisy in ("urllib3", "docker", "httpx", "filelock"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def _verbose_callback(value: bool) -> None:
+    if value:
+        setup_logging(verbose=True)
+
+
+class _PlainFlags:
+    """Boolean flags show as plain flags in ``-h``: typer's rich help prints an option's metavar
+    in place of its type, ``<bool>`` for a flag, as if it took a value; a flag gets an empty one."""
+
+    def get_params(self, ctx: Any) -> list:
+        params = super().get_params(ctx)  # type: ignore[misc]
+        for param in params:
+            _plain_flag(param)
+        return params
+
+
+class SwerlCommand(_PlainFlags, TyperCommand):
+    """Every swerl command: ``app.command(name, cls=SwerlCommand)``."""
+
+
+class SwerlGroup(_PlainFlags, TyperGroup):
+    """Every swerl group (``swerl``, ``swerl tasks``, ...): ``typer.Typer(cls=SwerlGroup)``."""
+
+
+def _plain_flag(param: Any) -> None:
+    if isinstance(param, TyperOption) and param.is_flag and param.metavar is None:
+        param.metavar = ""
+
+
+# Shared flags: the same name and meaning on every command.
+Verbose = Annotated[bool, typer.Option("--verbose", "-v", callback=_verbose_callback, help="Debug logging.")]
+JsonOut = Annotated[Optional[str], typer.Option(
+    "--json", metavar="PATH", help="Also write the result as JSON to PATH ('-' = stdout; the tables then go to stderr).")]
+_ENGINE_HELP = ("Docker-API engine URL (unix:///path.sock, tcp://host:port); repeat for a fleet. "
+                "Default: the local engine (DOCKER_HOST, else /var/run/docker.sock).")
+EngineOption = Annotated[Optional[list[str]], typer.Option("--engine", help=_ENGINE_HELP)]
+
+
+def _choices(name: str, *values: str) -> type[Enum]:
+    """A str Enum for a typer option: a bad value fails at parse time naming the flag (exit 2).
+
+    The values repeat a config ``Literal`` (importing the config would slow ``--help``);
+    ``tests/test_cli_flags.py`` keeps them equal.
+    """
+    return Enum(name, {value: value for value in values}, type=str)
+
+
+Backend = _choices("Backend", "hf", "vllm", "openai")  # InferenceConfig.backend
+Protocol = _choices("Protocol", "terminus-json", "terminus-json-fast", "tool-call", "single-turn")  # ProtocolName
+Prefill = _choices("Prefill", "none", "fence", "starter_code")  # SingleTurnPrefill
+Mode = _choices("Mode", "max", "min")  # select-checkpoint
+
+
+def results_console(json_out: str | None) -> Console:
+    """Where human-readable results go: stdout, or stderr when ``--json -`` owns stdout."""
+    return err_console if json_out == "-" else out_console
+
+
+def write_json(json_out: str | None, payload: Any) -> None:
+    """``--json PATH``: the payload as JSON to PATH (atomically: temp file + rename) or stdout for ``-``."""
+    import json
+
+    if json_out is None:
+        return
+    text = json.dumps(payload, indent=2, default=str) + "\n"
+    if json_out == "-":
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    from swerl.fileio import atomic_write_text
+
+    atomic_write_text(Path(json_out), text)
+
+
+def engine_configs(urls: Optional[list[str]]) -> list:  # noqa: ANN201 - list[EngineConfig], imported lazily
+    """``--engine`` values as engine configs (one bad URL: exit 2 naming it)."""
+    from pydantic import ValidationError
+
+    from swerl.errors import ConfigError
+    from swerl.sandbox.deployment.config import EngineConfig
+
+    try:
+        return [EngineConfig(url=url) for url in urls or []]
+    except ValidationError as err:
+        raise ConfigError(f"--engine: {err.errors()[0]['msg']}") from None

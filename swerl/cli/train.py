@@ -1,0 +1,166 @@
+"""``swerl train``: the preflight, the dry-run plan, and the run behind a live view of its steps."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.markup import escape
+
+from swerl.cli.common import JsonOut, Verbose, err_console, results_console, write_json
+from swerl.errors import SwerlError
+
+
+def train_cmd(
+    config: Annotated[Path, typer.Argument(help="YAML TrainConfig (see examples/*.yaml).")],
+    set_: Annotated[Optional[list[str]], typer.Option(
+        "--set", help="Override a field: dotted.key=YAML value (repeatable), e.g. optimizer.lr=1e-5.")] = None,
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run", help="Run the preflight (what the run would reject fails here, docs/cli.md), print the "
+        "resolved config and the run plan, and exit.")] = False,
+    resume: Annotated[Optional[str], typer.Option(
+        help="Resume from 'latest' (the run dir's newest checkpoint) or a checkpoints/global_step_N folder.")] = None,
+    run_dir: Annotated[Optional[Path], typer.Option(
+        "--out", "-o", "--run-dir", help="Run directory (default runs/<config file stem>).")] = None,
+    concurrency: Annotated[Optional[int], typer.Option(
+        "--concurrency", "-c", min=1, help="Episodes (sandboxes) in flight at once: sets loop.rollout_concurrency.")] = None,
+    json_out: JsonOut = None,
+    verbose: Verbose = False,
+) -> None:
+    """Train a policy with RLOO-n on tasks in Docker sandboxes; checkpoints, exports and metrics.jsonl in the run dir.
+
+    Data parallel: launch with `torchrun --nproc_per_node N -m swerl.cli train CONFIG`.
+    """
+    from swerl.trainer.config import load_train_config
+
+    overrides = [*(set_ or []), *([f"loop.rollout_concurrency={concurrency}"] if concurrency else [])]
+    cfg = load_train_config(config, overrides)
+    target = run_dir or Path("runs") / config.stem
+    from swerl.trainer.preflight import run_preflight
+
+    checks = run_preflight(cfg, target, resume)  # what the run would reject fails here, before any file
+    if dry_run:
+        _train_dry_run(cfg, target, checks, json_out)
+        return
+    from swerl.trainer.loop import train
+
+    if os.environ.get("RANK", "0") != "0":  # torchrun: other ranks train quietly, rank 0 shows and reports
+        train(cfg, target, resume)
+        return
+    from swerl.logs import attach_run_log, detach_run_log
+
+    run_log = attach_run_log(target)  # RUN_DIR/train.log: every record of this run, appended on resume
+    try:
+        result = _train_with_live_view(cfg, target, resume, train)
+    finally:
+        detach_run_log(run_log)
+    write_json(json_out, {"run_dir": str(target), "steps_trained": result.steps_trained, "last_step": result.last_step,
+                           "already_finished": result.already_finished, "last_record": (result.records or [None])[-1]})
+    console = results_console(json_out)
+    if result.already_finished:
+        console.print(f"run already finished at global step {result.last_step}: nothing to train ({target})")
+        return
+    console.print(f"trained {result.steps_trained} steps, global step {result.last_step}; run dir {target}")
+    if cfg.logging.wandb is not None or cfg.logging.mlflow is not None:
+        _log_selection_to_trackers(cfg, target)
+
+
+def _log_selection_to_trackers(cfg, run_dir: Path) -> None:  # noqa: ANN001 - TrainConfig
+    """Give the run's trackers the checkpoint `swerl select-checkpoint` would pick (if any)."""
+    from swerl.selection import select_checkpoint
+    from swerl.trainer.trackers import log_selection
+
+    try:
+        sel = select_checkpoint(run_dir, skip_bad_lines=True)
+    except SwerlError as err:
+        logging.getLogger("swerl.cli").warning("no checkpoint selection for the trackers: %s", err)
+        return
+    if sel.chosen is not None:
+        log_selection(cfg.logging, run_dir, {"step": sel.chosen.step, "ema": sel.chosen.ema, "metric": sel.metric,
+                                             "span": sel.span, "export_path": sel.chosen.export_path})
+
+
+def _train_dry_run(cfg, run_dir: Path, checks, json_out: str | None) -> None:  # noqa: ANN001 - TrainConfig, Preflight
+    """Print the resolved config (YAML), the run plan and what the preflight checked."""
+    from rich.table import Table
+
+    plan = checks.plan
+    console = results_console(json_out)
+    console.print(cfg.to_yaml(), highlight=False, markup=False)
+    table = Table(title=f"run plan ({run_dir})", title_justify="left")
+    table.add_column("item")
+    table.add_column("value", justify="right")
+    need = checks.disk_needed_bytes
+    rows = [
+        ("tasks", str(plan.num_tasks)),
+        ("steps per epoch", str(plan.steps_per_epoch)),
+        ("training steps", str(plan.total_steps)),
+        ("prompts / step", str(plan.prompts_per_step)),
+        ("samples / prompt", str(cfg.n_samples)),
+        ("samples / step", str(plan.samples_per_step)),
+        ("optimizer steps / step", str(plan.optimizer_steps_per_step)),
+        ("optimizer steps total", str(plan.total_optimizer_steps)),
+        ("max tokens / episode", f"{plan.max_tokens_per_episode:,}"),
+        ("token budget / step (max)", f"{plan.token_budget_per_step:,}"),
+        ("token budget total (max)", f"{plan.token_budget_per_step * plan.total_steps:,}"),
+        ("checkpoint steps", ", ".join(map(str, plan.checkpoint_steps)) or "none"),
+        ("export steps", ", ".join(map(str, plan.export_steps)) or "none"),
+        *plan.placement,
+        ("disk: checkpoints + exports kept", "unknown" if need is None else f"{need / 1e9:.2f} GB"),
+        ("disk: free under the run dir", f"{checks.disk_free_bytes / 1e9:.1f} GB"),
+        ("base images present", ", ".join(checks.images) or "none needed"),
+    ]
+    for item, value in rows:
+        table.add_row(item, value)
+    console.print(table)
+    for note in [*plan.notes, *checks.notes]:
+        err_console.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
+    write_json(json_out, {"config": cfg.model_dump(mode="json"), "plan": plan.model_dump(mode="json"),
+                           "disk_needed_bytes": need, "disk_free_bytes": checks.disk_free_bytes,
+                           "images": checks.images, "notes": [*plan.notes, *checks.notes]})
+
+
+def _train_with_live_view(cfg, run_dir: Path, resume, train):  # noqa: ANN001, ANN202
+    """Run ``train`` behind a rich progress bar (episodes of the step) and one line per step."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from swerl.logs import Heartbeat, PhaseClock, heartbeat_interval_s
+
+    columns = [TextColumn("[bold]step {task.fields[step]}[/]"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn(), TextColumn("{task.fields[status]}")]
+    state = {"total": "?", "passed": 0, "masked": 0, "last": ""}
+    clock = PhaseClock()  # off a terminal: a heartbeat line every 30 s says which phase runs
+    clock.start("setup (policy, generator, sandboxes)")
+    heartbeat = Heartbeat(clock.line, heartbeat_interval_s(), enabled=not err_console.is_terminal)
+    with Progress(*columns, console=err_console, transient=False) as progress, heartbeat:
+        bar = progress.add_task("episodes", total=None, step="-", status="loading...")
+
+        def on_event(event) -> None:  # noqa: ANN001 - swerl.trainer.loop.TrainEvent
+            if event.kind == "plan":
+                state["total"] = str(event.data.total_steps)
+            elif event.kind == "step_start":
+                state["passed"] = state["masked"] = 0
+                clock.start(f"step {event.step}/{state['total']} rollouts", total=event.data, unit="episodes")
+                progress.reset(bar, total=event.data, completed=0)
+                progress.update(bar, step=f"{event.step}/{state['total']}", status=f"rollouts  {state['last']}")
+            elif event.kind == "rollout" and event.data.kind == "finished":
+                traj = event.data.trajectory
+                state["passed"] += traj.outcome == "passed"
+                state["masked"] += traj.failure_class == "mask"
+                clock.advance(event.data.done)
+                progress.update(bar, completed=event.data.done,
+                                status=f"passed {state['passed']} masked {state['masked']}  {state['last']}")
+            elif event.kind == "phase":
+                clock.start(f"step {event.step}/{state['total']} {event.data}")
+                progress.update(bar, status=f"{event.data}  {state['last']}")
+            elif event.kind == "step_end":
+                r = event.data
+                state["last"] = (f"| last: reward {r['reward/avg_raw_reward']:.3f} pass@n "
+                                 f"{r['reward/avg_pass_at_n']:.2f} loss {r.get('loss/policy', 0.0):.4f} "
+                                 f"grad {r['grad_norm']:.3f} {r['timing/step_s']:.1f}s")
+                progress.update(bar, status=f"done  {state['last']}")
+
+        return train(cfg, run_dir, resume, on_event=on_event)
