@@ -1,16 +1,21 @@
-"""Log output of the CLI: the plain line format used off a terminal and in ``train.log``, the run's
-log file, and a heartbeat that says what a long phase is doing when no live display can.
+"""Log output: the plain line format used off a terminal and in ``train.log``, the run's log file,
+a heartbeat that says what a long phase is doing when no live display can, and :func:`phase`,
+which marks a long phase of library code (image build, model conversion, checkpoint save, export).
 
-Only ``swerl.cli`` uses this module; library code logs with ``logging.getLogger(__name__)``.
+A leaf module (standard library only): every stage may call :func:`phase`. What a phase shows is
+the display the CLI installs with :func:`set_phase_display` (a live spinner on a terminal);
+without one, a phase logs a heartbeat line every ``$SWERL_HEARTBEAT_S`` seconds while it runs.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 from types import TracebackType
 
@@ -121,3 +126,40 @@ class PhaseClock:
         if self.total is None:
             return f"{self.name}: {age}"
         return f"{self.name}: {self.done}/{self.total} {self.unit} done, {age}"
+
+
+PhaseDisplay = Callable[[PhaseClock], AbstractContextManager[object]]
+"""Shows one running phase: called with its clock on entry, the context closes with the phase."""
+
+
+def heartbeat_display(clock: PhaseClock) -> AbstractContextManager[object]:
+    """The default display: a heartbeat line (``checkpoint save: 31 s``) every interval while the phase runs."""
+    return Heartbeat(clock.line, heartbeat_interval_s())
+
+
+_display: PhaseDisplay = heartbeat_display
+
+
+def set_phase_display(display: PhaseDisplay | None) -> PhaseDisplay:
+    """Install how phases are shown (None: back to :func:`heartbeat_display`); returns the previous one."""
+    global _display
+    previous, _display = _display, display or heartbeat_display
+    return previous
+
+
+@contextlib.contextmanager
+def phase(name: str, total: int | None = None, unit: str = "") -> Iterator[PhaseClock]:
+    """Mark a long phase: ``with phase("image build swerl-task:ab12", total=5, unit="steps") as clock:``
+    (``clock.advance()`` moves the count), or as a decorator, ``@phase("checkpoint save")``.
+
+    The installed display shows it while it runs; one closing INFO line ``NAME: done in 75 s``
+    follows a phase that outlived a heartbeat interval. Exceptions pass through unchanged.
+    """
+    clock = PhaseClock()
+    clock.start(name, total, unit)
+    with _display(clock):
+        yield clock
+    age_s = time.monotonic() - clock.started
+    interval = heartbeat_interval_s()
+    if interval > 0 and age_s >= interval:
+        log.info("%s: done in %.0f s", name, age_s)

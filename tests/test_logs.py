@@ -50,3 +50,60 @@ def test_run_log_gets_iso_lines_and_a_resume_appends(tmp_path):
     assert len(lines) == 2
     assert re.fullmatch(ISO + r" INFO +swerl\.test_logs: first run", lines[0])
     assert lines[1].endswith("resumed run")
+
+
+def test_a_phase_beats_while_it_runs_and_closes_with_one_line(caplog, monkeypatch):
+    from swerl.logs import phase
+
+    monkeypatch.setenv("SWERL_HEARTBEAT_S", "0.05")
+    with caplog.at_level(logging.INFO, logger="swerl.heartbeat"), phase("image build t", unit="steps") as clock:
+        clock.done, clock.total = 2, 5
+        time.sleep(0.3)
+    beats = [r.getMessage() for r in caplog.records if r.name == "swerl.heartbeat"]
+    assert re.fullmatch(r"image build t: 2/5 steps done, \d+ s", beats[0])
+    assert re.fullmatch(r"image build t: done in \d+ s", beats[-1]) and len(beats) >= 3
+
+
+def test_a_phase_decorates_a_function_and_lets_its_errors_through(caplog, monkeypatch):
+    import pytest
+
+    from swerl.logs import phase
+
+    monkeypatch.setenv("SWERL_HEARTBEAT_S", "0.05")
+
+    @phase("checkpoint save")
+    def save(fail: bool) -> str:
+        time.sleep(0.12)
+        if fail:
+            raise OSError("disk full")
+        return "saved"
+
+    with caplog.at_level(logging.INFO, logger="swerl.heartbeat"):
+        assert save(False) == "saved"
+        with pytest.raises(OSError, match="disk full"):
+            save(True)
+    beats = [r.getMessage() for r in caplog.records if r.name == "swerl.heartbeat"]
+    assert any(re.fullmatch(r"checkpoint save: \d+ s", b) for b in beats)
+    assert len([b for b in beats if "done in" in b]) == 1  # the failed call does not claim it is done
+
+
+def test_an_installed_display_replaces_the_heartbeat(caplog, monkeypatch):
+    import contextlib
+
+    from swerl.logs import phase, set_phase_display
+
+    monkeypatch.setenv("SWERL_HEARTBEAT_S", "0.05")
+    shown = []
+
+    @contextlib.contextmanager
+    def display(clock):  # noqa: ANN001, ANN202
+        shown.append(clock.name)
+        yield
+
+    previous = set_phase_display(display)
+    try:
+        with caplog.at_level(logging.INFO, logger="swerl.heartbeat"), phase("export"):
+            time.sleep(0.02)
+    finally:
+        set_phase_display(previous)
+    assert shown == ["export"] and not [r for r in caplog.records if r.name == "swerl.heartbeat"]

@@ -26,8 +26,9 @@ out_console = Console(width=None if sys.stdout.isatty() else PLAIN_WIDTH)
 def setup_logging(verbose: bool = False) -> None:
     """One handler on stderr; level from ``SWERL_LOG_LEVEL`` or ``--verbose``.
 
-    On a terminal: rich's handler. Off a terminal: plain lines with ISO-8601 UTC timestamps, so a
-    CI log or ``2> run.log`` can be read and grepped. Third-party progress bars (Hugging
+    On a terminal: rich's handler, and a live row per long phase (``swerl.logs.phase``). Off a
+    terminal: plain lines with ISO-8601 UTC timestamps, so a CI log or ``2> run.log`` can be read
+    and grepped, and a heartbeat line during long phases. Third-party progress bars (Hugging
     Face, tqdm) are off either way: swerl draws its own.
     """
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
@@ -46,6 +47,10 @@ def setup_logging(verbose: bool = False) -> None:
     logging.basicConfig(level=level, handlers=[handler], force=True)
     for noisy in ("urllib3", "docker", "httpx", "filelock"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    if err_console.is_terminal:  # long phases (swerl.logs.phase) as live rows; off a terminal: heartbeats
+        from swerl.cli.progress import install_live_phases
+
+        install_live_phases(err_console)
 
 
 def _verbose_callback(value: bool) -> None:
@@ -77,10 +82,27 @@ def _plain_flag(param: Any) -> None:
         param.metavar = ""
 
 
+def json_path_callback(value: Optional[str]) -> Optional[str]:
+    """``--json PATH`` is checked when the command line is parsed, so a run never ends unable to
+    write its result: PATH must not be a folder, and its nearest existing parent must be writable."""
+    if value is None or value == "-":
+        return value
+    path = Path(value).expanduser()
+    if path.is_dir():
+        raise typer.BadParameter(f"{value} is a folder; pass a file path, e.g. {path / 'result.json'}, or '-'")
+    parent = path.absolute().parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK):
+        raise typer.BadParameter(f"{value}: {parent} is not a writable folder; pass another path, or '-'")
+    return value
+
+
 # Shared flags: the same name and meaning on every command.
 Verbose = Annotated[bool, typer.Option("--verbose", "-v", callback=_verbose_callback, help="Debug logging.")]
 JsonOut = Annotated[Optional[str], typer.Option(
-    "--json", metavar="PATH", help="Also write the result as JSON to PATH ('-' = stdout; the tables then go to stderr).")]
+    "--json", metavar="PATH", callback=json_path_callback,
+    help="Also write the result as JSON to PATH ('-' = stdout; the tables then go to stderr).")]
 _ENGINE_HELP = ("Docker-API engine URL (unix:///path.sock, tcp://host:port); repeat for a fleet. "
                 "Default: the local engine (DOCKER_HOST, else /var/run/docker.sock).")
 EngineOption = Annotated[Optional[list[str]], typer.Option("--engine", help=_ENGINE_HELP)]

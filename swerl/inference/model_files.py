@@ -17,6 +17,7 @@ from pathlib import Path
 
 from swerl.errors import ConfigError, EnvironmentProblem
 from swerl.fileio import atomic_dir
+from swerl.logs import phase
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +128,8 @@ def convert_gguf(gguf: Path, cache_dir: Path | None = None) -> Path:
         if (target / "config.json").is_file():
             return target
         log.info("converting %s to an HF folder at %s (once)", gguf, target)
-        atomic_dir(target, lambda tmp: _write_hf_folder(gguf, tmp))
+        with phase(f"model conversion {gguf.name}"):
+            atomic_dir(target, lambda tmp: _write_hf_folder(gguf, tmp))
     return target
 
 

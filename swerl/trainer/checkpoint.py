@@ -44,6 +44,7 @@ from torch.distributed.checkpoint.state_dict import (
 from swerl.fileio import atomic_write_text, replace_dir
 from swerl.errors import ConfigError
 from swerl.inference.rng import restore_rng_state, save_rng_state
+from swerl.logs import phase
 from swerl.trainer.distributed import DistInfo, barrier, is_distributed
 from swerl.trainer.model_card import finish_export
 
@@ -130,6 +131,7 @@ def _untied_state(model: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
     return out
 
 
+@phase("checkpoint save")
 def save_checkpoint(
     run_dir: Path,
     step: int,
@@ -318,6 +320,7 @@ def _write_safetensors_streaming(folder: Path, model: torch.nn.Module, is_main: 
         (folder / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
 
 
+@phase("export")
 def export_hf(
     run_dir: Path, step: int, model: torch.nn.Module, tokenizer: Any, dist_info: DistInfo,
     *, max_shard_bytes: int = 5 * 2**30, metrics: dict[str, Any] | None = None,

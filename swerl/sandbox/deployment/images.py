@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import re
 import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING
 import docker.errors
 
 from swerl.errors import EnvironmentProblem, SandboxError, TaskError
+from swerl.logs import phase
 from swerl.sandbox.deployment.transfer import copy_image, has_image
 from swerl.sandbox.docker_api import TASK_IMAGE_REPO
 from swerl.sandbox.types import Outcome
@@ -69,8 +71,9 @@ def build_base_image(
     if force or not has_image(client, tag):
         log.info("building %s with %s (mmdebstrap from the host's apt sources)", tag, recipe.name)
         env = {**os.environ, "DOCKER_HOST": url} if url else None
-        proc = subprocess.run(["bash", str(recipe), tag], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              check=False, env=env)
+        with phase(f"image build {tag}"):
+            proc = subprocess.run(["bash", str(recipe), tag], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  check=False, env=env)
         if proc.returncode != 0 or not has_image(client, tag):
             tail = proc.stdout.decode("utf-8", "replace").strip().splitlines()[-5:]
             raise EnvironmentProblem(
@@ -202,16 +205,22 @@ class _BuildFailed(RuntimeError):
     pass
 
 
+_BUILD_STEP = re.compile(r"Step (\d+)/(\d+) :")
+
+
 def _build(client: docker.DockerClient, environment_dir: Path, tag: str, allow_network: bool) -> None:
     stream = client.api.build(
         path=str(environment_dir), tag=tag, rm=True, forcerm=True, pull=False, decode=True,
         network_mode=None if allow_network else "none", labels={"swerl.image": "task"},
     )
     last = []
-    for chunk in stream:
-        if "error" in chunk:
-            raise _BuildFailed(str(chunk["error"]).strip())
-        if "stream" in chunk:
-            last = (last + [chunk["stream"].rstrip()])[-5:]
+    with phase(f"image build {tag}", unit="steps") as clock:
+        for chunk in stream:
+            if "error" in chunk:
+                raise _BuildFailed(str(chunk["error"]).strip())
+            if "stream" in chunk:
+                last = (last + [chunk["stream"].rstrip()])[-5:]
+                if step := _BUILD_STEP.match(chunk["stream"]):  # the classic builder's "Step 2/5 : RUN ..."
+                    clock.done, clock.total = int(step[1]) - 1, int(step[2])
     if not has_image(client, tag):
         raise _BuildFailed(" | ".join(line for line in last if line))
