@@ -9,7 +9,8 @@ from typing import Annotated, Optional
 import typer
 
 from swerl.cli.common import (
-    Backend, EngineOption, JsonOut, Prefill, Protocol, Verbose, err_console, results_console, write_json,
+    Backend, EngineOption, JsonOut, Prefill, Protocol, Verbose, engine_configs, err_console, results_console,
+    write_json,
 )
 
 _MODEL_PANEL, _AGENT_PANEL = "Model", "Agent"
@@ -85,7 +86,25 @@ def eval_cmd(
             from_run, step, tasks=tasks, out_dir=config.out_dir, samples=samples, limit=limit, resume=resume,
             concurrency=concurrency if "concurrency" in given else None, given=given)
         err_console.print(f"export: {which}", highlight=False)
+    _check_inputs(config)
     _run_and_report(config, json_out)
+
+
+def _check_inputs(config) -> None:  # noqa: ANN001 - EvalConfig
+    """The task source and the model exist, checked before any output (no bar, no folder):
+    one line naming the fix, exit 2 (3 for a missing default model package). Converts nothing."""
+    from swerl.errors import ConfigError
+    from swerl.inference.model_files import default_gguf_path, resolve_model
+
+    if not Path(config.tasks).exists():
+        raise ConfigError(f"{config.tasks}: no such file or folder; pass a task folder or a .parquet/.jsonl dataset")
+    if config.inference.backend == "openai":
+        return
+    spec = config.inference.model
+    if spec is None:
+        default_gguf_path()
+    elif not (str(spec).endswith(".gguf") and Path(spec).expanduser().is_file()):
+        resolve_model(spec)  # an HF folder, or the one-line error the backend would raise
 
 
 def _eval_config(p: dict):  # noqa: ANN202 - EvalConfig, imported lazily
@@ -103,7 +122,7 @@ def _eval_config(p: dict):  # noqa: ANN202 - EvalConfig, imported lazily
     try:
         return EvalConfig.model_validate({
             "tasks": p["tasks"], "samples": p["samples"], "limit": p["limit"], "concurrency": p["concurrency"],
-            "resume": p["resume"], "engines": p["engine"] or [],
+            "resume": p["resume"], "engines": [e.url for e in engine_configs(p["engine"])],
             "out_dir": p["out"] or Path("runs") / time.strftime("eval-%Y%m%d-%H%M%S", time.gmtime()),
             "agent": {"protocol": getattr(p["protocol"], "value", p["protocol"]), "temperature": p["temperature"], "top_p": p["top_p"],
                       "seed": p["seed"], "enable_thinking": p["enable_thinking"],
