@@ -59,8 +59,20 @@ def _verbose_callback(value: bool) -> None:
 
 
 class _PlainFlags:
-    """Boolean flags show as plain flags in ``-h``: typer's rich help prints an option's metavar
-    in place of its type, ``<bool>`` for a flag, as if it took a value; a flag gets an empty one."""
+    """Help text as written: square brackets are kept (``task.toml [agent]``: the help is escaped
+    once, not read as rich markup), and boolean flags show as plain flags in ``-h`` (typer's rich
+    help prints an option's metavar in place of its type, ``<bool>`` for a flag, as if it took a
+    value; a flag gets an empty one)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        from rich.markup import escape
+
+        super().__init__(*args, **kwargs)  # type: ignore[call-arg]
+        if getattr(self, "help", None):
+            self.help = escape(self.help)
+        for param in self.params:  # type: ignore[attr-defined]
+            if getattr(param, "help", None):
+                param.help = escape(param.help)
 
     def get_params(self, ctx: Any) -> list:
         params = super().get_params(ctx)  # type: ignore[misc]

@@ -124,3 +124,8 @@ def test_heartbeat_names_the_eval_before_training(monkeypatch, caplog):
     _train_with_live_view(None, Path("run"), None, train)
     beats = [r.getMessage() for r in caplog.records if r.name == "swerl.heartbeat"]
     assert beats and all(b.startswith("eval (before training): ") for b in beats), beats
+
+
+def test_help_text_keeps_its_square_brackets():
+    result = runner.invoke(app, ["eval", "-h"], env={"COLUMNS": "250"})
+    assert result.exit_code == 0 and "(default: task.toml [agent] timeout_sec)" in result.output
