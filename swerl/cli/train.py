@@ -140,7 +140,7 @@ def _train_with_live_view(cfg, run_dir: Path, resume, train):  # noqa: ANN001, A
     clock.start("setup (policy, generator, sandboxes)")
     heartbeat = Heartbeat(clock.line, heartbeat_interval_s(), enabled=not err_console.is_terminal)
     with new_progress(err_console) as progress, phases_into(progress), heartbeat:
-        bar = progress.add_task("step -", total=None, status="loading...")
+        bar = progress.add_task("train", total=None, status="loading...")
 
         def on_event(event) -> None:  # noqa: ANN001 - swerl.trainer.loop.TrainEvent
             if event.kind == "plan":
