@@ -46,9 +46,12 @@ def test_eval_records_appear_at_the_interval(tmp_path, tiny_model_dir):
         loop={"train_batch_size": 2, "epochs": 3, "max_steps": 3, "micro_batch_size": 4},
     ))
     run_dir = tmp_path / "run"
-    train(cfg, run_dir)
+    events = []
+    train(cfg, run_dir, on_event=events.append)
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["global_step"] for r in records] == [0, 1, 2, 3]
+    evals = [(e.step, e.data) for e in events if e.kind == "phase" and str(e.data).startswith("eval")]
+    assert evals == [(0, "eval (before training)"), (2, "eval (held-out)"), (3, "eval (held-out)")]  # the live view's labels
     with_eval = [r["global_step"] for r in records if "eval/pass@1" in r]
     assert with_eval == [0, 2, 3]  # before training, every 2 steps, and after the last
     assert all(r["eval/num_tasks"] == 2 and "eval/pass@2" in r and "eval/reward" in r
