@@ -37,7 +37,8 @@ import docker
 
 from swerl.sandbox.deployment.gc import owner_labels
 from swerl.sandbox.docker_api import DockerCaller, engine_url
-from swerl.sandbox.runtime.streams import CappedOutput, Endpoint, open_exec_stream, read_frames
+from swerl.sandbox.runtime.execution import DockerExecChannel
+from swerl.sandbox.runtime.streams import CappedOutput, Endpoint, read_frames
 
 PAYLOAD = 65536
 COMMAND = ["sh", "-c", f"head -c {PAYLOAD} /dev/zero | tr '\\0' x"]
@@ -46,7 +47,7 @@ ATTACH = "containers/{}/attach?stream=1&stdout=1&stderr=1"
 
 async def via_upgrade(client: docker.DockerClient, call: DockerCaller, container: str) -> int:
     exec_id = (await call(client.api.exec_create, container, COMMAND))["Id"]
-    reader, writer = await open_exec_stream(call.endpoint, exec_id, False, 30.0)
+    reader, writer = await DockerExecChannel(call, client, container).open_stream(exec_id, tty=False, timeout_s=30.0)
     sink = CappedOutput(1 << 20)
     await read_frames(reader, sink)
     writer.close()
