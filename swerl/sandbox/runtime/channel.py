@@ -99,11 +99,15 @@ class CommandChannel(Protocol):
 
 def killed_by_timeout(result: ExecResult, timeout_s: float | None) -> bool:
     """The timeout rule, for every transport: a command was killed by its timeout when the wait
-    ran out, or when it ended with 137 (``timeout -s KILL`` kills its own process group too)
-    or 124 at its timeout (within 50 ms)."""
-    if result.timed_out:
-        return True
-    return timeout_s is not None and result.exit_code in (124, 137) and result.duration_s >= timeout_s - 0.05
+    ran out (``result.timed_out``) or :func:`ended_by_timeout`."""
+    return result.timed_out or ended_by_timeout(result.exit_code, result.duration_s, timeout_s)
+
+
+def ended_by_timeout(exit_code: int | None, duration_s: float, timeout_s: float | None) -> bool:
+    """True for exit 137 (``timeout -s KILL`` kills its own process group too) or 124 at the
+    timeout of ``timeout_s`` seconds (within 50 ms): the commands' rule, and the verifier's for
+    ``test.sh``."""
+    return timeout_s is not None and exit_code in (124, 137) and duration_s >= timeout_s - 0.05
 
 
 def seconds_arg(seconds: float) -> str:
