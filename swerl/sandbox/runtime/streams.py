@@ -8,7 +8,7 @@ reading never ties up a thread and no byte is lost in an HTTP client's read-ahea
 
 Why not the docker SDK's socket API (``exec_start(socket=True)``, ``attach_socket``):
 ``bench/exec_transport.py`` measured it (docs/sandbox.md, "Command transport"). An exec costs
-the same either way (runc dominates), an attach 2-4x more by the SDK; the SDK hands out the
+the same either way (runc dominates), an attach 2-6x more by the SDK; the SDK hands out the
 socket *behind* ``http.client``'s buffered reader, so output that arrives with the response
 head is lost (19 of 20 execs when the client is descheduled 200 ms before it reads the head);
 and over TLS it hands out an ``ssl.SSLSocket``, which asyncio cannot adopt, so every open
