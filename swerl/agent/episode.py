@@ -20,7 +20,7 @@ from swerl.agent.policy import Policy
 from swerl.agent.protocols import AgentProtocol, EndReason, make_protocol
 from swerl.agent.summarize import ContextSummarizer
 from swerl.agent.tokens import ChatFormat, TokenRecord
-from swerl.agent.trajectory import Segment, Trajectory
+from swerl.agent.trajectory import FailureClass, Segment, Trajectory
 from swerl.errors import SandboxError
 
 logger = logging.getLogger(__name__)
@@ -270,7 +270,7 @@ def masked_trajectory(task: Any, policy: Policy, cfg: AgentConfig, *, group_id: 
     _, _, messages, prompt_ids = first_prompt(task, policy, cfg)
     return Trajectory(
         task_name=task.name, group_id=group_id, sample_index=sample_index, prompt_ids=prompt_ids,
-        outcome=outcome, failure_class="mask", exclude_from_baseline=True, end_reason="sandbox_error",
+        outcome=outcome, failure_class=FailureClass.mask, exclude_from_baseline=True, end_reason="sandbox_error",
         messages=messages, context_tokens=len(prompt_ids), detail=detail,
     )
 
@@ -280,5 +280,6 @@ def _template_has_tools(tokenizer: Any) -> bool:
 
 
 def _outcome_name(err: BaseException) -> str:
-    outcome = getattr(err, "outcome", None)
-    return str(getattr(outcome, "value", outcome) or "sandbox_error")
+    """The outcome a sandbox failure names (``sandbox_error`` when it names none)."""
+    outcome = err.outcome if isinstance(err, SandboxError) else None
+    return outcome.value if outcome is not None else "sandbox_error"

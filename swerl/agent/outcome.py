@@ -39,12 +39,13 @@ def judge(end_reason: str, verifier: Any | None, cfg: AgentConfig, sandbox_outco
         sandbox_outcome: the ``SandboxError.outcome`` when the sandbox failed.
     """
     if end_reason == "sandbox_error" or verifier is None:
-        return Verdict(sandbox_outcome or "sandbox_error", 0.0, "mask")
+        return Verdict(sandbox_outcome or "sandbox_error", 0.0, FailureClass.mask)
     if end_reason == "context_overflow":
-        return Verdict("context_overflow", 0.0, "mask" if cfg.on_context_full == "mask" else "zero")
+        overflow = FailureClass.mask if cfg.on_context_full == "mask" else FailureClass.zero
+        return Verdict("context_overflow", 0.0, overflow)
     if end_reason == "agent_timeout" and cfg.on_agent_timeout == "zero":
-        return Verdict("agent_timeout", 0.0, "zero")
+        return Verdict("agent_timeout", 0.0, FailureClass.zero)
     if end_reason == "parse_failures" and cfg.on_parse_failures == "zero":
-        return Verdict("parse_failures", 0.0, "zero")
+        return Verdict("parse_failures", 0.0, FailureClass.zero)
     outcome = getattr(verifier.outcome, "value", verifier.outcome)
     return Verdict(str(outcome), float(verifier.reward), verifier.failure_class)

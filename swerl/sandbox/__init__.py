@@ -1,10 +1,11 @@
 """swerl.sandbox: Docker sandboxes for trials (offline images, isolated containers, exec with
 in-container timeouts, persistent shells, the verifier protocol, leak-free lifecycle).
 
-Public API::
-
 Layout: ``deployment/`` owns engines, images, warm pools, placement and gc; ``runtime/`` owns
-one sandbox (exec, files, shell, verifier); ``manager.py`` joins them.
+one sandbox (commands over one channel interface, files, shell, verifier); ``manager.py``
+joins them (docs/sandbox.md, Package layout).
+
+Public API::
 
     async with SandboxManager(SandboxConfig(engines=[EngineConfig(url=...), ...])) as mgr:
         async with mgr.sandbox(task) as sb:

@@ -28,7 +28,7 @@ from pydantic import BaseModel, Field
 
 from swerl.errors import SandboxError
 from swerl.sandbox import redteam_payloads as p
-from swerl.sandbox.runtime.execution import tar_of_files
+from swerl.sandbox.runtime.files import tar_of_files
 from swerl.sandbox.types import Outcome, TrialRecord, TrialTimings
 
 if TYPE_CHECKING:
@@ -193,7 +193,7 @@ async def run_attempt(mgr: SandboxManager, task: Task, attempt: Attempt) -> Tria
             verdict = await sb.verify()
             timings.verify_s = time.monotonic() - began
     except SandboxError as err:
-        outcome = getattr(err, "outcome", None) or Outcome.daemon_error
+        outcome = err.outcome or Outcome.daemon_error
         return TrialRecord(task=task.name, attempt=name, outcome=outcome, failure_class=outcome.failure_class,
                            detail=str(err), timings=timings)
     return TrialRecord(task=task.name, attempt=name, outcome=verdict.outcome, reward=verdict.reward,

@@ -194,8 +194,8 @@ async def ensure_task_image(
         raise SandboxError(f"{environment_dir}: image build exceeded {build_timeout_s:.0f} s", outcome=Outcome.build_error) from err
     except (docker.errors.BuildError, docker.errors.APIError, _BuildFailed) as err:
         raise SandboxError(f"{environment_dir}: image build failed: {err}", outcome=Outcome.build_error) from err
-    except Exception as err:
-        if getattr(err, "outcome", None) is not None:
+    except SandboxError as err:  # the daemon failed mid-build (its outcome says so)
+        if err.outcome is not None:
             raise SandboxError(f"{environment_dir}: image build failed: {err}", outcome=Outcome.build_error) from err
         raise
     return tag

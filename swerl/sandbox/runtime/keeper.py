@@ -14,9 +14,10 @@ connection does, whoever closes it: a normal end, or the kernel when the swerl p
 (``kill -9``, a crash). On EOF the keeper exits and, being PID 1, stops the container at once;
 no container of a dead run keeps running until the next gc (it stays, stopped, for the gc).
 
-``Sandbox`` falls back to ``docker exec`` whenever the channel is busy or broken. A command
-whose wait is cancelled or times out leaves the channel broken (never busy-forever) and its
-processes are killed by their ``SWERL_EXEC`` tag, so the next command in that sandbox works.
+It is one of the two :class:`~swerl.sandbox.runtime.channel.CommandChannel` s; a command goes
+to ``docker exec`` instead whenever this channel is busy or broken. A command whose wait is
+cancelled or times out leaves the channel broken (never busy-forever) and its processes are
+killed by their ``SWERL_EXEC`` tag, so the next command in that sandbox works.
 """
 
 from __future__ import annotations
@@ -24,12 +25,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import shlex
 import struct
 import time
-import uuid
+from collections.abc import Mapping
+
 from swerl.errors import SandboxError
-from swerl.sandbox.types import ExecResult
+from swerl.sandbox.runtime.channel import Command, seconds_arg
 from swerl.sandbox.runtime.streams import CappedOutput, Endpoint
+from swerl.sandbox.types import ExecResult
 
 log = logging.getLogger(__name__)
 
@@ -49,11 +53,13 @@ exit 0
 """
 _DONE_RE = re.compile(rb"\x1eswerl-done ([0-9a-f]{32}) (\d+)\x1f")
 _WINDOW = 64  # bytes held back while looking for the end marker
+# The keeper reads a command's stdin in one `dd` block; bigger inputs go by `docker exec`.
+MAX_STDIN_BYTES = 8 * 1024 * 1024
 
 
 class KeeperChannel:
-    """The attached stdin/stdout of one container's keeper. Not for concurrent use: check
-    :attr:`busy` and fall back to ``docker exec``."""
+    """The attached stdin/stdout of one container's keeper: a
+    :class:`~swerl.sandbox.runtime.channel.CommandChannel` that runs one command at a time."""
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._reader, self._writer = reader, writer
@@ -76,30 +82,32 @@ class KeeperChannel:
         """True while a command runs (or the channel is unusable)."""
         return self.broken or self._lock.locked()
 
-    async def run(
-        self, script: bytes, stdin: bytes, timeout_s: float | None, deadline_s: float, max_output_bytes: int,
-        token: str | None = None,
-    ) -> tuple[ExecResult, str]:
-        """Run ``script`` under bash (``timeout_s`` None: no in-container timeout) and wait at
-        most ``deadline_s`` seconds for its end marker.
+    def can_take(self, command: Command) -> bool:
+        """Free, and the command's stdin fits in :data:`MAX_STDIN_BYTES`."""
+        return not self.busy and len(command.stdin or b"") <= MAX_STDIN_BYTES
 
-        Args:
-            token: the command's ``SWERL_EXEC`` tag (32 hex digits); a fresh one when None.
+    async def run(self, command: Command) -> ExecResult:
+        """Send ``command`` to the keeper and read its output up to the end marker.
 
         Returns:
-            (result, token); ``result.timed_out`` True and the channel marked broken when the
-            deadline passed (the caller kills the processes tagged with ``token``). A cancelled
-            wait also marks the channel broken (the keeper may still be running the command).
+            ExecResult; ``timed_out`` True and the channel marked broken when
+            ``command.deadline_s`` passed (the caller kills the processes tagged
+            ``command.tag``). A cancelled wait also marks the channel broken (the keeper may
+            still be running the command).
+
+        Raises:
+            SandboxError: the connection broke (no ``outcome``: the caller finds out why).
         """
         async with self._lock:
-            token = token or uuid.uuid4().hex
             began = time.monotonic()
-            limit = "0" if timeout_s is None else f"{max(timeout_s, 0.001):.3f}"
-            self._writer.write(f"{token} {limit} {len(script)} {len(stdin)}\n".encode() + script + stdin)
-            sink = CappedOutput(max_output_bytes)
+            script = _prelude(command.env, command.workdir, command.args) + command.script.encode("utf-8", "surrogateescape")
+            stdin = command.stdin or b""
+            limit = "0" if command.timeout_s is None else seconds_arg(command.timeout_s)
+            self._writer.write(f"{command.tag} {limit} {len(script)} {len(stdin)}\n".encode() + script + stdin)
+            sink = CappedOutput(command.max_output_bytes)
             try:
                 await self._writer.drain()
-                exit_code = await asyncio.wait_for(self._read_until_done(token, sink), deadline_s)
+                exit_code = await asyncio.wait_for(self._read_until_done(command.tag, sink), command.deadline_s)
             except asyncio.CancelledError:
                 self.broken = True
                 raise
@@ -107,10 +115,9 @@ class KeeperChannel:
                 self.broken = True
                 if not isinstance(err, asyncio.TimeoutError):
                     raise SandboxError(f"the sandbox keeper channel broke: {err}") from err
-                return ExecResult(exit_code=None, output=sink.text(), timed_out=True,
-                                  duration_s=time.monotonic() - began, truncated_bytes=sink.dropped), token
-            return ExecResult(exit_code=exit_code, output=sink.text(), duration_s=time.monotonic() - began,
-                              truncated_bytes=sink.dropped), token
+                exit_code = None
+            return ExecResult(exit_code=exit_code, output=sink.text(), timed_out=exit_code is None,
+                              duration_s=time.monotonic() - began, truncated_bytes=sink.dropped)
 
     async def _read_until_done(self, token: str, sink: CappedOutput) -> int:
         pending = b""
@@ -137,4 +144,14 @@ def keeper_script_args() -> list[str]:
     return ["/bin/sh", "-c", KEEPER]
 
 
-__all__ = ["KEEPER", "KeeperChannel", "keeper_script_args"]
+def _prelude(env: Mapping[str, str] | None, workdir: str | None, args: tuple[str, ...]) -> bytes:
+    """Shell lines that set a command's environment, working directory and ``$1 ...``."""
+    lines = [f"export {k}={shlex.quote(v)}" for k, v in (env or {}).items() if k.isidentifier()]
+    if workdir:
+        lines.append(f"cd -- {shlex.quote(workdir)} || exit 1")
+    if args:
+        lines.append(f"set -- {shlex.join(args)}")
+    return ("\n".join(lines) + "\n").encode() if lines else b""
+
+
+__all__ = ["KEEPER", "MAX_STDIN_BYTES", "KeeperChannel", "keeper_script_args"]

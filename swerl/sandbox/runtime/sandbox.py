@@ -10,11 +10,7 @@ per trial at a time.
 
 from __future__ import annotations
 
-import asyncio
-import io
 import logging
-import shlex
-import tarfile
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -24,21 +20,14 @@ from typing import TYPE_CHECKING, TypeVar
 import docker.errors
 
 from swerl.errors import SandboxError
-from swerl.sandbox.runtime.execution import (
-    STREAM_GRACE_S,
-    exec_argv,
-    exec_command,
-    file_from_tar,
-    kill_exec,
-    killed_by_timeout,
-    tar_of_dir,
-    tar_of_files,
-)
 from swerl.sandbox.runtime import cleanroom
+from swerl.sandbox.runtime.channel import Command
+from swerl.sandbox.runtime.commands import Commands
+from swerl.sandbox.runtime.files import file_from_tar, is_tar, tar_of_dir, tar_of_files
 from swerl.sandbox.runtime.keeper import KeeperChannel
-from swerl.sandbox.types import ExecResult, Outcome, SandboxConfig, Verification, VerifierResult
 from swerl.sandbox.runtime.shell import Shell
 from swerl.sandbox.runtime.verifier import VERIFY_OUTPUT_BYTES, VERIFY_SCRIPT, parse_sections, verdict
+from swerl.sandbox.types import ExecResult, Outcome, SandboxConfig, VerifierResult
 
 if TYPE_CHECKING:
     import docker
@@ -49,7 +38,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 _VERIFY_GRACE_S = 10.0
-KEEPER_MAX_STDIN_BYTES = 8 * 1024 * 1024
 
 
 class Sandbox:
@@ -72,17 +60,15 @@ class Sandbox:
         renew: Callable[[], Awaitable[tuple[str, KeeperChannel]]] | None = None,
         retire: Callable[[str], None] | None = None,
     ) -> None:
-        """``keeper``: the container's channel (attached before start); ``renew``/``retire``:
-        the manager's hooks that start a fresh container of the same image and remove an old
-        one (the clean room needs both)."""
+        """``keeper``: the container's channel (attached before start; None: attached on first
+        use); ``renew``/``retire``: the manager's hooks that start a fresh container of the same
+        image and remove an old one (the clean room needs both)."""
         self._call, self._client, self._config = call, client, config
         self.task = task
         self.container_id = container_id
         self._shells: list[Shell] = []
-        self._keeper: KeeperChannel | None = keeper
-        self._keeper_failed = False
+        self._commands = Commands(call, client, container_id, keeper, config.docker_timeout_s)
         self._renew, self._retire = renew, retire
-        self._kills: set[asyncio.Task[None]] = set()
         self.disk_exceeded: str | None = None  # set by the manager's disk watcher before it kills the container
         self.engine: str | None = None  # URL of the Docker engine it runs on (set by the manager)
 
@@ -103,21 +89,10 @@ class Sandbox:
         Raises:
             SandboxError: container gone / daemon failure (``outcome`` daemon_error or oom).
         """
-        channel = await self._channel(stdin)
-        if channel is None:  # busy with another command, or no keeper: a plain docker exec
-            return await self._guard(exec_command(
-                self._call, self._client, self.container_id, command, timeout_s,
-                self._config.max_output_bytes, env, workdir, stdin,
-            ))
-        script = _prelude(env, workdir) + command.encode("utf-8", "surrogateescape")
-        token = uuid.uuid4().hex
-        result, token = await self._keeper_run(
-            channel, script, stdin or b"", timeout_s, timeout_s + STREAM_GRACE_S, self._config.max_output_bytes, token
-        )
-        if killed_by_timeout(result, timeout_s):  # also get what left the process group (setsid, daemons)
-            await kill_exec(self._call, self._client, self.container_id, token)
-            return result.model_copy(update={"exit_code": None, "timed_out": True})
-        return result
+        return await self._guard(self._commands.run(Command(
+            script=command, max_output_bytes=self._config.max_output_bytes, stdin=stdin, env=env,
+            workdir=workdir, timeout_s=timeout_s,
+        )))
 
     async def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
         """Write ``data`` to absolute ``path`` (parents created) as a tar stream."""
@@ -144,7 +119,7 @@ class Sandbox:
     async def open_shell(self, env: dict[str, str] | None = None, workdir: str | None = None) -> Shell:
         """A persistent ``bash -i`` (see :class:`~swerl.sandbox.runtime.shell.Shell`); closed with the sandbox."""
         shell = await Shell.open(
-            self._call, self._client, self.container_id, env=env, workdir=workdir,
+            self._commands, env=env, workdir=workdir,
             max_buffer_bytes=self._config.max_output_bytes, timeout_s=self._config.docker_timeout_s,
         )
         self._shells.append(shell)
@@ -199,7 +174,7 @@ class Sandbox:
             await self._put_archive(cleanroom.bundle(self.task.tests_dir, work, paths, prefix=staging.lstrip("/") + "/"))
             raw = await self._run_verify_script(staging, limit, None, paths)
         if raw.timed_out:  # the stream outlived the deadline: kill everything from outside
-            await exec_argv(self._call, self._client, self.container_id, ["sh", "-c", "kill -KILL -1"], 10.0, 4096)
+            await self._commands.docker_exec.run(Command(script="kill -KILL -1", max_output_bytes=4096, wait_s=10.0))
         self._check_disk()
         result = verdict(parse_sections(raw.output), raw.timed_out, limit, time.monotonic() - began)
         return result.model_copy(update={"verification": mode})
@@ -224,19 +199,14 @@ class Sandbox:
     async def _copy_out(self, paths: list[str]) -> list[tuple[bytes, str]]:
         """Kill the agent's processes and read its work product: ``(tar bytes, rebase)`` pairs."""
         cap = self._config.max_artifact_mb << 20
-        script = cleanroom.copy_out_script(paths).encode()
-        channel = await self._channel()
-        if channel is not None:
-            raw, _ = await self._keeper_run(channel, script, b"", None, self._config.docker_timeout_s, cap * 4 // 3 + 4096)
-        else:
-            argv = ["bash", "-c", script.decode()]
-            raw = await self._guard(exec_argv(
-                self._call, self._client, self.container_id, argv, self._config.docker_timeout_s, cap * 4 // 3 + 4096,
-            ))
+        raw = await self._guard(self._commands.run(Command(
+            script=cleanroom.copy_out_script(paths), max_output_bytes=cap * 4 // 3 + 4096,
+            wait_s=self._config.docker_timeout_s,
+        )))
         if raw.truncated_bytes:
             raise cleanroom.too_large(self.task, self._config.max_artifact_mb)
         archive = cleanroom.decode_copy_out(raw.output) if raw.exit_code == 0 and not raw.timed_out else None
-        if archive is not None and _is_tar(archive):
+        if archive is not None and is_tar(archive):
             return [(archive, "")]
         log.debug("%s: copy-out by the keeper failed (exit %s); using the Docker archive API", self.task.name, raw.exit_code)
         return [await self._get_archive(path, cap) for path in paths]
@@ -246,8 +216,8 @@ class Sandbox:
         try:
             stream, _ = await self._call(self._client.api.get_archive, self.container_id, path)
         except docker.errors.NotFound as err:  # no such path, or no such container
-            failure = await self._container_failure(err)
-            if "container stopped" in str(failure) or getattr(failure, "outcome", None) is Outcome.disk_limit:
+            failure = await self._stopped(err)
+            if failure is not None:  # not a missing path: the container stopped or passed its disk budget
                 raise failure from err
             return b"", ""
         except SandboxError as err:
@@ -271,65 +241,27 @@ class Sandbox:
             raise SandboxError("clean-room verification needs a sandbox from SandboxManager.sandbox()", outcome=Outcome.start_error)
         await self.close_shells()
         self._retire(self.container_id)
-        self.container_id, self._keeper = await self._renew()
-        self._keeper_failed = False
+        self.container_id, keeper = await self._renew()
+        self._commands = Commands(self._call, self._client, self.container_id, keeper, self._config.docker_timeout_s)
 
     async def _run_verify_script(
         self, source: str, limit: float, stdin: bytes | None = None, clear: list[str] | None = None
     ) -> ExecResult:
-        env = dict(self.task.config.verifier.env) or None
-        args = [source, f"{limit:.3f}", *(clear or [])]
-        channel = await self._channel(stdin)
-        if channel is not None:  # no in-container timeout here: the script kills all but itself and PID 1
-            script = _prelude(env, None) + f"set -- {shlex.join(args)}\n".encode() + VERIFY_SCRIPT.encode()
-            result, _ = await self._keeper_run(channel, script, stdin or b"", None, limit + _VERIFY_GRACE_S, VERIFY_OUTPUT_BYTES)
-            return result
-        argv = ["/bin/sh", "-c", VERIFY_SCRIPT, "swerl-verify", *args]
-        return await self._guard(exec_argv(
-            self._call, self._client, self.container_id, argv, limit + _VERIFY_GRACE_S, VERIFY_OUTPUT_BYTES,
-            env=env, stdin=stdin,
-        ))
-
-    async def _keeper_run(
-        self, channel: KeeperChannel, script: bytes, stdin: bytes, timeout_s: float | None, deadline_s: float,
-        max_output_bytes: int, token: str | None = None,
-    ) -> tuple[ExecResult, str]:
-        """``channel.run`` under :meth:`_guard`; a cancelled wait kills the command in the
-        container (by its tag) so the keeper is free again for whoever comes next."""
-        token = token or uuid.uuid4().hex
-        try:
-            return await self._guard(channel.run(script, stdin, timeout_s, deadline_s, max_output_bytes, token=token))
-        except asyncio.CancelledError:
-            kill = asyncio.create_task(kill_exec(self._call, self._client, self.container_id, token))
-            self._kills.add(kill)
-            kill.add_done_callback(self._kills.discard)
-            raise
+        """:data:`VERIFY_SCRIPT` with no in-container timeout (it kills all but itself and PID 1
+        and bounds the tests itself), waited for ``limit`` + a grace."""
+        return await self._guard(self._commands.run(Command(
+            script=VERIFY_SCRIPT, args=(source, f"{limit:.3f}", *(clear or [])), stdin=stdin,
+            env=dict(self.task.config.verifier.env) or None, max_output_bytes=VERIFY_OUTPUT_BYTES,
+            wait_s=limit + _VERIFY_GRACE_S,
+        )))
 
     async def close_shells(self) -> None:
-        """Close every shell and the keeper channel of this sandbox (the keeper then stops the
+        """Close every shell and the command channels of this sandbox (the keeper then stops the
         container); kills scheduled for cancelled commands get a moment to finish."""
-        if self._kills:
-            await asyncio.wait(set(self._kills), timeout=self._config.docker_timeout_s)
         for shell in self._shells:
             await shell.close()
         self._shells.clear()
-        if self._keeper is not None:
-            self._keeper.close()
-            self._keeper = None
-
-    async def _channel(self, stdin: bytes | None = None) -> KeeperChannel | None:
-        """The keeper channel when free (and ``stdin`` small); None means use ``docker exec``."""
-        if stdin is not None and len(stdin) > KEEPER_MAX_STDIN_BYTES:
-            return None  # the keeper buffers stdin in one `dd` block; stream big inputs instead
-        if self._keeper is None and not self._keeper_failed:
-            try:
-                self._keeper = await KeeperChannel.attach(self._call.endpoint, self.container_id, self._config.docker_timeout_s)
-            except SandboxError as err:
-                log.debug("no keeper channel for %s: %s", self.container_id[:12], err)
-                self._keeper_failed = True
-        if self._keeper is None or self._keeper.busy:
-            return None
-        return self._keeper
+        await self._commands.close(self._config.docker_timeout_s)
 
     async def _put(self, files: dict[str, tuple[bytes, int]]) -> None:
         await self._put_archive(tar_of_files(files))
@@ -344,12 +276,20 @@ class Sandbox:
         try:
             return await awaitable
         except (docker.errors.NotFound, SandboxError) as err:
-            if getattr(err, "outcome", None) not in (None, Outcome.daemon_error):  # already says why
+            if isinstance(err, SandboxError) and err.outcome not in (None, Outcome.daemon_error):  # already says why
                 raise
             raise await self._container_failure(err) from err
 
-    async def _container_failure(self, err: Exception) -> Exception:
-        """Say why the container vanished: ``oom`` when the kernel killed it for memory."""
+    async def _container_failure(self, err: Exception) -> SandboxError:
+        """Say why a Docker operation failed: the container's end (:meth:`_stopped`), else ``err``."""
+        stopped = await self._stopped(err)
+        if stopped is not None:
+            return stopped
+        return err if isinstance(err, SandboxError) else SandboxError(str(err), outcome=Outcome.daemon_error)
+
+    async def _stopped(self, err: Exception) -> SandboxError | None:
+        """Why the container is gone (``oom`` when the kernel killed it for memory) or passed
+        its disk budget (``disk_limit``); None while it runs."""
         try:
             state = (await self._call(self._client.api.inspect_container, self.container_id))["State"]
         except Exception:  # noqa: BLE001 - the container may be gone entirely
@@ -357,25 +297,6 @@ class Sandbox:
         if self.disk_exceeded is not None:
             return SandboxError(self.disk_exceeded, outcome=Outcome.disk_limit)
         if state.get("Running"):
-            return err if isinstance(err, SandboxError) else SandboxError(str(err), outcome=Outcome.daemon_error)
+            return None
         outcome = Outcome.oom if state.get("OOMKilled") else Outcome.daemon_error
         return SandboxError(f"the sandbox container stopped ({outcome.value}): {err}", outcome=outcome)
-
-
-def _is_tar(data: bytes) -> bool:
-    """True for an empty byte string or bytes that open as a tar archive."""
-    if not data:
-        return True
-    try:
-        with tarfile.open(fileobj=io.BytesIO(data), mode="r:"):
-            return True
-    except tarfile.TarError:
-        return False
-
-
-def _prelude(env: dict[str, str] | None, workdir: str | None) -> bytes:
-    """Shell lines that set the environment and working directory of a keeper command."""
-    lines = [f"export {k}={shlex.quote(v)}" for k, v in (env or {}).items() if k.isidentifier()]
-    if workdir:
-        lines.append(f"cd -- {shlex.quote(workdir)} || exit 1")
-    return ("\n".join(lines) + "\n").encode() if lines else b""

@@ -1,6 +1,8 @@
 """A persistent interactive bash in a sandbox: the terminal the terminus-json agent types into.
 
-One ``docker exec`` of ``bash -i`` with a TTY and an attached stdin socket. Commands share
+One ``docker exec`` of ``bash -i`` with a TTY and an attached stdin socket (its helper
+commands, which list and kill the shell's children, go through the sandbox's
+:class:`~swerl.sandbox.runtime.commands.Commands` like any other). Commands share
 state (``cd``, variables, background jobs) like keystrokes in Harbor's tmux pane. Bash's
 prompts are replaced by invisible markers (``PS1``/``PS2``), which tell swerl when a submitted
 line has finished without polling; the markers never reach the caller. Ctrl-C is a real
@@ -18,14 +20,11 @@ import uuid
 from typing import TYPE_CHECKING
 
 from swerl.errors import SandboxError
-from swerl.sandbox.runtime.execution import exec_command
+from swerl.sandbox.runtime.channel import Command
 from swerl.sandbox.types import ExecResult
-from swerl.sandbox.runtime.streams import open_exec_stream
 
 if TYPE_CHECKING:
-    import docker
-
-    from swerl.sandbox.docker_api import DockerCaller
+    from swerl.sandbox.runtime.commands import Commands
 
 log = logging.getLogger(__name__)
 
@@ -47,15 +46,9 @@ class Shell:
     """
 
     def __init__(
-        self,
-        call: DockerCaller,
-        client: docker.DockerClient,
-        container_id: str,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-        max_buffer_bytes: int,
+        self, commands: Commands, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, max_buffer_bytes: int
     ) -> None:
-        self._call, self._client, self._container_id = call, client, container_id
+        self._commands = commands
         self._reader, self._writer = reader, writer
         self._max_buffer = max_buffer_bytes
         self._buf = bytearray()
@@ -64,34 +57,28 @@ class Shell:
         self._dropped = 0
         self._changed = asyncio.Event()
         self._eof = False
-        self._pump = asyncio.create_task(self._read_loop(), name=f"swerl-shell-{container_id[:12]}")
+        self._pump = asyncio.create_task(self._read_loop(), name=f"swerl-shell-{commands.container_id[:12]}")
         self.still_running = False
         self.bash_pid: int | None = None
 
     @classmethod
     async def open(
         cls,
-        call: DockerCaller,
-        client: docker.DockerClient,
-        container_id: str,
+        commands: Commands,
         env: dict[str, str] | None = None,
         workdir: str | None = None,
         max_buffer_bytes: int = 1_000_000,
         timeout_s: float = 30.0,
     ) -> Shell:
-        """Start ``bash -i`` in the container and wait until it answers.
+        """Start ``bash -i`` in the container of ``commands`` and wait until it answers.
 
         Raises:
             SandboxError: the exec could not start or bash did not answer within ``timeout_s``.
         """
-        api = client.api
         environment = {"TERM": "dumb", "PS1": "", "HISTFILE": "/dev/null", **(env or {})}
-        created = await call(
-            api.exec_create, container_id, ["bash", "--noediting", "--norc", "--noprofile", "-i"],
-            stdin=True, tty=True, environment=environment, workdir=workdir,
-        )
-        reader, writer = await open_exec_stream(call.endpoint, created["Id"], True, timeout_s)
-        shell = cls(call, client, container_id, reader, writer, max_buffer_bytes)
+        argv = ["bash", "--noediting", "--norc", "--noprofile", "-i"]
+        reader, writer = await commands.docker_exec.start_interactive(argv, environment, workdir, timeout_s)
+        shell = cls(commands, reader, writer, max_buffer_bytes)
         try:
             await shell._initialize(timeout_s)
         except BaseException:
@@ -260,14 +247,11 @@ class Shell:
             f"for s in /proc/[0-9]*/stat; do read -r p c st pp rest < \"$s\" 2>/dev/null || continue; "
             f'[ "$pp" = "{self.bash_pid}" ] && echo "$p"; done; true'
         )
-        result = await exec_command(self._call, self._client, self._container_id, script, 10.0, 65536)
+        result = await self._commands.run(Command(script=script, max_output_bytes=65536, timeout_s=10.0))
         return [int(x) for x in result.output.split() if x.isdigit()]
 
     async def _kill_children(self) -> None:
         pids = " ".join(str(p) for p in await self._children())
         if pids:
-            await exec_command(
-                self._call, self._client, self._container_id,
-                f"for p in {pids}; do kill -KILL -- -$p 2>/dev/null; kill -KILL $p 2>/dev/null; done; true",
-                10.0, 65536,
-            )
+            kill = f"for p in {pids}; do kill -KILL -- -$p 2>/dev/null; kill -KILL $p 2>/dev/null; done; true"
+            await self._commands.run(Command(script=kill, max_output_bytes=65536, timeout_s=10.0))

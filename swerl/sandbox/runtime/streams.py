@@ -1,10 +1,18 @@
 """Async byte streams of ``docker exec`` and ``attach``: one engine's endpoint and its hijacked
-HTTP connection, and a capped output buffer.
+HTTP connection, the frames on it, and a capped output buffer.
 
 ``POST /exec/{id}/start`` answers ``101 UPGRADED`` and then streams the process's output
 (multiplexed 8-byte frames without a TTY, raw bytes with one) and, with a TTY, accepts
 stdin on the same socket. We speak that exchange directly on an asyncio connection so that
 reading never ties up a thread and no byte is lost in an HTTP client's read-ahead buffer.
+
+Why not the docker SDK's socket API (``exec_start(socket=True)``, ``attach_socket``):
+``bench/exec_transport.py`` measured it (docs/sandbox.md, "Command transport"). An exec costs
+the same either way (runc dominates), an attach 2-6x more by the SDK; the SDK hands out the
+socket *behind* ``http.client``'s buffered reader, so output that arrives with the response
+head is lost (19 of 20 execs when the client is descheduled 200 ms before it reads the head);
+and over TLS it hands out an ``ssl.SSLSocket``, which asyncio cannot adopt, so every open
+stream (a keeper's lasts the whole trial) would hold a thread.
 """
 
 from __future__ import annotations
@@ -97,22 +105,6 @@ class Endpoint:
             raise SandboxError(f"docker {path.split('?')[0]} did not answer within {timeout_s:.0f} s") from err
         except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError, IndexError) as err:
             raise SandboxError(f"docker {path.split('?')[0]} failed: {err}") from err
-
-
-async def open_exec_stream(
-    endpoint: Endpoint, exec_id: str, tty: bool, timeout_s: float
-) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    """Start exec ``exec_id`` on ``endpoint`` and return the upgraded (reader, writer) pair.
-
-    Args:
-        tty: whether the exec was created with a TTY (raw stream instead of frames).
-        timeout_s: deadline for connecting and reading the response head, seconds.
-
-    Raises:
-        SandboxError: the daemon refused (e.g. the container is gone) or did not answer in time.
-    """
-    body = json.dumps({"Detach": False, "Tty": tty}).encode()
-    return await endpoint.upgrade(f"exec/{exec_id}/start", body, timeout_s)
 
 
 async def _read_error_body(reader: asyncio.StreamReader, head: bytes) -> str:

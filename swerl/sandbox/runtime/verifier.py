@@ -14,6 +14,7 @@ import json
 import math
 import re
 
+from swerl.sandbox.runtime.channel import ended_by_timeout
 from swerl.sandbox.types import Outcome, VerifierResult
 
 # $1: "-" = one tar on stdin to extract at / (tests/... and, in the clean room, the work
@@ -129,7 +130,7 @@ def verdict(sections: dict[str, str], timed_out: bool, timeout_s: float, duratio
             output_tail=tail, duration_s=duration_s, detail=detail,
         )
 
-    if timed_out or (rc_text in ("124", "137") and duration_s >= timeout_s - 0.05):
+    if timed_out or ended_by_timeout(int(rc_text) if rc_text.isdigit() else None, duration_s, timeout_s):
         return result(Outcome.verifier_timeout, detail=f"tests/test.sh exceeded the verifier timeout of {timeout_s:g} s")
     problem, reward, why = read_reward(sections)
     if oom_delta > 0 and (problem is not None or reward < 1.0):
