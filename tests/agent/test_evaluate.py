@@ -72,11 +72,11 @@ def test_sigterm_leaves_a_partial_result_that_resume_completes(tiny_model_dir, t
     assert comparable(ref)[1]["partial"] is False and comparable(ref)[1]["num_trajectories"] == EXPECTED
 
 
-def test_resume_of_a_different_eval_is_refused_in_one_line(tmp_path):
+def test_resume_of_a_different_eval_is_refused_in_one_line(tmp_path, tiny_model_dir):
     out = tmp_path / "eval"
     out.mkdir()
-    (out / "summary.json").write_text(json.dumps({"model": "/nonexistent-model", "backend": "hf", "protocol": "terminus-json"}))
-    proc = subprocess.run(eval_argv(Path("/nonexistent-model"), out, "--resume"), capture_output=True, text=True,
+    (out / "summary.json").write_text(json.dumps({"model": str(tiny_model_dir), "backend": "hf", "protocol": "terminus-json"}))
+    proc = subprocess.run(eval_argv(tiny_model_dir, out, "--resume"), capture_output=True, text=True,
                           timeout=120, env=ENV)
     assert proc.returncode == 2, proc.stderr
     assert "--resume" in proc.stderr and "protocol" in proc.stderr and "Traceback" not in proc.stderr
