@@ -1,6 +1,13 @@
 """Step time of the rollout pipeline at loop.max_staleness_steps = k, for several k in one run:
-the CPU default (examples/humaneval-smollm2-cpu.yaml: SmolLM2-135M, HF generator on the trainer's
-process, HumanEval verifiers in Docker), shrunk by overrides to fit a few minutes per k.
+the CPU default (SmolLM2-135M, HumanEval verifiers in Docker), shrunk by overrides to fit a few
+minutes per k, with one of two generators (``--generator``):
+
+- ``hf`` (default): examples/humaneval-smollm2-cpu.yaml, the HF generator in the trainer's
+  process (at k >= 1 on its own copy of the policy);
+- ``vllm-server``: examples/humaneval-smollm2-cpu-vllm.yaml, one vLLM OpenAI server that swerl
+  starts pinned to core 0 (``generator.cpu_cores: ["0"]``, its OpenMP threads bound there) while
+  the trainer process keeps the other core (the verifiers' containers are not pinned). Each k
+  starts its own server (~1 min, not counted in the step times).
 
 Per k it trains a fresh run and prints, over steps 2.. (step 1 always waits for its rollouts):
 - ``step``: mean ``timing/step_s``;
@@ -13,11 +20,15 @@ Per k it trains a fresh run and prints, over steps 2.. (step 1 always waits for 
 - ``staleness``: mean of ``async/staleness_mean``, max of ``async/staleness_max``; ``wait``: mean
   ``timing/wait_for_rollouts_s``; ``reward``: ``reward/avg_raw_reward`` per step.
 
-On 2 cores the generator runs on one torch thread and the update on the other (torch ops release
-the GIL; ``generator.num_threads: 1`` sets one intra-op thread for the process), and the
-verifiers' containers share the same two cores.
+- ``sync wait``: mean ``timing/weight_sync_wait_s``, how long the trainer's weight sync waited
+  for the generate call in progress (vLLM at k >= 1; the HF copy never waits).
 
-Usage: python bench/pipeline.py --tasks DIR [--ks 0,1,2,4] [--steps 5] [--set key=value ...]
+With ``hf`` on 2 cores the generator runs on one torch thread and the update on the other (torch
+ops release the GIL; ``generator.num_threads: 1`` sets one intra-op thread for the process), and
+the verifiers' containers share the same two cores.
+
+Usage: python bench/pipeline.py --tasks DIR [--generator hf|vllm-server] [--ks 0,1,2,4] [--steps 5]
+[--set key=value ...]
 (DIR from ``swerl tasks import humaneval DIR``). Run it alone, under the CPU lock on a shared
 machine: it is a figure, not a test.
 """
@@ -31,7 +42,8 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-EXAMPLE = ROOT / "examples" / "humaneval-smollm2-cpu.yaml"
+EXAMPLES = {"hf": ROOT / "examples" / "humaneval-smollm2-cpu.yaml",
+            "vllm-server": ROOT / "examples" / "humaneval-smollm2-cpu-vllm.yaml"}
 SHRINK = [  # fits a few minutes per k on 2 cores; no checkpoints or exports (the commit is not the subject)
     "loop.epochs=100", "checkpointing.ckpt_interval=0", "checkpointing.hf_save_interval=0",
     "checkpointing.save_final=false", "logging.tensorboard=false", "logging.dump_trajectories=false",
@@ -57,23 +69,27 @@ def summarize(records: list[dict]) -> dict[str, float | list[float]]:
         "staleness_mean": _mean([r["async/staleness_mean"] for r in steady]),
         "staleness_max": max(r["async/staleness_max"] for r in records),
         "wait_s": _mean([r["timing/wait_for_rollouts_s"] for r in steady]),
+        "sync_wait_s": _mean([r.get("timing/weight_sync_wait_s", 0.0) for r in steady]),
         "reward": [r["reward/avg_raw_reward"] for r in records],
     }
 
 
-def run_k(k: int, tasks: str, steps: int, extra: list[str], root: Path) -> dict:
-    """Train a fresh run at staleness bound ``k``; returns :func:`summarize` of its records."""
+def run_k(k: int, generator: str, tasks: str, steps: int, extra: list[str], root: Path) -> dict:
+    """Train a fresh run at staleness bound ``k`` with ``generator`` (a key of ``EXAMPLES``);
+    returns :func:`summarize` of its records."""
     from swerl.trainer.config import load_train_config
     from swerl.trainer.loop import train
 
     overrides = [f"data.tasks={tasks}", f"loop.max_steps={steps}", f"loop.max_staleness_steps={k}", *SHRINK, *extra]
-    result = train(load_train_config(EXAMPLE, overrides), root / f"k{k}")
+    result = train(load_train_config(EXAMPLES[generator], overrides), root / f"k{k}")
     return summarize(result.records)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", required=True, help="HumanEval task folder (swerl tasks import humaneval DIR)")
+    parser.add_argument("--generator", choices=sorted(EXAMPLES), default="hf",
+                        help="hf: the HF generator in the trainer's process; vllm-server: one vLLM server on core 0")
     parser.add_argument("--ks", default="0,1,2,4", help="staleness bounds to run, comma-separated")
     parser.add_argument("--steps", type=int, default=5, help="training steps per k (the first is not averaged)")
     parser.add_argument("--set", dest="extra", action="append", default=[], help="more config overrides key=value")
@@ -83,11 +99,11 @@ def main() -> None:
     figures = {}
     with tempfile.TemporaryDirectory(prefix="swerl-bench-pipeline-") as tmp:
         for k in [int(x) for x in args.ks.split(",")]:
-            f = figures[k] = run_k(k, args.tasks, args.steps, args.extra, Path(tmp))
+            f = figures[k] = run_k(k, args.generator, args.tasks, args.steps, args.extra, Path(tmp))
             print(f"k={k}: step {f['step_s']:.1f}s | phases rollout {f['rollout_s']:.1f}s (gen {f['gen_s']:.1f}s, "
                   f"sandbox {f['sandbox_s']:.1f}s), update {f['update_s']:.1f}s | longest {f['longest_s']:.1f}s, "
                   f"sum {f['sum_s']:.1f}s | step/longest {f['ratio']:.2f} | staleness mean {f['staleness_mean']:.2f} "
-                  f"max {f['staleness_max']:.0f} | wait {f['wait_s']:.1f}s | reward/step "
+                  f"max {f['staleness_max']:.0f} | wait {f['wait_s']:.1f}s | sync wait {f['sync_wait_s']:.1f}s | reward/step "
                   + " ".join(f"{r:.3f}" for r in f["reward"]), flush=True)
     if args.json:
         args.json.write_text(json.dumps(figures, indent=1))

@@ -1,9 +1,14 @@
-"""Shared pytest fixtures: the one tiny model of the suite.
+"""Shared pytest fixtures: the one tiny model of the suite, and the session's vLLM engine.
 
 ``build_tiny_llama`` is the only place a test model is built (a 2-layer Llama, hidden size 32,
 built from a config: no hub, random weights drawn from ``seed``); the stage folders' helpers
 (``trainer/_support.py``, ``rl/_tiny.py``, ``inference/conftest.py``, ``agent/conftest.py``) call
 it with their vocabulary and special tokens.
+
+The vLLM fixtures (``model_path``, ``trainer_model``, ``engine``) are session-scoped so that the
+engine tests and the pipeline test share ONE in-process engine (a start costs ~20-40 s on 2
+cores); only tests marked ``vllm`` use them. A test that reloads the engine's weights puts the
+default model's back before it ends.
 """
 
 from __future__ import annotations
@@ -17,3 +22,31 @@ from tiny_llama import TINY_LLAMA, build_tiny_llama  # noqa: F401 - re-exported 
 def tiny_llama():  # noqa: ANN201
     """The builder as a fixture: ``tiny_llama(vocab_size, seed=0, **config)``."""
     return build_tiny_llama
+
+
+@pytest.fixture(scope="session")
+def model_path():  # noqa: ANN201
+    """The default model's folder (SmolLM2-135M-Instruct, tied embeddings)."""
+    from swerl.inference.model_files import resolve_model
+
+    return resolve_model(None)
+
+
+@pytest.fixture(scope="session")
+def trainer_model(model_path):  # noqa: ANN201
+    """The default model in fp32 on CPU, eval mode (the trainer's side of the parity probe)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).eval()
+
+
+@pytest.fixture(scope="session")
+def engine(model_path):  # noqa: ANN201
+    """One in-process vLLM engine (bf16) on the default model for the whole session."""
+    from swerl.inference.vllm_backend import VLLMBackend
+    from vllm_support import engine_config
+
+    backend = VLLMBackend(engine_config(), str(model_path))
+    yield backend
+    backend.close()

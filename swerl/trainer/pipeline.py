@@ -274,16 +274,28 @@ class PipelinedRollouts:
         """Push the weights after ``step`` steps to the producer's generator between two requests,
         then admit the batches this version allows."""
         ctx = self.ctx
-        with ctx.clock.busy("update"):
-            if self.metered.inner is ctx.backend:  # the run's own engines (vLLM): sync, then probe
-                with self.metered.exclusive() as generator:
-                    metrics = sync_generator(generator, ctx.model, ctx.config, ctx.run_dir, ctx.info, version=step)
-            else:
+        if self.metered.inner is ctx.backend:  # the run's own engines (vLLM)
+            metrics = self._publish_to_engines(step)
+        else:
+            with ctx.clock.busy("update"):
                 metrics = self._publish_to_copy(step)
         with self._cond:
             self._published = step
             self._cond.notify_all()
         return metrics
+
+    def _publish_to_engines(self, step: int) -> dict[str, float]:
+        """vLLM: wait for the generate call in progress (one batch of turns, not the episodes: each
+        episode's next turn is a new request), then reload every engine and probe parity while no
+        request runs. The wait is ``timing/weight_sync_wait_s``; the reload and probe are busy as
+        ``update``."""
+        ctx = self.ctx
+        t0 = time.monotonic()
+        with self.metered.exclusive() as generator:
+            waited = time.monotonic() - t0
+            with ctx.clock.busy("update"):
+                metrics = sync_generator(generator, ctx.model, ctx.config, ctx.run_dir, ctx.info, version=step)
+        return {**metrics, "timing/weight_sync_wait_s": waited}
 
     def _publish_to_copy(self, step: int) -> dict[str, float]:
         """The HF copy: copy the weights in now and probe parity when no generate call runs; else

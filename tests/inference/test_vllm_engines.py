@@ -3,7 +3,7 @@ in-process engine and a pool of two servers honour one contract (token ids in; t
 log-probs and the weight version out), weight sync changes what they sample, and the parity probe
 agrees with the trainer after a sync and catches an engine that holds other weights.
 
-One in-process engine for the whole session; ``enforce_eager`` skips torch.compile so it starts in
+One in-process engine for the whole session (``tests/conftest.py``, shared with the pipeline test); ``enforce_eager`` skips torch.compile so it starts in
 ~20-40 s on 2 cores. Run: ``pytest -m vllm tests/inference/test_vllm_engines.py``.
 """
 
@@ -17,10 +17,9 @@ import requests
 import torch
 
 from swerl.inference.base import SamplingParams
-from swerl.inference.config import InferenceConfig
-from swerl.inference.model_files import resolve_model
 from swerl.inference.probe import logprob_gap, probe_sampling
 from swerl.inference.weight_sync import write_weights
+from vllm_support import engine_config
 
 pytestmark = [
     pytest.mark.vllm,
@@ -35,33 +34,6 @@ PROBE = probe_sampling(temperature=0.7, max_new_tokens=24)
 # (HF bf16 vs HF fp32 on it: 0.04 nats; at 0.3 the model emits noise and HF bf16 alone is 0.17-0.20
 # nats off, so no bf16 engine can meet the 0.1 limit: the gap of earlier runs). See docs/inference.md.
 PERTURBATION = 0.1
-
-
-def engine_config(**overrides) -> InferenceConfig:
-    fields = dict(backend="vllm", dtype="bfloat16", enforce_eager=True, max_model_len=1024, max_num_seqs=8,
-                  max_num_batched_tokens=1024, kv_cache_space_gib=1)
-    return InferenceConfig(**{**fields, **overrides})
-
-
-@pytest.fixture(scope="session")
-def model_path():
-    return resolve_model(None)
-
-
-@pytest.fixture(scope="session")
-def trainer_model(model_path):
-    from transformers import AutoModelForCausalLM
-
-    return AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).eval()
-
-
-@pytest.fixture(scope="session")
-def engine(model_path):
-    from swerl.inference.vllm_backend import VLLMBackend
-
-    backend = VLLMBackend(engine_config(), str(model_path))
-    yield backend
-    backend.close()
 
 
 @pytest.fixture(scope="session")

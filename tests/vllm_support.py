@@ -1,0 +1,16 @@
+"""The vLLM settings every real-engine test uses (``tests/conftest.py`` builds the session's
+in-process engine with them; a test that starts servers passes overrides)."""
+
+from __future__ import annotations
+
+from swerl.inference.config import InferenceConfig
+
+# enforce_eager skips torch.compile (starts in ~20-40 s on 2 cores); 1 GiB of KV cache and 8
+# sequences are plenty for the default model's short test prompts.
+ENGINE_FIELDS = dict(backend="vllm", dtype="bfloat16", enforce_eager=True, max_model_len=1024, max_num_seqs=8,
+                     max_num_batched_tokens=1024, kv_cache_space_gib=1)
+
+
+def engine_config(**overrides) -> InferenceConfig:
+    """The tests' :class:`InferenceConfig` for a vLLM engine, with ``overrides`` applied."""
+    return InferenceConfig(**{**ENGINE_FIELDS, **overrides})
