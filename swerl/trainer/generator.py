@@ -79,13 +79,32 @@ def weights_dir(config: TrainConfig, run_dir: Path) -> Path:
     return Path(config.generator.weight_sync_dir) if config.generator.weight_sync_dir else run_dir / "weight_sync"
 
 
+def write_sync_weights(model: torch.nn.Module, config: TrainConfig, run_dir: Path, info: DistInfo, version: int) -> Path:
+    """vLLM ``disk`` sync, first half: rank 0 writes the trainer's weights as one safetensors file
+    (engine dtype, atomically) to :func:`weights_dir`; every rank waits for it.
+
+    Returns:
+        the folder the engines reload (pass it to :func:`sync_generator` as ``written``).
+    """
+    from swerl.inference.weight_sync import write_weights
+
+    state = ckpt.full_model_state_dict(model)  # collective under FSDP
+    folder = weights_dir(config, run_dir)
+    if info.is_main:
+        write_weights(state, folder, getattr(torch, config.generator.resolved_dtype()), version)
+    dist.barrier()
+    return folder
+
+
 def sync_generator(
-    backend: Any, model: torch.nn.Module, config: TrainConfig, run_dir: Path, info: DistInfo, version: int
+    backend: Any, model: torch.nn.Module, config: TrainConfig, run_dir: Path, info: DistInfo, version: int,
+    written: Path | None = None,
 ) -> dict[str, float]:
     """Give every engine the trainer's current weights as policy ``version``, then probe parity.
 
     HF: the module is shared, only the version moves. vLLM ``disk``: rank 0 writes one safetensors
-    file (engine dtype) to :func:`weights_dir`, all ranks wait, each rank's engines reload it.
+    file (engine dtype) to :func:`weights_dir`, all ranks wait, each rank's engines reload it;
+    ``written`` is that folder when :func:`write_sync_weights` already wrote ``version`` there.
 
     Returns:
         the probe's metrics (``inference/logprob_diff_mean``, ``inference/logprob_diff_max``) plus
@@ -106,13 +125,7 @@ def sync_generator(
             engine.post("reset_prefix_cache")
         backend.weight_version = version
     else:
-        state = ckpt.full_model_state_dict(model)  # collective under FSDP
-        folder = weights_dir(config, run_dir)
-        if info.is_main:
-            from swerl.inference.weight_sync import write_weights
-
-            write_weights(state, folder, getattr(torch, config.generator.resolved_dtype()), version)
-        dist.barrier()
+        folder = written if written is not None else write_sync_weights(model, config, run_dir, info, version)
         backend.reload_weights(str(folder), version)
     sync_s = time.monotonic() - start
     return {**probe_parity(backend, model, config, info), "timing/weight_sync_s": sync_s}

@@ -11,9 +11,10 @@ Batch s is always the sampler's s-th batch of prompts (the plan's order), every 
   once the generator holds weight version >= s - 1 - k, so every turn of batch s is sampled by a
   version the trainer has not moved more than k steps past when it trains on it
   (staleness = (s - 1) - oldest turn's version <= k). Nothing finished is ever discarded.
-  Weights reach the producer's generator between two generate calls (``MeteredBackend``: copied
-  in at once when it is idle, else staged for its next call): in-flight episodes continue with
-  the new version, recorded per turn.
+  Weights reach the producer's generator between two generate calls (``MeteredBackend``): an HF
+  copy takes them at once when idle, else at its next call; vLLM engines reload them (and are
+  probed) once the call in progress returns. In-flight episodes continue with the new version,
+  recorded per turn.
 
 A checkpoint stores the sampler position of the last TRAINED batch; batches the producer had
 collected or started beyond it were never trained and are collected again after a resume.
@@ -36,7 +37,7 @@ from swerl.agent.trajectory import Trajectory
 from swerl.trainer.busy import BusyClock, MeteredBackend
 from swerl.trainer.config import TrainConfig
 from swerl.trainer.distributed import DistInfo
-from swerl.trainer.generator import probe_parity, sync_generator
+from swerl.trainer.generator import probe_parity, sync_generator, write_sync_weights
 from swerl.trainer.rollouts import RolloutRunner, gather_trajectories, rank_share
 from swerl.trainer.sampler import PromptSampler
 
@@ -285,17 +286,24 @@ class PipelinedRollouts:
         return metrics
 
     def _publish_to_engines(self, step: int) -> dict[str, float]:
-        """vLLM: wait for the generate call in progress (one batch of turns, not the episodes: each
-        episode's next turn is a new request), then reload every engine and probe parity while no
-        request runs. The wait is ``timing/weight_sync_wait_s``; the reload and probe are busy as
-        ``update``."""
+        """vLLM: write the new weights while the engines keep generating (``disk`` sync), wait for
+        the generate call in progress (one batch of turns, not the episodes: each episode's next
+        turn is a new request), then reload every engine and probe parity while no request runs.
+        The wait is ``timing/weight_sync_wait_s``; writing, reloading and probing are busy as
+        ``update`` (``timing/weight_sync_s``)."""
         ctx = self.ctx
         t0 = time.monotonic()
-        with self.metered.exclusive() as generator:
-            waited = time.monotonic() - t0
+        written = None
+        if not getattr(ctx.backend, "nccl_senders", None):
             with ctx.clock.busy("update"):
-                metrics = sync_generator(generator, ctx.model, ctx.config, ctx.run_dir, ctx.info, version=step)
-        return {**metrics, "timing/weight_sync_wait_s": waited}
+                written = write_sync_weights(ctx.model, ctx.config, ctx.run_dir, ctx.info, step)
+        wrote = time.monotonic() - t0
+        with self.metered.exclusive() as generator:
+            waited = time.monotonic() - t0 - wrote
+            with ctx.clock.busy("update"):
+                metrics = sync_generator(generator, ctx.model, ctx.config, ctx.run_dir, ctx.info, step, written)
+        return {**metrics, "timing/weight_sync_s": metrics["timing/weight_sync_s"] + wrote,
+                "timing/weight_sync_wait_s": waited}
 
     def _publish_to_copy(self, step: int) -> dict[str, float]:
         """The HF copy: copy the weights in now and probe parity when no generate call runs; else
