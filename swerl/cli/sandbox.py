@@ -52,19 +52,23 @@ def sandbox_build_base(
 def sandbox_gc(
     all_: Annotated[bool, typer.Option("--all", help="Remove every swerl container, not only dead runs'.")] = False,
     images: Annotated[bool, typer.Option("--images", help="Also remove cached swerl-task:* images.")] = False,
+    json_out: JsonOut = None,
     verbose: Verbose = False,
     engine: EngineOption = None,
 ) -> None:
     """Remove containers, networks and volumes left by dead swerl runs (labelled swerl.run), on every engine named."""
     from swerl.sandbox.deployment.gc import collect_garbage, remove_task_images
 
+    console, records = results_console(json_out), []
     for url in [e.url for e in engine_configs(engine)] or [None]:
         client = _docker_client(url)
         removed = collect_garbage(client, everything=all_)
         if images:
             removed["images"] = remove_task_images(client)
+        records.append({"engine": url or "local", "removed": removed})
         where = f" on {url}" if url else ""
-        out_console.print(", ".join(f"{n} {kind}" for kind, n in removed.items()) + f" removed{where}", highlight=False)
+        console.print(", ".join(f"{n} {kind}" for kind, n in removed.items()) + f" removed{where}", highlight=False)
+    write_json(json_out, records)
 
 
 @sandbox_app.command("engines", cls=SwerlCommand)

@@ -45,6 +45,7 @@ CASES = {
     "tasks list": (lambda t: ["tasks", "list", str(FIXTURE_TASKS)], {0}, list),
     "tasks import humaneval": (lambda t: ["tasks", "import", "humaneval", str(t / "he"), "--limit", "2"], {0}, "tasks"),
     "sandbox engines": (lambda t: ["sandbox", "engines", "--engine", f"unix://{t}/no-docker.sock"], {3}, list),
+    "sandbox gc": (lambda t: ["sandbox", "gc"], {0}, list),  # dead runs' leftovers only: live runs are kept
     "tasks validate": (lambda t: ["tasks", "validate", str(FIXTURE_TASKS)], {0}, "valid"),
     "select-checkpoint": (lambda t: ["select-checkpoint", str(_run_dir(t))], {0}, "chosen"),
     "report": (lambda t: ["report", *map(str, ARMS), "--out", str(t / "r.html")], {0}, "arms"),
@@ -55,7 +56,7 @@ CASES = {
     "eval": (lambda t: ["eval", str(FIXTURE_TASKS), "--limit", "1", "--protocol", "single-turn",
                         "--max-new-tokens", "4", "-c", "1", "--threads", "1", "-o", str(t / "eval")], {0}, "pass@1"),
 }
-DOCKER = {"train", "sandbox-test", "eval"}  # the dry-run's preflight asks the engine; the others run sandboxes
+DOCKER = {"train", "sandbox-test", "eval", "sandbox gc"}  # the dry-run's preflight asks the engine; the others run sandboxes
 
 
 def _json_commands() -> set[str]:
