@@ -6,6 +6,7 @@ oracle scores 1 in both."""
 from __future__ import annotations
 
 import asyncio
+import shutil
 
 import pytest
 
@@ -75,3 +76,25 @@ def test_hardened_same_container_stops_planted_files_and_agent_processes(docker_
     assert forged == {}
     assert all(v.verification == "same_container" and v.outcome is Outcome.failed for v in verdicts.values()), verdicts
     assert containers_of(docker_client, run_id) == []
+
+
+def test_test_sh_runs_in_the_image_workdir_with_the_work_product_in_both_modes(humaneval_task, tmp_path):
+    """The work product replaces /app (the image's WORKDIR) before test.sh runs: a test.sh that
+    uses relative paths finds it, in the clean room as in the agent's container."""
+    folder = tmp_path / "relative-test-sh"
+    shutil.copytree(humaneval_task.path, folder)
+    (folder / "tests" / "test.sh").write_text(
+        '#!/bin/bash\nmkdir -p /logs/verifier\n'
+        'if [ "$(pwd)" = /app ] && [ -f solution.py ] && grep -q def solution.py; then r=1; else r=0; fi\n'
+        'echo "$r" > /logs/verifier/reward.txt\n'
+    )
+    task = load_task(folder)
+
+    async def oracle(verification: str):
+        async with SandboxManager(SandboxConfig(concurrency=1, verification=verification)) as mgr:
+            return await mgr.run_oracle(task)
+
+    for mode in ("clean_room", "same_container"):
+        trial = run(oracle(mode))
+        assert (trial.verification, trial.reward) == (mode, 1.0), (mode, trial.outcome, trial.detail)
+        assert "getcwd" not in (trial.detail or ""), trial.detail

@@ -47,12 +47,16 @@ wipe() {
 }
 if [ "$1" = - ] && ! command -v tar >/dev/null 2>&1; then emit notar; exit 0; fi
 src=$1; limit=$2; shift 2
+# test.sh runs in the image's WORKDIR (this script's start folder), entered again after the work
+# product replaced it: a folder deleted under a process stays its (dead) cwd.
+wd=$PWD; cd /
 kill -KILL -1 2>/dev/null
 emit oom_before; oom
 wipe
 rm -rf "$@"
 mkdir -p /logs/verifier /tests
 if [ "$src" = - ]; then tar -x -C / -f -; else cp -a "$src"/. / && rm -rf "$src"; fi
+cd "$wd" 2>/dev/null || cd /
 timeout -s KILL "$limit" bash /tests/test.sh >/logs/verifier/test-stdout.txt 2>&1 </dev/null &
 wait $!; rc=$?
 kill -KILL -1 2>/dev/null
