@@ -134,7 +134,8 @@ def check_backend(cfg: TrainConfig) -> None:
         raise EnvironmentProblem(f"generator.backend=vllm needs the vllm package, which is not installed; fix: {VLLM_FIX}")
 
 
-OVERSUBSCRIBED = 2.0  # demand / cores above which the run mostly waits for CPU
+OVERSUBSCRIBED = 8.0  # sandbox cpus / cores above which the run mostly waits for CPU: task cpus are
+# limits, and an episode's sandbox idles while the policy generates its turn
 
 
 def usable_cores() -> int:
@@ -146,8 +147,9 @@ def usable_cores() -> int:
 
 
 def check_cores(cfg: TrainConfig, tasks: list) -> list[str]:
-    """One warning when generator threads + episodes in flight x task cpus exceed the local cores
-    :data:`OVERSUBSCRIBED` times over (sandboxes on remote engines do not count). Not an error.
+    """One warning when the generator's threads exceed the local cores, or episodes in flight x task
+    cpus exceed them :data:`OVERSUBSCRIBED` times over (sandboxes on remote engines do not count).
+    Not an error.
 
     Returns: [] or [the warning line].
     """
@@ -159,7 +161,7 @@ def check_cores(cfg: TrainConfig, tasks: list) -> list[str]:
     in_flight = cfg.loop.rollout_concurrency or cfg.sandbox.concurrency
     cpus = max((t.config.environment.cpus for t in tasks), default=1.0)
     demand = threads + in_flight * cpus
-    if demand <= OVERSUBSCRIBED * cores:
+    if threads <= cores and in_flight * cpus <= OVERSUBSCRIBED * cores:
         return []
     return [f"CPU oversubscribed: {threads} generator thread(s) + {in_flight} episodes in flight x {cpus:g} task "
             f"cpus = {demand:g} cores wanted on {cores} usable; lower loop.rollout_concurrency (or "

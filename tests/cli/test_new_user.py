@@ -90,11 +90,12 @@ def test_oversubscribed_cores_give_one_warning_line():
     from swerl.trainer.preflight import check_cores, usable_cores
 
     tasks = list(load_tasks(FIXTURE_TASKS))
-    crowded = 4 * usable_cores() + 1
+    crowded = 8 * usable_cores() + 1
     (line,) = check_cores(_cores_config(crowded), tasks)
     assert line.startswith(f"CPU oversubscribed: 1 generator thread(s) + {crowded} episodes in flight x 1 task cpus")
     assert f"on {usable_cores()} usable" in line and "loop.rollout_concurrency" in line
     assert check_cores(_cores_config(1), tasks) == []
+    assert check_cores(_cores_config(8 * usable_cores()), tasks) == []  # the CPU default: 16 on 2 cores
     # Sandboxes on a remote engine do not load this machine's cores.
     assert check_cores(_cores_config(crowded, **{"sandbox.docker_base_url": "tcp://10.0.0.9:2375"}), tasks) == []
 
