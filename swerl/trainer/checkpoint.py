@@ -28,6 +28,7 @@ import json
 import logging
 import re
 import shutil
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,8 @@ from swerl.trainer.distributed import DistInfo, barrier, is_distributed
 from swerl.trainer.model_card import finish_export
 
 log = logging.getLogger(__name__)
+# One process saves and loads with no_dist=True, as asked; DCP warns about it on every call.
+warnings.filterwarnings("ignore", message="torch.distributed is disabled", category=UserWarning)
 
 CKPT_DIR = "checkpoints"
 EXPORT_DIR = "exports"
