@@ -51,16 +51,3 @@ def engine(model_path):  # noqa: ANN201
     yield backend
     backend.close()
 
-
-def pytest_collection_modifyitems(session, config, items) -> None:  # noqa: ANN001
-    """The vLLM pipeline test runs first among the users of the session's engine.
-
-    Run after the engine tests and most of the suite (2026-12-01), its first generate call spun
-    in vLLM's scheduler for over 7 minutes; run first, then the engine tests, all pass. The cause
-    is not yet understood (tracked in the project's issue on asynchronous rollouts).
-    """
-    pipeline = [item for item in items if item.nodeid.startswith("tests/trainer/test_pipeline_vllm.py")]
-    rest = [item for item in items if item not in pipeline]
-    users = [i for i, item in enumerate(rest) if "engine" in getattr(item, "fixturenames", ())]
-    if pipeline and users:
-        items[:] = rest[: users[0]] + pipeline + rest[users[0]:]
