@@ -23,7 +23,8 @@ QWEN3_8B = {"hidden_size": 4096, "num_hidden_layers": 36, "num_attention_heads":
 
 
 def test_fsdp_is_accepted_on_cpu_and_offload_needs_it():
-    cfg = load_train_config(DEMO_YAML, ["model.fsdp=true", "generator.backend=vllm", "generator.max_model_len=1024"])
+    cfg = load_train_config(DEMO_YAML, ["model.fsdp=true", "generator.backend=vllm", "generator.max_model_len=1024",
+                                         "generator.num_threads=null"])
     assert cfg.model.fsdp and cfg.model.device == "cpu"
     with pytest.raises(ConfigError, match="model.cpu_offload needs model.fsdp"):
         load_train_config(DEMO_YAML, ["model.cpu_offload=true"])
