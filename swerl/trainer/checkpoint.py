@@ -30,6 +30,7 @@ import re
 import shutil
 import warnings
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -50,8 +51,6 @@ from swerl.trainer.distributed import DistInfo, barrier, is_distributed
 from swerl.trainer.model_card import finish_export
 
 log = logging.getLogger(__name__)
-# One process saves and loads with no_dist=True, as asked; DCP warns about it on every call.
-warnings.filterwarnings("ignore", message="torch.distributed is disabled", category=UserWarning)
 
 CKPT_DIR = "checkpoints"
 EXPORT_DIR = "exports"
@@ -59,6 +58,19 @@ LATEST_FILE = "latest_ckpt_global_step.txt"
 _STEP_RE = re.compile(r"^global_step_(\d+)$")
 _FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
 STATE_DIR = "state"  # the DCP folder of model + optimizer shards
+
+
+@contextmanager
+def _quiet_no_dist(no_dist: bool) -> Iterator[None]:
+    """Around one DCP save/load called with ``no_dist``: when True (one process, as swerl asks),
+    DCP's "torch.distributed is disabled" UserWarning is silenced for this block only; it warns
+    on every such call. Every other warning, and every call under a process group, is untouched."""
+    if not no_dist:
+        yield
+        return
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled", category=UserWarning)
+        yield
 
 
 def step_dir_name(step: int) -> str:
@@ -168,7 +180,9 @@ def save_checkpoint(
         _remove_stale_temps(root)
         tmp.mkdir()
     barrier()
-    dcp.save({"model": model_sd, "optimizer": optim_sd}, checkpoint_id=tmp / STATE_DIR, no_dist=not is_distributed())
+    no_dist = not is_distributed()
+    with _quiet_no_dist(no_dist):
+        dcp.save({"model": model_sd, "optimizer": optim_sd}, checkpoint_id=tmp / STATE_DIR, no_dist=no_dist)
     torch.save(save_rng_state(), tmp / f"rng_rank{dist_info.rank}.pt")
     if dist_info.is_main:
         torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
@@ -256,7 +270,9 @@ def load_checkpoint(
         log.info("resharding %s from %d to %d ranks", path, saved_world, dist_info.world_size)
     model_sd, optim_sd = get_state_dict(model, optimizer)  # initializes empty AdamW state to load into
     target = {"model": model_sd, "optimizer": optim_sd}
-    dcp.load(target, checkpoint_id=path / STATE_DIR, no_dist=not is_distributed())
+    no_dist = not is_distributed()
+    with _quiet_no_dist(no_dist):
+        dcp.load(target, checkpoint_id=path / STATE_DIR, no_dist=no_dist)
     set_state_dict(model, optimizer, model_state_dict=target["model"], optim_state_dict=target["optimizer"])
     scheduler.load_state_dict(torch.load(path / "scheduler.pt", weights_only=False))
     rng_file = path / f"rng_rank{dist_info.rank}.pt"
@@ -280,7 +296,8 @@ def read_model_state(path: Path) -> dict[str, torch.Tensor]:
         for key, m in meta.state_dict_metadata.items()
         if key.startswith("model.") and isinstance(m, TensorStorageMetadata)
     }
-    dcp.load(empty, checkpoint_id=path / STATE_DIR, no_dist=True)
+    with _quiet_no_dist(True):
+        dcp.load(empty, checkpoint_id=path / STATE_DIR, no_dist=True)
     return {key.removeprefix("model."): value for key, value in empty.items()}
 
 

@@ -129,6 +129,21 @@ def test_latest_falls_back_when_pointer_is_missing_and_bad_path_is_an_error(tmp_
         ckpt.resolve_resume(tmp_path, str(tmp_path / "nowhere"))
 
 
+def test_single_process_dcp_is_quiet_without_a_process_wide_filter(tmp_path):
+    import warnings
+
+    model, opt, sched = setup()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        save(tmp_path, 1, model, opt, sched)
+        ckpt.load_checkpoint(tmp_path / ckpt.CKPT_DIR / "global_step_1", model, opt, sched, DistInfo())
+        ckpt.read_model_state(tmp_path / ckpt.CKPT_DIR / "global_step_1")
+        warnings.warn("torch.distributed is disabled (raised outside a DCP call)", UserWarning)
+    assert [str(w.message) for w in caught if "torch.distributed" in str(w.message)] == [
+        "torch.distributed is disabled (raised outside a DCP call)"]
+    assert not [f for f in warnings.filters if f[1] is not None and "torch.distributed" in f[1].pattern]
+
+
 @pytest.mark.parametrize("tied", [False, True], ids=["untied", "tied-embeddings"])
 def test_hf_export_loads_with_transformers(tmp_path, tied):
     from transformers import AutoModelForCausalLM, AutoTokenizer
