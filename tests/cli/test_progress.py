@@ -70,3 +70,12 @@ def test_phases_on_two_threads_share_one_live_display():
         for t in threads:
             t.join()
     assert errors == [] and display._live is None
+
+
+def test_off_a_terminal_a_bar_draws_nothing_not_even_its_last_frame():
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=False, width=120)
+    with new_progress(console) as progress:
+        bar = progress.add_task("step 1/2", total=4, status="rollouts")
+        progress.update(bar, completed=4, status="done")
+    assert out.getvalue() == ""
