@@ -102,19 +102,26 @@ class Heartbeat:
 class PhaseClock:
     """The phase a command is in, its progress and its age, for heartbeat lines.
 
-    ``start("rollouts", total=16, unit="episodes")``, then ``advance()``; ``line()`` reads
-    ``rollouts: 9/16 episodes done, 41 s`` (or ``update: 12 s`` for a phase without a count).
+    ``start("rollouts", total=16, unit="episodes", scope="step 3/10")``, then ``advance()``;
+    ``line()`` reads ``step 3/10 rollouts: 9/16 episodes done, 41 s`` (``update: 12 s`` for a
+    phase without a count). Library phases running inside it (:func:`nested_display`, e.g. a
+    checkpoint save during the step) are named first: ``step 3/10 checkpoint save: 31 s``; a
+    counted phase keeps its count after them (``step 3/10 generate (batch of 16): 212/512
+    tokens/row done, 40 s; rollouts: 0/16 episodes done, 41 s``).
     """
 
     def __init__(self) -> None:
         self.name: str | None = None
         self.total: int | None = None
         self.unit = ""
+        self.scope = ""
         self.done = 0
         self.started = time.monotonic()
+        self.inner: list[PhaseClock] = []  # library phases running inside this one, oldest first
 
-    def start(self, name: str, total: int | None = None, unit: str = "") -> None:
-        self.name, self.total, self.unit, self.done, self.started = name, total, unit, 0, time.monotonic()
+    def start(self, name: str, total: int | None = None, unit: str = "", scope: str = "") -> None:
+        self.name, self.total, self.unit, self.scope = name, total, unit, scope
+        self.done, self.started = 0, time.monotonic()
 
     def advance(self, done: int | None = None) -> None:
         self.done = self.done + 1 if done is None else done
@@ -122,6 +129,13 @@ class PhaseClock:
     def line(self) -> str | None:
         if self.name is None:
             return None
+        parts = [clock.own_line() for clock in list(self.inner)]
+        if not parts or self.total is not None:
+            parts.append(self.own_line())
+        return (f"{self.scope} " if self.scope else "") + "; ".join(parts)
+
+    def own_line(self) -> str:
+        """This phase alone: ``rollouts: 9/16 episodes done, 41 s``."""
         age = f"{time.monotonic() - self.started:.0f} s"
         if self.total is None:
             return f"{self.name}: {age}"
@@ -137,6 +151,21 @@ def heartbeat_display(clock: PhaseClock) -> AbstractContextManager[object]:
     return Heartbeat(clock.line, heartbeat_interval_s())
 
 
+def nested_display(outer: PhaseClock) -> PhaseDisplay:
+    """A display that names each phase inside ``outer`` (a command's own clock) while it runs, so
+    the command's one heartbeat says ``step 3/10 checkpoint save: 31 s``, not ``update``."""
+
+    @contextlib.contextmanager
+    def show(clock: PhaseClock) -> Iterator[None]:
+        outer.inner.append(clock)
+        try:
+            yield
+        finally:
+            outer.inner.remove(clock)
+
+    return show
+
+
 _display: PhaseDisplay = heartbeat_display
 
 
@@ -145,6 +174,22 @@ def set_phase_display(display: PhaseDisplay | None) -> PhaseDisplay:
     global _display
     previous, _display = _display, display or heartbeat_display
     return previous
+
+
+@contextlib.contextmanager
+def command_heartbeat(clock: PhaseClock, enabled: bool = True) -> Iterator[None]:
+    """A command's heartbeat off a terminal: ``clock.line()`` every ``$SWERL_HEARTBEAT_S`` seconds
+    while the block runs, with the library phases started meanwhile named inside it (one heartbeat,
+    not one per phase). ``enabled=False`` (a terminal: the bar shows progress) is a no-op."""
+    if not enabled:
+        yield
+        return
+    previous = set_phase_display(nested_display(clock))
+    try:
+        with Heartbeat(clock.line, heartbeat_interval_s()):
+            yield
+    finally:
+        set_phase_display(previous)
 
 
 @contextlib.contextmanager

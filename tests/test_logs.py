@@ -107,3 +107,20 @@ def test_an_installed_display_replaces_the_heartbeat(caplog, monkeypatch):
     finally:
         set_phase_display(previous)
     assert shown == ["export"] and not [r for r in caplog.records if r.name == "swerl.heartbeat"]
+
+
+def test_a_library_phase_inside_a_command_is_named_by_its_one_heartbeat(caplog, monkeypatch):
+    from swerl.logs import command_heartbeat, phase
+
+    monkeypatch.setenv("SWERL_HEARTBEAT_S", "0.05")
+    clock = PhaseClock()
+    clock.start("update", scope="step 3/10")
+    with caplog.at_level(logging.INFO, logger="swerl.heartbeat"), command_heartbeat(clock):
+        with phase("checkpoint save"):
+            first = len(caplog.records)
+            time.sleep(0.3)
+            saving = [r.getMessage() for r in caplog.records[first:]]
+        time.sleep(0.15)
+    beats = saving[1:]  # the first may have been composed just before the save began
+    assert beats and all(re.fullmatch(r"step 3/10 checkpoint save: \d+ s", b) for b in beats), beats
+    assert re.fullmatch(r"step 3/10 update: \d+ s", caplog.records[-1].getMessage())  # the save ended

@@ -164,13 +164,13 @@ def _run_and_report(config, json_out: str | None) -> None:  # noqa: ANN001 - Eva
 def _run_eval_with_progress(config, run_eval):  # noqa: ANN001, ANN202 - types live in swerl.agent.evaluate
     """Run the eval behind a live rich progress bar on stderr (episodes done, passed, masked)."""
     from swerl.cli.progress import new_progress, phases_into
-    from swerl.logs import Heartbeat, PhaseClock, heartbeat_interval_s
+    from swerl.logs import PhaseClock, command_heartbeat
 
     clock = PhaseClock()
     clock.start("eval", total=0, unit="episodes")
     counts = {"passed": 0, "masked": 0}
     running: set[tuple[str, int]] = set()
-    heartbeat = Heartbeat(clock.line, heartbeat_interval_s(), enabled=not err_console.is_terminal)
+    heartbeat = command_heartbeat(clock, enabled=not err_console.is_terminal)
     with new_progress(err_console) as progress, phases_into(progress), heartbeat:
         bar = progress.add_task("eval", total=None, status="starting sandboxes...")
 

@@ -121,7 +121,7 @@ def sandbox_test(
 ) -> None:
     """Run each task's oracle (expect reward 1) and a null attempt (expect reward 0) in fresh sandboxes."""
     from swerl.cli.progress import new_progress, phases_into
-    from swerl.logs import Heartbeat, PhaseClock, heartbeat_interval_s
+    from swerl.logs import PhaseClock, command_heartbeat
     from swerl.sandbox import SandboxConfig
     from swerl.sandbox.selftest import run_sandbox_test, trial_attempts
     from swerl.sandbox.signals import run_async
@@ -139,7 +139,7 @@ def sandbox_test(
         clock.advance()
         progress.update(bar, advance=1, status=f"{record.task}/{record.attempt}: {record.outcome.value}")
 
-    with progress, phases_into(progress), Heartbeat(clock.line, heartbeat_interval_s(), enabled=not err_console.is_terminal):
+    with progress, phases_into(progress), command_heartbeat(clock, enabled=not err_console.is_terminal):
         bar = progress.add_task("sandbox-test", total=trials, status="")
         report = run_async(run_sandbox_test(task_set.tasks, config, redteam=redteam, on_trial=on_trial))
     _report_sandbox_test(report, task_set, str(tasks), redteam, json_out)

@@ -133,12 +133,12 @@ def _train_dry_run(cfg, run_dir: Path, checks, json_out: str | None) -> None:  #
 def _train_with_live_view(cfg, run_dir: Path, resume, train):  # noqa: ANN001, ANN202
     """Run ``train`` behind a rich progress bar (episodes of the step) and one line per step."""
     from swerl.cli.progress import new_progress, phases_into
-    from swerl.logs import Heartbeat, PhaseClock, heartbeat_interval_s
+    from swerl.logs import PhaseClock, command_heartbeat
 
     state = {"total": "?", "passed": 0, "masked": 0, "last": ""}
     clock = PhaseClock()  # off a terminal: a heartbeat line every 30 s says which phase runs
     clock.start("setup (policy, generator, sandboxes)")
-    heartbeat = Heartbeat(clock.line, heartbeat_interval_s(), enabled=not err_console.is_terminal)
+    heartbeat = command_heartbeat(clock, enabled=not err_console.is_terminal)  # names checkpoint saves, exports
     with new_progress(err_console) as progress, phases_into(progress), heartbeat:
         bar = progress.add_task("train", total=None, status="loading...")
 
@@ -147,7 +147,7 @@ def _train_with_live_view(cfg, run_dir: Path, resume, train):  # noqa: ANN001, A
                 state["total"] = str(event.data.total_steps)
             elif event.kind == "step_start":
                 state["passed"] = state["masked"] = 0
-                clock.start(f"step {event.step}/{state['total']} rollouts", total=event.data, unit="episodes")
+                clock.start("rollouts", total=event.data, unit="episodes", scope=f"step {event.step}/{state['total']}")
                 progress.reset(bar, total=event.data, completed=0)
                 progress.update(bar, description=f"step {event.step}/{state['total']}",
                                 status=f"rollouts  {state['last']}")
@@ -159,7 +159,7 @@ def _train_with_live_view(cfg, run_dir: Path, resume, train):  # noqa: ANN001, A
                 progress.update(bar, completed=event.data.done,
                                 status=f"passed {state['passed']} masked {state['masked']}  {state['last']}")
             elif event.kind == "phase":  # step 0: before the first step (eval before training)
-                clock.start(f"step {event.step}/{state['total']} {event.data}" if event.step else event.data)
+                clock.start(event.data, scope=f"step {event.step}/{state['total']}" if event.step else "")
                 progress.update(bar, status=f"{event.data}  {state['last']}")
             elif event.kind == "step_end":
                 r = event.data

@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import logging
+import re
 import time
 from pathlib import Path
 
@@ -130,3 +131,30 @@ def test_heartbeat_names_the_eval_before_training(monkeypatch, caplog):
 def test_help_text_keeps_its_square_brackets():
     result = runner.invoke(app, ["eval", "-h"], env={"COLUMNS": "250"})
     assert result.exit_code == 0 and "(default: task.toml [agent] timeout_sec)" in result.output
+
+
+def test_off_a_terminal_train_beats_the_checkpoint_save_by_name_and_draws_no_bar(monkeypatch, caplog, capfd):
+    from swerl.cli.train import _train_with_live_view
+    from swerl.logs import phase
+    from swerl.trainer.plan import make_plan
+
+    monkeypatch.setenv("SWERL_HEARTBEAT_S", "0.05")
+    plan = make_plan(load_train_config(DEMO_YAML, [f"model.path={FIXTURE_TASKS}"]), 12)
+    during: list[str] = []
+
+    def train(cfg, run_dir, resume, *, on_event):  # noqa: ANN001 - stands in for swerl.trainer.loop.train
+        on_event(TrainEvent("plan", data=plan))
+        on_event(TrainEvent("step_start", 1, 4))
+        on_event(TrainEvent("phase", 1, "update"))
+        with phase("checkpoint save"):  # what swerl.trainer.checkpoint.save_checkpoint is
+            first = len(caplog.records)
+            time.sleep(0.5)
+            during.extend(r.getMessage() for r in caplog.records[first:] if r.name == "swerl.heartbeat")
+        return TrainResult(run_dir=run_dir)
+
+    caplog.set_level(logging.INFO, logger="swerl.heartbeat")
+    _train_with_live_view(None, Path("run"), None, train)
+    beats = during[1:]  # the first may have been composed just before the save began
+    assert beats and all(b.startswith(f"step 1/{plan.total_steps} checkpoint save: ") for b in beats), during
+    err = capfd.readouterr().err
+    assert not re.search(r"^step 1/", err, re.M) and "\x1b" not in err  # no bar frame, no control codes
