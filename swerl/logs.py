@@ -14,7 +14,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from types import TracebackType
@@ -34,14 +34,42 @@ def plain_formatter() -> logging.Formatter:
     return formatter
 
 
-def attach_run_log(run_dir: Path) -> logging.Handler:
-    """Append every log record of this process to ``RUN_DIR/train.log`` (a resume appends to it).
+class HeldRecords(logging.Handler):
+    """Keeps every record logged while it is attached to the root logger (:func:`hold_records`),
+    for :func:`attach_run_log` to write first: what a command logs before its run directory may be
+    written (the preflight's warnings) still reaches ``train.log``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+    def release(self) -> list[logging.LogRecord]:
+        """Detach from the root logger; returns the records held, oldest first."""
+        logging.getLogger().removeHandler(self)
+        return self.records
+
+
+def hold_records() -> HeldRecords:
+    """Start holding this process's log records (until ``release()``)."""
+    held = HeldRecords()
+    logging.getLogger().addHandler(held)
+    return held
+
+
+def attach_run_log(run_dir: Path, earlier: Sequence[logging.LogRecord] = ()) -> logging.Handler:
+    """Append every log record of this process to ``RUN_DIR/train.log`` (a resume appends to it),
+    after ``earlier`` (records held before the file could be written, :func:`hold_records`).
 
     Returns: the handler, for :func:`detach_run_log`.
     """
     run_dir.mkdir(parents=True, exist_ok=True)
     handler = logging.FileHandler(run_dir / RUN_LOG, mode="a", encoding="utf-8")
     handler.setFormatter(plain_formatter())
+    for record in earlier:
+        handler.handle(record)
     logging.getLogger().addHandler(handler)
     return handler
 

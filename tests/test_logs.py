@@ -124,3 +124,30 @@ def test_a_library_phase_inside_a_command_is_named_by_its_one_heartbeat(caplog, 
     beats = saving[1:]  # the first may have been composed just before the save began
     assert beats and all(re.fullmatch(r"step 3/10 checkpoint save: \d+ s", b) for b in beats), beats
     assert re.fullmatch(r"step 3/10 update: \d+ s", caplog.records[-1].getMessage())  # the save ended
+
+
+def test_a_counted_phase_keeps_its_count_after_the_phase_inside_it():
+    outer, inner = PhaseClock(), PhaseClock()
+    outer.start("rollouts", total=16, unit="episodes", scope="step 1/4")
+    inner.start("generate (batch of 16)", total=512, unit="tokens/row")
+    inner.advance(212)
+    outer.inner.append(inner)
+    assert re.fullmatch(r"step 1/4 generate \(batch of 16\): 212/512 tokens/row done, \d+ s; "
+                        r"rollouts: 0/16 episodes done, \d+ s", outer.line())
+
+
+def test_records_held_before_the_run_dir_exists_open_its_train_log(tmp_path):
+    from swerl.logs import hold_records
+
+    logger = logging.getLogger("swerl.test_logs")
+    logger.setLevel(logging.INFO)
+    held = hold_records()
+    logger.warning("skipping malformed task: t1")
+    earlier = held.release()
+    logger.warning("not held")  # released: no longer kept
+    handler = attach_run_log(tmp_path / "run", earlier)
+    logger.info("training")
+    detach_run_log(handler)
+    lines = (tmp_path / "run" / "train.log").read_text().splitlines()
+    assert [line.split(": ", 1)[1] for line in lines] == ["skipping malformed task: t1", "training"]
+    assert re.fullmatch(ISO + r" WARNING swerl\.test_logs: skipping malformed task: t1", lines[0])

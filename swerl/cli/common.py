@@ -29,7 +29,8 @@ def setup_logging(verbose: bool = False) -> None:
     On a terminal: rich's handler, and a live row per long phase (``swerl.logs.phase``). Off a
     terminal: plain lines with ISO-8601 UTC timestamps, so a CI log or ``2> run.log`` can be read
     and grepped, and a heartbeat line during long phases. Third-party progress bars (Hugging
-    Face, tqdm) are off either way: swerl draws its own.
+    Face, tqdm) are off either way: swerl draws its own. Python warnings (``warnings.warn``) are
+    log records too (``py.warnings``), so they reach every handler: the terminal and ``train.log``.
     """
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     os.environ.setdefault("TQDM_DISABLE", "1")
@@ -45,6 +46,7 @@ def setup_logging(verbose: bool = False) -> None:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(plain_formatter())
     logging.basicConfig(level=level, handlers=[handler], force=True)
+    logging.captureWarnings(True)
     for noisy in ("urllib3", "docker", "httpx", "filelock"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     if err_console.is_terminal:  # long phases (swerl.logs.phase) as live rows; off a terminal: heartbeats

@@ -39,28 +39,34 @@ def train_cmd(
     overrides = [*(set_ or []), *([f"loop.rollout_concurrency={concurrency}"] if concurrency else [])]
     cfg = load_train_config(config, overrides)
     target = run_dir or Path("runs") / config.stem
+    from swerl.logs import hold_records
     from swerl.trainer.preflight import run_preflight
 
-    checks = run_preflight(cfg, target, resume)  # what the run would reject fails here, before any file
+    held = hold_records()  # the preflight's warnings (e.g. a skipped task) go to train.log once it exists
+    try:
+        checks = run_preflight(cfg, target, resume)  # what the run would reject fails here, before any file
+    finally:
+        earlier = held.release()
     if dry_run:
         _train_dry_run(cfg, target, checks, json_out)
         return
-    for note in [*checks.plan.notes, *checks.notes]:  # the dry-run prints them; the run logs them
-        logging.getLogger("swerl.cli").warning("%s", note)
-    from swerl.trainer.loop import train
-
     if os.environ.get("RANK", "0") != "0":  # torchrun: other ranks train quietly, rank 0 shows and reports
         import contextlib
 
         from swerl.logs import set_phase_display
+        from swerl.trainer.loop import train
 
         set_phase_display(lambda clock: contextlib.nullcontext())
         train(cfg, target, resume)
         return
     from swerl.logs import attach_run_log, detach_run_log
 
-    run_log = attach_run_log(target)  # RUN_DIR/train.log: every record of this run, appended on resume
+    run_log = attach_run_log(target, earlier)  # RUN_DIR/train.log: every record of the run, warnings first
     try:
+        for note in [*checks.plan.notes, *checks.notes]:  # the dry-run prints them; the run logs them
+            logging.getLogger("swerl.cli").warning("%s", note)
+        from swerl.trainer.loop import train  # torch, transformers: their import-time warnings land here too
+
         result = _train_with_live_view(cfg, target, resume, train)
     finally:
         detach_run_log(run_log)

@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 import logging
 import re
+import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -31,14 +34,21 @@ def _slow_train(cfg, run_dir, resume, *, on_event):  # noqa: ANN001 - stands in 
 
 @pytest.mark.docker  # the preflight before the run checks the Docker engine and the base image
 def test_train_log_in_the_run_dir_is_appended_and_has_heartbeats(tmp_path, monkeypatch):
+    from swerl.trainer.preflight import usable_cores
+
     monkeypatch.setattr("swerl.trainer.loop.train", _slow_train)
     monkeypatch.setenv("SWERL_HEARTBEAT_S", "0.1")
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text(json.dumps(TINY))
+    tasks = tmp_path / "tasks"  # one task.toml with a key the format lacks: the task loader warns
+    shutil.copytree(FIXTURE_TASKS, tasks)
+    toml = tasks / "add-two" / "task.toml"
+    toml.write_text(toml.read_text().replace("[agent]\n", f"[agent]\nkey_{tmp_path.name} = 1\n"))
     run_dir = tmp_path / "run"
-    args = ["train", str(DEMO_YAML), "-o", str(run_dir), "--set", f"data.tasks={FIXTURE_TASKS}", "--set",
-            "data.names=null", "--set", "loop.train_batch_size=1", "--set", f"model.path={model}"]
+    args = ["train", str(DEMO_YAML), "-o", str(run_dir), "--set", f"data.tasks={tasks}", "--set",
+            "data.names=null", "--set", "loop.train_batch_size=1", "--set", f"model.path={model}",
+            "--set", f"sandbox.concurrency={8 * usable_cores() + 1}"]  # the preflight's CPU note
     for resume in ([], ["--resume", "latest"]):
         result = CliRunner().invoke(app, [*args, *resume])
         assert result.exit_code == 0, result.output
@@ -46,3 +56,20 @@ def test_train_log_in_the_run_dir_is_appended_and_has_heartbeats(tmp_path, monke
     assert "resume=None" in text and "resume=latest" in text and text.index("resume=None") < text.index("resume=latest")
     beats = re.findall(r"^\S+Z INFO +swerl\.heartbeat: step 1/\? rollouts: 0/4 episodes done, \d+ s$", text, re.M)
     assert len(beats) >= 2
+    # The preflight's warnings, logged before the run dir may be written, open the first run's log.
+    first = text[: text.index("resume=None")]
+    assert re.search(r"^\S+Z WARNING swerl\.tasks\.load: task\.toml key 'agent\.key_", first, re.M)
+    assert re.search(r"^\S+Z WARNING swerl\.cli: CPU oversubscribed: ", first, re.M)
+
+
+def test_a_python_warning_reaches_train_log_as_well_as_the_terminal(tmp_path):
+    script = ("import pathlib, sys, warnings\n"
+              "from swerl.cli.common import setup_logging\n"
+              "from swerl.logs import attach_run_log\n"
+              "setup_logging()\n"
+              "attach_run_log(pathlib.Path(sys.argv[1]))\n"
+              "warnings.warn('the tokenizer has no pad token', UserWarning)\n")
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True, check=True)
+    assert "the tokenizer has no pad token" in done.stderr
+    text = (tmp_path / "train.log").read_text()
+    assert re.search(r"^\S+Z WARNING py\.warnings: .*UserWarning: the tokenizer has no pad token", text, re.M), text
