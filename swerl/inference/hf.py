@@ -23,6 +23,7 @@ from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList,
 from swerl.errors import ConfigError, InferenceError
 from swerl.inference.base import Generation, SamplingParams
 from swerl.inference.sampling import finish_row, processed_logprobs, sample_rows
+from swerl.logs import PhaseClock, phase
 
 log = logging.getLogger(__name__)
 
@@ -30,15 +31,20 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 
 
 class _SampleAndRecord(LogitsProcessor):
-    """Last logits processor: samples from the processed distribution and records mu."""
+    """Last logits processor: samples from the processed distribution and records mu; each call
+    (one token per row) advances ``clock``, the generate phase's count."""
 
-    def __init__(self, sampling: SamplingParams, generators: list[torch.Generator] | None) -> None:
+    def __init__(self, sampling: SamplingParams, generators: list[torch.Generator] | None,
+                 clock: PhaseClock | None = None) -> None:
         self.sampling = sampling
         self.generators = generators
+        self.clock = clock
         self.chosen: list[Tensor] = []
         self.logprobs: list[Tensor] = []
 
     def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
+        if self.clock is not None:
+            self.clock.advance()
         sp = self.sampling
         logprobs = processed_logprobs(scores, sp.temperature, sp.top_k, sp.top_p)
         chosen = sample_rows(logprobs, self.generators)
@@ -217,7 +223,6 @@ class HFBackend:
             raise InferenceError(f"generate: got {len(seeds)} seeds for {len(prompts)} prompts")
         row_seeds = seeds if seeds is not None else [sampling.seed] * len(prompts)
         generators = None if sampling.temperature == 0 else self._row_generators(row_seeds)
-        recorder = _SampleAndRecord(sampling, generators)
         criteria = StoppingCriteriaList()
         stop_strings = None
         if sampling.stop:
@@ -230,7 +235,11 @@ class HFBackend:
             pad_token_id=pad_id,
             use_cache=True,
         )
-        sequences = self._generate_neutral(input_ids, attention_mask, config, recorder, criteria)
+        # A phase with a moving count: a batch holding every episode of a step finishes no episode
+        # until it ends, so the heartbeat shows the tokens sampled per row so far.
+        with phase(f"generate (batch of {len(prompts)})", total=sampling.max_new_tokens, unit="tokens/row") as clock:
+            recorder = _SampleAndRecord(sampling, generators, clock)
+            sequences = self._generate_neutral(input_ids, attention_mask, config, recorder, criteria)
         generated = sequences[:, input_ids.shape[1] :].tolist()
         logprobs = torch.stack(recorder.logprobs, dim=1).tolist() if recorder.logprobs else [[] for _ in prompts]
         hits = stop_strings.hit_len if stop_strings is not None else [None] * len(prompts)

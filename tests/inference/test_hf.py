@@ -185,3 +185,25 @@ def test_model_generation_config_cannot_alter_sampling(backend: HFBackend) -> No
     expected = steps.gather(-1, torch.tensor(gen.token_ids)[:, None])[:, 0]
     torch.testing.assert_close(torch.tensor(gen.logprobs), expected, atol=1e-5, rtol=0)
     assert backend.model.generation_config is config  # restored after the call
+
+
+def test_a_batch_is_a_phase_whose_count_is_the_tokens_sampled_per_row(backend: HFBackend) -> None:
+    import contextlib
+
+    from swerl.logs import set_phase_display
+
+    seen = []
+
+    @contextlib.contextmanager
+    def record(clock):  # noqa: ANN001, ANN202 - a PhaseDisplay that keeps the clocks it showed
+        seen.append(clock)
+        yield
+
+    previous = set_phase_display(record)
+    try:
+        gens = backend.generate(PROMPTS, SamplingParams(temperature=1.0, max_new_tokens=7, seed=3))
+    finally:
+        set_phase_display(previous)
+    (clock,) = seen
+    assert clock.name == "generate (batch of 3)" and (clock.total, clock.unit) == (7, "tokens/row")
+    assert clock.done == max(len(g.token_ids) for g in gens) > 0  # one per decode step, not a made-up figure
