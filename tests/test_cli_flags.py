@@ -114,7 +114,7 @@ def test_train_concurrency_flag_sets_rollout_concurrency(tmp_path, monkeypatch):
     # Stop right after the config is loaded: the flag's effect is the loaded config.
     seen = {}
 
-    def stop(cfg, run_dir, resume):  # noqa: ANN001
+    def stop(cfg, run_dir, resume, world_size=1):  # noqa: ANN001
         seen.update(cfg=cfg, run_dir=run_dir)
         raise typer.Exit(0)
 

@@ -44,7 +44,8 @@ def train_cmd(
 
     held = hold_records()  # the preflight's warnings (e.g. a skipped task) go to train.log once it exists
     try:
-        checks = run_preflight(cfg, target, resume)  # what the run would reject fails here, before any file
+        # What the run would reject fails here, before any file; torchrun's WORLD_SIZE sizes the plan.
+        checks = run_preflight(cfg, target, resume, int(os.environ.get("WORLD_SIZE", "1")))
     finally:
         earlier = held.release()
     if dry_run:
@@ -100,6 +101,8 @@ def _train_dry_run(cfg, run_dir: Path, checks, json_out: str | None) -> None:  #
     """Print the resolved config (YAML), the run plan and what the preflight checked."""
     from rich.table import Table
 
+    from swerl.trainer.plan import format_bytes
+
     plan = checks.plan
     console = results_console(json_out)
     console.print(cfg.to_yaml(), highlight=False, markup=False)
@@ -122,8 +125,8 @@ def _train_dry_run(cfg, run_dir: Path, checks, json_out: str | None) -> None:  #
         ("checkpoint steps", ", ".join(map(str, plan.checkpoint_steps)) or "none"),
         ("export steps", ", ".join(map(str, plan.export_steps)) or "none"),
         *plan.placement,
-        ("disk: checkpoints + exports kept", "unknown" if need is None else f"{need / 1e9:.2f} GB"),
-        ("disk: free under the run dir", f"{checks.disk_free_bytes / 1e9:.1f} GB"),
+        ("disk: checkpoints + exports kept", "unknown" if need is None else format_bytes(need)),
+        ("disk: free under the run dir", format_bytes(checks.disk_free_bytes)),
         ("base images present", ", ".join(checks.images) or "none needed"),
     ]
     for item, value in rows:

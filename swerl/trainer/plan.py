@@ -49,7 +49,19 @@ class RunPlan(BaseModel):
 
 
 TRAIN_BYTES_PER_PARAM = 16  # fp32 master weight + fp32 grad + AdamW m and v
-RANK_COUNTS = (8, 16, 32, 64)
+CHECKPOINT_BYTES_PER_PARAM = 12  # DCP: fp32 weights + AdamW exp_avg and exp_avg_sq
+EXPORT_BYTES_PER_PARAM = 4  # fp32 safetensors
+RANK_COUNTS = (8, 16, 32, 64)  # sized for a GPU config with FSDP that is not launched yet
+
+
+def format_bytes(num_bytes: float) -> str:
+    """Decimal units that keep small figures readable: ``540 MB`` below 1 GB, ``2.2 GB`` above
+    (``12 kB`` below 1 MB)."""
+    if num_bytes >= 1e9:
+        return f"{num_bytes / 1e9:.1f} GB"
+    if num_bytes >= 1e6:
+        return f"{num_bytes / 1e6:.0f} MB"
+    return f"{num_bytes / 1e3:.0f} kB"
 
 
 def model_shape(path: str | None) -> dict | None:
@@ -132,51 +144,101 @@ def kv_bytes_per_token(shape: dict, dtype_bytes: int = 2) -> int:
     return 2 * shape["num_hidden_layers"] * shape.get("num_key_value_heads", heads) * head_dim * dtype_bytes
 
 
-def _vllm_where(cfg: TrainConfig) -> str:
+def _device_words(device: str, ranks: int) -> str:
+    """Where ``model.device`` puts a process: ``CPU``, ``the GPU`` / ``each rank's GPU``, or auto's rule."""
+    gpu = "the GPU" if ranks == 1 else "each rank's GPU"
+    return {"cpu": "CPU", "cuda": gpu}.get(device, f"{gpu} when present, else CPU")
+
+
+def rank_counts(cfg: TrainConfig, world_size: int) -> tuple[int, ...]:
+    """The trainer ranks to size: this launch's ``world_size`` when > 1 (torchrun); for a GPU
+    config with FSDP (made for several GPUs) started without torchrun, :data:`RANK_COUNTS`;
+    else one process."""
+    if world_size > 1:
+        return (world_size,)
+    return RANK_COUNTS if cfg.model.device != "cpu" and cfg.model.fsdp else (1,)
+
+
+def _trainer_lines(cfg: TrainConfig, ranks: tuple[int, ...]) -> list[tuple[str, str]]:
+    """How the trainer runs (processes, device, sharding) and the memory and disk its state takes."""
+    m = cfg.model
+    shape, n, label = model_size(m.path)
+    mode = "FSDP2 fully_shard over all ranks" if m.fsdp else "replicated, gradients all-reduced"
+    master = "" if m.dtype == "float32" else ", fp32 master weights"
+    if ranks == RANK_COUNTS:
+        layout = (f"torchrun --nnodes N --nproc_per_node GPUs/node: one rank per GPU, {mode}, {m.dtype} compute"
+                  f"{master}")
+    elif ranks[0] > 1:
+        layout = f"{ranks[0]} ranks (torchrun) on {_device_words(m.device, ranks[0])}, {mode}, {m.dtype} compute{master}"
+    else:
+        layout = f"1 process on {_device_words(m.device, 1)}, {m.dtype} compute{master}"
+    lines = [("trainer", layout)]
+    if shape is None or n is None:
+        return [*lines, ("trainer state / rank", f"{TRAIN_BYTES_PER_PARAM} B per parameter / W ranks ({label}: "
+                         "no parameter count yet)")]
+    what = "" if label == "model.path" else f" ({label})"
+    count = f"{n / 1e9:.2f} B" if n >= 1e9 else f"{n / 1e6:.1f} M"
+    state = n * TRAIN_BYTES_PER_PARAM
+    if ranks == (1,):
+        sized = f" = {format_bytes(state)} (fp32 weights, gradients, AdamW m and v)"
+    else:
+        sized = ": " + ", ".join(f"{w} ranks {format_bytes(state / (w if m.fsdp else 1))}" for w in ranks)
+    offload = " (+ host RAM with cpu_offload)" if m.cpu_offload else ""
+    shards = " written by every rank, on a file system every rank sees" if ranks != (1,) else ""
+    return [*lines, ("trainer state / rank", f"{count} params{what} x {TRAIN_BYTES_PER_PARAM} B{sized}{offload}"),
+            ("checkpoint / export", f"{format_bytes(n * CHECKPOINT_BYTES_PER_PARAM)} DCP (fp32 weights + AdamW "
+             f"state){shards} / {format_bytes(n * EXPORT_BYTES_PER_PARAM)} fp32 safetensors")]
+
+
+def _vllm_where(cfg: TrainConfig, ranks: int) -> str:
     """Where the vLLM engines run: in-process or servers, on CPU cores or GPUs."""
     gen, device = cfg.generator, cfg.model.device
+    each = "per rank" if ranks > 1 else "for this process"
     hardware = {"cpu": f"CPU cores {', '.join(gen.cpu_cores) if gen.cpu_cores else '0..k-1 (one per engine)'}",
                 "cuda": "the rank's GPU"}.get(device, "the rank's GPU when present, else CPU cores")
     if gen.vllm_mode == "inprocess":
-        return f"vLLM in-process on every rank, on {hardware}"
+        return f"vLLM in-process {'on every rank' if ranks > 1 else 'in this process'}, on {hardware}"
     if gen.server_urls:
-        return f"{len(gen.server_urls)} running vLLM server(s) per rank at {', '.join(gen.server_urls)}"
-    return f"{gen.num_servers} vLLM server(s) per rank started by swerl, on {hardware}"
+        return f"{len(gen.server_urls)} running vLLM server(s) {each} at {', '.join(gen.server_urls)}"
+    return f"{gen.num_servers} vLLM server(s) {each} started by swerl, on {hardware}"
 
 
-def placement(cfg: TrainConfig, in_flight: int) -> list[tuple[str, str]]:
-    """What each node runs for ``cfg`` and the numbers that size it (docs/scaling.md)."""
+def _generator_lines(cfg: TrainConfig, ranks: int, in_flight: int) -> list[tuple[str, str]]:
+    """The generator's backend and placement, and the KV cache the episodes in flight need at full context."""
     m, gen = cfg.model, cfg.generator
-    shape, n, label = model_size(m.path)
-    gpu = m.device != "cpu"
-    mode = "FSDP2 fully_shard over all ranks" if m.fsdp else "replicated, gradients all-reduced"
-    lines = [("trainer", f"torchrun --nnodes N --nproc_per_node {'GPUs/node' if gpu else '1'}: one rank per "
-              f"{'GPU' if gpu else 'node'}, {mode}, {m.dtype} compute, fp32 master weights")]
-    if shape is not None and n is not None:
-        per = [f"{w} ranks {n * TRAIN_BYTES_PER_PARAM / (w if m.fsdp else 1) / 1e9:.1f} GB" for w in RANK_COUNTS]
-        what = "" if label == "model.path" else f" ({label})"
-        count = f"{n / 1e9:.2f} B" if n >= 1e9 else f"{n / 1e6:.1f} M"
-        lines.append(("trainer state / rank", f"{count} params{what} x {TRAIN_BYTES_PER_PARAM} B: " + ", ".join(per)
-                      + (" (+ host RAM with cpu_offload)" if m.cpu_offload else "")))
-        lines.append(("checkpoint / export", f"{n * TRAIN_BYTES_PER_PARAM / 1e9:.0f} GB DCP shards (1/W per rank, "
-                      f"shared file system) / {n * 4 / 1e9:.0f} GB fp32 safetensors"))
-    else:
-        lines.append(("trainer state / rank", f"{TRAIN_BYTES_PER_PARAM} B per parameter / W ranks ({label}: "
-                      "no parameter count yet)"))
     if gen.backend == "vllm":
-        lines.append(("generator", f"{_vllm_where(cfg)} ({gen.resolved_dtype()}, max_model_len "
-                      f"{gen.max_model_len:,}, max_num_seqs {gen.max_num_seqs}); weights synced every step"))
+        dtype = gen.resolved_dtype()
+        lines = [("generator", f"{_vllm_where(cfg, ranks)} ({dtype}, max_model_len {gen.max_model_len:,}, "
+                  f"max_num_seqs {gen.max_num_seqs}); weights synced every step")]
+        holds = (f"in the {gen.kv_cache_space_gib} GiB per engine vLLM reserves (generator.kv_cache_space_gib)"
+                 if m.device == "cpu" else "over the generator GPUs")
     else:
-        lines.append(("generator", f"HF generate on rank 0 with the live policy ({m.device})"))
-    window = cfg.agent.limits.context_window_tokens
-    lines.append(("episodes in flight", f"{in_flight} (loop.rollout_concurrency or sandbox.concurrency)"))
+        dtype = m.dtype
+        where = "on every rank, each with its live policy" if ranks > 1 else "in this process, with the live policy"
+        threads = f", {gen.num_threads} torch thread(s)" if gen.num_threads and m.device == "cpu" else ""
+        lines = [("generator", f"HF generate {where} ({_device_words(m.device, ranks)}{threads}), batches of up "
+                  f"to {gen.max_batch_size} prompts; no weight copy")]
+        holds = "in host RAM" if m.device == "cpu" else f"on {_device_words(m.device, ranks)}"
+    shape = model_size(m.path)[0]
     if shape is not None:
-        kv = in_flight * window * kv_bytes_per_token(shape)
-        lines.append(("KV cache, all episodes at full context", f"{kv / 1e9:.0f} GB bf16 over the generator GPUs "
-                      f"({in_flight} x {window:,} tokens x {kv_bytes_per_token(shape) // 1024} KiB)"))
-    lines.append(("sandbox cores / memory", f"{in_flight} containers x task.toml cpus/memory_mb (default 1 core, "
-                  f"2048 MiB) = {in_flight} cores, {math.ceil(in_flight * 2048 / 1024)} GiB on the Docker hosts"))
+        per_token = kv_bytes_per_token(shape, 4 if dtype == "float32" else 2)
+        window = cfg.agent.limits.context_window_tokens
+        lines.append(("KV cache, all episodes at full context", f"{format_bytes(in_flight * window * per_token)} "
+                      f"{dtype} ({in_flight} x {window:,} tokens x {per_token / 1024:g} KiB) {holds}"))
     return lines
+
+
+def placement(cfg: TrainConfig, in_flight: int, world_size: int = 1) -> list[tuple[str, str]]:
+    """What each node runs for ``cfg`` launched on ``world_size`` processes, and the numbers that
+    size it (docs/scaling.md)."""
+    ranks = rank_counts(cfg, world_size)
+    return [
+        *_trainer_lines(cfg, ranks),
+        *_generator_lines(cfg, max(ranks), in_flight),
+        ("episodes in flight", f"{in_flight} (loop.rollout_concurrency or sandbox.concurrency)"),
+        ("sandbox cores / memory", f"{in_flight} containers x task.toml cpus/memory_mb (default 1 core, 2048 MiB) "
+         f"= {in_flight} cores, {math.ceil(in_flight * 2048 / 1024)} GiB on the Docker hosts"),
+    ]
 
 
 def pipeline_lines(cfg: TrainConfig) -> list[tuple[str, str]]:
@@ -184,8 +246,9 @@ def pipeline_lines(cfg: TrainConfig) -> list[tuple[str, str]]:
     overlap to expect (``docs/async.md``)."""
     k = cfg.loop.max_staleness_steps
     if k == 0:
-        return [("rollout pipeline", "synchronous (loop.max_staleness_steps=0): step time = rollouts + update "
-                 "+ weight sync, in sequence")]
+        sync = "" if cfg.generator.backend == "hf" else " + weight sync"  # HF samples with the live module
+        return [("rollout pipeline", f"synchronous (loop.max_staleness_steps=0): step time = rollouts + update{sync}, "
+                 "in sequence")]
     engines = ("its own HF copy of the policy (one more model in memory), weights copied in between two "
                "generate calls after every step") if cfg.generator.backend == "hf" else (
                "the run's vLLM engine(s); weights reach them between two requests, episodes in flight continue")
@@ -205,8 +268,9 @@ def _every(interval: int, total: int, final: bool) -> list[int]:
     return steps
 
 
-def make_plan(cfg: TrainConfig, num_tasks: int | None) -> RunPlan:
-    """The plan of ``cfg`` over ``num_tasks`` tasks (limited by ``data.limit``).
+def make_plan(cfg: TrainConfig, num_tasks: int | None, world_size: int = 1) -> RunPlan:
+    """The plan of ``cfg`` over ``num_tasks`` tasks (limited by ``data.limit``), launched on
+    ``world_size`` processes (torchrun's ``WORLD_SIZE``; the placement lines depend on it).
 
     With an unknown task count the run is assumed to stop at ``loop.max_steps``.
     """
@@ -237,6 +301,6 @@ def make_plan(cfg: TrainConfig, num_tasks: int | None) -> RunPlan:
         token_budget_per_step=samples * window,
         checkpoint_steps=_every(ck.ckpt_interval, total, ck.save_final),
         export_steps=_every(ck.hf_save_interval, total, ck.save_final),
-        placement=placement(cfg, loop.rollout_concurrency or cfg.sandbox.concurrency) + pipeline_lines(cfg),
+        placement=placement(cfg, loop.rollout_concurrency or cfg.sandbox.concurrency, world_size) + pipeline_lines(cfg),
         notes=notes,
     )

@@ -28,12 +28,18 @@ from pathlib import Path
 
 from swerl.errors import ConfigError, EnvironmentProblem
 from swerl.trainer.config import TrainConfig
-from swerl.trainer.plan import RunPlan, exact_param_count, make_plan, model_shape, param_count
+from swerl.trainer.plan import (
+    CHECKPOINT_BYTES_PER_PARAM,
+    EXPORT_BYTES_PER_PARAM,
+    RunPlan,
+    exact_param_count,
+    format_bytes,
+    make_plan,
+    model_shape,
+    param_count,
+)
 
 log = logging.getLogger(__name__)
-
-CHECKPOINT_BYTES_PER_PARAM = 12  # DCP: fp32 weights + AdamW exp_avg and exp_avg_sq
-EXPORT_BYTES_PER_PARAM = 4  # fp32 safetensors
 
 
 @dataclass
@@ -57,8 +63,9 @@ class Preflight:
     notes: list[str] = field(default_factory=list)
 
 
-def run_preflight(cfg: TrainConfig, run_dir: Path, resume: str | None) -> Preflight:
-    """Run every check for ``cfg`` in ``run_dir``; returns what they found.
+def run_preflight(cfg: TrainConfig, run_dir: Path, resume: str | None, world_size: int = 1) -> Preflight:
+    """Run every check for ``cfg`` in ``run_dir``; returns what they found (the plan for a launch
+    on ``world_size`` processes).
 
     Raises:
         TaskError / ConfigError: (exit 2) bad tasks, a 0-step plan, a run directory at odds with
@@ -72,7 +79,7 @@ def run_preflight(cfg: TrainConfig, run_dir: Path, resume: str | None) -> Prefli
     if cfg.eval is not None:
         check_task_source("eval.tasks", cfg.eval.tasks)
         load_tasks(cfg.eval.tasks, limit=cfg.eval.limit, names=cfg.eval.names)
-    plan = make_plan(cfg, len(tasks))
+    plan = make_plan(cfg, len(tasks), world_size)
     if plan.total_steps == 0:
         raise ConfigError(
             f"the plan trains 0 steps: {len(tasks)} tasks in {cfg.data.tasks} < loop.train_batch_size="
@@ -192,8 +199,8 @@ def check_disk(cfg: TrainConfig, plan: RunPlan, run_dir: Path, model_folder: Pat
     result.disk_needed_bytes = need = disk_needed(cfg, plan, num_params)
     if need > result.disk_free_bytes:
         raise ConfigError(
-            f"{run_dir}: the plan keeps {need / 1e9:.1f} GB of checkpoints and exports but {existing} has "
-            f"{result.disk_free_bytes / 1e9:.1f} GB free; set checkpointing.keep_last, raise hf_save_interval, "
+            f"{run_dir}: the plan keeps {format_bytes(need)} of checkpoints and exports but {existing} has "
+            f"{format_bytes(result.disk_free_bytes)} free; set checkpointing.keep_last, raise hf_save_interval, "
             "or pick another --out"
         )
 

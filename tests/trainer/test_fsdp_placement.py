@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from swerl.cli import app
 from swerl.errors import ConfigError
 from swerl.trainer.config import load_train_config
-from swerl.trainer.plan import kv_bytes_per_token, make_plan, param_count
+from swerl.trainer.plan import format_bytes, kv_bytes_per_token, make_plan, param_count
 
 ROOT = Path(__file__).resolve().parents[2]
 SEED_YAML = ROOT / "examples" / "rloo-seqnorm-tis-qwen3-8b.yaml"
@@ -20,6 +20,9 @@ DEMO_YAML = ROOT / "examples" / "humaneval-smollm2-cpu.yaml"
 # Qwen3-8B's config.json fields that size it (published model card: 8.19 B parameters).
 QWEN3_8B = {"hidden_size": 4096, "num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8,
             "head_dim": 128, "intermediate_size": 12288, "vocab_size": 151936, "tie_word_embeddings": False}
+# SmolLM2-135M's (the CPU demo's model): 134.5 M parameters.
+SMOLLM2_135M = {"hidden_size": 576, "num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3,
+                "intermediate_size": 1536, "vocab_size": 49152, "tie_word_embeddings": True}
 
 
 def test_fsdp_is_accepted_on_cpu_and_offload_needs_it():
@@ -39,7 +42,8 @@ def test_placement_sizes_the_seed_run(tmp_path):
     assert "FSDP2 fully_shard" in lines["trainer"] and "one rank per GPU" in lines["trainer"]
     assert "8 ranks 16.4 GB" in lines["trainer state / rank"]  # 8.19 B x 16 B / 8
     assert lines["episodes in flight"].startswith("64 ")
-    assert "309 GB" in lines["KV cache, all episodes at full context"]  # 64 x 32768 x 144 KiB
+    assert "309.2 GB bfloat16" in lines["KV cache, all episodes at full context"]  # 64 x 32768 x 144 KiB
+    assert "98.3 GB DCP" in lines["checkpoint / export"] and "32.8 GB fp32" in lines["checkpoint / export"]
     assert "vLLM" in lines["generator"] and "64 cores" in lines["sandbox cores / memory"]
 
 
@@ -50,4 +54,30 @@ def test_dry_run_prints_the_placement(tmp_path):
     import_humaneval(tmp_path / "tasks", limit=61)  # the demo's task names are humaneval-002..060
     result = CliRunner().invoke(app, ["train", str(DEMO_YAML), "--dry-run", "--set", f"data.tasks={tmp_path / 'tasks'}"])
     assert result.exit_code == 0, result.output
-    assert "episodes in flight" in result.output and "HF generate on rank 0" in result.output
+    assert "episodes in flight" in result.output and "HF generate in this process" in result.output
+    assert "torchrun" not in result.output and "GPU" not in result.output
+
+
+def test_a_one_process_cpu_plan_says_what_this_run_does(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps(SMOLLM2_135M))
+    lines = dict(make_plan(load_train_config(DEMO_YAML, [f"model.path={tmp_path}"]), num_tasks=12).placement)
+    assert lines["trainer"] == "1 process on CPU, float32 compute"
+    assert lines["trainer state / rank"] == ("134.5 M params x 16 B = 2.2 GB (fp32 weights, gradients, AdamW m and v)")
+    assert lines["checkpoint / export"] == "1.6 GB DCP (fp32 weights + AdamW state) / 538 MB fp32 safetensors"
+    assert lines["generator"].startswith("HF generate in this process, with the live policy (CPU, 1 torch thread(s))")
+    assert lines["KV cache, all episodes at full context"] == "755 MB float32 (16 x 1,024 tokens x 45 KiB) in host RAM"
+    text = " ".join(lines.values())
+    assert "torchrun" not in text and "ranks" not in text and "GPU" not in text and " 0 GB" not in text
+
+
+def test_a_torchrun_launch_sizes_its_own_ranks(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps(SMOLLM2_135M))
+    lines = dict(make_plan(load_train_config(DEMO_YAML, [f"model.path={tmp_path}"]), 12, world_size=2).placement)
+    assert lines["trainer"] == "2 ranks (torchrun) on CPU, replicated, gradients all-reduced, float32 compute"
+    assert lines["trainer state / rank"].endswith("x 16 B: 2 ranks 2.2 GB")  # replicated: the whole state on each
+    assert lines["generator"].startswith("HF generate on every rank, each with its live policy")
+
+
+def test_byte_figures_keep_small_sizes_readable():
+    assert [format_bytes(b) for b in (12_345, 538e6, 999e6, 1.55e9, 309.24e9)] == [
+        "12 kB", "538 MB", "999 MB", "1.6 GB", "309.2 GB"]
