@@ -14,20 +14,42 @@ Public API::
             verdict = await sb.verify()
 """
 
-from swerl.sandbox.deployment.config import EngineConfig, EngineTLS
-from swerl.sandbox.deployment.engine import EngineLost
-from swerl.sandbox.manager import SandboxManager, new_run_id, outcome_of
-from swerl.sandbox.types import (
-    ExecResult,
-    FailureClass,
-    Outcome,
-    SandboxConfig,
-    TrialRecord,
-    TrialTimings,
-    VerifierResult,
-)
-from swerl.sandbox.runtime.sandbox import Sandbox
-from swerl.sandbox.runtime.shell import Shell
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from swerl.sandbox.deployment.config import EngineConfig, EngineTLS
+    from swerl.sandbox.deployment.engine import EngineLost
+    from swerl.sandbox.manager import SandboxManager, new_run_id, outcome_of
+    from swerl.sandbox.runtime.sandbox import Sandbox
+    from swerl.sandbox.runtime.shell import Shell
+    from swerl.sandbox.types import (
+        ExecResult,
+        FailureClass,
+        Outcome,
+        SandboxConfig,
+        TrialRecord,
+        TrialTimings,
+        VerifierResult,
+    )
+
+# Imported on first use (PEP 562): `swerl.sandbox.types` (read by every config) then loads
+# without the Docker SDK, so a config error answers at once.
+_HOME = {
+    "EngineConfig": "deployment.config", "EngineTLS": "deployment.config", "EngineLost": "deployment.engine",
+    "SandboxManager": "manager", "new_run_id": "manager", "outcome_of": "manager", "Sandbox": "runtime.sandbox",
+    "Shell": "runtime.shell", **{name: "types" for name in (
+        "ExecResult", "FailureClass", "Outcome", "SandboxConfig", "TrialRecord", "TrialTimings", "VerifierResult")},
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOME:
+        raise AttributeError(f"module 'swerl.sandbox' has no attribute {name!r}")
+    return getattr(import_module(f"swerl.sandbox.{_HOME[name]}"), name)
+
 
 __all__ = [
     "EngineConfig",

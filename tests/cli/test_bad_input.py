@@ -33,3 +33,25 @@ def test_bad_input_is_one_line_and_writes_nothing(argv, code, words, tmp_path):
     assert proc.returncode == code and len(lines) == 1, proc.stderr[-3000:]
     assert lines[0].startswith("error: ") and words in lines[0] and proc.stdout == ""
     assert list(tmp_path.iterdir()) == []
+
+
+HEAVY = ("torch", "transformers", "docker", "requests", "numpy", "vllm", "swerl.sandbox.manager", "swerl.agent.episode")
+_VALIDATE_ONLY = """
+import sys
+from swerl.cli import main
+sys.argv = ["swerl", "train", sys.argv[1]]
+try:
+    main()
+except SystemExit as done:
+    heavy = sorted(name for name in {heavy!r} if name in sys.modules)
+    print(done.code, ",".join(heavy))
+"""
+
+
+def test_a_config_error_is_found_before_any_heavy_module_is_imported(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("loop:\n  train_batch_sise: 4\n")
+    proc = subprocess.run([sys.executable, "-c", _VALIDATE_ONLY.format(heavy=HEAVY), str(bad)], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.stderr.startswith(f"error: {bad}: "), proc.stderr
+    assert proc.stdout.split() == ["2"], proc.stdout  # exit 2, and none of HEAVY in sys.modules
