@@ -46,7 +46,7 @@ def view_cmd(
     out: Annotated[Optional[Path], typer.Option(help="Write a static HTML page with every conversation instead.")] = None,
     verbose: Verbose = False,
 ) -> None:
-    """Read episodes: groups, then episodes (reward, advantage, outcome, verifier tail), then the conversation."""
+    """Read episodes: groups, then episodes (reward, advantage, outcome, what the verifier says), then the conversation."""
     from swerl.report.view import load_episodes, render_terminal, write_html
 
     episodes = load_episodes(run_dir, step)

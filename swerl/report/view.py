@@ -1,5 +1,5 @@
 """``swerl view``: read episodes as a researcher does: groups, then episodes (reward, advantage,
-outcome, verifier tail), then one conversation turn by turn, in the terminal (rich) or as a
+outcome, what the verifier says), then one conversation turn by turn, in the terminal (rich) or as a
 static HTML page.
 
 Stage: after the trainer; reads files only. Sources: a ``swerl train`` run directory
@@ -175,9 +175,22 @@ def _adv(ep: Episode) -> str:
     return "-" if ep.advantage is None else f"{ep.advantage:+.4f}"
 
 
-def _tail_line(ep: Episode, width: int = 60) -> str:
-    lines = [ln for ln in ep.verifier_tail.strip().splitlines() if ln.strip()]
-    return (lines[-1][-width:] if lines else "") or ep.detail[:width]
+_BANNER = re.compile(r"^[=_!*-]{3,}\s*(.*?)\s*[=_!*-]{3,}$")  # pytest's ==== 1 failed in 0.2s ==== lines
+
+
+def verifier_reason(tail: str, detail: str, width: int = 80) -> str:
+    """What a user can act on from an episode's verifier output, one line of at most ``width``
+    characters: the first pytest ``E   ...`` line (the exception or failed assertion), else the
+    message of a ``FAILED ... - message`` summary line, else the last non-empty line without
+    pytest's ``====`` banner, else ``detail`` (e.g. ``reward 0 (test.sh exit 2)`` or a sandbox
+    error)."""
+    lines = [line.strip() for line in tail.splitlines() if line.strip()]
+    errors = [line[1:].strip() for line in lines if line.startswith("E ")]
+    failed = [line.split(" - ", 1)[1] for line in lines if line.startswith(("FAILED ", "ERROR ")) and " - " in line]
+    last = _BANNER.sub(r"\1", lines[-1]) if lines else ""
+    reason = (errors or failed or [last])[0] or detail.strip()
+    reason = " ".join(reason.split())
+    return reason if len(reason) <= width else reason[: width - 1] + "…"
 
 
 def _title(eps: EpisodeSet) -> str:
@@ -218,11 +231,11 @@ def render_terminal(eps: EpisodeSet, console: Any, task: str | None = None, samp
                        " ".join(f"{r:g}" for r in rewards), " ".join(_adv(e) for e in members))
     console.print(groups)
     table = Table(title="episodes", title_justify="left")
-    for col in ("task", "sample", "reward", "advantage", "outcome", "class", "end", "turns", "gen tok", "verifier tail"):
+    for col in ("task", "sample", "reward", "advantage", "outcome", "class", "end", "turns", "gen tok", "verifier says"):
         table.add_column(col, overflow="fold")
     for e in eps.episodes:
         table.add_row(e.task, str(e.sample_index), f"{e.reward:g}", _adv(e), e.outcome, e.failure_class,
-                      e.end_reason, str(e.num_turns), str(e.generated_tokens), _tail_line(e))
+                      e.end_reason, str(e.num_turns), str(e.generated_tokens), verifier_reason(e.verifier_tail, e.detail))
     console.print(table)
     for e in pick(eps, task, sample):
         console.rule(f"{e.task} sample {e.sample_index}: reward {e.reward:g}, advantage {_adv(e)}, {e.outcome}")
@@ -265,7 +278,8 @@ def render_html(eps: EpisodeSet) -> str:
     first = pick(eps, None, None)[:1] if eps.episodes else []
     for e in eps.episodes:
         head = (f"{e.task} sample {e.sample_index}: reward {e.reward:g}, advantage {_adv(e)}, {e.outcome} "
-                f"({e.failure_class}, {e.end_reason}), {e.num_turns} turns, {e.generated_tokens} generated tokens")
+                f"({e.failure_class}, {e.end_reason}), {e.num_turns} turns, {e.generated_tokens} generated tokens"
+                f"{': ' + reason if (reason := verifier_reason(e.verifier_tail, e.detail)) else ''}")
         body = "".join(f'<div><b>[{i}] {html.escape(str(m.get("role", "?")))}</b>'
                        f'<pre class="{html.escape(str(m.get("role", "")))}">{html.escape(_content(m))}</pre></div>'
                        for i, m in enumerate(e.messages))

@@ -1,4 +1,4 @@
-"""``swerl view``: groups, episodes (reward, advantage, outcome, verifier tail), then the
+"""``swerl view``: groups, episodes (reward, advantage, outcome, what the verifier says), then the
 conversation turn by turn, for train runs (trajectories/step_N.jsonl) and eval folders."""
 
 from __future__ import annotations
@@ -119,3 +119,50 @@ def test_a_real_training_dump_reads_as_a_conversation():
     render_terminal(eps, console)
     text = console.export_text()
     assert "Write MAGIC into `/app/solution.py`" in text and "[2] assistant" in text
+
+
+PYTEST_COLLECTION_ERROR = """============================= test session starts ==============================
+collecting ... collected 0 items / 1 error
+==================================== ERRORS ====================================
+______________________ ERROR collecting test_solution.py _______________________
+/tests/test_solution.py:6: in <module>
+    from solution import has_close_elements  # noqa: E402
+E   ModuleNotFoundError: No module named 'solution'
+=========================== short test summary info ============================
+ERROR ../tests/test_solution.py
+!!!!!!!!!!!!!!!!!!!! Interrupted: 1 error during collection !!!!!!!!!!!!!!!!!!!!
+=============================== 1 error in 0.05s ==============================="""
+PYTEST_ASSERTION = """=================================== FAILURES ===================================
+>       assert candidate([1.0, 2.0, 3.9], 0.3) == True
+E       assert False == True
+E        +  where False = has_close_elements([1.0, 2.0, 3.9], 0.3)
+=========================== short test summary info ============================
+FAILED test_solution.py::test_check - assert False == True
+============================== 1 failed in 0.03s ==============================="""
+
+
+@pytest.mark.parametrize("tail, detail, says", [
+    (PYTEST_COLLECTION_ERROR, "reward 0 (test.sh exit 2)", "ModuleNotFoundError: No module named 'solution'"),
+    (PYTEST_ASSERTION, "", "assert False == True"),
+    ("FAILED t.py::test_x - IndexError: list index out of range\n==== 1 failed in 0.1s ====", "",
+     "IndexError: list index out of range"),
+    ("collected 1 item\n========== 1 passed in 0.01s ==========", "", "1 passed in 0.01s"),
+    ("", "sandbox failed: container OOM-killed (exit 137)", "sandbox failed: container OOM-killed (exit 137)"),
+    ("E   " + "x" * 200, "", "x" * 79 + "…"),
+], ids=["collection-error", "assertion", "summary-line", "passed", "no-output", "long"])
+def test_verifier_column_says_what_went_wrong(tail, detail, says):
+    from swerl.report.view import verifier_reason
+
+    assert verifier_reason(tail, detail) == says
+
+
+def test_the_episode_table_shows_the_verifiers_error_not_its_banner(tmp_path):
+    run = tmp_path / "run"
+    broken = _episode("humaneval-000", 0, 0.0).model_copy(update={"verifier_output_tail": PYTEST_COLLECTION_ERROR})
+    dump_trajectories(run, 1, [broken], [0.0])
+    console = Console(record=True, width=250)
+    render_terminal(load_episodes(run), console)
+    text = console.export_text()
+    (row,) = [line for line in text.splitlines() if line.lstrip("│┃ ").startswith("humaneval-000 ")]
+    assert "verifier says" in text and "ModuleNotFoundError: No module named 'solution'" in row
+    assert "ModuleNotFoundError: No module named 'solution'" in render_html(load_episodes(run)).replace("&#x27;", "'")
