@@ -175,6 +175,7 @@ def _train_with_live_view(cfg, run_dir: Path, resume, train):  # noqa: ANN001, A
                 state["last"] = (f"| last: reward {r['reward/avg_raw_reward']:.3f} pass@n "
                                  f"{r['reward/avg_pass_at_n']:.2f} loss {r.get('loss/policy', 0.0):.4f} "
                                  f"grad {r['grad_norm']:.3f} {r['timing/step_s']:.1f}s")
+                clock.start("done", scope=f"step {event.step}/{state['total']}")  # then the next batch, or teardown
                 progress.update(bar, status=f"done  {state['last']}")
 
         return train(cfg, run_dir, resume, on_event=on_event)

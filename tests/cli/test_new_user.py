@@ -141,6 +141,7 @@ def test_off_a_terminal_train_beats_the_checkpoint_save_by_name_and_draws_no_bar
     monkeypatch.setenv("SWERL_HEARTBEAT_S", "0.05")
     plan = make_plan(load_train_config(DEMO_YAML, [f"model.path={FIXTURE_TASKS}"]), 12)
     during: list[str] = []
+    after: list[str] = []
 
     def train(cfg, run_dir, resume, *, on_event):  # noqa: ANN001 - stands in for swerl.trainer.loop.train
         on_event(TrainEvent("plan", data=plan))
@@ -150,11 +151,17 @@ def test_off_a_terminal_train_beats_the_checkpoint_save_by_name_and_draws_no_bar
             first = len(caplog.records)
             time.sleep(0.5)
             during.extend(r.getMessage() for r in caplog.records[first:] if r.name == "swerl.heartbeat")
+        on_event(TrainEvent("step_end", 1, {"reward/avg_raw_reward": 0.0, "reward/avg_pass_at_n": 0.0, "grad_norm": 0.0,
+                                            "timing/step_s": 1.0}))
+        first = len(caplog.records)
+        time.sleep(0.3)  # the sandboxes close: the step is committed, no longer "update"
+        after.extend(r.getMessage() for r in caplog.records[first:] if r.name == "swerl.heartbeat")
         return TrainResult(run_dir=run_dir)
 
     caplog.set_level(logging.INFO, logger="swerl.heartbeat")
     _train_with_live_view(None, Path("run"), None, train)
     beats = during[1:]  # the first may have been composed just before the save began
     assert beats and all(b.startswith(f"step 1/{plan.total_steps} checkpoint save: ") for b in beats), during
+    assert after[1:] and all(b.startswith(f"step 1/{plan.total_steps} done: ") for b in after[1:]), after
     err = capfd.readouterr().err
     assert not re.search(r"^step 1/", err, re.M) and "\x1b" not in err  # no bar frame, no control codes
