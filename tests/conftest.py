@@ -5,10 +5,10 @@ built from a config: no hub, random weights drawn from ``seed``); the stage fold
 (``trainer/_support.py``, ``rl/_tiny.py``, ``inference/conftest.py``, ``agent/conftest.py``) call
 it with their vocabulary and special tokens.
 
-The vLLM fixtures (``model_path``, ``trainer_model``, ``engine``) are session-scoped so that the
-engine tests and the pipeline test share ONE in-process engine (a start costs ~20-40 s on 2
-cores); only tests marked ``vllm`` use them. A test that reloads the engine's weights puts the
-default model's back before it ends.
+The vLLM fixtures (``model_path``, ``trainer_model``, ``engine``, ``servers``) are session-scoped so
+that the engine tests and the pipeline tests share ONE in-process engine and ONE pool of two
+servers (a start costs ~20-40 s on 2 cores); only tests marked ``vllm`` use them. A test that
+reloads their weights puts the default model's back (version 0) before it ends.
 """
 
 from __future__ import annotations
@@ -51,3 +51,14 @@ def engine(model_path):  # noqa: ANN201
     yield backend
     backend.close()
 
+
+@pytest.fixture(scope="session")
+def servers(model_path, tmp_path_factory):  # noqa: ANN201
+    """Two vLLM OpenAI servers (bf16) that swerl starts, on cores 0 and 1, behind one ``EnginePool``."""
+    from swerl.inference.factory import build_vllm
+    from vllm_support import engine_config
+
+    pool = build_vllm(engine_config(vllm_mode="servers", num_servers=2, cpu_cores=["0", "1"]), str(model_path),
+                      tmp_path_factory.mktemp("vllm-servers"))
+    yield pool
+    pool.close()

@@ -6,7 +6,9 @@ How the engine lives in our process: on GPU ``distributed_executor_backend="exte
 (one engine per torchrun rank, it joins the trainer's torch.distributed world); on CPU the default
 executor with ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` (the engine core and its worker run in this
 process). Either way the worker reseeds every global RNG at start, so construction is wrapped in
-:func:`swerl.inference.rng.save_rng_state` / ``restore_rng_state``. See ``docs/inference.md``.
+:func:`swerl.inference.rng.save_rng_state` / ``restore_rng_state``. One owner thread
+(:class:`swerl.inference.engine_thread.EngineThread`) builds the engine and makes every call into it,
+whichever thread calls the backend (the rollout producer, the trainer). See ``docs/inference.md``.
 The pure helpers at the top (engine and sampling kwargs, output conversion, :class:`EngineState`)
 are tested without vLLM.
 """
@@ -24,6 +26,7 @@ from typing import Any
 from swerl.errors import ConfigError, EnvironmentProblem, InferenceError
 from swerl.inference.base import Generation, SamplingParams
 from swerl.inference.config import InferenceConfig
+from swerl.inference.engine_thread import EngineThread
 from swerl.inference.rng import restore_rng_state, save_rng_state
 
 log = logging.getLogger(__name__)
@@ -237,10 +240,14 @@ def import_vllm() -> Any:
 class VLLMBackend:
     """In-process vLLM engine implementing ``GenerationBackend`` plus weight reload and sleep/wake.
 
+    Safe to call from any thread: every call into the ``vllm.LLM`` runs on the engine's owner thread
+    (:class:`EngineThread`), one at a time. A ``generate`` that fails and leaves requests inside
+    vLLM (they would keep every later call waiting for them) retires the engine: later calls raise.
+
     Attributes:
-        llm: the ``vllm.LLM``; tokenizer: its tokenizer; state: the :class:`EngineState`;
-        weight_version: the policy version of the loaded weights (settable: a resumed run sets
-            the checkpoint's step); every :class:`Generation` carries it.
+        llm: the ``vllm.LLM`` (use it through :meth:`call`); tokenizer: its tokenizer; state: the
+            :class:`EngineState`; weight_version: the policy version of the loaded weights
+            (settable: a resumed run sets the checkpoint's step); every :class:`Generation` carries it.
 
     Raises (construction):
         EnvironmentProblem: vLLM missing. ConfigError: ``expandable_segments:True`` with sleep mode.
@@ -261,13 +268,24 @@ class VLLMBackend:
         self.weight_version = 0
         self.state = EngineState()
         self._vllm = vllm
+        self._retired: str | None = None
+        self._thread = EngineThread()
+        self.llm = self._thread.call(self._build, engine_kwargs(config, model_path, self.on_cpu))
+        self.tokenizer = self.llm.get_tokenizer()
+
+    def _build(self, kwargs: dict[str, Any]) -> Any:
+        """The ``vllm.LLM`` (on the owner thread), global RNGs as they were before."""
         rng = save_rng_state()
         try:
-            self.llm = vllm.LLM(**engine_kwargs(config, model_path, self.on_cpu))
+            llm = self._vllm.LLM(**kwargs)
         finally:
             restore_rng_state(rng)
-        self.llm.collective_rpc("swerl_init_amx")
-        self.tokenizer = self.llm.get_tokenizer()
+        llm.collective_rpc("swerl_init_amx")
+        return llm
+
+    def call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)`` on the engine's owner thread (e.g. ``engine.call(engine.llm.apply_model, f)``)."""
+        return self._thread.call(fn, *args, **kwargs)
 
     def generate(
         self, prompts: list[list[int]], sampling: SamplingParams, seeds: list[int | None] | None = None
@@ -275,8 +293,13 @@ class VLLMBackend:
         """Sample one continuation per prompt (token ids in, token ids + processed mu out).
 
         Raises:
-            InferenceError: the engine is not awake with valid weights, or an output is unusable.
+            InferenceError: the engine is not awake with valid weights, was retired by an earlier
+                failure, or an output is unusable. Errors of vLLM itself pass through (the first
+                one that leaves requests behind retires the engine).
         """
+        if self._retired is not None:
+            raise InferenceError(f"the vLLM engine is unusable since an earlier generate failed ({self._retired}); "
+                                 "restart the run")
         if not self.state.can_generate:
             raise InferenceError(f"vLLM engine is {self.state.name}; wake it (and sync weights) before generating")
         if not prompts:
@@ -286,8 +309,18 @@ class VLLMBackend:
         row_seeds = seeds if seeds is not None else [sampling.seed] * len(prompts)
         params = [self._vllm.SamplingParams(**sampling_kwargs(sampling, seed)) for seed in row_seeds]
         requests = [TokensPrompt(prompt_token_ids=list(prompt)) for prompt in prompts]
-        outputs = self.llm.generate(requests, params, use_tqdm=False)
+        outputs = self._thread.call(self._generate, requests, params)
         return [generation_from_output(output, self.weight_version) for output in outputs]
+
+    def _generate(self, requests: list[Any], params: list[Any]) -> list[Any]:
+        """``LLM.generate`` on the owner thread; retires the engine when a failure leaves requests in it."""
+        try:
+            return self.llm.generate(requests, params, use_tqdm=False)
+        except Exception as err:
+            if self.llm.llm_engine.has_unfinished_requests():
+                self._retired = f"{type(err).__name__}: {str(err).strip()[:200]}"
+                log.error("vLLM generate failed with requests left in the engine; retiring it: %s", self._retired)
+            raise
 
     def reload_weights(self, weights_dir: str, version: int, repack_tied: bool = True) -> None:
         """Load the safetensors folder ``weights_dir`` in place, re-pack tied heads, reset the prefix cache.
@@ -299,31 +332,36 @@ class VLLMBackend:
         Raises:
             InferenceError: the prefix cache could not be reset (requests still running).
         """
+        self._thread.call(self._reload, str(weights_dir), repack_tied)
+        self.weight_version = version
+
+    def _reload(self, weights_dir: str, repack_tied: bool) -> None:
         if not self.state.weights_on_gpu:
             self.llm.wake_up(tags=["weights"])
-        self.llm.collective_rpc(
-            "swerl_reload_weights", kwargs={"weights_path": str(weights_dir), "repack_tied": repack_tied}
-        )
+        self.llm.collective_rpc("swerl_reload_weights", kwargs={"weights_path": weights_dir, "repack_tied": repack_tied})
         self.state = self.state.wake(["weights"]).loaded_all_weights()
         if not self.state.kv_on_gpu:
             self.llm.wake_up(tags=["kv_cache"])
             self.state = self.state.wake(["kv_cache"])
         if not self.llm.reset_prefix_cache():
             raise InferenceError("vLLM refused to reset the prefix cache (requests still running) after a weight sync")
-        self.weight_version = version
 
     def sleep(self, level: int) -> None:
         """GPU: free memory for training; level 1 offloads weights, level 2 discards them (reload after)."""
         self.state = self.state.sleep(level)
-        self.llm.sleep(level=level)
+        self._thread.call(self.llm.sleep, level=level)
 
     def wake(self, tags: list[str] | None = None) -> None:
         """Wake ``weights`` and/or ``kv_cache`` (default both); after level 2 call :meth:`reload_weights`."""
         tags = tags or ["weights", "kv_cache"]
         new_state = self.state.wake(tags)
-        self.llm.wake_up(tags=list(tags))
+        self._thread.call(self.llm.wake_up, tags=list(tags))
         self.state = new_state
 
     def close(self) -> None:
-        """Drop the engine (frees its KV cache); the object is unusable afterwards."""
-        self.llm = None
+        """Drop the engine on its thread (frees its KV cache) and end that thread; the object is
+        unusable afterwards."""
+        if self.llm is None:
+            return
+        self._thread.call(setattr, self, "llm", None)
+        self._thread.close()

@@ -3,14 +3,16 @@ in-process engine and a pool of two servers honour one contract (token ids in; t
 log-probs and the weight version out), weight sync changes what they sample, and the parity probe
 agrees with the trainer after a sync and catches an engine that holds other weights.
 
-One in-process engine for the whole session (``tests/conftest.py``, shared with the pipeline test); ``enforce_eager`` skips torch.compile so it starts in
-~20-40 s on 2 cores. Run: ``pytest -m vllm tests/inference/test_vllm_engines.py``.
+One in-process engine and one pool of two servers for the whole session (``tests/conftest.py``,
+shared with the pipeline tests); ``enforce_eager`` skips torch.compile so each starts in ~20-40 s
+on 2 cores. Run: ``pytest -m vllm tests/inference/test_vllm_engines.py``.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import re
+import threading
 
 import pytest
 import requests
@@ -82,7 +84,7 @@ def head_errors(engine, embeddings: list[torch.Tensor]) -> list[float]:
         refs = [F.linear(x.float(), embedding.float()) for embedding in embeddings]
         return [((out - ref).abs().max() / ref.abs().max()).item() for ref in refs]
 
-    return engine.llm.apply_model(measure)[0]
+    return engine.call(engine.llm.apply_model, measure)[0]
 
 
 def test_weight_sync_changes_output_and_the_probe_follows_it(engine, prompt, trainer_model, tmp_path) -> None:
@@ -127,20 +129,45 @@ def _served_requests(url: str) -> float:
     return sum(float(m.group(1)) for m in re.finditer(r'^vllm:request_success_total\{[^}]*\} ([0-9.e+]+)$', text, re.M))
 
 
-def test_two_servers_each_generate_their_share_and_sync(model_path, prompt, trainer_model, tmp_path) -> None:
-    from swerl.inference.factory import build_vllm
-
-    pool = build_vllm(engine_config(vllm_mode="servers", num_servers=2, cpu_cores=["0", "1"]), str(model_path), tmp_path)
+def test_two_servers_each_generate_their_share_and_sync(servers, prompt, trainer_model, tmp_path) -> None:
+    urls = [engine.url for engine in servers.engines]
+    served = [_served_requests(url) for url in urls]
+    sampling = SamplingParams(temperature=0.7, max_new_tokens=8, seed=0)
+    results = servers.generate([prompt] * 6, sampling, seeds=list(range(6)))
+    assert len(results) == 6 and all(r.logprobs and len(r.logprobs) == len(r.token_ids) for r in results)
+    assert [_served_requests(url) - before for url, before in zip(urls, served)] == [3.0, 3.0]
+    trained = moved_model(trainer_model, perturbed_state(trainer_model, PERTURBATION, seed=2))
     try:
-        urls = [engine.url for engine in pool.engines]
-        served = [_served_requests(url) for url in urls]
-        sampling = SamplingParams(temperature=0.7, max_new_tokens=8, seed=0)
-        results = pool.generate([prompt] * 6, sampling, seeds=list(range(6)))
-        assert len(results) == 6 and all(r.logprobs and len(r.logprobs) == len(r.token_ids) for r in results)
-        assert [_served_requests(url) - before for url, before in zip(urls, served)] == [3.0, 3.0]
-        trained = moved_model(trainer_model, perturbed_state(trainer_model, PERTURBATION, seed=2))
-        pool.reload_weights(str(write_weights(trained.state_dict(), tmp_path / "v1", torch.bfloat16, 1)), 1)
-        assert pool.weight_version == 1 and all(r.weight_version == 1 for r in pool.generate([prompt] * 2, sampling))
-        assert logprob_gap(pool, trained, prompt, PROBE, LIMIT)["inference/logprob_diff_mean"] < LIMIT
+        servers.reload_weights(str(write_weights(trained.state_dict(), tmp_path / "v1", torch.bfloat16, 1)), 1)
+        assert servers.weight_version == 1 and all(r.weight_version == 1 for r in servers.generate([prompt] * 2, sampling))
+        assert logprob_gap(servers, trained, prompt, PROBE, LIMIT)["inference/logprob_diff_mean"] < LIMIT
     finally:
-        pool.close()
+        servers.reload_weights(str(write_weights(trainer_model.state_dict(), tmp_path / "v0", torch.bfloat16, 0)), 0)
+
+
+def test_generate_from_fresh_threads_while_torch_runs_on_fewer_threads_than_cores(engine, prompt) -> None:
+    """The rollout producer calls the engine from its own threads while the trainer (or an earlier
+    test) has set torch to fewer threads than cores. Without the engine's owner thread, the first
+    step of such a call failed in vLLM's CPU attention ("thread_num (2 vs. 1)"), and the requests it
+    left in the scheduler made the next call spin forever. (Cannot fail on a 1-core machine.)"""
+    before = torch.get_num_threads()
+    torch._C.set_num_threads(1)  # torch.set_num_threads is a no-op once vLLM's CPU worker exists
+    results: list = []
+
+    def generate() -> None:
+        try:
+            results.append(engine.generate([prompt] * 2, SamplingParams(temperature=0.7, max_new_tokens=4), seeds=[1, 2]))
+        except Exception as err:  # noqa: BLE001 - reported by the assert below
+            results.append(err)
+
+    try:
+        for _ in range(2):  # two fresh threads in turn: the second call met the first one's leftovers
+            thread = threading.Thread(target=generate, daemon=True)
+            thread.start()
+            thread.join(timeout=300)
+            assert not thread.is_alive(), "generate from a fresh thread did not return within 300 s"
+    finally:
+        torch._C.set_num_threads(before)
+    for result in results:
+        assert not isinstance(result, Exception), result
+        assert len(result) == 2 and all(0 < len(g.token_ids) <= 4 and len(g.logprobs) == len(g.token_ids) for g in result)
