@@ -74,3 +74,27 @@ def test_echoed_commands_full_waits_and_tmux_key_names(smol_tokenizer):
 def test_exiting_the_shell_ends_the_episode(smol_tokenizer):
     traj = run([terminus(("exit\n", 0.5))], smol_tokenizer, AgentConfig())
     assert (traj.end_reason, traj.num_turns, traj.outcome) == ("completed", 1, "failed")
+
+
+def test_first_screen_shows_the_prompt_of_a_slow_login_shell(tmp_path):
+    """The first observation waits for the shell: a login profile that takes 2 s before the
+    prompt (a busy host does the same) still gives a first screen holding the prompt."""
+    import shutil
+
+    from swerl.sandbox.runtime.tmux import TmuxSession
+
+    shutil.copytree(FIXTURE_TASKS / "add-two", tmp_path / "slow-shell")
+    dockerfile = tmp_path / "slow-shell" / "environment" / "Dockerfile"
+    dockerfile.write_text(dockerfile.read_text() + "RUN echo 'sleep 2' > /etc/profile.d/00-slow.sh\n")
+
+    async def go() -> str:
+        task = load_task(tmp_path / "slow-shell")
+        async with SandboxManager(SandboxConfig(concurrency=1, warm_pool=False)) as manager:
+            async with manager.sandbox(task) as sandbox:
+                session = TmuxSession(sandbox)
+                await session.start()
+                return await session.incremental_output()
+
+    screen = asyncio.run(go())
+    assert screen.startswith("Current Terminal Screen:\n")
+    assert "/app#" in screen, screen

@@ -89,6 +89,18 @@ class TmuxSession:
         result = await self._exec(f"tmux set-option -g history-limit {HISTORY_LIMIT_LINES}")
         if result.exit_code != 0:
             log.warning("could not raise the tmux history-limit: %s", result.output.strip())
+        await self._wait_for_shell()
+
+    async def _wait_for_shell(self, timeout_s: float = 10.0, poll_s: float = 0.05) -> None:
+        """Wait until the login shell has drawn its prompt (the screen is not blank), so the
+        first observation never races the shell's start-up on a busy host. After ``timeout_s``
+        seconds it goes on with a warning (a shell whose prompt is empty is still usable)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if (await self.capture_pane()).strip():
+                return
+            await asyncio.sleep(poll_s)
+        log.warning("the tmux shell drew nothing within %.0f s; the first screen may be blank", timeout_s)
 
     async def send_keys(self, keys: str | list[str], min_timeout_s: float = 0.0) -> None:
         """Type ``keys`` (one string = one key argument) and wait until ``min_timeout_s``
