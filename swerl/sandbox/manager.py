@@ -90,6 +90,8 @@ class SandboxManager:
         fleet = Fleet([Engine(e, self.config, self._labels) for e in self.config.engine_list()], self.config.engine_probe_s)
         await fleet.open()
         self.fleet = fleet
+        log.info("sandboxes of run %s: containers labelled swerl.run=%s (swerl sandbox gc removes them after a crash)",
+                 self.run_id, self.run_id)
         return self
 
     async def __aexit__(self, *exc: object) -> None:

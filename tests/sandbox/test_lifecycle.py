@@ -96,3 +96,19 @@ def test_sandbox_gc_removes_containers_of_dead_processes(docker_client):
     out = subprocess.run([*SWERL, "sandbox", "gc"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and "container" in out.stdout
     assert docker_client.containers.list(all=True, filters={"id": container.id}) == []
+
+
+def test_opening_a_manager_logs_the_run_id_its_containers_carry(caplog):
+    """A user can find (and gc) a run's containers: the run id is logged when sandboxes open."""
+    import asyncio
+    import logging
+
+    from swerl.sandbox import SandboxConfig, SandboxManager
+
+    async def go() -> str:
+        async with SandboxManager(SandboxConfig(concurrency=1, warm_pool=False)) as manager:
+            return manager.run_id
+
+    with caplog.at_level(logging.INFO, logger="swerl.sandbox.manager"):
+        run_id = asyncio.run(go())
+    assert any(f"swerl.run={run_id}" in r.getMessage() for r in caplog.records), [r.getMessage() for r in caplog.records]
