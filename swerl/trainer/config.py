@@ -317,8 +317,10 @@ def _blame(loc: tuple, msg: str, path: Path, file_data: dict, overrides: list[st
 
 
 def _validation_message(path: Path, err: ValidationError, file_data: dict, overrides: list[str]) -> str:
-    """One line: the source to blame, the field, pydantic's reason (and "did you mean" for a typo)."""
-    first = err.errors()[0]
+    """One line: the source to blame, the field, pydantic's reason (and "did you mean" for a typo).
+    An unknown key is named before a missing one: a misspelled required section is both."""
+    errors = err.errors()
+    first = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     loc = tuple(first["loc"])
     where = ".".join(str(p) for p in loc) or "(top level)"
     msg = first["msg"].removeprefix("Value error, ")

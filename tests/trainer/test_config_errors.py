@@ -48,6 +48,12 @@ def test_missing_required_section_is_named(tmp_path):
     assert _error(cfg) == f"{cfg}: data: required field missing: add it to the file"
 
 
+def test_misspelled_required_section_names_the_typo_not_the_missing_section(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("dataa: {tasks: x}\noptimizer: {lr: 1e-5}\n")
+    assert _error(cfg) == f"{cfg}: dataa: unknown key; did you mean 'data'? (+1 more)"
+
+
 def test_restart_environment_true_is_rejected_not_ignored():
     from swerl.tasks.task_folder import TaskConfig
 
