@@ -18,7 +18,10 @@ fi
 if [ "${SKIP_SANDBOX_TEST:-0}" != 1 ]; then
   "$SWERL" sandbox-test "$TASKS" --json "$OUT/sandbox-test.json"
 fi
-rm -rf "$OUT/train"
-"$SWERL" train examples/humaneval-smollm2-cpu.yaml --run-dir "$OUT/train" --set "data.tasks=$TASKS"
+rm -rf "$OUT/train"  # each demo trains afresh; DEMO_DIR=runs/other make demo keeps this one
+# DEMO_SET="loop.max_steps=2" (space-separated key=value) adds --set overrides, e.g. a shorter run.
+sets=(--set "data.tasks=$TASKS")
+for kv in ${DEMO_SET:-}; do sets+=(--set "$kv"); done
+"$SWERL" train examples/humaneval-smollm2-cpu.yaml --run-dir "$OUT/train" "${sets[@]}"
 "$SWERL" select-checkpoint "$OUT/train"
 echo "demo finished in $(( $(date +%s) - start )) s; run directory: $OUT/train" >&2
