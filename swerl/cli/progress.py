@@ -41,7 +41,7 @@ def columns() -> list[ProgressColumn]:
 def new_progress(console: Console) -> Progress:
     """A Progress with :func:`columns` on ``console`` (rows stay when it stops); off a terminal it
     draws nothing, not even the final frame rich prints on stop (the heartbeat lines say it there)."""
-    return Progress(*columns(), console=console, transient=False, 
+    return Progress(*columns(), console=console, transient=False,
                     disable=not console.is_terminal or console.is_dumb_terminal)
 
 

@@ -61,13 +61,10 @@ STATE_DIR = "state"  # the DCP folder of model + optimizer shards
 
 
 @contextmanager
-def _quiet_no_dist(no_dist: bool) -> Iterator[None]:
-    """Around one DCP save/load called with ``no_dist``: when True (one process, as swerl asks),
-    DCP's "torch.distributed is disabled" UserWarning is silenced for this block only; it warns
-    on every such call. Every other warning, and every call under a process group, is untouched."""
-    if not no_dist:
-        yield
-        return
+def _quiet_no_dist() -> Iterator[None]:
+    """Around one DCP save/load: DCP's "torch.distributed is disabled" UserWarning (it warns on
+    every ``no_dist=True`` call, which is what swerl asks for in one process) is silenced for this
+    block only. Every other warning is untouched."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="torch.distributed is disabled", category=UserWarning)
         yield
@@ -180,9 +177,8 @@ def save_checkpoint(
         _remove_stale_temps(root)
         tmp.mkdir()
     barrier()
-    no_dist = not is_distributed()
-    with _quiet_no_dist(no_dist):
-        dcp.save({"model": model_sd, "optimizer": optim_sd}, checkpoint_id=tmp / STATE_DIR, no_dist=no_dist)
+    with _quiet_no_dist():
+        dcp.save({"model": model_sd, "optimizer": optim_sd}, checkpoint_id=tmp / STATE_DIR, no_dist=not is_distributed())
     torch.save(save_rng_state(), tmp / f"rng_rank{dist_info.rank}.pt")
     if dist_info.is_main:
         torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
@@ -270,9 +266,8 @@ def load_checkpoint(
         log.info("resharding %s from %d to %d ranks", path, saved_world, dist_info.world_size)
     model_sd, optim_sd = get_state_dict(model, optimizer)  # initializes empty AdamW state to load into
     target = {"model": model_sd, "optimizer": optim_sd}
-    no_dist = not is_distributed()
-    with _quiet_no_dist(no_dist):
-        dcp.load(target, checkpoint_id=path / STATE_DIR, no_dist=no_dist)
+    with _quiet_no_dist():
+        dcp.load(target, checkpoint_id=path / STATE_DIR, no_dist=not is_distributed())
     set_state_dict(model, optimizer, model_state_dict=target["model"], optim_state_dict=target["optimizer"])
     scheduler.load_state_dict(torch.load(path / "scheduler.pt", weights_only=False))
     rng_file = path / f"rng_rank{dist_info.rank}.pt"
@@ -296,7 +291,7 @@ def read_model_state(path: Path) -> dict[str, torch.Tensor]:
         for key, m in meta.state_dict_metadata.items()
         if key.startswith("model.") and isinstance(m, TensorStorageMetadata)
     }
-    with _quiet_no_dist(True):
+    with _quiet_no_dist():
         dcp.load(empty, checkpoint_id=path / STATE_DIR, no_dist=True)
     return {key.removeprefix("model."): value for key, value in empty.items()}
 
