@@ -127,12 +127,17 @@ class SandboxManager:
         async with lock:
             assert engine.call is not None and engine.client is not None
             await self._bring_bases(task, engine)
-            tag = await ensure_task_image(
-                engine.call, engine.client, task.environment_dir, env.build_timeout_sec, allow_network=False
+            tag, built = await ensure_task_image(
+                engine.call, engine.client, task.environment_dir, env.build_timeout_sec, allow_network=False,
+                known_ids=engine.base_ids,
             )
+        first_use = tag not in engine.images.values()
         engine.images[key] = tag
-        await asyncio.to_thread(record_use, tag)
-        if self.config.image_cache_mb is not None:
+        if first_use:  # many task folders share one image (e.g. every HumanEval task): note it once
+            await asyncio.to_thread(record_use, tag)
+        # The cache grows only by a build; the first image of a run checks a budget lowered since.
+        if (built or not engine.pruned) and self.config.image_cache_mb is not None:
+            engine.pruned = True
             try:
                 await engine.call(prune_task_images, engine.client, self.config.image_cache_mb, set(engine.images.values()))
             except SandboxError as err:  # a full cache is a nuisance, never a failed trial
@@ -149,7 +154,7 @@ class SandboxManager:
     async def _bring_base(self, task: Task, engine: Engine, ref: str) -> None:
         """Copy ``ref`` to ``engine`` from the first healthy peer that has it (if it lacks it)."""
         assert engine.call is not None and engine.client is not None and self.fleet is not None
-        if await engine.call(has_image, engine.client, ref):
+        if ref in engine.base_ids or await engine.call(has_image, engine.client, ref):
             return
         for peer in self.fleet.healthy:
             if peer is engine or peer.call is None or not await peer.call(has_image, peer.client, ref):

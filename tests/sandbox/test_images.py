@@ -99,3 +99,31 @@ def test_task_image_tag_changes_when_the_base_image_changes(tmp_path):
     env = copy_task("add", tmp_path) / "environment"
     assert task_image_tag(env, ["sha256:aaa"]) != task_image_tag(env, ["sha256:bbb"])
     assert task_image_tag(env, ["sha256:aaa"]) == task_image_tag(env, ["sha256:aaa"])
+
+
+@pytest.mark.docker
+def test_task_folders_sharing_an_image_cost_one_docker_lookup_each(docker_client, tmp_path):
+    # A dataset whose tasks share one environment (every HumanEval task) resolves the image with
+    # one inspect per further folder: the bases are known, and the cache is pruned only once a
+    # run and after builds, not at each folder's first use.
+    folders = [copy_task("add", tmp_path / name) for name in ("a", "b", "c")]
+    calls: list[str] = []
+
+    async def body():
+        async with SandboxManager(SandboxConfig(concurrency=1, warm_pool=False, image_cache_mb=100_000)) as mgr:
+            tags = [await mgr.image_for(load_task(folders[0]))]
+            engine = mgr.engines[0]
+            real = engine.call
+
+            async def counted(fn, *args, **kwargs):
+                calls.append(getattr(fn, "__name__", repr(fn)))
+                return await real(fn, *args, **kwargs)
+
+            engine.call = counted
+            tags += [await mgr.image_for(load_task(folder)) for folder in folders[1:]]
+            engine.call = real
+            return tags
+
+    tags = run(body())
+    assert len(set(tags)) == 1 and docker_client.images.get(tags[0])
+    assert calls == ["has_image", "has_image"]

@@ -45,6 +45,8 @@ class Engine:
         healthy: False while quarantined (it stopped answering); no trial is placed on it then.
         trials: trials placed here so far (for the balance of a run).
         images: task image tag per environment folder, built on this engine.
+        base_ids: local image id per ``FROM`` ref seen on this engine (looked up once a run).
+        pruned: whether the task image cache was pruned to its budget here in this run.
     """
 
     def __init__(self, config: EngineConfig, sandbox: SandboxConfig, labels: dict[str, str]) -> None:
@@ -61,6 +63,8 @@ class Engine:
         self.reaper: Reaper | None = None
         self.pools: dict[ContainerSpec, WarmPool] = {}
         self.images: dict[str, str] = {}
+        self.base_ids: dict[str, str] = {}
+        self.pruned = False
         self.image_locks: dict[str, asyncio.Lock] = {}
         self._evictions: set[asyncio.Task[None]] = set()
 

@@ -159,13 +159,17 @@ def task_image_tag(environment_dir: Path, base_ids: list[str] | None = None) -> 
     return f"{TASK_IMAGE_REPO}:{key}"
 
 
-def _local_ids(client: docker.DockerClient, refs: list[str]) -> list[str]:
+def _local_ids(client: docker.DockerClient, refs: list[str], known: dict[str, str]) -> list[str]:
+    """Image id per ref (``missing:<ref>`` when absent); ids found are remembered in ``known``."""
     ids = []
     for ref in refs:
-        try:
-            ids.append(client.images.get(ref).id)
-        except docker.errors.ImageNotFound:
-            ids.append(f"missing:{ref}")
+        if ref not in known:
+            try:
+                known[ref] = client.images.get(ref).id
+            except docker.errors.ImageNotFound:
+                ids.append(f"missing:{ref}")
+                continue
+        ids.append(known[ref])
     return ids
 
 
@@ -175,18 +179,31 @@ async def ensure_task_image(
     environment_dir: Path,
     build_timeout_s: float,
     allow_network: bool,
-) -> str:
+    known_ids: dict[str, str] | None = None,
+) -> tuple[str, bool]:
     """Return the task image tag, building ``environment/`` first when it is not cached.
+
+    Args:
+        known_ids: ``FROM`` ref -> local image id already looked up on this engine (filled
+            here); a run keeps one per engine, so each base is inspected once.
+
+    Returns:
+        (tag, whether it was built now).
 
     Raises:
         TaskError: no Dockerfile / docker-compose environment.
         SandboxError: ``outcome`` build_error when the build fails or exceeds ``build_timeout_s``.
     """
     task_image_tag(environment_dir)  # TaskError before any Docker call
-    base_ids = await call(_local_ids, client, from_images(environment_dir / "Dockerfile"))
+    known = {} if known_ids is None else known_ids
+    refs = from_images(environment_dir / "Dockerfile")
+    if all(ref in known for ref in refs):
+        base_ids = [known[ref] for ref in refs]
+    else:
+        base_ids = await call(_local_ids, client, refs, known)
     tag = task_image_tag(environment_dir, base_ids)
     if await call(has_image, client, tag):
-        return tag
+        return tag, False
     log.info("building %s from %s", tag, environment_dir)
     try:
         await call(_build, client, environment_dir, tag, allow_network, timeout_s=build_timeout_s)
@@ -198,7 +215,7 @@ async def ensure_task_image(
         if err.outcome is not None:
             raise SandboxError(f"{environment_dir}: image build failed: {err}", outcome=Outcome.build_error) from err
         raise
-    return tag
+    return tag, True
 
 
 class _BuildFailed(RuntimeError):
