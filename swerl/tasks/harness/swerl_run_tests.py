@@ -2,9 +2,10 @@
 
 ``python3 -I -S swerl_run_tests.py --expect N --reward FILE TEST_FILE`` (``tests/test.sh`` runs it):
 
-1. Starts pytest in a child process with a clean environment (``PYTEST_ADDOPTS``,
-   ``PYTEST_PLUGINS``, ``PYTHONPATH`` gone; plugin autoload off), ``-I -S`` (no ``.pth``,
-   ``sitecustomize`` or current-folder imports), the ini file pinned with ``-c`` beside
+1. Starts pytest in a child process (forked, so it starts with none of the interpreter's
+   start-up cost twice) with a clean environment (``PYTEST_ADDOPTS``, ``PYTEST_PLUGINS``,
+   ``PYTHONPATH`` gone; plugin autoload off), ``-I -S`` (no ``.pth``, ``sitecustomize`` or
+   current-folder imports; the child inherits them), no bytecode written, the ini file pinned with ``-c`` beside
    ``TEST_FILE``, ``--rootdir`` that folder and ``--noconftest`` (no ``pytest.ini`` or
    ``conftest.py`` planted in ``/``, ``/app`` or elsewhere is read), no cache.
 2. Reads pytest's JUnit XML report through a pipe opened now (``--junitxml=/dev/fd/N``),
@@ -20,15 +21,11 @@ memory or open their pipes through ``/proc``. Standard library only; Python >= 3
 
 from __future__ import annotations
 
-import argparse
 import ctypes
 import os
 import signal
-import subprocess
 import sys
-import tempfile
 import time
-import xml.etree.ElementTree as ET
 
 MAX_REPORT_BYTES = 16 * 1024 * 1024
 _PR_SET_DUMPABLE, _PR_SET_CHILD_SUBREAPER = 4, 36
@@ -44,6 +41,8 @@ def _prctl(option: int, value: int) -> None:
 
 def judge_report(report: bytes, exit_code: int, expected: int) -> tuple[float, str]:
     """The reward (1.0 or 0.0) and a one-line summary from pytest's JUnit XML and exit status."""
+    import xml.etree.ElementTree as ET  # only the judge needs it, after pytest has ended
+
     try:
         root = ET.fromstring(report) if report.strip() else None
     except ET.ParseError as err:
@@ -111,43 +110,97 @@ def kill_descendants(deadline_s: float = 5.0) -> int:
     return killed
 
 
-def run_pytest(test_file: str, report_fd: int) -> subprocess.Popen:
-    """Start the pinned pytest child writing its JUnit report to ``report_fd``."""
+def _scratch_dir() -> str:
+    """A new private folder under /tmp (an unguessable name; never one that already exists)."""
+    while True:
+        path = f"/tmp/swerl-pytest-{os.urandom(8).hex()}"
+        try:
+            os.mkdir(path, 0o700)
+            return path
+        except FileExistsError:
+            continue
+
+
+def run_pytest(test_file: str, report_fd: int, parent_fd: int) -> int:
+    """Fork the pinned pytest child writing its JUnit report to ``report_fd`` (``parent_fd``,
+    the pipe's read end, is closed in the child); returns its pid.
+
+    The child is this interpreter forked (same ``-I -S`` flags), so it pays no second start-up;
+    it holds nothing the solution could use (the expected count and the reward path are on
+    this process's command line anyway).
+    """
     tests_dir = os.path.dirname(os.path.abspath(test_file))
     import site
 
-    site_dirs = os.pathsep.join(p for p in site.getsitepackages() if os.path.isdir(p))
-    scratch = tempfile.mkdtemp(prefix="swerl-pytest-")
+    site_dirs = [p for p in site.getsitepackages() if os.path.isdir(p)]
+    scratch = _scratch_dir()
     args = ["-c", os.path.join(tests_dir, "pytest.ini"), "--rootdir", tests_dir, "--noconftest",
             "-p", "no:cacheprovider", "-v", "--tb=short", f"--junitxml=/dev/fd/{report_fd}", test_file]
-    env = {"PATH": _CLEAN_PATH, "HOME": scratch, "TMPDIR": scratch, "LANG": "C.UTF-8",
-           "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
-    argv = [sys.executable, "-I", "-S", "-B", os.path.abspath(__file__), "--pytest-child", site_dirs, "--", *args]
-    return subprocess.Popen(argv, env=env, cwd=scratch, stdin=subprocess.DEVNULL, pass_fds=(report_fd,))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid:
+        return pid
+    code = 1
+    try:
+        os.close(parent_fd)
+        os.environ.clear()
+        os.environ.update({"PATH": _CLEAN_PATH, "HOME": scratch, "TMPDIR": scratch, "LANG": "C.UTF-8",
+                           "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"})
+        os.chdir(scratch)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.close(null)
+        code = _pytest_child(site_dirs, args)
+    except BaseException:  # noqa: BLE001 - the child never returns into the parent's code
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
 
 
-def _pytest_child(site_dirs: str, args: list[str]) -> int:
+def _pytest_child(site_dirs: list[str], args: list[str]) -> int:
     """In the child: add site-packages by hand (no ``.pth`` runs), then run pytest."""
     _prctl(_PR_SET_DUMPABLE, 0)
-    sys.path += [p for p in site_dirs.split(os.pathsep) if p and p not in sys.path]
+    sys.dont_write_bytecode = True
+    sys.path += [p for p in site_dirs if p not in sys.path]
     import pytest
 
     return int(pytest.main(args))
 
 
+USAGE = "usage: python3 -I -S swerl_run_tests.py --expect N --reward FILE TEST_FILE"
+
+
+def parse_args(argv: list[str]) -> tuple[int, str, str]:
+    """``(expected, reward file, test file)`` from the command line; exits 2 with the usage otherwise."""
+    opts: dict[str, str] = {}
+    rest: list[str] = []
+    it = iter(argv)
+    for arg in it:
+        if arg in ("--expect", "--reward"):
+            opts[arg] = next(it, "")
+        else:
+            rest.append(arg)
+    try:
+        expected = int(opts["--expect"])
+        if not opts["--reward"] or len(rest) != 1:
+            raise ValueError
+    except (KeyError, ValueError):
+        print(USAGE, file=sys.stderr)
+        raise SystemExit(2) from None
+    return expected, opts["--reward"], rest[0]
+
+
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["--pytest-child"]:
-        return _pytest_child(argv[1], argv[3:])
-    parser = argparse.ArgumentParser(description="Run hidden tests with a pinned pytest; write the reward.")
-    parser.add_argument("--expect", type=int, required=True, help="Number of test cases that must pass.")
-    parser.add_argument("--reward", required=True, help="Reward file to write (1 or 0).")
-    parser.add_argument("test_file")
-    opts = parser.parse_args(argv)
+    expected, reward_file, test_file = parse_args(sys.argv[1:] if argv is None else argv)
     _prctl(_PR_SET_DUMPABLE, 0)
     _prctl(_PR_SET_CHILD_SUBREAPER, 1)
     read_fd, write_fd = os.pipe()
-    child = run_pytest(opts.test_file, write_fd)
+    child = run_pytest(test_file, write_fd, read_fd)
     os.close(write_fd)
     chunks, size = [], 0
     with os.fdopen(read_fd, "rb") as pipe:
@@ -155,10 +208,11 @@ def main(argv: list[str] | None = None) -> int:
             size += len(chunk)
             if size <= MAX_REPORT_BYTES:
                 chunks.append(chunk)
-    exit_code = child.wait()
+    status = os.waitpid(child, 0)[1]
+    exit_code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else -os.WTERMSIG(status)
     kill_descendants()
-    reward, summary = judge_report(b"".join(chunks) if size <= MAX_REPORT_BYTES else b"", exit_code, opts.expect)
-    with open(opts.reward, "w") as fh:
+    reward, summary = judge_report(b"".join(chunks) if size <= MAX_REPORT_BYTES else b"", exit_code, expected)
+    with open(reward_file, "w") as fh:
         fh.write(f"{reward:g}\n")
     print(f"swerl_run_tests: {summary} -> reward {reward:g}", flush=True)
     return 0

@@ -19,15 +19,12 @@ so on stderr. Standard library only; Python >= 3.8.
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
-import select
-import struct
-import subprocess
 import sys
-import tempfile
-import traceback
+
+# The worker starts a fresh interpreter per solution: it imports only what it uses (the judge
+# side's subprocess/tempfile/select are imported where used, already loaded by pytest there).
 
 MAX_LINE_BYTES = 64 * 1024 * 1024
 _TAGS = {"l": list, "t": tuple, "s": set, "f": frozenset}
@@ -99,6 +96,9 @@ class _Worker:
     """One worker process serving calls for one solution module."""
 
     def __init__(self, app_dir: str, module: str) -> None:
+        import subprocess
+        import tempfile
+
         self.scratch = tempfile.mkdtemp(prefix="swerl-solution-")
         argv = [sys.executable, "-I", "-S", "-B", os.path.abspath(__file__), "worker", app_dir, module, self.scratch]
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": self.scratch, "TMPDIR": self.scratch,
@@ -132,6 +132,8 @@ class _Worker:
     def _reply(self):
         """The worker's next line as JSON. EOF once the worker process itself has exited, even
         if a process it started still holds the pipe open."""
+        import select
+
         fd = self.proc.stdout.fileno()
         while b"\n" not in self._buffer:
             if len(self._buffer) > MAX_LINE_BYTES:
@@ -192,6 +194,9 @@ _SYS_LANDLOCK = (444, 445, 446)  # create_ruleset, add_rule, restrict_self (same
 def confine(read_paths, write_paths) -> str:
     """Landlock this process: read/execute only ``read_paths``, write only ``write_paths``,
     and (ABI >= 6) signal no process outside it. Returns "" or why it could not."""
+    import ctypes
+    import struct
+
     libc = ctypes.CDLL(None, use_errno=True)
     syscall = libc.syscall
     syscall.restype = ctypes.c_long
@@ -221,6 +226,8 @@ def confine(read_paths, write_paths) -> str:
 
 
 def _error_line(err: BaseException) -> str:
+    import traceback
+
     where = traceback.extract_tb(err.__traceback__)
     place = f" at {where[-1].filename}:{where[-1].lineno}" if where else ""
     return f"{type(err).__name__}: {err}{place}"
