@@ -116,6 +116,9 @@ def sandbox_test(
     redteam: Annotated[bool, typer.Option(
         "--redteam", help="Also run the built-in exploit attempts (docs/redteam.md) on every task; "
         "a task that gives any of them reward > 0 is FORGEABLE (exit 1).")] = False,
+    runtime: Annotated[Optional[str], typer.Option(
+        "--runtime", metavar="NAME", help="OCI runtime of the sandboxes (e.g. runsc, crun), registered with the "
+        "engine; default: the engine's (runc).")] = None,
     verbose: Verbose = False,
     engine: EngineOption = None,
 ) -> None:
@@ -129,7 +132,7 @@ def sandbox_test(
 
     task_set = load_tasks(tasks, on_error="skip")
     config = SandboxConfig(allow_network=allow_network, warm_pool=warm_pool, engines=engine_configs(engine),
-                           **({"concurrency": concurrency} if concurrency else {}))
+                           runtime=runtime or None, **({"concurrency": concurrency} if concurrency else {}))
     trials = sum(len(trial_attempts(t, redteam)) for t in task_set.tasks)
     progress = new_progress(err_console)
     clock = PhaseClock()

@@ -166,9 +166,10 @@ class SandboxManager:
                 log.warning("could not copy %s from %s to %s: %s", ref, peer.url, engine.url, err)
             return
 
-    def _spec(self, task: Task, image: str) -> ContainerSpec:
+    def _spec(self, task: Task, image: str, engine: Engine) -> ContainerSpec:
         env = task.config.environment
         return ContainerSpec(
+            runtime=engine.runtime,
             image=image,
             cpus=env.cpus,
             memory_mb=env.memory_mb,
@@ -219,7 +220,7 @@ class SandboxManager:
         timings.build_s = time.monotonic() - began
         began = time.monotonic()
         labels = {**self._labels, LABEL_TASK: task.name}
-        spec = self._spec(task, image)
+        spec = self._spec(task, image, engine)
         per_trial = 2 if verification_mode(task, self.config) == "clean_room" else 1
         container_id, keeper = await engine.pool(spec, per_trial).take(task.name, labels)
         timings.start_s = time.monotonic() - began

@@ -147,6 +147,12 @@ class SandboxConfig(BaseModel):
         description="The Docker-API engines of the fleet; trials go to the engine with the most free slots. "
         "Empty = one local engine (docker_base_url).",
     )
+    runtime: str | None = Field(
+        None, min_length=1,
+        description="OCI runtime of trial containers (Docker's --runtime), registered with the engine (dockerd "
+        "--add-runtime NAME=PATH): e.g. runsc (gVisor) for a kernel boundary, crun for cheaper container starts. "
+        "None = the engine's default (runc).",
+    )
     engine_retries: int = Field(
         2, ge=0, le=10,
         description="Times a trial whose engine stopped answering is run again on another engine before it is masked.",
@@ -169,7 +175,7 @@ class SandboxConfig(BaseModel):
         default, resolved by :func:`swerl.sandbox.docker_api.engine_url`)."""
         if self.engines:
             return list(self.engines)
-        return [EngineConfig.model_construct(url=self.docker_base_url, slots=None, tls=None)]
+        return [EngineConfig.model_construct(url=self.docker_base_url, slots=None, tls=None, runtime=None)]
 
 
 class ExecResult(BaseModel):

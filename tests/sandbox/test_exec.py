@@ -89,6 +89,30 @@ def test_container_is_isolated_and_limited(docker_client):
     assert labels["swerl.run"] == run_id and labels["swerl.task"] == "add" and labels["swerl.pid"].isdigit()
 
 
+def test_trial_containers_run_under_the_configured_oci_runtime(docker_client):
+    # Docker registers its containerd shim under this second name too; any name the engine
+    # lists works the same way (crun, runsc where dockerd has them: --add-runtime).
+    async def body(sb):
+        return docker_client.api.inspect_container(sb.container_id)["HostConfig"]["Runtime"], await sb.exec("echo ok")
+
+    (runtime, result), _ = run(_in_sandbox(body, runtime="io.containerd.runc.v2"))
+    assert runtime == "io.containerd.runc.v2" and result.output == "ok\n"
+    (runtime, _), _ = run(_in_sandbox(body))
+    assert runtime == "runc"  # the engine's default
+
+
+def test_a_runtime_the_engine_lacks_is_an_environment_problem_at_open(docker_client):
+    from swerl.errors import EnvironmentProblem
+
+    async def body():
+        async with SandboxManager(SandboxConfig(concurrency=1, runtime="no-such-runtime")):
+            pass
+
+    with pytest.raises(EnvironmentProblem, match=r"no OCI runtime 'no-such-runtime' \(it has: .*runc") as caught:
+        run(body())
+    assert caught.value.exit_code == 3 and "--add-runtime no-such-runtime=" in str(caught.value)
+
+
 def test_exec_feeds_stdin_then_eof(docker_client):
     async def body(sb):
         return await sb.exec("cat | wc -c; cat | wc -c", timeout_s=10, stdin=b"x" * 100_000)

@@ -39,6 +39,9 @@ class EngineConfig(BaseModel):
         None, ge=1, description="Most sandboxes alive at once on this engine; None = sandbox.concurrency."
     )
     tls: EngineTLS | None = Field(None, description="Client TLS settings; None = plain (unix socket or tcp).")
+    runtime: str | None = Field(
+        None, min_length=1, description="OCI runtime of this engine's trial containers; None = sandbox.runtime."
+    )
 
     @model_validator(mode="after")
     def _scheme(self) -> EngineConfig:

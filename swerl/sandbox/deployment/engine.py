@@ -13,7 +13,7 @@ import contextlib
 import logging
 from typing import TYPE_CHECKING
 
-from swerl.errors import SandboxError
+from swerl.errors import EnvironmentProblem, SandboxError
 from swerl.sandbox.docker_api import LABEL_PID, LABEL_RUN, DockerCaller, connect, engine_url
 from swerl.sandbox.deployment.gc import collect_garbage
 from swerl.sandbox.deployment.limits import check_free_disk
@@ -36,12 +36,28 @@ DEFAULT_MAX_WARM = 4
 PING_TIMEOUT_S = 5.0
 
 
+def check_runtime(client: docker.DockerClient, runtime: str, url: str) -> None:
+    """Raise unless the engine has the OCI runtime ``runtime`` registered (``docker info`` Runtimes).
+
+    Raises:
+        EnvironmentProblem: (exit 3) naming the engine, the runtime and those it has.
+    """
+    runtimes = sorted((client.info().get("Runtimes") or {}).keys())
+    if runtime not in runtimes:
+        raise EnvironmentProblem(
+            f"sandbox.runtime (--runtime): the engine {url} has no OCI runtime {runtime!r} (it has: {', '.join(runtimes) or 'none'}); "
+            f"register it (dockerd --add-runtime {runtime}=/path/to/{runtime}) or choose one it has"
+        )
+
+
 class Engine:
     """One engine: open with :meth:`open`, place trials while :attr:`healthy`, :meth:`close` at the end.
 
     Attributes:
         url: the engine URL (``unix:///...``, ``tcp://...``).
         slots: most sandboxes alive at once here; ``in_use`` counts those placed now.
+        runtime: OCI runtime of its trial containers (``EngineConfig.runtime``, else
+            ``SandboxConfig.runtime``); None = the engine's default.
         healthy: False while quarantined (it stopped answering); no trial is placed on it then.
         trials: trials placed here so far (for the balance of a run).
         images: task image tag per environment folder, built on this engine.
@@ -53,6 +69,7 @@ class Engine:
         self.config, self.sandbox = config, sandbox
         self.url = engine_url(config.url)
         self.slots = config.slots or sandbox.concurrency
+        self.runtime = config.runtime or sandbox.runtime
         self.in_use = 0
         self.trials = 0
         self.healthy = False
@@ -87,6 +104,8 @@ class Engine:
             self.call = DockerCaller(4 * self.slots + 4, cfg.docker_timeout_s, endpoint)
             self.reaper = Reaper(self.call, self.client, parallel=max(2, self.slots))
             await self.call(check_free_disk, self.client, cfg.min_free_disk_mb)
+            if self.runtime is not None:
+                await self.call(check_runtime, self.client, self.runtime, self.url)
             if cfg.gc_dead_runs:
                 await self.call(collect_garbage, self.client, timeout_s=cfg.drain_timeout_s)
         except BaseException:

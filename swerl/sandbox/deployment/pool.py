@@ -41,11 +41,13 @@ class ContainerSpec(BaseModel):
     pids_limit: int
     network: bool
     workdir: str | None = None
+    runtime: str | None = None  # OCI runtime; None = the engine's default
 
     def key(self) -> str:
         """Short, label-safe identity of the spec."""
         net = "net" if self.network else "nonet"
-        return f"{self.image}|{self.cpus:g}c|{self.memory_mb}m|{self.pids_limit}p|{net}"
+        runtime = f"|{self.runtime}" if self.runtime else ""
+        return f"{self.image}|{self.cpus:g}c|{self.memory_mb}m|{self.pids_limit}p|{net}{runtime}"
 
 
 def create_container(
@@ -71,6 +73,7 @@ def create_container(
         security_opt=["no-new-privileges"],
         # Output travels on the attach/exec streams; a json-file copy of it would only cost CPU and disk.
         log_config={"type": "none", "config": {}},
+        runtime=spec.runtime,
     )
     created = api.create_container(
         spec.image, entrypoint=keeper_script_args(), command=[], labels=labels, name=name, stdin_open=True,
