@@ -53,7 +53,7 @@ wd=$PWD; cd /
 kill -KILL -1 2>/dev/null
 emit oom_before; oom
 wipe
-rm -rf "$@"
+[ $# -eq 0 ] || rm -rf "$@"
 mkdir -p /logs/verifier /tests
 if [ "$src" = - ]; then tar -x -C / -f -; else cp -a "$src"/. / && rm -rf "$src"; fi
 cd "$wd" 2>/dev/null || cd /
