@@ -12,6 +12,7 @@ from rich.markup import escape
 
 from swerl.cli.common import JsonOut, Verbose, err_console, results_console, write_json
 from swerl.errors import SwerlError
+from swerl.text import counted
 
 
 def train_cmd(
@@ -77,7 +78,7 @@ def train_cmd(
     if result.already_finished:
         console.print(f"run already finished at global step {result.last_step}: nothing to train ({target})")
         return
-    console.print(f"trained {result.steps_trained} steps, global step {result.last_step}; run dir {target}")
+    console.print(f"trained {counted(result.steps_trained, 'step')}, global step {result.last_step}; run dir {target}")
     if cfg.logging.wandb is not None or cfg.logging.mlflow is not None:
         _log_selection_to_trackers(cfg, target)
 

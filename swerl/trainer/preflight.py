@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from swerl.errors import ConfigError, EnvironmentProblem
+from swerl.text import counted
 from swerl.trainer.config import TrainConfig
 from swerl.trainer.plan import (
     CHECKPOINT_BYTES_PER_PARAM,
@@ -82,7 +83,7 @@ def run_preflight(cfg: TrainConfig, run_dir: Path, resume: str | None, world_siz
     plan = make_plan(cfg, len(tasks), world_size)
     if plan.total_steps == 0:
         raise ConfigError(
-            f"the plan trains 0 steps: {len(tasks)} tasks in {cfg.data.tasks} < loop.train_batch_size="
+            f"the plan trains 0 steps: {counted(len(tasks), 'task')} in {cfg.data.tasks} < loop.train_batch_size="
             f"{cfg.loop.train_batch_size}; lower loop.train_batch_size or add tasks"
         )
     check_run_dir(run_dir, resume)
@@ -170,7 +171,7 @@ def check_cores(cfg: TrainConfig, tasks: list) -> list[str]:
     demand = threads + in_flight * cpus
     if threads <= cores and in_flight * cpus <= OVERSUBSCRIBED * cores:
         return []
-    return [f"CPU oversubscribed: {threads} generator thread(s) + {in_flight} episodes in flight x {cpus:g} task "
+    return [f"CPU oversubscribed: {counted(threads, 'generator thread')} + {counted(in_flight, 'episode')} in flight x {cpus:g} task "
             f"cpus = {demand:g} cores wanted on {cores} usable; lower loop.rollout_concurrency (or "
             "sandbox.concurrency), generator.num_threads, or the tasks' cpus"]
 

@@ -93,7 +93,7 @@ def test_oversubscribed_cores_give_one_warning_line():
     tasks = list(load_tasks(FIXTURE_TASKS))
     crowded = 8 * usable_cores() + 1
     (line,) = check_cores(_cores_config(crowded), tasks)
-    assert line.startswith(f"CPU oversubscribed: 1 generator thread(s) + {crowded} episodes in flight x 1 task cpus")
+    assert line.startswith(f"CPU oversubscribed: 1 generator thread + {crowded} episodes in flight x 1 task cpus")
     assert f"on {usable_cores()} usable" in line and "loop.rollout_concurrency" in line
     assert check_cores(_cores_config(1), tasks) == []
     assert check_cores(_cores_config(8 * usable_cores()), tasks) == []  # the CPU default: 16 on 2 cores

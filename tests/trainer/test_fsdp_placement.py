@@ -64,7 +64,7 @@ def test_a_one_process_cpu_plan_says_what_this_run_does(tmp_path):
     assert lines["trainer"] == "1 process on CPU, float32 compute"
     assert lines["trainer state / rank"] == ("134.5 M params x 16 B = 2.2 GB (fp32 weights, gradients, AdamW m and v)")
     assert lines["checkpoint / export"] == "1.6 GB DCP (fp32 weights + AdamW state) / 538 MB fp32 safetensors"
-    assert lines["generator"].startswith("HF generate in this process, with the live policy (CPU, 1 torch thread(s))")
+    assert lines["generator"].startswith("HF generate in this process, with the live policy (CPU, 1 torch thread)")
     assert lines["KV cache, all episodes at full context"] == "755 MB float32 (16 x 1,024 tokens x 45 KiB) in host RAM"
     text = " ".join(lines.values())
     assert "torchrun" not in text and "ranks" not in text and "GPU" not in text and " 0 GB" not in text
