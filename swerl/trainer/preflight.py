@@ -176,13 +176,19 @@ def check_cores(cfg: TrainConfig, tasks: list) -> list[str]:
             "sandbox.concurrency), generator.num_threads, or the tasks' cpus"]
 
 
-def disk_needed(cfg: TrainConfig, plan: RunPlan, num_params: int) -> int:
-    """Bytes of the checkpoints and exports alive at the end of the run: ``keep_last`` (+1 while the
-    next one is written) or every checkpoint, and every export."""
+def checkpoints_at_peak(cfg: TrainConfig, plan: RunPlan) -> int:
+    """Checkpoints on disk at once at the peak: ``keep_last`` + 1 while the next one is written
+    (the oldest is deleted after it), or every checkpoint when ``keep_last`` is None."""
     kept = len(plan.checkpoint_steps)
     if cfg.checkpointing.keep_last is not None:
         kept = min(kept, cfg.checkpointing.keep_last + 1)
-    return num_params * (kept * CHECKPOINT_BYTES_PER_PARAM + len(plan.export_steps) * EXPORT_BYTES_PER_PARAM)
+    return kept
+
+
+def disk_needed(cfg: TrainConfig, plan: RunPlan, num_params: int) -> int:
+    """Peak bytes of the run's checkpoints (:func:`checkpoints_at_peak`) and every export."""
+    return num_params * (checkpoints_at_peak(cfg, plan) * CHECKPOINT_BYTES_PER_PARAM
+                         + len(plan.export_steps) * EXPORT_BYTES_PER_PARAM)
 
 
 def check_disk(cfg: TrainConfig, plan: RunPlan, run_dir: Path, model_folder: Path | None, result: Preflight) -> None:
