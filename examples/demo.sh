@@ -12,16 +12,26 @@ TASKS=${TASKS:-runs/humaneval-tasks}
 start=$(date +%s)
 mkdir -p "$OUT"
 
+step() {  # step NAME CMD...: run CMD; if it fails, say which step failed and with what exit code, and stop
+  local name=$1 rc=0
+  shift
+  "$@" || rc=$?
+  if [ "$rc" != 0 ]; then
+    echo "demo failed: step '$name' exited with code $rc (command: $*)" >&2
+    exit "$rc"
+  fi
+}
+
 if [ ! -d "$TASKS/humaneval-163" ]; then
-  "$SWERL" tasks import humaneval "$TASKS" --force
+  step "tasks import" "$SWERL" tasks import humaneval "$TASKS" --force
 fi
 if [ "${SKIP_SANDBOX_TEST:-0}" != 1 ]; then
-  "$SWERL" sandbox-test "$TASKS" --json "$OUT/sandbox-test.json"
+  step sandbox-test "$SWERL" sandbox-test "$TASKS" --json "$OUT/sandbox-test.json"
 fi
 rm -rf "$OUT/train"  # each demo trains afresh; DEMO_DIR=runs/other make demo keeps this one
 # DEMO_SET="loop.max_steps=2" (space-separated key=value) adds --set overrides, e.g. a shorter run.
 sets=(--set "data.tasks=$TASKS")
 for kv in ${DEMO_SET:-}; do sets+=(--set "$kv"); done
-"$SWERL" train examples/humaneval-smollm2-cpu.yaml --run-dir "$OUT/train" "${sets[@]}"
-"$SWERL" select-checkpoint "$OUT/train"
+step train "$SWERL" train examples/humaneval-smollm2-cpu.yaml --run-dir "$OUT/train" "${sets[@]}"
+step select-checkpoint "$SWERL" select-checkpoint "$OUT/train"
 echo "demo finished in $(( $(date +%s) - start )) s; run directory: $OUT/train" >&2

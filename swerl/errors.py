@@ -21,9 +21,18 @@ class SwerlError(Exception):
 
 
 class ConfigError(SwerlError, ValueError):
-    """A config file, field or CLI flag is invalid (exit 2)."""
+    """A config file, field or CLI flag is invalid (exit 2).
+
+    Args:
+        message: one line naming the file/field and the fix (the first problem when there are several).
+        details: one line per further problem; the CLI prints them under ``-v``.
+    """
 
     exit_code = 2
+
+    def __init__(self, message: str = "", *, details: list[str] | tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.details = tuple(details)
 
 
 class TaskError(SwerlError, ValueError):

@@ -23,6 +23,7 @@ import yaml
 from pydantic import BaseModel
 
 from swerl.errors import ConfigError, SwerlError
+from swerl.text import counted
 
 log = logging.getLogger(__name__)
 
@@ -148,7 +149,7 @@ def read_metric(
         log.warning("skipped malformed metrics line %s", line)
     if not first:
         known = ", ".join(sorted(keys)[:12]) or "none"
-        raise MetricsFileError(f"metric {metric!r} is in no record of {len(files)} metrics file(s) under "
+        raise MetricsFileError(f"metric {metric!r} is in no record of {counted(len(files), 'metrics file')} under "
                                f"{run_dir}; keys seen: {known}")
     return sorted(first.items()), bad
 

@@ -5,10 +5,12 @@ built from a config: no hub, random weights drawn from ``seed``); the stage fold
 (``trainer/_support.py``, ``rl/_tiny.py``, ``inference/conftest.py``, ``agent/conftest.py``) call
 it with their vocabulary and special tokens.
 
-The vLLM fixtures (``model_path``, ``trainer_model``, ``engine``, ``servers``) are session-scoped so
-that the engine tests and the pipeline tests share ONE in-process engine and ONE pool of two
-servers (a start costs ~20-40 s on 2 cores); only tests marked ``vllm`` use them. A test that
-reloads their weights puts the default model's back (version 0) before it ends.
+The vLLM fixtures (``model_path``, ``trainer_model``, ``engine``, ``servers``) are shared so that
+the engine tests and the pipeline tests use ONE in-process engine and ONE pool of two servers (a
+start costs ~20-40 s on 2 cores); only tests marked ``vllm`` use them. A test that reloads their
+weights puts the default model's back (version 0) before it ends. The servers are processes that
+idle at ~16% CPU each: their users run back to back (``pytest_collection_modifyitems``) and the
+pool stops after the last of them (``pytest_runtest_teardown``), not at the end of the session.
 """
 
 from __future__ import annotations
@@ -52,13 +54,54 @@ def engine(model_path):  # noqa: ANN201
     backend.close()
 
 
-@pytest.fixture(scope="session")
-def servers(model_path, tmp_path_factory):  # noqa: ANN201
-    """Two vLLM OpenAI servers (bf16) that swerl starts, on cores 0 and 1, behind one ``EnginePool``."""
-    from swerl.inference.factory import build_vllm
-    from vllm_support import engine_config
+class _ServerPool:
+    """The pool behind ``servers``: started by the first test that asks for it, stopped after the last."""
 
-    pool = build_vllm(engine_config(vllm_mode="servers", num_servers=2, cpu_cores=["0", "1"]), str(model_path),
-                      tmp_path_factory.mktemp("vllm-servers"))
-    yield pool
-    pool.close()
+    pool = None
+
+    @classmethod
+    def get(cls, model_path, tmp_path_factory):  # noqa: ANN001, ANN206 - EnginePool, imported lazily
+        if cls.pool is None:
+            from swerl.inference.factory import build_vllm
+            from vllm_support import engine_config
+
+            cls.pool = build_vllm(engine_config(vllm_mode="servers", num_servers=2, cpu_cores=["0", "1"]),
+                                  str(model_path), tmp_path_factory.mktemp("vllm-servers"))
+        return cls.pool
+
+    @classmethod
+    def stop(cls) -> None:
+        pool, cls.pool = cls.pool, None
+        if pool is not None:
+            pool.close()
+
+
+@pytest.fixture
+def servers(model_path, tmp_path_factory):  # noqa: ANN201
+    """Two vLLM OpenAI servers (bf16) that swerl starts, on cores 0 and 1, behind one ``EnginePool``;
+    shared by every test that names this fixture, and stopped after the last of them."""
+    return _ServerPool.get(model_path, tmp_path_factory)
+
+
+def _uses_servers(item) -> bool:  # noqa: ANN001 - pytest.Item or None
+    return item is not None and "servers" in getattr(item, "fixturenames", ())
+
+
+def pytest_collection_modifyitems(items) -> None:  # noqa: ANN001 - list[pytest.Item]
+    """The tests that use ``servers`` run back to back, where the first of them was collected."""
+    users = [item for item in items if _uses_servers(item)]
+    if users:
+        first = items.index(users[0])
+        items[first:] = users + [item for item in items[first:] if not _uses_servers(item)]
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item, nextitem) -> None:  # noqa: ANN001 - pytest.Item, pytest.Item | None
+    """Stop the servers after their last user (the next test does not use them, or there is none)."""
+    if _uses_servers(item) and not _uses_servers(nextitem):
+        _ServerPool.stop()
+
+
+def pytest_sessionfinish() -> None:
+    """An interrupted session (``-x``, Ctrl-C) stops the servers too."""
+    _ServerPool.stop()

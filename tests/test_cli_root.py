@@ -36,6 +36,17 @@ def test_error_lines_keep_square_brackets(tmp_path):
     assert "bad[gpu].yaml" in proc.stderr
 
 
+def test_verbose_shows_every_further_config_error(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("data: {tasks: x}\nloop: {max_steps: abc, epochs: many}\n")
+    for flags, shown in (([], False), (["-v"], True)):
+        proc = subprocess.run([sys.executable, "-m", "swerl.cli", "train", str(bad), "--dry-run", *flags],
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 2 and "(+1 more; -v shows them)" in proc.stderr
+        assert ("also: " in proc.stderr) is shown
+        assert (f"{bad}: loop.max_steps: expected an integer, e.g. 3; got 'abc'" in proc.stderr) is shown
+
+
 def test_logs_off_a_terminal_have_iso_timestamps_and_are_not_wrapped(tmp_path):
     # A long config error path, stderr to a pipe: one log line, not cut at 80 columns.
     deep = tmp_path / ("d" * 120)

@@ -74,6 +74,7 @@ def main() -> None:
         code = app(standalone_mode=False)
     except SwerlError as err:
         _error_line(str(err))
+        _further_problems(err)
         sys.exit(err.exit_code)
     except typer.Abort:
         sys.exit(130)
@@ -83,6 +84,16 @@ def main() -> None:
         _error_line(err.format_message() + where)
         sys.exit(getattr(err, "exit_code", 2))
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def _further_problems(err: SwerlError) -> None:
+    """Under ``-v`` (or SWERL_LOG_LEVEL=DEBUG): one ``also:`` line per further problem of a
+    config error (the ``(+N more)`` of its message)."""
+    import logging
+
+    if logging.getLogger().isEnabledFor(logging.DEBUG):
+        for line in getattr(err, "details", ()):
+            err_console.print(f"  [red]also:[/] {escape(' '.join(line.split()))}", highlight=False, soft_wrap=True)
 
 
 def _error_line(message: str) -> None:

@@ -117,9 +117,10 @@ Verbose = Annotated[bool, typer.Option("--verbose", "-v", callback=_verbose_call
 JsonOut = Annotated[Optional[str], typer.Option(
     "--json", metavar="PATH", callback=json_path_callback,
     help="Also write the result as JSON to PATH ('-' = stdout; the tables then go to stderr).")]
-_ENGINE_HELP = ("Docker-API engine URL (unix:///path.sock, tcp://host:port); repeat for a fleet. "
-                "Default: the local engine (DOCKER_HOST, else /var/run/docker.sock).")
-EngineOption = Annotated[Optional[list[str]], typer.Option("--engine", help=_ENGINE_HELP)]
+# Short words: -h puts this help in a column ~20 wide at 80 columns, and cuts a longer word.
+_ENGINE_HELP = ("Docker engine URL, e.g. unix:///x.sock or tcp://host:2375; repeat for a fleet. "
+                "Default: DOCKER_HOST, else the local socket.")
+EngineOption = Annotated[Optional[list[str]], typer.Option("--engine", metavar="URL", help=_ENGINE_HELP)]
 
 
 def _choices(name: str, *values: str) -> type[Enum]:

@@ -12,6 +12,7 @@ from swerl.cli.common import (
     EngineOption, JsonOut, SwerlCommand, SwerlGroup, Verbose, engine_configs, err_console, json_path_callback,
     out_console, results_console, write_json,
 )
+from swerl.text import counted
 
 sandbox_app = typer.Typer(help="Offline base images and sandbox housekeeping.", no_args_is_help=True, cls=SwerlGroup)
 
@@ -99,7 +100,7 @@ def sandbox_engines(engine: EngineOption = None, json_out: JsonOut = None, verbo
     if not all(row.reachable for row in rows):
         from swerl.errors import EnvironmentProblem
 
-        raise EnvironmentProblem(f"{sum(not r.reachable for r in rows)} of {len(rows)} engine(s) unreachable")
+        raise EnvironmentProblem(f"{sum(not r.reachable for r in rows)} of {counted(len(rows), 'engine')} unreachable")
 
 
 def sandbox_test(
@@ -168,7 +169,7 @@ def _report_sandbox_test(report, task_set, tasks: str, redteam: bool, json_out: 
     if broken or report.forgeable:
         from swerl.errors import RunFailed
 
-        raise RunFailed(f"{len(broken)} task(s) broken, {len(report.forgeable)} forgeable; "
+        raise RunFailed(f"{counted(len(broken), 'task')} broken, {len(report.forgeable)} forgeable; "
                         "see the BROKEN/FORGEABLE lines above")
 
 

@@ -12,6 +12,10 @@ from rich.markup import escape
 
 from swerl.cli.common import JsonOut, Verbose, err_console, results_console, write_json
 from swerl.errors import SwerlError
+from swerl.text import counted
+
+# The dry-run plan off a terminal (a pipe, `> plan.txt`): wrapped to fit a 100-column page.
+PLAN_WIDTH = 100
 
 
 def train_cmd(
@@ -77,7 +81,7 @@ def train_cmd(
     if result.already_finished:
         console.print(f"run already finished at global step {result.last_step}: nothing to train ({target})")
         return
-    console.print(f"trained {result.steps_trained} steps, global step {result.last_step}; run dir {target}")
+    console.print(f"trained {counted(result.steps_trained, 'step')}, global step {result.last_step}; run dir {target}")
     if cfg.logging.wandb is not None or cfg.logging.mlflow is not None:
         _log_selection_to_trackers(cfg, target)
 
@@ -102,14 +106,17 @@ def _train_dry_run(cfg, run_dir: Path, checks, json_out: str | None) -> None:  #
     from rich.table import Table
 
     from swerl.trainer.plan import format_bytes
+    from swerl.trainer.preflight import checkpoints_at_peak
 
     plan = checks.plan
     console = results_console(json_out)
     console.print(cfg.to_yaml(), highlight=False, markup=False)
     table = Table(title=f"run plan ({run_dir})", title_justify="left")
     table.add_column("item")
-    table.add_column("value", justify="right")
+    table.add_column("value")  # left: long values wrap off a terminal
     need = checks.disk_needed_bytes
+    peak, keep = checkpoints_at_peak(cfg, plan), cfg.checkpointing.keep_last
+    keep_note = f": keep_last {keep} + 1 while saving" if keep is not None and peak == keep + 1 else ""
     rows = [
         ("tasks", str(plan.num_tasks)),
         ("steps per epoch", str(plan.steps_per_epoch)),
@@ -125,13 +132,15 @@ def _train_dry_run(cfg, run_dir: Path, checks, json_out: str | None) -> None:  #
         ("checkpoint steps", ", ".join(map(str, plan.checkpoint_steps)) or "none"),
         ("export steps", ", ".join(map(str, plan.export_steps)) or "none"),
         *plan.placement,
-        ("disk: checkpoints + exports kept", "unknown" if need is None else format_bytes(need)),
+        ("disk: peak of checkpoints + exports", "unknown" if need is None else (
+            f"{format_bytes(need)} ({counted(peak, 'checkpoint')} at once"
+            f"{keep_note}, {counted(len(plan.export_steps), 'export')})")),
         ("disk: free under the run dir", format_bytes(checks.disk_free_bytes)),
         ("base images present", ", ".join(checks.images) or "none needed"),
     ]
     for item, value in rows:
         table.add_row(item, value)
-    console.print(table)
+    console.print(table, width=None if console.is_terminal else PLAN_WIDTH)
     for note in [*plan.notes, *checks.notes]:
         err_console.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
     write_json(json_out, {"config": cfg.model_dump(mode="json"), "plan": plan.model_dump(mode="json"),

@@ -18,6 +18,7 @@ from swerl.errors import ConfigError
 from swerl.report.plots import all_figures, color
 from swerl.report.runs import Run, label_arms, load_run
 from swerl.selection import ema
+from swerl.text import counted
 
 ARM_COLUMNS = ["arm", "run dir", "steps", "final reward", "final EMA", "selected step (EMA)",
                "mean length", "rewarded length", "unrewarded length", "clip fraction"]
@@ -89,7 +90,7 @@ def render_html(runs: list[Run], arms: list[dict[str, str]], diffs: list[str], f
     ]
     return (
         f"<!doctype html><html><head><meta charset='utf-8'><title>swerl report</title><style>{STYLE}</style></head>"
-        f"<body><h1>swerl report: {len(runs)} run(s)</h1>"
+        f"<body><h1>swerl report: {counted(len(runs), 'run')}</h1>"
         f"<p>Checkpoint selection: trailing EMA (span {span}) of <code>reward/avg_raw_reward</code> over "
         f"exported steps (as <code>swerl select-checkpoint</code>).</p>{_table_html(arms, runs)}"
         f"<p>Config keys that differ between arms: {diff_text}</p>{''.join(sections)}</body></html>\n"

@@ -21,6 +21,7 @@ import yaml
 
 from swerl.fileio import atomic_write_text
 from swerl.errors import ConfigError
+from swerl.text import counted
 
 STEP_FILE = re.compile(r"^step_(\d+)\.jsonl$")
 
@@ -196,7 +197,7 @@ def verifier_reason(tail: str, detail: str, width: int = 80) -> str:
 def _title(eps: EpisodeSet) -> str:
     steps = ", ".join(map(str, eps.steps_available))
     where = f"step {eps.step} (dumped steps: {steps})" if eps.kind == "train" else "eval"
-    return f"{eps.source}: {where}, {len(eps.episodes)} episodes in {len(eps.groups())} groups"
+    return f"{eps.source}: {where}, {counted(len(eps.episodes), 'episode')} in {counted(len(eps.groups()), 'group')}"
 
 
 def pick(eps: EpisodeSet, task: str | None, sample: int | None) -> list[Episode]:
@@ -278,7 +279,7 @@ def render_html(eps: EpisodeSet) -> str:
     first = pick(eps, None, None)[:1] if eps.episodes else []
     for e in eps.episodes:
         head = (f"{e.task} sample {e.sample_index}: reward {e.reward:g}, advantage {_adv(e)}, {e.outcome} "
-                f"({e.failure_class}, {e.end_reason}), {e.num_turns} turns, {e.generated_tokens} generated tokens"
+                f"({e.failure_class}, {e.end_reason}), {counted(e.num_turns, 'turn')}, {counted(e.generated_tokens, 'generated token')}"
                 f"{': ' + reason if (reason := verifier_reason(e.verifier_tail, e.detail)) else ''}")
         body = "".join(f'<div><b>[{i}] {html.escape(str(m.get("role", "?")))}</b>'
                        f'<pre class="{html.escape(str(m.get("role", "")))}">{html.escape(_content(m))}</pre></div>'

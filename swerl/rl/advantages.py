@@ -28,6 +28,8 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from swerl.text import counted
+
 __all__ = [
     "NonFiniteRewardError",
     "group_index",
@@ -72,7 +74,7 @@ def _check_inputs(rewards: Tensor, group_ids: Tensor, exclude: Tensor | None) ->
         i = int(bad[0])
         raise NonFiniteRewardError(
             f"reward of trajectory {i} (group {int(group_ids[i])}) is {float(rewards[i])}; "
-            f"{bad.numel()} non-finite reward(s) in the batch: fix the verifier/reward parsing upstream"
+            f"{counted(bad.numel(), 'non-finite reward')} in the batch: fix the verifier/reward parsing upstream"
         )
     if exclude is None:
         return torch.zeros_like(rewards, dtype=torch.bool)

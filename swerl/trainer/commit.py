@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from swerl.fileio import atomic_write_text
+from swerl.text import counted
 from swerl.trainer.metrics import METRICS_FILE, MetricsSink, make_record
 
 log = logging.getLogger(__name__)
@@ -103,7 +104,7 @@ def truncate_metrics(run_dir: Path, last_step: int) -> int:
         return 0
     atomic_write_text(path, "".join(line + "\n" for line in kept))
     dropped = len(rows) - len(kept) + int(torn)
-    log.info("metrics.jsonl: dropped %d record(s) of uncommitted steps after step %d", dropped, last_step)
+    log.info("metrics.jsonl: dropped %s of uncommitted steps after step %d", counted(dropped, "record"), last_step)
     return dropped
 
 

@@ -316,20 +316,49 @@ def _blame(loc: tuple, msg: str, path: Path, file_data: dict, overrides: list[st
     return f"{path} (default value of {dotted})"
 
 
-def _validation_message(path: Path, err: ValidationError, file_data: dict, overrides: list[str]) -> str:
-    """One line: the source to blame, the field, pydantic's reason (and "did you mean" for a typo).
-    An unknown key is named before a missing one: a misspelled required section is both."""
-    errors = err.errors()
-    first = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
-    loc = tuple(first["loc"])
+# pydantic's error types for a value of the wrong numeric type: what the field expects, an example.
+_EXPECTED = {"int": ("an integer", 3), "float": ("a number", 0.5), "bool": ("true or false", True)}
+
+
+def _expected_value(loc: tuple, error_type: str) -> str | None:
+    """``expected an integer, e.g. 3`` for a numeric/boolean type error, the example being the
+    field's default when it has one of that type; None for any other error."""
+    kind = error_type.split("_", 1)[0]
+    if kind not in _EXPECTED or not error_type.endswith(("_type", "_parsing", "_from_float")):
+        return None
+    expected, example = _EXPECTED[kind]
+    model = _model_at(loc[:-1])
+    field = model.model_fields.get(str(loc[-1])) if model is not None and loc else None
+    default = getattr(field, "default", None)
+    if type(default) is type(example):  # a bool is not an integer example, nor an integer a number one
+        example = default
+    shown = str(example).lower() if isinstance(example, bool) else str(example)
+    return f"expected {expected}, e.g. {shown}"
+
+
+def _error_line(error: dict, path: Path, file_data: dict, overrides: list[str]) -> str:
+    """One pydantic error as ``source: field: reason``, the reason naming the fix where pydantic's does not."""
+    loc = tuple(error["loc"])
     where = ".".join(str(p) for p in loc) or "(top level)"
-    msg = first["msg"].removeprefix("Value error, ")
-    if first["type"] == "extra_forbidden" and _model_at(loc[:-1]) is not None:
+    msg = error["msg"].removeprefix("Value error, ")
+    if error["type"] == "extra_forbidden" and _model_at(loc[:-1]) is not None:
         msg = f"unknown key; {did_you_mean(str(loc[-1]), list(_model_at(loc[:-1]).model_fields))}"
-    elif first["type"] == "missing":
+    elif error["type"] == "missing":
         return f"{path}: {where}: required field missing: add it to the file"
-    more = f" (+{err.error_count() - 1} more)" if err.error_count() > 1 else ""
-    return f"{_blame(loc, msg, path, file_data, overrides)}: {where}: {msg}{more}"
+    elif (expected := _expected_value(loc, error["type"])) is not None:
+        msg = f"{expected}; got {error['input']!r}"
+    return f"{_blame(loc, msg, path, file_data, overrides)}: {where}: {msg}"
+
+
+def _validation_error(path: Path, err: ValidationError, file_data: dict, overrides: list[str]) -> ConfigError:
+    """A one-line ConfigError for the first error, counting the others, which it carries as
+    ``details`` (``-v`` prints them). An unknown key comes first, before a missing one: a
+    misspelled required section is both."""
+    errors = err.errors()
+    errors.sort(key=lambda e: e["type"] != "extra_forbidden")  # stable: pydantic's order otherwise
+    lines = [_error_line(e, path, file_data, overrides) for e in errors]
+    more = f" (+{len(lines) - 1} more; -v shows them)" if len(lines) > 1 else ""
+    return ConfigError(lines[0] + more, details=lines[1:])
 
 
 def load_train_config(path: str | Path, overrides: list[str] | None = None) -> TrainConfig:
@@ -359,4 +388,4 @@ def load_train_config(path: str | Path, overrides: list[str] | None = None) -> T
     try:
         return TrainConfig.model_validate(data)
     except ValidationError as err:
-        raise ConfigError(_validation_message(path, err, file_data, overrides or [])) from err
+        raise _validation_error(path, err, file_data, overrides or []) from err

@@ -46,6 +46,7 @@ import torch
 from swerl.errors import ConfigError, RunFailed
 from swerl.rl.advantages import group_index
 from swerl.rl.loss import compute_advantages
+from swerl.text import counted
 from swerl.trainer import checkpoint as ckpt
 from swerl.trainer import commit
 from swerl.trainer import distributed as dist
@@ -232,7 +233,7 @@ def train(config: TrainConfig, run_dir: Path, resume: str | None = None, *,
     # A run that was asked to train and trained nothing is a failure, not a success.
     if run.result.steps_trained == 0:
         raise RunFailed(
-            f"trained 0 steps (planned {run.plan.total_steps}; {len(run.tasks)} tasks, train_batch_size "
+            f"trained 0 steps (planned {run.plan.total_steps}; {counted(len(run.tasks), 'task')}, train_batch_size "
             f"{config.loop.train_batch_size}): raise loop.max_steps/epochs or add tasks"
         )
     return run.result
@@ -262,7 +263,7 @@ def _prepare(
     emit(TrainEvent("plan", data=plan))
     if plan.total_steps == 0:
         raise RunFailed(
-            f"the plan trains 0 steps: {len(tasks)} tasks < loop.train_batch_size={config.loop.train_batch_size}; "
+            f"the plan trains 0 steps: {counted(len(tasks), 'task')} < loop.train_batch_size={config.loop.train_batch_size}; "
             "lower the batch size or add tasks"
         )
     log.info("plan: %d steps x %d prompts x %d samples, %d optimizer steps", plan.total_steps,

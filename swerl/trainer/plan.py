@@ -11,6 +11,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from swerl.text import counted
 from swerl.trainer.config import TrainConfig
 
 
@@ -199,8 +200,8 @@ def _vllm_where(cfg: TrainConfig, ranks: int) -> str:
     if gen.vllm_mode == "inprocess":
         return f"vLLM in-process {'on every rank' if ranks > 1 else 'in this process'}, on {hardware}"
     if gen.server_urls:
-        return f"{len(gen.server_urls)} running vLLM server(s) {each} at {', '.join(gen.server_urls)}"
-    return f"{gen.num_servers} vLLM server(s) {each} started by swerl, on {hardware}"
+        return f"{counted(len(gen.server_urls), 'running vLLM server')} {each} at {', '.join(gen.server_urls)}"
+    return f"{counted(gen.num_servers, 'vLLM server')} {each} started by swerl, on {hardware}"
 
 
 def _generator_lines(cfg: TrainConfig, ranks: int, in_flight: int) -> list[tuple[str, str]]:
@@ -215,7 +216,7 @@ def _generator_lines(cfg: TrainConfig, ranks: int, in_flight: int) -> list[tuple
     else:
         dtype = m.dtype
         where = "on every rank, each with its live policy" if ranks > 1 else "in this process, with the live policy"
-        threads = f", {gen.num_threads} torch thread(s)" if gen.num_threads and m.device == "cpu" else ""
+        threads = f", {counted(gen.num_threads, 'torch thread')}" if gen.num_threads and m.device == "cpu" else ""
         lines = [("generator", f"HF generate {where} ({_device_words(m.device, ranks)}{threads}), batches of up "
                   f"to {gen.max_batch_size} prompts; no weight copy")]
         holds = "in host RAM" if m.device == "cpu" else f"on {_device_words(m.device, ranks)}"
@@ -249,11 +250,13 @@ def pipeline_lines(cfg: TrainConfig) -> list[tuple[str, str]]:
         sync = "" if cfg.generator.backend == "hf" else " + weight sync"  # HF samples with the live module
         return [("rollout pipeline", f"synchronous (loop.max_staleness_steps=0): step time = rollouts + update{sync}, "
                  "in sequence")]
+    one = cfg.generator.num_engines == 1
     engines = ("its own HF copy of the policy (one more model in memory), weights copied in between two "
                "generate calls after every step") if cfg.generator.backend == "hf" else (
-               "the run's vLLM engine(s); weights reach them between two requests, episodes in flight continue")
+               f"the run's vLLM {'engine' if one else 'engines'} (per rank); weights reach {'it' if one else 'them'} "
+               "between two requests, episodes in flight continue")
     return [
-        ("rollout pipeline", f"producer thread up to {k} step(s) ahead: batch s starts once the generator holds "
+        ("rollout pipeline", f"producer thread up to {counted(k, 'step')} ahead: batch s starts once the generator holds "
          f"weights of step >= s - 1 - {k}; nothing finished is discarded"),
         ("pipeline engines", f"the producer samples with {engines}"),
         ("expected overlap", "step time ~ max(rollouts, update + weight sync) instead of their sum, from step 2 "

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from swerl.errors import ConfigError, EnvironmentProblem
+from swerl.text import counted
 from swerl.trainer.config import TrainConfig
 from swerl.trainer.plan import (
     CHECKPOINT_BYTES_PER_PARAM,
@@ -82,7 +83,7 @@ def run_preflight(cfg: TrainConfig, run_dir: Path, resume: str | None, world_siz
     plan = make_plan(cfg, len(tasks), world_size)
     if plan.total_steps == 0:
         raise ConfigError(
-            f"the plan trains 0 steps: {len(tasks)} tasks in {cfg.data.tasks} < loop.train_batch_size="
+            f"the plan trains 0 steps: {counted(len(tasks), 'task')} in {cfg.data.tasks} < loop.train_batch_size="
             f"{cfg.loop.train_batch_size}; lower loop.train_batch_size or add tasks"
         )
     check_run_dir(run_dir, resume)
@@ -170,18 +171,24 @@ def check_cores(cfg: TrainConfig, tasks: list) -> list[str]:
     demand = threads + in_flight * cpus
     if threads <= cores and in_flight * cpus <= OVERSUBSCRIBED * cores:
         return []
-    return [f"CPU oversubscribed: {threads} generator thread(s) + {in_flight} episodes in flight x {cpus:g} task "
+    return [f"CPU oversubscribed: {counted(threads, 'generator thread')} + {counted(in_flight, 'episode')} in flight x {cpus:g} task "
             f"cpus = {demand:g} cores wanted on {cores} usable; lower loop.rollout_concurrency (or "
             "sandbox.concurrency), generator.num_threads, or the tasks' cpus"]
 
 
-def disk_needed(cfg: TrainConfig, plan: RunPlan, num_params: int) -> int:
-    """Bytes of the checkpoints and exports alive at the end of the run: ``keep_last`` (+1 while the
-    next one is written) or every checkpoint, and every export."""
+def checkpoints_at_peak(cfg: TrainConfig, plan: RunPlan) -> int:
+    """Checkpoints on disk at once at the peak: ``keep_last`` + 1 while the next one is written
+    (the oldest is deleted after it), or every checkpoint when ``keep_last`` is None."""
     kept = len(plan.checkpoint_steps)
     if cfg.checkpointing.keep_last is not None:
         kept = min(kept, cfg.checkpointing.keep_last + 1)
-    return num_params * (kept * CHECKPOINT_BYTES_PER_PARAM + len(plan.export_steps) * EXPORT_BYTES_PER_PARAM)
+    return kept
+
+
+def disk_needed(cfg: TrainConfig, plan: RunPlan, num_params: int) -> int:
+    """Peak bytes of the run's checkpoints (:func:`checkpoints_at_peak`) and every export."""
+    return num_params * (checkpoints_at_peak(cfg, plan) * CHECKPOINT_BYTES_PER_PARAM
+                         + len(plan.export_steps) * EXPORT_BYTES_PER_PARAM)
 
 
 def check_disk(cfg: TrainConfig, plan: RunPlan, run_dir: Path, model_folder: Path | None, result: Preflight) -> None:

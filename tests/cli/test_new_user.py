@@ -4,6 +4,7 @@ default model, a warning when the CPU is oversubscribed, plain flags in -h, hone
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import json
 import logging
 import re
@@ -93,7 +94,7 @@ def test_oversubscribed_cores_give_one_warning_line():
     tasks = list(load_tasks(FIXTURE_TASKS))
     crowded = 8 * usable_cores() + 1
     (line,) = check_cores(_cores_config(crowded), tasks)
-    assert line.startswith(f"CPU oversubscribed: 1 generator thread(s) + {crowded} episodes in flight x 1 task cpus")
+    assert line.startswith(f"CPU oversubscribed: 1 generator thread + {crowded} episodes in flight x 1 task cpus")
     assert f"on {usable_cores()} usable" in line and "loop.rollout_concurrency" in line
     assert check_cores(_cores_config(1), tasks) == []
     assert check_cores(_cores_config(8 * usable_cores()), tasks) == []  # the CPU default: 16 on 2 cores
@@ -165,3 +166,17 @@ def test_off_a_terminal_train_beats_the_checkpoint_save_by_name_and_draws_no_bar
     assert after[1:] and all(b.startswith(f"step 1/{plan.total_steps} done: ") for b in after[1:]), after
     err = capfd.readouterr().err
     assert not re.search(r"^step 1/", err, re.M) and "\x1b" not in err  # no bar frame, no control codes
+
+
+@pytest.mark.parametrize("args", [["sandbox-test"], ["eval"], ["sandbox", "engines"], ["sandbox", "build-base"],
+                                  ["sandbox", "gc"]])
+def test_engine_help_reads_whole_at_80_columns(args):
+    result = runner.invoke(app, [*args, "-h"], env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("│ --engine"))
+    rows = [lines[start]] + [ln for ln in itertools.takewhile(lambda ln: ln.startswith("│  "), lines[start + 1:])]
+    text = " ".join(" ".join(row.strip("│ ").split()) for row in rows)
+    assert "…" not in text and "<list[str]>" not in result.output
+    assert text.startswith("--engine URL Docker engine URL, e.g. unix:///x.sock or tcp://host:2375;")
+    assert text.endswith("Default: DOCKER_HOST, else the local socket.")

@@ -55,8 +55,10 @@ def make_tiny_model(tiny_tokenizer: PreTrainedTokenizerFast):
 
 @pytest.fixture(autouse=True)
 def _one_torch_thread():
-    """Tiny models run fastest on one thread; two OpenMP threads on a busy 2-core box crawl."""
+    """Tiny models run fastest on one thread; two OpenMP threads on a busy 2-core box crawl. The
+    restore calls ``torch._C.set_num_threads``: once a test has started vLLM's CPU worker in this
+    process, ``torch.set_num_threads`` is a no-op (vLLM replaces it), and the suite would go on at 1."""
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
-    torch.set_num_threads(before)
+    torch._C.set_num_threads(before)

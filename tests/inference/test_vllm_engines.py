@@ -3,8 +3,8 @@ in-process engine and a pool of two servers honour one contract (token ids in; t
 log-probs and the weight version out), weight sync changes what they sample, and the parity probe
 agrees with the trainer after a sync and catches an engine that holds other weights.
 
-One in-process engine and one pool of two servers for the whole session (``tests/conftest.py``,
-shared with the pipeline tests); ``enforce_eager`` skips torch.compile so each starts in ~20-40 s
+One in-process engine for the whole session and one pool of two servers, both shared with the
+pipeline tests (``tests/conftest.py``: the servers stop after their last user); ``enforce_eager`` skips torch.compile so each starts in ~20-40 s
 on 2 cores. Run: ``pytest -m vllm tests/inference/test_vllm_engines.py``.
 """
 

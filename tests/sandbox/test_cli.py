@@ -43,7 +43,7 @@ def test_engines_table_names_an_unreachable_engine_and_exits_3(tmp_path):
     out = swerl("sandbox", "engines", "--engine", f"unix://{tmp_path}/none.sock")
     assert out.returncode == 3 and "Traceback" not in out.stderr
     assert f"unix://{tmp_path}/none.sock" in out.stdout and "NO" in out.stdout
-    assert "1 of 1 engine(s) unreachable" in out.stderr
+    assert "1 of 1 engine unreachable" in out.stderr
 
 
 def test_an_engine_url_of_an_unknown_scheme_exits_2():

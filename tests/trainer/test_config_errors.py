@@ -51,7 +51,28 @@ def test_missing_required_section_is_named(tmp_path):
 def test_misspelled_required_section_names_the_typo_not_the_missing_section(tmp_path):
     cfg = tmp_path / "c.yaml"
     cfg.write_text("dataa: {tasks: x}\noptimizer: {lr: 1e-5}\n")
-    assert _error(cfg) == f"{cfg}: dataa: unknown key; did you mean 'data'? (+1 more)"
+    assert _error(cfg) == f"{cfg}: dataa: unknown key; did you mean 'data'? (+1 more; -v shows them)"
+
+
+def test_every_further_error_is_carried_one_line_each(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("data: {tasks: x}\nloop: {max_steps: abc}\noptimizer: {lr: fast, weight_decy: 1}\n")
+    with pytest.raises(ConfigError) as err:
+        load_train_config(cfg, ["loop.train_batch_size=2.5"])
+    assert str(err.value).endswith("did you mean 'weight_decay'? (+3 more; -v shows them)")
+    assert sorted(err.value.details) == sorted([
+        f"{cfg}: optimizer.lr: expected a number, e.g. 1e-06; got 'fast'",
+        f"{cfg}: loop.max_steps: expected an integer, e.g. 3; got 'abc'",
+        "--set loop.train_batch_size=2.5: loop.train_batch_size: expected an integer, e.g. 4; got 2.5",
+    ])
+
+
+def test_a_value_of_the_wrong_type_names_the_expected_type_with_an_example():
+    assert _error(DEMO_YAML, ["loop.max_steps=abc"]) == (
+        "--set loop.max_steps=abc: loop.max_steps: expected an integer, e.g. 3; got 'abc'")
+    assert _error(DEMO_YAML, ["checkpointing.save_final=maybe"]).endswith(
+        "checkpointing.save_final: expected true or false, e.g. true; got 'maybe'")
+    assert _error(DEMO_YAML, ["algorithm.eps_clip_low=[1]"]).endswith("expected a number, e.g. 0.2; got [1]")
 
 
 def test_restart_environment_true_is_rejected_not_ignored():

@@ -52,10 +52,21 @@ def test_dry_run_prints_the_placement(tmp_path):
     from swerl.tasks import import_humaneval
 
     import_humaneval(tmp_path / "tasks", limit=61)  # the demo's task names are humaneval-002..060
-    result = CliRunner().invoke(app, ["train", str(DEMO_YAML), "--dry-run", "--set", f"data.tasks={tmp_path / 'tasks'}"])
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text(json.dumps(SMOLLM2_135M))  # sizes the disk rows
+    result = CliRunner().invoke(app, ["train", str(DEMO_YAML), "--dry-run", "--set", f"data.tasks={tmp_path / 'tasks'}",
+                                      "--set", f"model.path={tmp_path / 'model'}", "-o", str(tmp_path / "run")])
     assert result.exit_code == 0, result.output
     assert "episodes in flight" in result.output and "HF generate in this process" in result.output
     assert "torchrun" not in result.output and "GPU" not in result.output
+    # Off a terminal (CliRunner's stdout) the plan is wrapped to 100 columns, its text all there.
+    table = result.output[result.output.index("run plan"):].splitlines()
+    assert max(map(len, table)) <= 100
+    flat = " ".join(" ".join(table).translate({ord(c): " " for c in "│┃┏┓┗┛┡┩└┘━─┳╇┴"}).split())
+    # The demo keeps the last checkpoint (keep_last 1): 2 on disk while the next one is saved.
+    assert "disk: peak of checkpoints + exports 5.4 GB (2 checkpoints at once: keep_last 1 + 1 while saving, " \
+           "4 exports)" in flat
+    assert "1 torch thread), batches of up to 16 prompts; no weight copy" in flat
 
 
 def test_a_one_process_cpu_plan_says_what_this_run_does(tmp_path):
@@ -64,7 +75,7 @@ def test_a_one_process_cpu_plan_says_what_this_run_does(tmp_path):
     assert lines["trainer"] == "1 process on CPU, float32 compute"
     assert lines["trainer state / rank"] == ("134.5 M params x 16 B = 2.2 GB (fp32 weights, gradients, AdamW m and v)")
     assert lines["checkpoint / export"] == "1.6 GB DCP (fp32 weights + AdamW state) / 538 MB fp32 safetensors"
-    assert lines["generator"].startswith("HF generate in this process, with the live policy (CPU, 1 torch thread(s))")
+    assert lines["generator"].startswith("HF generate in this process, with the live policy (CPU, 1 torch thread)")
     assert lines["KV cache, all episodes at full context"] == "755 MB float32 (16 x 1,024 tokens x 45 KiB) in host RAM"
     text = " ".join(lines.values())
     assert "torchrun" not in text and "ranks" not in text and "GPU" not in text and " 0 GB" not in text

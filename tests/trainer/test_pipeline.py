@@ -140,7 +140,7 @@ def test_the_dry_run_plan_shows_the_pipeline_of_the_seed_config():
 
     root = Path(__file__).resolve().parents[2] / "examples"
     lines = dict(make_plan(load_train_config(root / "rloo-seqnorm-tis-qwen3-8b.yaml"), 1000).placement)
-    assert "up to 16 step(s) ahead" in lines["rollout pipeline"] and "vLLM" in lines["pipeline engines"]
+    assert "up to 16 steps ahead" in lines["rollout pipeline"] and "vLLM" in lines["pipeline engines"]
     demo = dict(make_plan(load_train_config(root / "humaneval-smollm2-cpu.yaml"), 12).placement)
     assert demo["rollout pipeline"].startswith("synchronous")
 

@@ -1,5 +1,5 @@
 """The rollout pipeline (k = 1) generating with real vLLM, both ways swerl runs it: the session's
-in-process engine, and the session's pool of two vLLM OpenAI servers that swerl started (the
+in-process engine, and the suite's pool of two vLLM OpenAI servers that swerl started (the
 ``servers`` mode), on the default model (SmolLM2-135M-Instruct, bf16), the fp32 trainer on the same
 model, the learning tasks in real Docker sandboxes. The producer thread generates while the trainer
 updates; after every step the trainer reloads the engines' weights between two generate calls and
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import importlib.util
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -86,11 +87,9 @@ def run_pipeline(backend, cfg: TrainConfig, run_dir) -> None:
     assert result.steps_trained == STEPS and backend.weight_version == STEPS
 
 
-@pytest.fixture(params=sorted(ENGINES))
-def vllm_run(request, model_path, trainer_model, tmp_path):
-    """The run on the in-process engine or on the server pool; afterwards it holds version 0 again."""
-    backend = request.getfixturevalue("engine" if request.param == "inprocess" else "servers")
-    cfg = vllm_config(model_path, request.param)
+def vllm_run(backend, mode: str, model_path, trainer_model, tmp_path) -> tuple[TrainConfig, Path]:
+    """The run on ``backend`` (ENGINES[mode]); afterwards the backend holds version 0 again."""
+    cfg = vllm_config(model_path, mode)
     try:
         run_pipeline(backend, cfg, tmp_path / "run")
     finally:
@@ -98,8 +97,19 @@ def vllm_run(request, model_path, trainer_model, tmp_path):
     return cfg, tmp_path / "run"
 
 
-def test_vllm_engines_under_the_pipeline_sync_between_requests_within_the_bound(vllm_run):
-    cfg, run = vllm_run
+# One test per engine kind, each naming its fixture: the server pool stops after its last user (tests/conftest.py).
+def test_the_inprocess_engine_under_the_pipeline_syncs_between_requests_within_the_bound(
+        engine, model_path, trainer_model, tmp_path):
+    check_synced_within_the_bound(*vllm_run(engine, "inprocess", model_path, trainer_model, tmp_path))
+
+
+def test_two_servers_under_the_pipeline_sync_between_requests_within_the_bound(
+        servers, model_path, trainer_model, tmp_path):
+    check_synced_within_the_bound(*vllm_run(servers, "servers", model_path, trainer_model, tmp_path))
+
+
+def check_synced_within_the_bound(cfg: TrainConfig, run: Path) -> None:
+    """The records and dumped turns of a k = 1 run: the probe, TIS's log-probs, every planned prompt once, the staleness bound."""
     recs = records(run)
     assert [r["global_step"] for r in recs] == list(range(1, STEPS + 1))
 
