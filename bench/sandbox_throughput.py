@@ -1,7 +1,7 @@
 """Throughput of oracle verifications of the HumanEval tasks, four ways, at concurrency 1 and 2.
 
     .venv/bin/python bench/sandbox_throughput.py [--tasks DIR] [--limit N] [--concurrency 1 2]
-        [--modes floor naive swerl clean] [--engine URL --engine URL ...]
+        [--modes floor naive swerl clean] [--engine URL --engine URL ...] [--runtime NAME]
 
 (a) floor: the verifier's pytest command (``pytest tests/test_solution.py -v --tb=short``) as a
     bare host subprocess, in a small venv with pytest (no sandbox, no pip, no bash);
@@ -14,6 +14,9 @@
 (d) clean: the same with ``verification="clean_room"``: after solve.sh the work product
     (``/app``) is read out, the agent's container removed, and the tests run in a second fresh
     container of the pristine image holding only ``/app``.
+
+``--runtime NAME`` runs the swerl and clean modes' containers under that OCI runtime (e.g. crun,
+registered with the engine: ``dockerd --add-runtime crun=/usr/bin/crun``).
 
 With two or more ``--engine`` URLs the swerl and clean modes run on that fleet (concurrency
 is then per engine: each engine gets ``c`` slots) and print, per engine, the trials it ran, the
@@ -121,7 +124,8 @@ VERIFICATION = {"swerl": "same_container", "clean": "clean_room"}
 
 
 async def bench(tasks: list[Task], image: str, concurrency: int, modes: list[str], chunk: int, root: Path,
-                bin_dir: Path, engines: list[str], records: dict[str, list[TrialRecord]]) -> dict[str, tuple[float, int]]:
+                bin_dir: Path, engines: list[str], records: dict[str, list[TrialRecord]],
+                runtime: str | None = None) -> dict[str, tuple[float, int]]:
     """Run the modes interleaved chunk by chunk (so machine load hits them alike); sum per mode.
     ``records`` receives the trial records of the swerl modes (they name their engine)."""
     totals = {mode: (0.0, 0) for mode in modes}
@@ -131,7 +135,7 @@ async def bench(tasks: list[Task], image: str, concurrency: int, modes: list[str
         for mode in (m for m in modes if m in VERIFICATION):
             fleet = [EngineConfig(url=url, slots=concurrency) for url in engines]
             config = SandboxConfig(concurrency=concurrency * max(len(fleet), 1), verification=VERIFICATION[mode],
-                                   engines=fleet)
+                                   engines=fleet, runtime=runtime)
             managers[mode] = mgr = await stack.enter_async_context(SandboxManager(config))
             # Warm up once, as in a long run: image cached, pool filled.
             await asyncio.gather(*(mgr.run_null(tasks[0]) for _ in range(2)))
@@ -188,6 +192,7 @@ def main() -> None:
                         choices=["floor", "naive", "swerl", "clean"])
     parser.add_argument("--engine", action="append", default=[],
                         help="Docker engine URL of the fleet (repeat; default: the local engine only)")
+    parser.add_argument("--runtime", default=None, help="OCI runtime of the swerl/clean containers (default: the engine's)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="swerl-bench-", ignore_cleanup_errors=True) as tmp:
         source = args.tasks
@@ -199,10 +204,11 @@ def main() -> None:
         bin_dir = floor_python_bin() if "floor" in args.modes else Path()
         n = len(tasks)
         print(f"{n} HumanEval oracle verifications, image {image}, {os.cpu_count()} CPUs, "
-              f"load average {os.getloadavg()[0]:.1f}", flush=True)
+              f"runtime {args.runtime or 'default'}, load average {os.getloadavg()[0]:.1f}", flush=True)
         for c in args.concurrency:
             records: dict[str, list[TrialRecord]] = {}
-            totals = asyncio.run(bench(tasks, image, c, args.modes, args.chunk, Path(tmp), bin_dir, args.engine, records))
+            totals = asyncio.run(bench(tasks, image, c, args.modes, args.chunk, Path(tmp), bin_dir, args.engine, records,
+                                       args.runtime))
             floor_slot = totals["floor"][0] * c / n if "floor" in totals else None
             for mode, (wall, ok) in totals.items():
                 slots = c * len(args.engine) if mode in VERIFICATION and len(args.engine) > 1 else c

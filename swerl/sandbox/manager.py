@@ -276,12 +276,14 @@ class SandboxManager:
         """One trial, run again on another engine (at most ``engine_retries`` times) while its
         engine is lost; after that the record is the masked failure."""
         record, lost = await self._trial_once(task, attempt)
+        moves = record.engine_retries
         for retry in range(1, self.config.engine_retries + 1):
             if not lost:
                 break
             log.info("%s/%s: engine %s lost, retry %d on another engine", task.name, attempt, record.engine, retry)
             record, lost = await self._trial_once(task, attempt)
-            record.engine_retries = retry
+            moves += 1 + record.engine_retries
+            record.engine_retries = moves
         return record
 
     async def _trial_once(self, task: Task, attempt: str) -> tuple[TrialRecord, bool]:
@@ -305,12 +307,14 @@ class SandboxManager:
             record = TrialRecord(
                 task=task.name, attempt=attempt, outcome=outcome, failure_class=outcome.failure_class,
                 detail=str(err), engine=placed[-1] if placed else None, timings=timings,
+                engine_retries=max(len(placed) - 1, 0),
             )
             return record, isinstance(err, EngineLost)
         record = TrialRecord(
             task=task.name, attempt=attempt, outcome=verdict.outcome, reward=verdict.reward,
             failure_class=verdict.failure_class, detail=(agent_note + verdict.detail).strip("; "),
             verification=verdict.verification, engine=sb.engine, timings=timings,
+            engine_retries=len(placed) - 1,  # starts moved off an engine that stopped answering
         )
         return record, False
 
