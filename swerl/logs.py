@@ -71,13 +71,32 @@ def attach_run_log(run_dir: Path, earlier: Sequence[logging.LogRecord] = ()) -> 
     for record in earlier:
         handler.handle(record)
     logging.getLogger().addHandler(handler)
+    _run_logs[handler] = set()
     return handler
 
 
 def detach_run_log(handler: logging.Handler) -> None:
-    """Remove and close a handler from :func:`attach_run_log`."""
+    """Remove and close a handler from :func:`attach_run_log` (from the loggers it was routed to too)."""
     logging.getLogger().removeHandler(handler)
+    for name in _run_logs.pop(handler, set()):
+        logging.getLogger(name).removeHandler(handler)
     handler.close()
+
+
+_run_logs: dict[logging.Handler, set[str]] = {}  # open run logs -> the non-propagating loggers routed to them
+
+
+def route_to_run_log(name: str) -> None:
+    """Send the records of logger ``name`` to the open run logs too: for a library logger that does
+    not propagate to the root (vLLM's, once its engine has configured it), whose lines would
+    otherwise reach the terminal but not ``train.log``. A no-op when no run log is open."""
+    target = logging.getLogger(name)
+    if target.propagate:
+        return
+    for handler, routed in _run_logs.items():
+        if handler not in target.handlers:
+            target.addHandler(handler)
+            routed.add(name)
 
 
 def heartbeat_interval_s() -> float:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import logging
 import re
 import time
@@ -151,3 +152,27 @@ def test_records_held_before_the_run_dir_exists_open_its_train_log(tmp_path):
     lines = (tmp_path / "run" / "train.log").read_text().splitlines()
     assert [line.split(": ", 1)[1] for line in lines] == ["skipping malformed task: t1", "training"]
     assert re.fullmatch(ISO + r" WARNING swerl\.test_logs: skipping malformed task: t1", lines[0])
+
+
+def test_a_non_propagating_library_logger_routed_to_the_run_log_reaches_train_log(tmp_path):
+    # vLLM configures its "vllm" logger so (own stream handler, propagate False) when its engine
+    # is built; the in-process backend then routes it to the open run log.
+    from swerl.logs import route_to_run_log
+
+    library = logging.getLogger("swerl-test-library")
+    library.propagate, library.level = False, logging.INFO
+    own = logging.StreamHandler(io.StringIO())
+    library.addHandler(own)
+    handler = attach_run_log(tmp_path / "run")
+    try:
+        logging.getLogger("swerl-test-library.engine").info("before routing")
+        route_to_run_log("swerl-test-library")
+        route_to_run_log("swerl-test-library")  # once is enough
+        logging.getLogger("swerl-test-library.engine").info("KV cache: 1234 tokens")
+    finally:
+        detach_run_log(handler)
+        library.removeHandler(own)
+    logging.getLogger("swerl-test-library").info("after the run")
+    text = (tmp_path / "run" / "train.log").read_text()
+    assert "KV cache: 1234 tokens" in text and text.count("KV cache") == 1
+    assert "before routing" not in text and "after the run" not in text and library.handlers == []

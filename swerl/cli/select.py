@@ -31,9 +31,11 @@ def select_checkpoint_cmd(
     _render_selection(sel, results_console(json_out))
     write_json(json_out, sel.model_dump(mode="json"))
     if sel.chosen is None:
+        which = f"a step >= {2 * sel.interval}" if sel.interval == 1 else (
+            f"a step that is a multiple of {sel.interval}, >= {2 * sel.interval},")
         raise RunFailed(
-            f"no eligible step in {run_dir}: need a step that is a multiple of {sel.interval}, >= "
-            f"{2 * sel.interval}, with an export folder exports/global_step_<N> (see the table)"
+            f"no eligible step in {run_dir}: need {which} with an export folder exports/global_step_<N> "
+            "(see the table; a run of fewer steps has none to choose)"
         )
 
 

@@ -28,6 +28,7 @@ from swerl.inference.base import Generation, SamplingParams
 from swerl.inference.config import InferenceConfig
 from swerl.inference.engine_thread import EngineThread
 from swerl.inference.rng import restore_rng_state, save_rng_state
+from swerl.logs import phase, route_to_run_log
 
 log = logging.getLogger(__name__)
 
@@ -272,6 +273,7 @@ class VLLMBackend:
         self._thread = EngineThread()
         self.llm = self._thread.call(self._build, engine_kwargs(config, model_path, self.on_cpu))
         self.tokenizer = self.llm.get_tokenizer()
+        route_to_run_log("vllm")  # vLLM's logger, configured by the build, does not propagate to train.log
 
     def _build(self, kwargs: dict[str, Any]) -> Any:
         """The ``vllm.LLM`` (on the owner thread), global RNGs as they were before."""
@@ -309,7 +311,8 @@ class VLLMBackend:
         row_seeds = seeds if seeds is not None else [sampling.seed] * len(prompts)
         params = [self._vllm.SamplingParams(**sampling_kwargs(sampling, seed)) for seed in row_seeds]
         requests = [TokensPrompt(prompt_token_ids=list(prompt)) for prompt in prompts]
-        outputs = self._thread.call(self._generate, requests, params)
+        with phase(f"vLLM generate (batch of {len(prompts)})"):  # one call: no count to show, its age only
+            outputs = self._thread.call(self._generate, requests, params)
         return [generation_from_output(output, self.weight_version) for output in outputs]
 
     def _generate(self, requests: list[Any], params: list[Any]) -> list[Any]:

@@ -266,8 +266,8 @@ def _prepare(
             f"the plan trains 0 steps: {counted(len(tasks), 'task')} < loop.train_batch_size={config.loop.train_batch_size}; "
             "lower the batch size or add tasks"
         )
-    log.info("plan: %d steps x %d prompts x %d samples, %d optimizer steps", plan.total_steps,
-             plan.prompts_per_step, config.n_samples, plan.total_optimizer_steps)
+    log.info("plan: %s x %s x %s, %s", counted(plan.total_steps, "step"), counted(plan.prompts_per_step, "prompt"),
+             counted(config.n_samples, "sample"), counted(plan.total_optimizer_steps, "optimizer step"))
 
     model, tokenizer, model_path = load_policy(config.model, info)
     optimizer, scheduler = build_optimizer(model, config.optimizer, max(plan.total_optimizer_steps, 1))

@@ -10,6 +10,7 @@ on 2 cores. Run: ``pytest -m vllm tests/inference/test_vllm_engines.py``.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import re
 import threading
@@ -21,6 +22,7 @@ import torch
 from swerl.inference.base import SamplingParams
 from swerl.inference.probe import logprob_gap, probe_sampling
 from swerl.inference.weight_sync import write_weights
+from swerl.logs import set_phase_display
 from vllm_support import engine_config
 
 pytestmark = [
@@ -133,9 +135,16 @@ def test_two_servers_each_generate_their_share_and_sync(servers, prompt, trainer
     urls = [engine.url for engine in servers.engines]
     served = [_served_requests(url) for url in urls]
     sampling = SamplingParams(temperature=0.7, max_new_tokens=8, seed=0)
-    results = servers.generate([prompt] * 6, sampling, seeds=list(range(6)))
+    phases = []  # what a heartbeat shows while they sample: one counted phase per server
+    previous = set_phase_display(lambda clock: (phases.append(clock), contextlib.nullcontext())[1])
+    try:
+        results = servers.generate([prompt] * 6, sampling, seeds=list(range(6)))
+    finally:
+        set_phase_display(previous)
     assert len(results) == 6 and all(r.logprobs and len(r.logprobs) == len(r.token_ids) for r in results)
     assert [_served_requests(url) - before for url, before in zip(urls, served)] == [3.0, 3.0]
+    assert sorted((c.name, c.done, c.total, c.unit) for c in phases) == [
+        (f"vLLM generate {url}", 3, 3, "requests") for url in sorted(urls)]
     trained = moved_model(trainer_model, perturbed_state(trainer_model, PERTURBATION, seed=2))
     try:
         servers.reload_weights(str(write_weights(trained.state_dict(), tmp_path / "v1", torch.bfloat16, 1)), 1)
