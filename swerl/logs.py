@@ -59,6 +59,9 @@ def hold_records() -> HeldRecords:
     return held
 
 
+_run_logs: dict[logging.Handler, set[str]] = {}  # open run logs -> the non-propagating loggers routed to them
+
+
 def attach_run_log(run_dir: Path, earlier: Sequence[logging.LogRecord] = ()) -> logging.Handler:
     """Append every log record of this process to ``RUN_DIR/train.log`` (a resume appends to it),
     after ``earlier`` (records held before the file could be written, :func:`hold_records`).
@@ -82,8 +85,6 @@ def detach_run_log(handler: logging.Handler) -> None:
         logging.getLogger(name).removeHandler(handler)
     handler.close()
 
-
-_run_logs: dict[logging.Handler, set[str]] = {}  # open run logs -> the non-propagating loggers routed to them
 
 
 def route_to_run_log(name: str) -> None:

@@ -159,18 +159,13 @@ def task_image_tag(environment_dir: Path, base_ids: list[str] | None = None) -> 
     return f"{TASK_IMAGE_REPO}:{key}"
 
 
-def _local_ids(client: docker.DockerClient, refs: list[str], known: dict[str, str]) -> list[str]:
-    """Image id per ref (``missing:<ref>`` when absent); ids found are remembered in ``known``."""
-    ids = []
+def _look_up_ids(client: docker.DockerClient, refs: list[str], known: dict[str, str]) -> None:
+    """Put the local image id of each ref in ``known``; a ref the engine lacks stays out."""
     for ref in refs:
-        if ref not in known:
-            try:
-                known[ref] = client.images.get(ref).id
-            except docker.errors.ImageNotFound:
-                ids.append(f"missing:{ref}")
-                continue
-        ids.append(known[ref])
-    return ids
+        try:
+            known[ref] = client.images.get(ref).id
+        except docker.errors.ImageNotFound:
+            continue
 
 
 async def ensure_task_image(
@@ -197,10 +192,9 @@ async def ensure_task_image(
     task_image_tag(environment_dir)  # TaskError before any Docker call
     known = {} if known_ids is None else known_ids
     refs = from_images(environment_dir / "Dockerfile")
-    if all(ref in known for ref in refs):
-        base_ids = [known[ref] for ref in refs]
-    else:
-        base_ids = await call(_local_ids, client, refs, known)
+    if unknown := [ref for ref in refs if ref not in known]:
+        await call(_look_up_ids, client, unknown, known)
+    base_ids = [known.get(ref, f"missing:{ref}") for ref in refs]
     tag = task_image_tag(environment_dir, base_ids)
     if await call(has_image, client, tag):
         return tag, False
