@@ -148,18 +148,21 @@ class Sandbox:
 
         Where: :func:`~swerl.sandbox.runtime.cleanroom.verification_mode`. Clean room: kill every
         process in the agent's container, read the work product out, remove that container,
-        and run the protocol in a fresh one of the pristine image holding only the work
-        product. Same container: every process killed, then ``/logs/verifier`` and ``/tests``
+        and run the protocol in a fresh one of the pristine verifier image (the task's, or a
+        separate verifier environment's, whose own ``/tests`` is then kept) holding only the
+        work product. Same container: every process killed, then ``/logs/verifier`` and ``/tests``
         moved aside and recreated in a way the agent's permissions cannot block, then the protocol.
         Either way: ``tests/`` uploaded to ``/tests``, ``bash /tests/test.sh`` run
         (``[verifier] env`` applied) under ``timeout_s`` (default:
         ``SandboxConfig.verifier_timeout_s``, else task.toml ``[verifier] timeout_sec``), every
         process left killed, then ``reward.txt`` else ``reward.json`` read. Never raises for a
-        misbehaving verifier: the outcome says what happened; ``verification`` says where.
+        misbehaving verifier: the outcome says what happened; ``verification`` and
+        ``verifier_image`` say where.
 
         Raises:
             SandboxError: only when the container/daemon fails (``outcome`` daemon_error, oom,
-                start_error) or the trial passed its disk budget (``disk_limit``).
+                start_error), the trial passed its disk budget (``disk_limit``), or the clean
+                room's healthcheck never passed (``healthcheck_failed``).
         """
         limit = timeout_s or self._config.verifier_timeout_s or self.task.config.verifier.timeout_sec
         began = time.monotonic()
