@@ -18,7 +18,7 @@ import torch
 
 from swerl.rl.config import AlgorithmConfig
 from swerl.rl.loss import compute_policy_loss
-from swerl.rl.policy_loss import entropy_from_logits
+from swerl.rl.logprobs import next_token_logprobs
 from swerl.rl.reductions import StepDenominators, denominator_parts, dp_loss_scale
 from swerl.trainer.batch import MicroBatch, Row, collate, mini_batches, padding_row
 from swerl.trainer.distributed import DistInfo, all_reduce_grads, all_reduce_max, all_reduce_sum, rank_slice
@@ -73,17 +73,15 @@ def forward_logprobs(
     """log pi (and optionally the entropy) of every next token at the sampling temperature.
 
     Mixed precision: the model runs under ``compute_dtype`` autocast (replicated model) or in
-    FSDP's bf16 param dtype; its logits are upcast, and the temperature, log-softmax and
-    everything after them (the loss) are computed in float32 outside autocast.
+    FSDP's bf16 param dtype; the temperature, log-softmax and everything after them (the loss)
+    are computed in float32 outside autocast, a chunk of positions at a time
+    (``rl.logprobs.next_token_logprobs``: no float32 (L, V) tensor, same values and gradients).
 
     Returns: (n, L-1) float32 log-probs, and (n, L-1) float32 entropies or None.
     """
     with _autocast(mb.input_ids.device, compute_dtype):
         logits = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask, use_cache=False).logits
-    logits = logits[:, :-1].float() / temperature
-    picked = logits.gather(-1, mb.input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
-    logprobs = picked - torch.logsumexp(logits, dim=-1)
-    return logprobs, (entropy_from_logits(logits) if with_entropy else None)
+    return next_token_logprobs(logits, mb.input_ids, temperature, with_entropy=with_entropy)
 
 
 def rank_rows(mini_batch: list[Row], dist_info: DistInfo) -> list[Row]:
