@@ -49,10 +49,20 @@ class ModelConfig(_Strict):
         False, description="With fsdp: keep sharded parameters, gradients and optimizer state in host memory (CPUOffloadPolicy)."
     )
 
+    grad_sync: Literal["last_micro_batch", "every_micro_batch"] = Field(
+        "last_micro_batch",
+        description="With fsdp: when gradients are reduce-scattered. last_micro_batch: once per optimizer step (each "
+        "rank holds the unsharded fp32 gradients of the whole model, 4 B/parameter, between micro-batches); "
+        "every_micro_batch: after each micro-batch (gradients stay sharded; one reduce-scatter per micro-batch).",
+    )
+
     @model_validator(mode="after")
     def _offload_needs_fsdp(self) -> "ModelConfig":
         if self.cpu_offload and not self.fsdp:
             raise ValueError("model.cpu_offload needs model.fsdp=true (it offloads FSDP shards): set both or neither")
+        if self.grad_sync != "last_micro_batch" and not self.fsdp:
+            raise ValueError("model.grad_sync applies to FSDP shards (a replicated model all-reduces once per "
+                             "optimizer step): remove it or set model.fsdp=true")
         return self
 
 

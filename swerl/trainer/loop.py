@@ -286,6 +286,7 @@ def _update_settings(config: TrainConfig, tokenizer: Any) -> UpdateSettings:
         grad_clip=config.optimizer.grad_clip,
         compute_dtype=compute_dtype(config.model),
         sharded=config.model.fsdp,
+        sync_grads_every_micro_batch=config.model.grad_sync == "every_micro_batch",
         pad_id=pad_id,
     )
 

@@ -55,21 +55,42 @@ def model_for(info: distributed.DistInfo, *, sharded: bool, bf16: bool = False, 
     return model
 
 
+class CountReduceScatters:
+    """Counts FSDP2's gradient reduce-scatters (``torch.distributed.reduce_scatter_single``)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self._original = torch.distributed.reduce_scatter_single
+
+    def __enter__(self) -> "CountReduceScatters":
+        def counted(*args, **kwargs):
+            self.calls += 1
+            return self._original(*args, **kwargs)
+
+        torch.distributed.reduce_scatter_single = counted
+        return self
+
+    def __exit__(self, *exc) -> None:
+        torch.distributed.reduce_scatter_single = self._original
+
+
 def sgd_update(reduction: str, info: distributed.DistInfo, *, sharded: bool, bf16: bool = False,
-               checkpointing: bool = False, offload: bool = False) -> tuple[dict, dict]:
+               checkpointing: bool = False, offload: bool = False, every_micro_batch: bool = False) -> tuple[dict, dict]:
     """Two optimizer steps (2 update epochs) of SGD lr=1: weight changes are the gradients.
 
-    Returns: (full state dict on rank 0, metrics).
+    Returns: (full state dict on rank 0, metrics + ``reduce_scatters``: FSDP's gradient reduce-scatters).
     """
     batch, algo = rows(reduction)
     model = model_for(info, sharded=sharded, bf16=bf16, checkpointing=checkpointing, offload=offload)
     opt = torch.optim.SGD(model.parameters(), lr=1.0)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
     s = UpdateSettings(temperature=0.7, rows_per_mini_batch=9, micro_batch_size=2, update_epochs=2, grad_clip=None,
-                       compute_dtype=torch.bfloat16 if bf16 else None, sharded=sharded)
-    metrics = train_on_batch(model, opt, sched, batch, algo, s, info)
+                       compute_dtype=torch.bfloat16 if bf16 else None, sharded=sharded,
+                       sync_grads_every_micro_batch=every_micro_batch)
+    with CountReduceScatters() as counter:
+        metrics = train_on_batch(model, opt, sched, batch, algo, s, info)
     state = {k: v.clone() for k, v in ckpt.full_model_state_dict(model).items()}
-    return state, metrics
+    return state, {**metrics, "reduce_scatters": counter.calls}
 
 
 def adam_steps(model, opt, sched, seeds, info, sharded: bool) -> list[dict]:
@@ -113,6 +134,44 @@ def checkpoint_cases(out: Path, info: distributed.DistInfo) -> None:
                     "1to2": (from_one, from_one_state)}, out / "ckpt.pt")
 
 
+def load_cases(out: Path, info: distributed.DistInfo) -> None:
+    """``load_policy`` on 2 ranks, FSDP (untied and tied embeddings) and replicated: the weights
+    file is read by rank 0 only; every rank ends with rank 0's values (buffers included)."""
+    from transformers import AutoModelForCausalLM
+
+    from swerl.trainer.config import ModelConfig
+    from swerl.trainer.model import load_policy
+
+    original, reads = AutoModelForCausalLM.from_pretrained, []
+
+    def counting(*args, **kwargs):
+        reads.append(str(args[0]))
+        return original(*args, **kwargs)
+
+    AutoModelForCausalLM.from_pretrained = counting
+    results = {}
+    ids = torch.tensor([[6, 7, 8, 9, 10, 11]])
+    try:
+        for name, folder, fsdp in (("fsdp", "model", True), ("fsdp_tied", "model_tied", True),
+                                   ("replicated", "model", False)):
+            reads.clear()
+            model, _, _ = load_policy(ModelConfig(path=str(out / folder), device="cpu", fsdp=fsdp), info)
+            with torch.no_grad():
+                logits = model(ids).logits
+            tied = model.lm_head.weight is model.model.embed_tokens.weight
+            local = {"reads": len(reads), "logits": logits, "tied": tied,
+                     "buffers": {k: v.clone() for k, v in model.named_buffers()},
+                     "state": None if fsdp else {k: v.clone() for k, v in model.state_dict().items()}}
+            full = ckpt.full_model_state_dict(model) if fsdp else None
+            every = [None] * info.world_size
+            torch.distributed.all_gather_object(every, local)
+            results[name] = {"ranks": every, "full": full}
+    finally:
+        AutoModelForCausalLM.from_pretrained = original
+    if info.is_main:
+        torch.save(results, out / "load.pt")
+
+
 def main(out: Path) -> None:
     info = distributed.init_distributed("cpu")
     torch.set_num_threads(1)
@@ -121,10 +180,13 @@ def main(out: Path) -> None:
         results[reduction] = sgd_update(reduction, info, sharded=True)
     results["checkpointing+offload"] = sgd_update("token_mean", info, sharded=True, checkpointing=True, offload=True)
     results["bf16"] = sgd_update("seq_mean_token_sum_norm_global", info, sharded=True, bf16=True)
+    results["every_micro_batch"] = sgd_update("seq_mean_token_sum_norm_global", info, sharded=True,
+                                              every_micro_batch=True)
     if info.is_main:
         torch.save({k: v[0] for k, v in results.items()}, out / "weights.pt")
         (out / "metrics.json").write_text(json.dumps({k: v[1] for k, v in results.items()}))
     checkpoint_cases(out, info)
+    load_cases(out, info)
     distributed.destroy()
 
 
