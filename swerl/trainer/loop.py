@@ -251,6 +251,7 @@ def _prepare(
     seed_everything(config.seed)
     if info.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
+    ckpt.check_shared_run_dir(run_dir, info)  # one clear error now, not stranded DCP shards later
     ckpt_path = ckpt.resolve_resume(run_dir, resume)
     if resume is None and ckpt.list_checkpoints(run_dir / ckpt.CKPT_DIR):
         raise ConfigError(f"{run_dir} already holds checkpoints: pass --resume latest, or another --run-dir")

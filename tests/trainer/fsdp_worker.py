@@ -172,6 +172,49 @@ def load_cases(out: Path, info: distributed.DistInfo) -> None:
         torch.save(results, out / "load.pt")
 
 
+class SilentOnOneRank:
+    """An HF engine over an unsharded replica of the policy whose samples on rank ``silent`` come
+    back without a token (``empty``) or fail (``fail``): what a vLLM engine may do to the probe."""
+
+    def __init__(self, inner, mode: str | None) -> None:
+        self.inner, self.mode, self.tokenizer = inner, mode, inner.tokenizer
+
+    def generate(self, prompts, sampling):
+        from swerl.errors import InferenceError
+
+        if self.mode == "fail":
+            raise InferenceError("server answered 500")
+        out = self.inner.generate(prompts, sampling)
+        return [g.model_copy(update={"token_ids": [], "logprobs": []}) for g in out] if self.mode == "empty" else out
+
+
+def probe_cases(out: Path, info: distributed.DistInfo) -> None:
+    """The parity probe of an FSDP policy when rank 1's engine returns nothing, then when it
+    fails: no rank hangs in the re-scoring forwards (collectives); every rank gets the outcome."""
+    from _support import build_tiny_tokenizer
+
+    from swerl.errors import InferenceError
+    from swerl.inference.hf import HFBackend
+    from swerl.trainer.config import TrainConfig
+    from swerl.trainer.generator import probe_parity
+
+    config = TrainConfig.model_validate({"data": {"tasks": "unused"}, "model": {"fsdp": True, "device": "cpu"},
+                                         "generator": {"backend": "vllm", "max_model_len": 32768, "probe_tokens": 6}})
+    model = model_for(info, sharded=True)
+    replica = HFBackend(build_tiny_model(16, seed=0).eval(), build_tiny_tokenizer(), seed=1)
+    outcomes = {}
+    for mode in ("empty", "fail"):
+        backend = SilentOnOneRank(replica, mode if info.rank == 1 else None)
+        try:
+            outcomes[mode] = probe_parity(backend, model, config, info)
+        except InferenceError as err:
+            outcomes[mode] = f"InferenceError: {err}"
+    every = [None] * info.world_size
+    torch.distributed.all_gather_object(every, outcomes)
+    if info.is_main:
+        (out / "probe.json").write_text(json.dumps(every))
+
+
 def main(out: Path) -> None:
     info = distributed.init_distributed("cpu")
     torch.set_num_threads(1)
@@ -187,6 +230,7 @@ def main(out: Path) -> None:
         (out / "metrics.json").write_text(json.dumps({k: v[1] for k, v in results.items()}))
     checkpoint_cases(out, info)
     load_cases(out, info)
+    probe_cases(out, info)
     distributed.destroy()
 
 

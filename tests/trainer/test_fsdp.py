@@ -156,3 +156,13 @@ def test_only_rank0_reads_the_weights_and_every_rank_gets_them(fsdp_run, case):
         assert torch.equal(rank1["buffers"][key], value), key
     assert torch.equal(rank0["logits"], rank1["logits"])
     assert rank0["tied"] == rank1["tied"] == (case == "fsdp_tied")
+
+
+def test_parity_probe_of_a_sharded_policy_survives_an_empty_or_failed_sample_on_one_rank(fsdp_run):
+    """Rank 1's engine returns no token: both ranks finish the probe (rank 0's gap ~0 with shared
+    weights); rank 1's engine fails: both ranks raise the same error naming rank 1, none hangs."""
+    empty0, empty1 = (rank["empty"] for rank in json.loads((fsdp_run / "probe.json").read_text()))
+    assert empty0 == empty1
+    assert empty0["inference/logprob_diff_max"] < 1e-4  # rank 0's tokens, re-scored by the sharded policy
+    fail0, fail1 = (rank["fail"] for rank in json.loads((fsdp_run / "probe.json").read_text()))
+    assert fail0 == fail1 and fail0.startswith("InferenceError: rank 1: engine 0: logprob probe: server answered 500")
