@@ -260,7 +260,7 @@ def _prepare(
     held_out = [] if config.eval is None else list(
         load_tasks(config.eval.tasks, limit=config.eval.limit, names=config.eval.names))
     sampler = PromptSampler(len(tasks), config.loop.train_batch_size, config.data_seed, config.data.shuffle)
-    plan: RunPlan = make_plan(config, len(tasks))
+    plan: RunPlan = make_plan(config, len(tasks), info.world_size)
     emit(TrainEvent("plan", data=plan))
     if plan.total_steps == 0:
         raise RunFailed(

@@ -12,6 +12,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from swerl.text import counted
+from swerl.trainer.concurrency import rank_sandbox, split_count
 from swerl.trainer.config import TrainConfig
 
 
@@ -229,6 +230,19 @@ def _generator_lines(cfg: TrainConfig, ranks: int, in_flight: int) -> list[tuple
     return lines
 
 
+def _in_flight_words(in_flight: int, ranks: tuple[int, ...]) -> str:
+    """The run's episodes in flight and each rank's share of them (``concurrency.split_count``)."""
+    source = "loop.rollout_concurrency or sandbox.concurrency"
+    if ranks == (1,):
+        return f"{in_flight} ({source})"
+    shares = []
+    for w in ranks:
+        low, high = split_count(in_flight, w - 1, w), split_count(in_flight, 0, w)
+        each = "none: raise it" if low == 0 else (f"{low}" if low == high else f"{low}-{high}")
+        shares.append(f"{each} per rank on {w}")
+    return f"{in_flight} for the whole run ({source}), each rank running its share: {', '.join(shares)}"
+
+
 def placement(cfg: TrainConfig, in_flight: int, world_size: int = 1) -> list[tuple[str, str]]:
     """What each node runs for ``cfg`` launched on ``world_size`` processes, and the numbers that
     size it (docs/scaling.md)."""
@@ -236,7 +250,7 @@ def placement(cfg: TrainConfig, in_flight: int, world_size: int = 1) -> list[tup
     return [
         *_trainer_lines(cfg, ranks),
         *_generator_lines(cfg, max(ranks), in_flight),
-        ("episodes in flight", f"{in_flight} (loop.rollout_concurrency or sandbox.concurrency)"),
+        ("episodes in flight", _in_flight_words(in_flight, ranks)),
         ("sandbox cores / memory", f"{in_flight} containers x task.toml cpus/memory_mb (default 1 core, 2048 MiB) "
          f"= {in_flight} cores, {math.ceil(in_flight * 2048 / 1024)} GiB on the Docker hosts"),
     ]
@@ -276,8 +290,10 @@ def make_plan(cfg: TrainConfig, num_tasks: int | None, world_size: int = 1) -> R
     ``world_size`` processes (torchrun's ``WORLD_SIZE``; the placement lines depend on it).
 
     With an unknown task count the run is assumed to stop at ``loop.max_steps``.
+    Raises: ConfigError when the run's concurrency leaves a rank nothing (``concurrency.rank_sandbox``).
     """
     loop = cfg.loop
+    rank_sandbox(cfg.sandbox, loop.rollout_concurrency or cfg.sandbox.concurrency, 0, world_size)
     if num_tasks is not None and cfg.data.limit is not None:
         num_tasks = min(num_tasks, cfg.data.limit)
     steps_per_epoch = None if num_tasks is None else num_tasks // loop.train_batch_size
