@@ -52,7 +52,9 @@ class RunPlan(BaseModel):
 
 TRAIN_BYTES_PER_PARAM = 16  # fp32 master weight + fp32 grad + AdamW m and v
 CHECKPOINT_BYTES_PER_PARAM = 12  # DCP: fp32 weights + AdamW exp_avg and exp_avg_sq
-EXPORT_BYTES_PER_PARAM = 4  # fp32 safetensors
+def export_bytes_per_param(cfg: TrainConfig) -> int:
+    """HF exports are written in the training compute dtype (``checkpoint.export_hf``): 2 B bf16, 4 B fp32."""
+    return 2 if cfg.model.dtype == "bfloat16" else 4
 RANK_COUNTS = (8, 16, 32, 64)  # sized for a GPU config with FSDP that is not launched yet
 
 
@@ -189,7 +191,8 @@ def _trainer_lines(cfg: TrainConfig, ranks: tuple[int, ...]) -> list[tuple[str, 
     shards = " written by every rank, on a file system every rank sees" if ranks != (1,) else ""
     return [*lines, ("trainer state / rank", f"{count} params{what} x {TRAIN_BYTES_PER_PARAM} B{sized}{offload}"),
             ("checkpoint / export", f"{format_bytes(n * CHECKPOINT_BYTES_PER_PARAM)} DCP (fp32 weights + AdamW "
-             f"state){shards} / {format_bytes(n * EXPORT_BYTES_PER_PARAM)} fp32 safetensors")]
+             f"state){shards} / {format_bytes(n * export_bytes_per_param(cfg))} {'fp32' if m.dtype == 'float32' else m.dtype} "
+             "safetensors")]
 
 
 def _vllm_where(cfg: TrainConfig, ranks: int) -> str:

@@ -129,9 +129,14 @@ def checkpoint_cases(out: Path, info: distributed.DistInfo) -> None:
     from_one = adam_steps(model3, opt3, sched3, [2, 3], info, True)
     from_one_state = ckpt.full_model_state_dict(model3)
     ckpt.export_hf(out / "run2", 3, model2, None, info, max_shard_bytes=20_000)  # several streamed shards
+    ckpt.export_hf(out / "run2", 4, model2, None, info, max_shard_bytes=20_000, dtype=torch.bfloat16)
+    streamed = [(name, None if t is None else t.dtype) for name, t in
+                ckpt.iter_full_state(model2, torch.bfloat16, keep=info.is_main)]
+    every_stream = [None] * info.world_size
+    torch.distributed.all_gather_object(every_stream, streamed)
     if info.is_main:
         torch.save({"expected": (expected, expected_state), "2to2": (got, got_state),
-                    "1to2": (from_one, from_one_state)}, out / "ckpt.pt")
+                    "1to2": (from_one, from_one_state), "streams": every_stream}, out / "ckpt.pt")
 
 
 def load_cases(out: Path, info: distributed.DistInfo) -> None:

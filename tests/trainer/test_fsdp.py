@@ -134,6 +134,29 @@ def test_streamed_sharded_export_loads_with_transformers(fsdp_run):
         assert torch.equal(loaded[key], value), key
 
 
+def test_bf16_export_is_gathered_in_bf16_and_kept_by_rank0_only(fsdp_run):
+    import json as _json
+
+    from safetensors import safe_open
+    from transformers import AutoModelForCausalLM
+
+    export = fsdp_run / "run2" / "exports" / "global_step_4"
+    results = torch.load(fsdp_run / "ckpt.pt", weights_only=False)
+    _, got_state = results["2to2"]
+    files = sorted(export.glob("model-*-of-*.safetensors"))
+    assert len(files) > 1  # bf16 halves the bytes: still several 20 kB shards
+    for file in files:
+        with safe_open(str(file), "pt") as handle:
+            assert all(handle.get_tensor(k).dtype == torch.bfloat16 for k in handle.keys())
+    assert _json.loads((export / "config.json").read_text())["dtype"] == "bfloat16"
+    loaded = AutoModelForCausalLM.from_pretrained(export, dtype=torch.bfloat16).state_dict()
+    for key, value in got_state.items():
+        assert torch.equal(loaded[key], value.to(torch.bfloat16)), key
+    rank0, rank1 = results["streams"]
+    assert [n for n, _ in rank0] == [n for n, _ in rank1] and rank0
+    assert {d for _, d in rank0} == {torch.bfloat16} and {d for _, d in rank1} == {None}
+
+
 @pytest.mark.parametrize("case", ["fsdp", "fsdp_tied", "replicated"])
 def test_only_rank0_reads_the_weights_and_every_rank_gets_them(fsdp_run, case):
     """``load_policy`` on 2 ranks: rank 0 reads the folder, rank 1 builds on ``meta`` and receives

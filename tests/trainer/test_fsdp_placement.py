@@ -45,7 +45,7 @@ def test_placement_sizes_the_seed_run(tmp_path):
         "64 for the whole run (loop.rollout_concurrency or sandbox.concurrency), each rank running its share: "
         "8 per rank on 8, 4 per rank on 16, 2 per rank on 32, 1 per rank on 64")
     assert "309.2 GB bfloat16" in lines["KV cache, all episodes at full context"]  # 64 x 32768 x 144 KiB
-    assert "98.3 GB DCP" in lines["checkpoint / export"] and "32.8 GB fp32" in lines["checkpoint / export"]
+    assert "98.3 GB DCP" in lines["checkpoint / export"] and "16.4 GB bfloat16" in lines["checkpoint / export"]
     assert "vLLM" in lines["generator"] and "64 cores" in lines["sandbox cores / memory"]
 
 
