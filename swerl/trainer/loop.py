@@ -63,6 +63,7 @@ from swerl.trainer.nonfinite import NonFiniteStreak
 from swerl.trainer.optim import build_optimizer
 from swerl.trainer.plan import RunPlan, make_plan
 from swerl.trainer.sampler import PromptSampler
+from swerl.trainer.shared_dir import check_shared_run_dir
 from swerl.trainer.trackers import open_trackers
 from swerl.trainer.update import UpdateSettings, train_on_batch
 
@@ -251,7 +252,7 @@ def _prepare(
     seed_everything(config.seed)
     if info.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
-    ckpt.check_shared_run_dir(run_dir, info)  # one clear error now, not stranded DCP shards later
+    check_shared_run_dir(run_dir, info)  # one clear error now, not stranded DCP shards later
     ckpt_path = ckpt.resolve_resume(run_dir, resume)
     if resume is None and ckpt.list_checkpoints(run_dir / ckpt.CKPT_DIR):
         raise ConfigError(f"{run_dir} already holds checkpoints: pass --resume latest, or another --run-dir")

@@ -52,7 +52,7 @@ def shared_dir_cases(out: Path, info: distributed.DistInfo) -> None:
     """The run-directory check: one shared folder passes; a folder per rank (as on nodes that do
     not share it) fails on every rank."""
     from swerl.errors import ConfigError
-    from swerl.trainer.checkpoint import check_shared_run_dir
+    from swerl.trainer.shared_dir import check_shared_run_dir
 
     outcomes = {}
     for name, folder in (("shared", out / "run"), ("per_rank", out / f"run-rank{info.rank}")):
