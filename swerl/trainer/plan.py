@@ -188,11 +188,33 @@ def _trainer_lines(cfg: TrainConfig, ranks: tuple[int, ...]) -> list[tuple[str, 
     else:
         sized = ": " + ", ".join(f"{w} ranks {format_bytes(state / (w if m.fsdp else 1))}" for w in ranks)
     offload = " (+ host RAM with cpu_offload)" if m.cpu_offload else ""
+    if m.fsdp and m.grad_sync == "last_micro_batch" and ranks != (1,):
+        offload += (f" + {format_bytes(4 * n)} unsharded fp32 gradients between micro-batches on every rank "
+                    "(model.grad_sync=last_micro_batch; every_micro_batch keeps them sharded)")
     shards = " written by every rank, on a file system every rank sees" if ranks != (1,) else ""
     return [*lines, ("trainer state / rank", f"{count} params{what} x {TRAIN_BYTES_PER_PARAM} B{sized}{offload}"),
+            ("update activations / rank", _activation_words(cfg, shape)),
             ("checkpoint / export", f"{format_bytes(n * CHECKPOINT_BYTES_PER_PARAM)} DCP (fp32 weights + AdamW "
              f"state){shards} / {format_bytes(n * export_bytes_per_param(cfg))} {'fp32' if m.dtype == 'float32' else m.dtype} "
              "safetensors")]
+
+
+def _activation_words(cfg: TrainConfig, shape: dict) -> str:
+    """The update's largest tensors for one micro-batch at the full context window: the logits and
+    their gradient, one chunk's float32 graph of the log-probs (4 chunks of ``rl.logprobs.CHUNK_BYTES``:
+    bench/logprob_memory.py measures 1.00x the logits + 0.53 GB), and the checkpointed hidden state
+    of every layer."""
+    from swerl.rl.logprobs import CHUNK_BYTES
+
+    m, rows, window = cfg.model, cfg.loop.micro_batch_size, cfg.agent.limits.context_window_tokens
+    item = 2 if m.dtype == "bfloat16" else 4
+    logits = rows * window * shape["vocab_size"] * item
+    words = (f"logits + their gradient {format_bytes(2 * logits)} ({rows} x {window:,} x {shape['vocab_size']:,} "
+             f"{m.dtype}; log-probs in float32 chunks, +{format_bytes(4 * CHUNK_BYTES)})")
+    if not m.gradient_checkpointing:
+        return words + ", and every layer's activations (model.gradient_checkpointing=false)"
+    hidden = shape["num_hidden_layers"] * rows * window * shape["hidden_size"] * item
+    return words + f", {format_bytes(hidden)} checkpointed hidden states ({shape['num_hidden_layers']} layers)"
 
 
 def _vllm_where(cfg: TrainConfig, ranks: int) -> str:

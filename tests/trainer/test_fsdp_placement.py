@@ -41,6 +41,10 @@ def test_placement_sizes_the_seed_run(tmp_path):
     lines = dict(plan.placement)
     assert "FSDP2 fully_shard" in lines["trainer"] and "one rank per GPU" in lines["trainer"]
     assert "8 ranks 16.4 GB" in lines["trainer state / rank"]  # 8.19 B x 16 B / 8
+    assert "+ 32.8 GB unsharded fp32 gradients between micro-batches" in lines["trainer state / rank"]
+    assert lines["update activations / rank"] == (  # 2 x 32768 x 151936 x 2 B; 36 x 32768 x 4096 x 2 B
+        "logits + their gradient 19.9 GB (1 x 32,768 x 151,936 bfloat16; log-probs in float32 chunks, +537 MB), "
+        "9.7 GB checkpointed hidden states (36 layers)")
     assert lines["episodes in flight"] == (
         "64 for the whole run (loop.rollout_concurrency or sandbox.concurrency), each rank running its share: "
         "8 per rank on 8, 4 per rank on 16, 2 per rank on 32, 1 per rank on 64")
