@@ -29,9 +29,8 @@ def _run(fn, logits, ids, temperature, with_entropy, **kw):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("temperature", [1.0, 0.7])
-@pytest.mark.parametrize("with_entropy", [False, True])
-@pytest.mark.parametrize("chunk_tokens", [1, 4, 5, 100])
+@pytest.mark.parametrize(("temperature", "with_entropy"), [(1.0, False), (0.7, True), (0.7, False)])
+@pytest.mark.parametrize("chunk_tokens", [1, 5, 100])  # one position, chunks that do not divide 12, one chunk
 def test_chunked_equals_plain_graph_bit_for_bit(dtype, temperature, with_entropy, chunk_tokens):
     logits, ids = _inputs(dtype)
     ref = _run(next_token_logprobs_unchunked, logits, ids, temperature, with_entropy)
