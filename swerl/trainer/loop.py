@@ -63,6 +63,7 @@ from swerl.trainer.nonfinite import NonFiniteStreak
 from swerl.trainer.optim import build_optimizer
 from swerl.trainer.plan import RunPlan, make_plan
 from swerl.trainer.sampler import PromptSampler
+from swerl.trainer.shared_dir import check_shared_run_dir
 from swerl.trainer.trackers import open_trackers
 from swerl.trainer.update import UpdateSettings, train_on_batch
 
@@ -251,6 +252,7 @@ def _prepare(
     seed_everything(config.seed)
     if info.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
+    check_shared_run_dir(run_dir, info)  # one clear error now, not stranded DCP shards later
     ckpt_path = ckpt.resolve_resume(run_dir, resume)
     if resume is None and ckpt.list_checkpoints(run_dir / ckpt.CKPT_DIR):
         raise ConfigError(f"{run_dir} already holds checkpoints: pass --resume latest, or another --run-dir")
@@ -259,7 +261,7 @@ def _prepare(
     held_out = [] if config.eval is None else list(
         load_tasks(config.eval.tasks, limit=config.eval.limit, names=config.eval.names))
     sampler = PromptSampler(len(tasks), config.loop.train_batch_size, config.data_seed, config.data.shuffle)
-    plan: RunPlan = make_plan(config, len(tasks))
+    plan: RunPlan = make_plan(config, len(tasks), info.world_size)
     emit(TrainEvent("plan", data=plan))
     if plan.total_steps == 0:
         raise RunFailed(
@@ -286,6 +288,7 @@ def _update_settings(config: TrainConfig, tokenizer: Any) -> UpdateSettings:
         grad_clip=config.optimizer.grad_clip,
         compute_dtype=compute_dtype(config.model),
         sharded=config.model.fsdp,
+        sync_grads_every_micro_batch=config.model.grad_sync == "every_micro_batch",
         pad_id=pad_id,
     )
 
@@ -384,7 +387,8 @@ def _commit(run: _Run, step: int, batch: pipeline.RolloutBatch, position: dict[s
                      "pipeline": position}
     record = commit.commit_step(
         step, metrics, t_step,
-        export=(lambda: ckpt.export_hf(run_dir, step, model, run.tokenizer, info, metrics=metrics))
+        export=(lambda: ckpt.export_hf(run_dir, step, model, run.tokenizer, info, metrics=metrics,
+                                       dtype=getattr(torch, config.model.dtype)))
         if step in run.plan.export_steps else None,
         checkpoint=(lambda recs: ckpt.save_checkpoint(
             run_dir, step, model, run.optimizer, run.scheduler, {**trainer_state, commit.RECORDS_KEY: recs},

@@ -31,9 +31,9 @@ from swerl.text import counted
 from swerl.trainer.config import TrainConfig
 from swerl.trainer.plan import (
     CHECKPOINT_BYTES_PER_PARAM,
-    EXPORT_BYTES_PER_PARAM,
     RunPlan,
     exact_param_count,
+    export_bytes_per_param,
     format_bytes,
     make_plan,
     model_shape,
@@ -191,7 +191,7 @@ def checkpoints_at_peak(cfg: TrainConfig, plan: RunPlan) -> int:
 def disk_needed(cfg: TrainConfig, plan: RunPlan, num_params: int) -> int:
     """Peak bytes of the run's checkpoints (:func:`checkpoints_at_peak`) and every export."""
     return num_params * (checkpoints_at_peak(cfg, plan) * CHECKPOINT_BYTES_PER_PARAM
-                         + len(plan.export_steps) * EXPORT_BYTES_PER_PARAM)
+                         + len(plan.export_steps) * export_bytes_per_param(cfg))
 
 
 def check_disk(cfg: TrainConfig, plan: RunPlan, run_dir: Path, model_folder: Path | None, result: Preflight) -> None:

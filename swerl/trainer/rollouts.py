@@ -40,14 +40,11 @@ def rank_share(num_tasks: int, step: int, rank: int, world_size: int) -> tuple[r
 
 
 def gather_trajectories(local: list[Trajectory]) -> list[Trajectory]:
-    """Every rank's trajectories, concatenated in rank order (= prompt order), on every rank."""
-    import torch.distributed as tdist
+    """Every rank's trajectories, concatenated in rank order (= prompt order), on every rank (over
+    the gloo group with a long timeout: the slowest rank's episodes may take hours)."""
+    from swerl.trainer.distributed import all_gather_objects
 
-    if not (tdist.is_available() and tdist.is_initialized()) or tdist.get_world_size() == 1:
-        return local
-    boxes: list[Any] = [None] * tdist.get_world_size()
-    tdist.all_gather_object(boxes, local)
-    return [traj for box in boxes for traj in box]
+    return [traj for box in all_gather_objects(local) for traj in box]
 
 
 class RolloutRunner:
