@@ -60,6 +60,7 @@ async def collect_rollouts(
     group_prefix: str = "",
     first_index: int = 0,
     skip: Collection[tuple[str, int]] = (),
+    task_seed: int | None = None,
 ) -> list[Trajectory]:
     """Sample ``n_samples`` episodes of every task.
 
@@ -77,6 +78,10 @@ async def collect_rollouts(
             group ids, and the episode seeds made from them, do not depend on the number of ranks.
         skip: ``(group_id, sample_index)`` of episodes not to run (already done: a resumed eval);
             the others keep their ids and seeds.
+        task_seed: evaluation seeding (:func:`eval_episode_seed`): when set, an episode's seed
+            comes from (task_seed, task name, sample index) alone, so any two collections of a
+            task with the same ``task_seed`` (another step, another run, ``swerl eval``) sample
+            with the same seeds; None: from (``agent_cfg.seed``, group id, sample index).
 
     Returns:
         N = B * G trajectories (minus the skipped), groups contiguous, in task order then sample order.
@@ -97,9 +102,11 @@ async def collect_rollouts(
         nonlocal done
         group_id = group_id_for(task_index, task.name, group_prefix)
         async with semaphore:
-            traj = await _guarded_episode(task, sandbox_manager, policy, agent_cfg, group_id, sample_index,
-                                          _episode_seed(agent_cfg.seed, group_id, sample_index),
+            seed = (_episode_seed(agent_cfg.seed, group_id, sample_index) if task_seed is None
+                    else eval_episode_seed(task_seed, task.name, sample_index))
+            traj = await _guarded_episode(task, sandbox_manager, policy, agent_cfg, group_id, sample_index, seed,
                                           lambda: emit("started", task, sample_index))
+            traj.seed = seed
         done += 1
         emit("finished", task, sample_index, traj)
         return traj
@@ -143,4 +150,19 @@ def _episode_seed(base_seed: int | None, group_id: str, sample_index: int) -> in
     if base_seed is None:
         return None
     digest = hashlib.sha256(f"{base_seed}/{group_id}/{sample_index}".encode()).digest()
+    return int.from_bytes(digest[:4], "little") * 1000
+
+
+def eval_episode_seed(eval_seed: int, task_name: str, sample_index: int) -> int:
+    """The sampling seed of sample ``sample_index`` of a task in an evaluation.
+
+    A function of the three arguments only: not of the step, the run's training seed, the task's
+    position in the set or the number of ranks. Every evaluation with the same ``eval_seed``
+    (``eval.seed`` during training, ``swerl eval --seed``) samples task t's sample i with the same
+    seed, so two policies evaluated on one pinned set differ only by their weights: a paired
+    design (common random numbers), which ``swerl compare`` checks before pairing.
+
+    Returns: a non-negative int, a multiple of 1000 (turn t of the episode samples with seed + t).
+    """
+    digest = hashlib.sha256(f"eval/{eval_seed}/{task_name}/{sample_index}".encode()).digest()
     return int.from_bytes(digest[:4], "little") * 1000

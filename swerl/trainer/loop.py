@@ -43,6 +43,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
+from swerl.agent.records import write_sample_records
 from swerl.errors import ConfigError, RunFailed
 from swerl.rl.advantages import group_index
 from swerl.rl.loss import compute_advantages
@@ -67,6 +68,9 @@ from swerl.trainer.trackers import open_trackers
 from swerl.trainer.update import UpdateSettings, train_on_batch
 
 log = logging.getLogger(__name__)
+
+ROLLOUTS_DIR = "rollouts"
+"""``RUN_DIR/rollouts/step_N.jsonl``: the sample records of step N's training rollouts (``swerl.agent.records``)."""
 
 
 @dataclass(frozen=True)
@@ -348,7 +352,8 @@ def _start_rollouts(
     if info.is_main and config.eval is not None and config.eval.before_train and run.start_step == 0:
         run.model.eval()  # the initial policy on the held-out tasks: a record at global_step 0
         run.emit(TrainEvent("phase", 0, "eval (before training)"))
-        run.result.records.append(run.sink.log(0, run_eval(config.eval, rollouts.runner, run.held_out, 0)))
+        evaluated = run_eval(config.eval, rollouts.runner, run.held_out, 0, run.run_dir)
+        run.result.records.append(run.sink.log(0, evaluated))
     return rollouts
 
 
@@ -356,7 +361,7 @@ def _held_out_eval(run: _Run, runner: Any, step: int) -> dict[str, float]:
     """The held-out eval of the current weights when due at ``step`` (rank 0), else ``{}``."""
     if run.info.is_main and run.config.eval is not None and is_due(run.config.eval, step, run.plan.total_steps):
         run.emit(TrainEvent("phase", step, "eval (held-out)"))
-        return run_eval(run.config.eval, runner, run.held_out, step)
+        return run_eval(run.config.eval, runner, run.held_out, step, run.run_dir)
     return {}
 
 
@@ -378,6 +383,9 @@ def _commit(run: _Run, step: int, batch: pipeline.RolloutBatch, position: dict[s
     """Commit the step: HF export, then the checkpoint holding the step's record, then
     metrics.jsonl (rank 0 writes; ``commit.py``); then one log line."""
     config, info, run_dir, model = run.config, run.info, run.run_dir, run.model
+    if info.is_main:  # every episode's sample record (the task health ledger reads them), always
+        write_sample_records(run_dir / ROLLOUTS_DIR / f"step_{step}.jsonl", batch.trajectories, global_step=step,
+                             epoch=batch.epoch)
     if info.is_main and config.logging.dump_trajectories:
         dump_trajectories(run_dir, step, batch.trajectories, [float(a) for a in advantages])
     trainer_state = {"sampler": batch.sampler_state, "epoch": batch.epoch, "masked_streak": run.guard.streak,

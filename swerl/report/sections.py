@@ -1,0 +1,34 @@
+"""The report's text sections (HTML): the arm comparison of ``swerl compare`` and the task
+health ledger of ``swerl tasks health``, each from the same library call as its command.
+
+Stage: after the trainer; reads run folders only.
+"""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+
+from swerl.errors import ConfigError
+
+
+def _table(columns: list[str], rows: list[list[str]]) -> str:
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in row) + "</tr>" for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def compare_section(paths: list[Path], span: int) -> str:
+    """``<h2>Do the arms differ?</h2>``: what ``swerl compare`` prints for these runs (header,
+    arms table, verdict lines), or the reason it cannot compare them (no evaluation, unpaired)."""
+    from swerl.report.compare import arm_rows, compare_runs, header
+
+    title = "<h2>Do the arms differ? (swerl compare)</h2>"
+    try:
+        cmp = compare_runs(paths, span=span)
+    except ConfigError as err:
+        return f"{title}<p>Not compared: {html.escape(str(err))}</p>"
+    lines = [v.text for v in cmp.verdicts] + [f"{v.text} (against its initial policy)" for v in cmp.learning]
+    verdicts = "".join(f"<li><code>{html.escape(line)}</code></li>" for line in lines)
+    notes = "".join(f"<p>note: {html.escape(note)}</p>" for note in cmp.notes)
+    return f"{title}<p>{html.escape(header(cmp))}</p>{_table(*arm_rows(cmp))}<ul>{verdicts}</ul>{notes}"
