@@ -76,12 +76,8 @@ async def collect_rollouts(
         group_prefix: prepended to every ``group_id`` (e.g. ``step12/``) for global uniqueness.
         first_index: index of ``tasks[0]`` in the whole batch (a rank's share starts there), so
             group ids, and the episode seeds made from them, do not depend on the number of ranks.
-        skip: ``(group_id, sample_index)`` of episodes not to run (already done: a resumed eval);
-            the others keep their ids and seeds.
-        task_seed: evaluation seeding (:func:`eval_episode_seed`): when set, an episode's seed
-            comes from (task_seed, task name, sample index) alone, so any two collections of a
-            task with the same ``task_seed`` (another step, another run, ``swerl eval``) sample
-            with the same seeds; None: from (``agent_cfg.seed``, group id, sample index).
+        skip: ``(group_id, sample_index)`` of episodes not to run (a resumed eval); the others keep ids and seeds.
+        task_seed: evaluation seeding (:func:`eval_episode_seed`); None: training seeding (group id based).
 
     Returns:
         N = B * G trajectories (minus the skipped), groups contiguous, in task order then sample order.
@@ -102,8 +98,7 @@ async def collect_rollouts(
         nonlocal done
         group_id = group_id_for(task_index, task.name, group_prefix)
         async with semaphore:
-            seed = (_episode_seed(agent_cfg.seed, group_id, sample_index) if task_seed is None
-                    else eval_episode_seed(task_seed, task.name, sample_index))
+            seed = _seed_of(agent_cfg.seed, task_seed, group_id, task.name, sample_index)
             traj = await _guarded_episode(task, sandbox_manager, policy, agent_cfg, group_id, sample_index, seed,
                                           lambda: emit("started", task, sample_index))
             traj.seed = seed
@@ -143,6 +138,13 @@ async def _guarded_episode(task: Any, manager: Any, policy: Policy, cfg: AgentCo
         logger.exception("%s #%d: episode crashed", task.name, sample_index)
         return masked_trajectory(task, policy, cfg, group_id=group_id, sample_index=sample_index,
                                  outcome="episode_error", detail=f"{type(err).__name__}: {err}")
+
+
+def _seed_of(base_seed: int | None, task_seed: int | None, group_id: str, task_name: str, sample_index: int) -> int | None:
+    """An episode's seed: evaluation seeding when ``task_seed`` is set, else training seeding."""
+    if task_seed is not None:
+        return eval_episode_seed(task_seed, task_name, sample_index)
+    return _episode_seed(base_seed, group_id, sample_index)
 
 
 def _episode_seed(base_seed: int | None, group_id: str, sample_index: int) -> int | None:

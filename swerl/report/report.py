@@ -18,7 +18,7 @@ from swerl.errors import ConfigError
 from swerl.report.arms import assign_arms, expand_run_dirs, is_eval_folder
 from swerl.report.plots import all_figures, color
 from swerl.report.runs import Run, load_run
-from swerl.report.sections import compare_section
+from swerl.report.sections import compare_section, health_section
 from swerl.selection import ema
 from swerl.text import counted
 
@@ -131,6 +131,6 @@ def build_report(run_dirs: list[Path], out: Path, span: int = 5) -> ReportResult
         pngs.append(path)
         figures.append((name, title, png))
     arms = [arm_row(r, span) for r in runs]
-    extra = compare_section(paths, span) if len({r.arm for r in runs}) > 1 else ""
+    extra = (compare_section(paths, span) if len({r.arm for r in runs}) > 1 else "") + health_section(paths)
     atomic_write_bytes(out, render_html(runs, arms, diffs, figures, span, extra).encode("utf-8"))
     return ReportResult(html_path=out, png_paths=pngs, arms=arms, differences=diffs)

@@ -32,3 +32,24 @@ def compare_section(paths: list[Path], span: int) -> str:
     verdicts = "".join(f"<li><code>{html.escape(line)}</code></li>" for line in lines)
     notes = "".join(f"<p>note: {html.escape(note)}</p>" for note in cmp.notes)
     return f"{title}<p>{html.escape(header(cmp))}</p>{_table(*arm_rows(cmp))}<ul>{verdicts}</ul>{notes}"
+
+
+def health_section(paths: list[Path]) -> str:
+    """``<h2>Task health</h2>``: per run, the ledger's summary line and its flagged tasks (the
+    default thresholds of ``swerl tasks health``); runs without rollout records are skipped."""
+    from swerl.report.health import build_health, health_rows, summary_line
+    from swerl.trainer.task_health import HealthRules, rollout_steps
+
+    parts = []
+    for path in paths:
+        if not rollout_steps(path):
+            continue
+        report = build_health(path, HealthRules())
+        columns, rows = health_rows(report)
+        table = _table(columns, rows) if rows else ""
+        parts.append(f"<h3>{html.escape(str(path))}</h3><p>{html.escape(summary_line(report))}</p>{table}")
+    if not parts:
+        return ""
+    return ("<h2>Task health (swerl tasks health)</h2><p>Flags: saturated = every sample passed in the last 2 groups, "
+            "never_solved = no sample passed in 2 or more groups, infra_flaky / verifier_suspect = over 25% of attempts "
+            "failed on the infrastructure / in the verifier.</p>" + "".join(parts))

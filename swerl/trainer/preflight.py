@@ -73,10 +73,12 @@ def run_preflight(cfg: TrainConfig, run_dir: Path, resume: str | None, world_siz
             ``--resume``, a bad model path, too little disk.
         EnvironmentProblem: (exit 3) missing default model package, vllm, Docker, or a base image.
     """
+    from swerl.tasks.exclude import load_without_excluded
     from swerl.tasks.load import load_tasks
 
     check_task_source("data.tasks", cfg.data.tasks)
-    tasks = list(load_tasks(cfg.data.tasks, limit=cfg.data.limit, names=cfg.data.names))
+    tasks, _ = load_without_excluded(cfg.data.tasks, limit=cfg.data.limit, names=cfg.data.names,
+                                     exclude=cfg.data.exclude)
     if cfg.eval is not None:
         check_task_source("eval.tasks", cfg.eval.tasks)
         load_tasks(cfg.eval.tasks, limit=cfg.eval.limit, names=cfg.eval.names)
