@@ -54,7 +54,7 @@ def arm_row(run: Run, span: int) -> dict[str, str]:
     return {
         "arm": run.label,
         "run dir": str(run.run_dir),
-        "steps": str(len(run.records)),
+        "steps": str(len(steps)),  # training steps (an eval-only record of step 0 is not one)
         "final reward": _fmt(rewards[-1] if rewards else None),
         "final EMA": _fmt(ema(rewards, span)[-1] if rewards else None),
         "selected step (EMA)": f"{chosen.step} ({chosen.ema:.3f})" if chosen else "none eligible",

@@ -80,3 +80,12 @@ def test_never_fewer_tasks_than_one_batch():
     metrics = quarantine.observe(1, epoch, _trajs([["x", "y", "z"][i] for i in indices]), sampler.state_dict())
     assert metrics["quarantine/dropped"] == 1.0  # both were never solved; one stays so a batch can be drawn
     assert sampler.next_batch()[1] and sampler.batches_per_epoch == 1
+
+
+def test_quarantine_is_off_in_the_seed_preset():
+    from pathlib import Path
+
+    from swerl.trainer.config import load_train_config
+
+    seed = load_train_config(Path(__file__).resolve().parents[2] / "examples" / "rloo-seqnorm-tis-qwen3-8b.yaml")
+    assert seed.data.quarantine is None and seed.data.exclude is None
