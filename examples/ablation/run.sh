@@ -7,7 +7,8 @@
 # Behind `make ablation`.
 #   usage: examples/ablation/run.sh [OUT_DIR]   (default runs/ablation)
 # Knobs (environment):
-#   ARMS   arms of arms.txt to train, space-separated (default: every arm)
+#   ARMS   arms of arms.txt to train, space-separated, or "all" (default "seqmean-tis seqnorm-tis":
+#          with the HF generator the TIS ratio is 1, so the no-TIS arms would repeat the TIS arms)
 #   SEEDS  seed replicas per arm, comma-separated (default 0): OUT_DIR/ARM/seed<S>
 #   SIZE   the --set lines that size each arm (default examples/ablation/size.args)
 #   SETS   extra --set overrides for every arm, space-separated (e.g. "loop.max_steps=4")
@@ -21,7 +22,7 @@ HERE=$(dirname "$0")
 BASE=${BASE:-examples/humaneval-smollm2-cpu.yaml}
 SIZE=${SIZE:-$HERE/size.args}
 SEEDS=${SEEDS:-0}
-ARMS=${ARMS:-}
+ARMS=${ARMS:-seqmean-tis seqnorm-tis}
 SETS=${SETS:-}
 start=$(date +%s)
 mkdir -p "$OUT"
@@ -39,7 +40,7 @@ for extra in $SETS; do sets+=(--set "$extra"); done
 runs=()
 while read -r arm reduction tis; do
   case "$arm" in ''|'#'*) continue ;; esac
-  if [ -n "$ARMS" ] && [[ " $ARMS " != *" $arm "* ]]; then continue; fi
+  if [ "$ARMS" != all ] && [[ " $ARMS " != *" $arm "* ]]; then continue; fi
   runs+=("$OUT/$arm")
   if [ -f "$OUT/$arm/.done" ]; then echo "arm $arm: done already" >&2; continue; fi
   echo "arm $arm: loss_reduction=$reduction use_tis=$tis seeds=$SEEDS" >&2

@@ -15,7 +15,7 @@ from swerl.report.runs import read_config, read_records
 from swerl.selection import METRICS_FILE
 from swerl.tasks.exclude import write_exclude_file
 from swerl.text import counted
-from swerl.trainer.task_health import ROLLOUTS_DIR, HealthRules, TaskHealth, outcome_summary, read_ledger
+from swerl.trainer.task_health import FLAGS, ROLLOUTS_DIR, HealthRules, TaskHealth, outcome_summary, read_ledger
 
 PATCH_FILE = "task_health.exclude.yaml"
 """The patch file's default name, in the run folder."""
@@ -107,7 +107,7 @@ def summary_line(report: HealthReport) -> str:
     for row in report.flagged():
         for flag in row.flags:
             counts[flag] = counts.get(flag, 0) + 1
-    which = ", ".join(f"{flag} {n}" for flag, n in counts.items())
+    which = ", ".join(f"{flag} {counts[flag]}" for flag in FLAGS if flag in counts)
     steps = f" over steps 1-{report.last_step}" if report.last_step else ""
     return f"{counted(len(report.rows), 'task')}{steps}: {len(report.flagged())} flagged" + (f" ({which})" if which else "")
 

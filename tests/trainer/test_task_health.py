@@ -132,9 +132,12 @@ def test_a_real_run_flags_the_saturated_and_the_never_solved_task(tmp_path, tiny
     kept, dropped = load_without_excluded(str(tasks), limit=None, names=None, exclude=str(patch))
     assert [t.name for t in kept] == ["never-1", "never-2"] and set(dropped) == {"always-1", "always-2"}
 
-    result = CliRunner().invoke(app, ["tasks", "health", str(run), "--last-groups", "1", "--patch",
+    # --recheck runs the flagged tasks' oracle (it writes MAGIC: the never-tasks' verifier still
+    # says 0) and a null attempt (the always-tasks' verifier says 1): both are the verifier's fault.
+    result = CliRunner().invoke(app, ["tasks", "health", str(run), "--last-groups", "1", "--recheck", "--patch",
                                       str(tmp_path / "k1.yaml")])
     assert result.exit_code == 0, result.output
     flags = yaml.safe_load((tmp_path / "k1.yaml").read_text())
     assert flags["always-2"].startswith("saturated") and flags["never-2"].startswith("never_solved")
-    assert "4 tasks over steps 1-4: 4 flagged (saturated 2, never_solved 2)" in result.output
+    assert all("verifier_suspect: re-check" in flags[name] for name in flags) and len(flags) == 4
+    assert "4 tasks over steps 1-4: 4 flagged (saturated 2, never_solved 2, verifier_suspect 4)" in result.output
