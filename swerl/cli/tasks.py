@@ -1,4 +1,5 @@
-"""``swerl tasks``: import a benchmark as task folders, list a task set, validate it."""
+"""``swerl tasks``: import a benchmark as task folders, list a task set, validate it, and the task
+health ledger of a run."""
 
 from __future__ import annotations
 
@@ -128,3 +129,51 @@ def tasks_list(path: _TasksPath, cache_dir: _CacheDir = None, json_out: JsonOut 
                       f"{r['cpus']:g}", str(r["memory_mb"]), "yes" if r["oracle"] else "no")
     results_console(json_out).print(table)
     write_json(json_out, rows)
+
+
+@tasks_app.command("health", cls=SwerlCommand)
+def tasks_health(
+    run_dir: Annotated[Path, typer.Argument(help="Run directory of `swerl train` (its rollouts/step_N.jsonl).")],
+    last_groups: Annotated[int, typer.Option(
+        min=1, help="K: saturated = every sample passed in each of a task's last K groups; never_solved needs K groups.")] = 2,
+    infra_fraction: Annotated[float, typer.Option(
+        min=0.0, max=1.0, help="infra_flaky above this fraction of a task's attempts failed on the infrastructure.")] = 0.25,
+    verifier_fraction: Annotated[float, typer.Option(
+        min=0.0, max=1.0, help="verifier_suspect above this fraction of attempts ended in a verifier fault.")] = 0.25,
+    recheck: Annotated[bool, typer.Option(
+        "--recheck", help="Run the flagged tasks' oracle and a null attempt in sandboxes (as sandbox-test); a task "
+                          "that misbehaves is verifier_suspect.")] = False,
+    patch: Annotated[Optional[Path], typer.Option(
+        help="Where to write the patch file (task: reasons) that data.exclude reads "
+             "(default RUN_DIR/task_health.exclude.yaml).")] = None,
+    every_task: Annotated[bool, typer.Option("--all", help="Show every task, not only the flagged ones.")] = False,
+    json_out: JsonOut = None,
+    verbose: Verbose = False,
+) -> None:
+    """The task health ledger of a run: attempts, solve rate per epoch, outcomes, masked, first and last solved step;
+    flags saturated, never_solved, infra_flaky, verifier_suspect; writes the patch file data.exclude reads."""
+    from dataclasses import asdict
+
+    from rich.table import Table
+
+    from swerl.report.health import build_health, health_rows, summary_line, write_patch
+    from swerl.trainer.task_health import HealthRules
+
+    rules = HealthRules(last_groups=last_groups, infra_fraction=infra_fraction, verifier_fraction=verifier_fraction)
+    report = build_health(run_dir, rules, recheck=recheck)
+    written = write_patch(report, patch)
+    console = results_console(json_out)
+    columns, rows = health_rows(report, every_task)
+    if rows:
+        table = Table(title=f"task health of {run_dir}", title_justify="left")
+        for column in columns:
+            table.add_column(column, overflow="fold")
+        for row in rows:
+            table.add_row(*row)
+        console.print(table)
+    console.print(summary_line(report), highlight=False)
+    console.print(f"wrote {written} ({len(report.flagged())} tasks); train without them: "
+                  f"--set data.exclude={written}", highlight=False, soft_wrap=True)
+    write_json(json_out, {"run_dir": str(run_dir), "last_step": report.last_step, "rules": rules.model_dump(),
+                          "patch": str(written), "rechecked": report.rechecked,
+                          "tasks": [asdict(r) for r in report.rows]})

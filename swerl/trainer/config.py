@@ -21,6 +21,7 @@ from swerl.inference.config import InferenceConfig
 from swerl.rl.config import AlgorithmConfig
 from swerl.sandbox.types import SandboxConfig
 from swerl.trainer.evaluation import EvalDuringTrainingConfig
+from swerl.trainer.task_health import QuarantineConfig
 from swerl.trainer.trackers import MlflowConfig, WandbConfig
 
 
@@ -73,6 +74,13 @@ class DataConfig(_Strict):
     limit: int | None = Field(None, ge=1, description="Use only the first N tasks of the source (sorted by name), after `names`.")
     names: list[str] | None = Field(
         None, min_length=1, description="Use only tasks whose name matches one of these shell patterns (e.g. humaneval-00*)."
+    )
+    exclude: str | list[str] | None = Field(
+        None, description="Tasks to leave out (after `names` and `limit`): the patch file `swerl tasks health` writes "
+        "(task: reason lines), or a list of task-name shell patterns."
+    )
+    quarantine: QuarantineConfig | None = Field(
+        None, description="Drop tasks the task health ledger flags from later epochs (None = off, as in the seed preset)."
     )
     shuffle: bool = Field(True, description="Visit tasks in a fresh seeded permutation every epoch.")
     seed: int | None = Field(None, description="Prompt-order seed; None = the top-level seed.")

@@ -74,10 +74,12 @@ def run_preflight(cfg: TrainConfig, run_dir: Path, resume: str | None, world_siz
         EnvironmentProblem: (exit 3) missing default model package, vllm, Docker, or a base image.
     """
     from swerl.sandbox.network import check_network
+    from swerl.tasks.exclude import load_without_excluded
     from swerl.tasks.load import load_tasks
 
     check_task_source("data.tasks", cfg.data.tasks)
-    tasks = list(load_tasks(cfg.data.tasks, limit=cfg.data.limit, names=cfg.data.names))
+    tasks, _ = load_without_excluded(cfg.data.tasks, limit=cfg.data.limit, names=cfg.data.names,
+                                     exclude=cfg.data.exclude)
     held_out = []
     if cfg.eval is not None:
         check_task_source("eval.tasks", cfg.eval.tasks)

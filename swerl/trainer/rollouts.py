@@ -130,29 +130,32 @@ class RolloutRunner:
         on_event: Callable[[RolloutEvent], None] | None = None,
         group_prefix: str | None = None,
         first_index: int = 0,
+        task_seed: int | None = None,
     ) -> list[Trajectory]:
         """``len(tasks) * n_samples`` trajectories of this step, groups contiguous in task order.
 
         ``group_prefix`` (default ``step{N}/``) prefixes every group id; ``first_index`` is the
-        batch index of ``tasks[0]`` (see :func:`rank_share`)."""
+        batch index of ``tasks[0]`` (see :func:`rank_share`); ``task_seed`` seeds the episodes
+        as an evaluation does (``swerl.agent.collect.eval_episode_seed``)."""
         assert self._loop is not None, "RolloutRunner used outside its context"
         prefix = f"step{step}/" if group_prefix is None else group_prefix
         if not tasks:
             return []
         self._collecting = True
         try:
-            return self._loop.run_until_complete(self._collect(tasks, n_samples, prefix, first_index, on_event))
+            return self._loop.run_until_complete(
+                self._collect(tasks, n_samples, prefix, first_index, on_event, task_seed))
         finally:
             self._collecting = False
 
     async def _collect(
         self, tasks: list[Any], n_samples: int, prefix: str, first_index: int,
-        on_event: Callable[[RolloutEvent], None] | None,
+        on_event: Callable[[RolloutEvent], None] | None, task_seed: int | None,
     ) -> list[Trajectory]:
         async with AsyncBatcher(self.backend, self.max_batch_size, self.batch_wait_s) as batcher:
             policy = BackendPolicy(batcher, self.tokenizer)
             return await collect_rollouts(
                 tasks, n_samples, policy, self._manager, self.agent_cfg,
                 concurrency=self.concurrency, on_event=on_event, group_prefix=prefix,
-                first_index=first_index,
+                first_index=first_index, task_seed=task_seed,
             )
