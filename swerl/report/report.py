@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import html
 import io
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from swerl.fileio import atomic_write_bytes
@@ -36,6 +36,8 @@ class ReportResult:
     png_paths: list[Path]
     arms: list[dict[str, str]]
     differences: list[str]
+    hidden: dict[str, float] = field(default_factory=dict)
+    """Metrics not drawn because they never changed (key -> their one value)."""
 
 
 def _mean_of(run: Run, key: str) -> float | None:
@@ -81,6 +83,14 @@ th{background:#f2f2f2}.swatch{display:inline-block;width:12px;height:12px;margin
 img{max-width:100%;border:1px solid #eee;margin:8px 0}code{background:#f5f5f5;padding:1px 4px}"""
 
 
+def hidden_line(hidden: dict[str, float]) -> str:
+    """One paragraph naming the metrics whose panels were left out because they never changed."""
+    if not hidden:
+        return ""
+    names = ", ".join(f"<code>{html.escape(k)}</code> = {v:g}" for k, v in sorted(hidden.items()))
+    return f"<p class='hidden'>Not drawn (the same value at every step of every run): {names}.</p>"
+
+
 def render_html(runs: list[Run], arms: list[dict[str, str]], diffs: list[str], figures: list[tuple[str, str, bytes]],
                 span: int, extra: str = "") -> str:
     """The report page: arms table, differing config keys, ``extra`` sections (HTML: the compare
@@ -122,7 +132,8 @@ def build_report(run_dirs: list[Path], out: Path, span: int = 5) -> ReportResult
     out.parent.mkdir(parents=True, exist_ok=True)
     figures: list[tuple[str, str, bytes]] = []
     pngs: list[Path] = []
-    for name, title, fig in all_figures(runs, span):
+    shown, hidden = all_figures(runs, span)
+    for name, title, fig in shown:
         buf = io.BytesIO()
         fig.savefig(buf, format="png", dpi=90)
         png = buf.getvalue()
@@ -132,5 +143,6 @@ def build_report(run_dirs: list[Path], out: Path, span: int = 5) -> ReportResult
         figures.append((name, title, png))
     arms = [arm_row(r, span) for r in runs]
     extra = (compare_section(paths, span) if len({r.arm for r in runs}) > 1 else "") + health_section(paths)
+    extra += hidden_line(hidden)
     atomic_write_bytes(out, render_html(runs, arms, diffs, figures, span, extra).encode("utf-8"))
-    return ReportResult(html_path=out, png_paths=pngs, arms=arms, differences=diffs)
+    return ReportResult(html_path=out, png_paths=pngs, arms=arms, differences=diffs, hidden=hidden)

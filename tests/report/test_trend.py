@@ -1,0 +1,25 @@
+"""The noise band of the reward EMA, against a worked example."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from swerl.report.trend import Z95, ema_band
+
+
+def test_ema_band_propagates_binomial_variance_through_the_ema():
+    # span 3: alpha = 1/2; pooled p = 1/2, n = 4: step variance 1/16.
+    band = ema_band([0.0, 1.0], [4, 4], span=3)
+    assert band.ema == [0.0, 0.5] and band.pooled == 0.5
+    assert band.step_half == [pytest.approx(Z95 * 0.25)] * 2
+    # v1 = 1/16; v2 = (1/4)(1/16) + (1/4)(1/16) = 1/32.
+    assert band.ema_half == [pytest.approx(Z95 * 0.25), pytest.approx(Z95 * math.sqrt(1 / 32))]
+
+
+def test_more_samples_narrow_the_band_and_bad_input_is_refused():
+    wide, narrow = ema_band([0.2] * 5, [4] * 5, 5), ema_band([0.2] * 5, [64] * 5, 5)
+    assert narrow.ema_half[-1] == pytest.approx(wide.ema_half[-1] / 4)
+    with pytest.raises(ValueError, match="equal, non-empty"):
+        ema_band([0.1], [], 5)
