@@ -188,10 +188,10 @@ def _train_dry_run(cfg, run_dir: Path, checks, json_out: str | None) -> dict:  #
 
 def _train_with_live_view(cfg, run_dir: Path, resume, train):  # noqa: ANN001, ANN202
     """Run ``train`` behind a rich progress bar (episodes of the step) and one line per step."""
-    from swerl.cli.progress import new_progress, phases_into
+    from swerl.cli.progress import RolloutTally, new_progress, phases_into
     from swerl.logs import PhaseClock, command_heartbeat
 
-    state = {"total": "?", "passed": 0, "masked": 0, "last": ""}
+    state = {"total": "?", "last": "", "tally": RolloutTally()}
     clock = PhaseClock()  # off a terminal: a heartbeat line every 30 s says which phase runs
     clock.start("setup (policy, generator, sandboxes)")
     heartbeat = command_heartbeat(clock, enabled=not err_console.is_terminal)  # names checkpoint saves, exports
@@ -202,18 +202,17 @@ def _train_with_live_view(cfg, run_dir: Path, resume, train):  # noqa: ANN001, A
             if event.kind == "plan":
                 state["total"] = str(event.data.total_steps)
             elif event.kind == "step_start":
-                state["passed"] = state["masked"] = 0
+                state["tally"] = RolloutTally()
                 clock.start("rollouts", total=event.data, unit="episodes", scope=f"step {event.step}/{state['total']}")
                 progress.reset(bar, total=event.data, completed=0)
                 progress.update(bar, description=f"step {event.step}/{state['total']}",
                                 status=f"rollouts  {state['last']}")
-            elif event.kind == "rollout" and event.data.kind == "finished":
-                traj = event.data.trajectory
-                state["passed"] += traj.outcome == "passed"
-                state["masked"] += traj.failure_class == "mask"
+            elif event.kind == "rollout":  # an episode started, went to its verifier, or finished
+                tally = state["tally"]
+                tally.observe(event.data)
                 clock.advance(event.data.done)
-                progress.update(bar, completed=event.data.done,
-                                status=f"passed {state['passed']} masked {state['masked']}  {state['last']}")
+                clock.note = f"{len(tally.verifying)} verifying" if tally.verifying else ""
+                progress.update(bar, completed=event.data.done, status=f"{tally.status()}  {state['last']}")
             elif event.kind == "phase":  # step 0: before the first step (eval before training)
                 clock.start(event.data, scope=f"step {event.step}/{state['total']}" if event.step else "")
                 progress.update(bar, status=f"{event.data}  {state['last']}")

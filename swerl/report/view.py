@@ -20,7 +20,7 @@ from typing import Any
 from swerl.fileio import atomic_write_text
 from swerl.errors import ConfigError
 from swerl.report.runs import read_config
-from swerl.text import counted
+from swerl.text import counted, did_you_mean
 
 STEP_FILE = re.compile(r"^step_(\d+)\.jsonl$")
 
@@ -139,6 +139,9 @@ def load_episodes(source: Path, step: int | None = None) -> EpisodeSet:
 
     Raises: ConfigError naming the folder and the fix (no trajectories, unknown step, bad line).
     """
+    if not source.is_dir():
+        raise ConfigError(f"{source} does not exist: pass the run directory of a swerl train run or an output folder "
+                          "of swerl eval")
     if (source / "trajectories.jsonl").is_file():
         summary_path = source / "summary.json"
         summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
@@ -199,8 +202,11 @@ def pick(eps: EpisodeSet, task: str | None, sample: int | None) -> list[Episode]
     if task is not None:
         chosen = [e for e in eps.episodes if e.task == task and (sample is None or e.sample_index == sample)]
         if not chosen:
-            names = ", ".join(sorted({e.task for e in eps.episodes}))
-            raise ConfigError(f"--task {task} --sample {sample}: no such episode; tasks here: {names}")
+            asked = f"--task {task}" + (f" --sample {sample}" if sample is not None else "")
+            samples = sorted({e.sample_index for e in eps.episodes if e.task == task})
+            if samples:
+                raise ConfigError(f"{asked}: no such sample; {task} has samples {', '.join(map(str, samples))}")
+            raise ConfigError(f"{asked}: no such task here; {did_you_mean(task, sorted({e.task for e in eps.episodes}), 12, 'tasks')}")
         return chosen
     signal = [e for e in eps.episodes if e.advantage]
     return (signal or eps.episodes)[:1]

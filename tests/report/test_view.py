@@ -58,8 +58,12 @@ def test_task_and_sample_pick_the_conversation(train_run):
     render_terminal(load_episodes(train_run, step=2), console, task="magic-b", sample=3)
     text = console.export_text()
     assert "magic-b sample 3" in text and "print('MAGIC 3')" in text and "magic-a sample" not in text
-    with pytest.raises(ConfigError, match="tasks here: magic-a, magic-b"):
+    with pytest.raises(ConfigError, match="^--task nope: no such task here; known tasks: magic-a, magic-b$"):
         render_terminal(load_episodes(train_run), console, task="nope")
+    with pytest.raises(ConfigError, match=r"^--task magic-c: no such task here; did you mean 'magic-[ab]'\?$"):
+        render_terminal(load_episodes(train_run), console, task="magic-c")
+    with pytest.raises(ConfigError, match="^--task magic-b --sample 9: no such sample; magic-b has samples 0, 1, 2, 3$"):
+        render_terminal(load_episodes(train_run), console, task="magic-b", sample=9)
 
 
 def test_unknown_step_names_the_steps_there(train_run):
@@ -70,6 +74,11 @@ def test_unknown_step_names_the_steps_there(train_run):
 def test_a_run_without_dumps_says_how_to_get_them(tmp_path):
     with pytest.raises(ConfigError, match="logging.dump_trajectories"):
         load_episodes(tmp_path)
+
+
+def test_a_missing_folder_is_named_as_missing(tmp_path):
+    with pytest.raises(ConfigError, match=r"/nope does not exist: pass the run directory"):
+        load_episodes(tmp_path / "nope")
 
 
 def test_eval_output_folder_is_viewed_with_its_summary(tmp_path):
