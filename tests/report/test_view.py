@@ -14,7 +14,8 @@ from swerl.agent.evaluate import write_eval_outputs
 from swerl.agent.trajectory import Trajectory
 from swerl.cli import app
 from swerl.errors import ConfigError
-from swerl.report.view import load_episodes, render_html, render_terminal
+from swerl.report.view import load_episodes, render_terminal
+from swerl.report.viewer import render_html
 from swerl.trainer.metrics import dump_trajectories
 
 from trainer._support import save_tiny_model_dir  # tests/ is on sys.path (rootdir-relative packages)
@@ -92,13 +93,17 @@ def test_eval_output_folder_is_viewed_with_its_summary(tmp_path):
     assert "pass@1: 0.5000" in text and "print('MAGIC 0')" in text
 
 
-def test_html_page_holds_every_conversation_escaped(train_run, tmp_path):
+def test_html_viewer_holds_every_step_and_conversation_escaped(train_run, tmp_path):
     out = tmp_path / "view.html"
-    result = CliRunner().invoke(app, ["view", str(train_run), "--step", "2", "--out", str(out)])
+    result = CliRunner().invoke(app, ["view", str(train_run), "--out", str(out)])
     assert result.exit_code == 0, result.output
     page = out.read_text()
-    assert page.count("<details>") == 7 and page.count("<details open>") == 1
-    assert "print(&#x27;MAGIC 3&#x27;)" in page and "Solve magic-b: write &lt;solution.py&gt;" in page
+    assert "steps 1, 2, 12 episodes in 3 groups" in page  # both dumped steps (groups by id: magic-a-g twice)
+    assert "print('MAGIC 3')" in page and "Solve magic-b: write <solution.py>" in page  # JSON data
+    assert "</solution" not in page.split('id="episodes">', 1)[1].split("</script>", 1)[0]  # cannot close the script
+    one = tmp_path / "step2.html"
+    assert CliRunner().invoke(app, ["view", str(train_run), "--step", "2", "--out", str(one)]).exit_code == 0
+    assert "step 2 (dumped steps: 1, 2), 8 episodes" in one.read_text()
 
 
 def test_records_without_a_transcript_are_decoded_with_the_runs_tokenizer(tmp_path):
