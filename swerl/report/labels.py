@@ -6,14 +6,15 @@ Stage: after the trainer; plain data, no I/O. Keys are those of docs/metrics.md.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
 class Label:
     """How a metric is shown. title: plain words. unit: of the y axis. bounds: (low, high) the
-    metric can take, None where unbounded (the y axis then spans the data, never less than a
-    tenth of its magnitude)."""
+    metric can take (high may be ``inf``: a count or a norm), None where unbounded (the y axis
+    then spans the data, never less than a tenth of its magnitude)."""
 
     title: str
     unit: str
@@ -21,28 +22,29 @@ class Label:
 
 
 FRACTION = (0.0, 1.0)
+NON_NEGATIVE = (0.0, math.inf)
 LABELS: dict[str, Label] = {
     "reward/avg_raw_reward": Label("mean reward of the batch", "reward", FRACTION),
     "reward/avg_pass_at_n": Label("prompts with a passing sample", "fraction of prompts", FRACTION),
-    "response_length/mean": Label("mean response length", "tokens"),
-    "response_length/max": Label("longest response", "tokens"),
+    "response_length/mean": Label("mean response length", "tokens", NON_NEGATIVE),
+    "response_length/max": Label("longest response", "tokens", NON_NEGATIVE),
     "response_length/clip_fraction": Label("responses cut at max_new_tokens", "fraction of episodes", FRACTION),
-    "response_length/reward_pos_mean": Label("mean length, rewarded episodes", "tokens"),
-    "response_length/reward_zero_mean": Label("mean length, unrewarded episodes", "tokens"),
-    "response_length/masked_mean": Label("mean length, masked episodes", "tokens"),
+    "response_length/reward_pos_mean": Label("mean length, rewarded episodes", "tokens", NON_NEGATIVE),
+    "response_length/reward_zero_mean": Label("mean length, unrewarded episodes", "tokens", NON_NEGATIVE),
+    "response_length/masked_mean": Label("mean length, masked episodes", "tokens", NON_NEGATIVE),
     "tis/imp_ratio_mean": Label("TIS importance weight, mean", "ratio"),
     "tis/imp_ratio_capped_fraction": Label("TIS weights at the cap", "fraction of tokens", FRACTION),
-    "tis/log_ratio_abs_mean": Label("|log pi_train - log pi_sampler|, mean", "nats per token"),
-    "tis/rows_without_logprobs": Label("rows without sampler log-probs", "rows"),
-    "async/staleness_mean": Label("rollout staleness, mean", "steps"),
-    "async/staleness_max": Label("rollout staleness, max", "steps"),
+    "tis/log_ratio_abs_mean": Label("|log pi_train - log pi_sampler|, mean", "nats per token", NON_NEGATIVE),
+    "tis/rows_without_logprobs": Label("rows without sampler log-probs", "rows", NON_NEGATIVE),
+    "async/staleness_mean": Label("rollout staleness, mean", "steps", NON_NEGATIVE),
+    "async/staleness_max": Label("rollout staleness, max", "steps", NON_NEGATIVE),
     "loss/policy": Label("policy loss", "loss"),
-    "grad_norm": Label("gradient norm before clipping", "L2 norm"),
+    "grad_norm": Label("gradient norm before clipping", "L2 norm", NON_NEGATIVE),
     "policy/clip_fraction": Label("tokens where PPO clipping won", "fraction of tokens", FRACTION),
-    "update/skipped_nonfinite_steps": Label("optimizer steps skipped (NaN/inf gradient)", "optimizer steps"),
+    "update/skipped_nonfinite_steps": Label("optimizer steps skipped (NaN/inf gradient)", "optimizer steps", NON_NEGATIVE),
     "eval/reward": Label("held-out mean reward", "reward", FRACTION),
-    "eval/num_tasks": Label("held-out tasks evaluated", "tasks"),
-    "eval/num_masked": Label("held-out episodes masked", "episodes"),
+    "eval/num_tasks": Label("held-out tasks evaluated", "tasks", NON_NEGATIVE),
+    "eval/num_masked": Label("held-out episodes masked", "episodes", NON_NEGATIVE),
 }
 
 TIMING_PARTS = [

@@ -8,6 +8,7 @@ replicas of an arm (``Run.arm``) share its colour and line style.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from matplotlib.figure import Figure
@@ -87,13 +88,16 @@ def _legend(fig: Figure, runs: list[Run]) -> None:
 
 def sane_ylim(ax, values: list[float], key: str) -> None:  # noqa: ANN001 - matplotlib Axes
     """A y range that shows the data without magnifying noise: a bounded metric keeps its lower
-    bound in view (0 for a fraction or a reward), an unbounded one spans at least a tenth of its
-    magnitude; tick labels never use an offset (no ``1e-7+9.99999e-1``)."""
-    ax.ticklabel_format(axis="y", useOffset=False, style="plain")
+    bound in view (0 for a fraction, a reward, a count or a norm), an unbounded one spans at
+    least a tenth of its magnitude; tick labels never use an offset (no ``1e-7+9.99999e-1``)."""
+    ax.ticklabel_format(axis="y", useOffset=False)
     if not values:
         return
     low, high = min(values), max(values)
     bounds = label_of(key).bounds
+    if bounds is not None and math.isinf(bounds[1]):  # a count or a norm: from 0 (or below, if it went there)
+        ax.set_ylim(min(bounds[0], low), high * 1.1 if high > 0 else 1.0)
+        return
     if bounds is not None:
         top = min(bounds[1], high + 0.1 * (bounds[1] - bounds[0])) if high < bounds[1] else bounds[1]
         ax.set_ylim(min(bounds[0], low), max(top, low + 0.1 * (bounds[1] - bounds[0])))
@@ -131,11 +135,11 @@ def reward_figure(runs: list[Run], span: int = 5) -> Figure | None:
         n = [counts.get(s, 1.0) for s in steps]
         counts_seen.update(int(c) for c in n)
         band = ema_band(values, n, span)
-        ax.fill_between(steps, [v - h for v, h in zip(values, band.step_half)],
-                        [v + h for v, h in zip(values, band.step_half)], color=color(i), alpha=0.08, lw=0)
+        ax.fill_between(steps, [max(0.0, v - h) for v, h in zip(values, band.step_half)],
+                        [min(1.0, v + h) for v, h in zip(values, band.step_half)], color=color(i), alpha=0.08, lw=0)
         ax.plot(steps, values, color=color(i), lw=1, alpha=0.45, marker=".")
-        ax.fill_between(steps, [e - h for e, h in zip(band.ema, band.ema_half)],
-                        [e + h for e, h in zip(band.ema, band.ema_half)], color=color(i), alpha=0.2, lw=0)
+        ax.fill_between(steps, [max(0.0, e - h) for e, h in zip(band.ema, band.ema_half)],
+                        [min(1.0, e + h) for e, h in zip(band.ema, band.ema_half)], color=color(i), alpha=0.2, lw=0)
         ax.plot(steps, band.ema, color=color(i), ls=dashes(i), lw=2.5)
         ax.axhline(values[0], color=color(i), ls="--", lw=0.8, alpha=0.6)
         chosen = run.selection.chosen if run.selection else None

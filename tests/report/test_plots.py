@@ -99,6 +99,12 @@ def test_y_ranges_do_not_magnify_noise():
     assert high - low >= 0.1 - 1e-9  # a tenth of the magnitude, not 1e-7
     fig.canvas.draw()
     assert ax.yaxis.get_offset_text().get_text() == ""  # no "1e-7+9.99999e-1"
+    lengths = [{"response_length/mean": v} for v in (90.0, 77.0, 85.0)]
+    ax = line_figure([_run(lengths)], Panel("lengths", "Lengths", ("response_length/mean",))).axes[0]
+    assert ax.get_ylim()[0] == 0.0  # a count starts at 0: 77-90 tokens is not a cliff
+    loss = [{"loss/policy": v} for v in (100.0, 100.5, 99.8)]
+    low, high = line_figure([_run(loss)], Panel("update", "Update", ("loss/policy",))).axes[0].get_ylim()
+    assert high - low == pytest.approx(10.05)  # unbounded: a tenth of its magnitude at least
     rewards = [{"reward/avg_raw_reward": r, "reward/num_trajectories": 16.0} for r in (0.06, 0.25, 0.12, 0.2)]
     low, high = reward_figure([_run(rewards)]).axes[0].get_ylim()
     assert low <= 0.0 and high >= 0.3  # the reward axis starts at 0 and holds the noise band
