@@ -117,9 +117,28 @@ def _train_one(cfg, target: Path, resume: str | None, dry_run: bool, json_out: s
         console.print(f"run already finished at global step {result.last_step}: nothing to train ({target})")
         return payload
     console.print(f"trained {counted(result.steps_trained, 'step')}, global step {result.last_step}; run dir {target}")
+    _print_verdict(console, target)
     if cfg.logging.wandb is not None or cfg.logging.mlflow is not None:
         _log_selection_to_trackers(cfg, target)
     return payload
+
+
+def _print_verdict(console, run_dir: Path) -> None:  # noqa: ANN001 - rich Console
+    """Did it learn? The headline, its evidence and the next commands (swerl.report.verdict)."""
+    from swerl.report.runs import load_run
+    from swerl.report.verdict import run_verdict
+
+    try:
+        verdict = run_verdict(load_run(run_dir))
+    except SwerlError as err:
+        logging.getLogger("swerl.cli").warning("no verdict for the run: %s", err)
+        return
+    console.print(f"[bold]Did it learn?[/] {escape(verdict.headline)}", highlight=False)
+    for line in verdict.lines:
+        console.print(f"  {escape(line)}", highlight=False, soft_wrap=True)
+    console.print("next:", highlight=False)
+    for command in verdict.next_commands:
+        console.print(f"  {escape(command)}", highlight=False, soft_wrap=True)
 
 
 def _log_selection_to_trackers(cfg, run_dir: Path) -> None:  # noqa: ANN001 - TrainConfig

@@ -51,3 +51,37 @@ def ema_band(values: list[float], counts: list[float], span: int) -> Band:
         ema_var.append(s if not ema_var else alpha * alpha * s + (1 - alpha) ** 2 * ema_var[-1])
     return Band(ema(values, span), [Z95 * math.sqrt(v) for v in ema_var], [Z95 * math.sqrt(v) for v in step_var],
                 pooled)
+
+
+@dataclass(frozen=True)
+class Change:
+    """The trailing EMA at the last step minus the first step's value, with its 95% half-width.
+
+    Attributes: first, last_ema, diff, half (reward units); steps, counts: what it rests on."""
+
+    first: float
+    last_ema: float
+    diff: float
+    half: float
+    steps: int
+    counts: list[float]
+
+    def resolved(self) -> bool:
+        """Whether the band excludes 0 (the change is larger than the sampling noise)."""
+        return abs(self.diff) > self.half
+
+
+def ema_change(values: list[float], counts: list[float], span: int) -> Change:
+    """``ema_K - x_1`` with the variance of that linear combination of independent steps:
+    ``ema_K = sum_i w_i x_i`` with ``w_1 = (1-a)^(K-1)``, ``w_i = a (1-a)^(K-i)`` (i >= 2), so
+    ``Var = (w_1 - 1)^2 s_1 + sum_{i>=2} w_i^2 s_i`` (``s_i`` as in :func:`ema_band`).
+
+    Raises: ValueError as :func:`ema_band`.
+    """
+    band = ema_band(values, counts, span)
+    k, alpha = len(values), 2.0 / (span + 1)
+    weights = [(1 - alpha) ** (k - 1)] + [alpha * (1 - alpha) ** (k - i) for i in range(2, k + 1)]
+    weights[0] -= 1.0
+    step_var = [(h / Z95) ** 2 for h in band.step_half]
+    half = Z95 * math.sqrt(sum(w * w * s for w, s in zip(weights, step_var)))
+    return Change(values[0], band.ema[-1], band.ema[-1] - values[0], half, k, list(counts))
