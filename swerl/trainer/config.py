@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from swerl.agent.config import AgentConfig
 from swerl.errors import ConfigError
@@ -160,11 +160,19 @@ class LoggingConfig(_Strict):
     tensorboard: bool = Field(False, description="Also write metrics to RUN_DIR/tensorboard (SummaryWriter).")
     dump_trajectories: bool = Field(False, description="Write every trajectory to RUN_DIR/trajectories/step_N.jsonl.")
     wandb: WandbConfig | None = Field(
-        None, description="Also log to Weights & Biases (offline by default: RUN_DIR/wandb); None = off."
+        None, description="Also log to Weights & Biases (offline by default: RUN_DIR/wandb); true = the defaults; "
+        "None or false = off."
     )
     mlflow: MlflowConfig | None = Field(
-        None, description="Also log to MLflow (a file store RUN_DIR/mlruns by default); None = off."
+        None, description="Also log to MLflow (a file store RUN_DIR/mlruns by default); true = the defaults; "
+        "None or false = off."
     )
+
+    @field_validator("wandb", "mlflow", mode="before")
+    @classmethod
+    def _shorthand(cls, value: object) -> object:
+        """``wandb: true`` / ``mlflow: true`` turn a tracker on with its defaults; ``false`` turns it off."""
+        return {} if value is True else None if value is False else value
 
 
 class TrainConfig(_Strict):
