@@ -91,6 +91,8 @@ def test_eval_output_folder_is_viewed_with_its_summary(tmp_path):
     render_terminal(eps, console)
     text = console.export_text()
     assert "pass@1: 0.5000" in text and "print('MAGIC 0')" in text
+    page = render_html(eps)  # the HTML viewer of an eval folder: its summary, every episode
+    assert "pass@1: 0.5000" in page and page.count('"task": "humaneval-000"') == 2
 
 
 def test_html_viewer_holds_every_step_and_conversation_escaped(train_run, tmp_path):
