@@ -30,6 +30,8 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
+
 from swerl.selection import METRICS_FILE
 from swerl.trainer.config import TrainConfig
 from swerl.trainer.plan import TRAIN_BYTES_PER_PARAM, format_bytes, kv_bytes_per_token
@@ -131,11 +133,21 @@ def ram_note(est: MemoryEstimate, available: int | None) -> list[str]:
             "loop.rollout_concurrency"]
 
 
-def last_step_seconds(run_dir: Path) -> tuple[Path, float, float] | None:
-    """(metrics file, median ``timing/step_s``, episodes per step) of the newest earlier run: the
-    run dir itself (a re-run) or a sibling run dir; None when there is none."""
+def _same_model(path: Path, model_path: str | None) -> bool:
+    """Whether the run of ``path`` (its folder's config.yaml) trained ``model_path``."""
+    try:
+        config = yaml.safe_load((path.parent / "config.yaml").read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        return False
+    return isinstance(config, dict) and (config.get("model") or {}).get("path") == model_path
+
+
+def last_step_seconds(run_dir: Path, model_path: str | None = None) -> tuple[Path, float, float] | None:
+    """(metrics file, median ``timing/step_s``, episodes per step) of the newest earlier run of the
+    same ``model.path``: the run dir itself (a re-run) or a sibling run dir; None when there is none."""
     candidates = [run_dir / METRICS_FILE, *run_dir.parent.glob(f"*/{METRICS_FILE}")]
-    found = sorted({p for p in candidates if p.is_file()}, key=lambda p: p.stat().st_mtime, reverse=True)
+    found = sorted({p for p in candidates if p.is_file() and _same_model(p, model_path)},
+                   key=lambda p: p.stat().st_mtime, reverse=True)
     for path in found:
         steps, episodes = [], []
         for line in path.read_text(errors="replace").splitlines():
@@ -151,12 +163,13 @@ def last_step_seconds(run_dir: Path) -> tuple[Path, float, float] | None:
     return None
 
 
-def time_line(cfg_samples: int, total_steps: int, run_dir: Path) -> tuple[str, str]:
-    """The dry-run's wall-time row: the last run here scaled by episodes per step, or how to measure."""
-    last = last_step_seconds(run_dir)
+def time_line(cfg_samples: int, total_steps: int, run_dir: Path, model_path: str | None = None) -> tuple[str, str]:
+    """The dry-run's wall-time row: the last run of the model here, scaled by episodes per step,
+    or how to measure."""
+    last = last_step_seconds(run_dir, model_path)
     if last is None:
-        return ("wall time (estimate)", f"no earlier run next to {run_dir}: train 2 steps (--set loop.max_steps=2) "
-                "to measure one")
+        return ("wall time (estimate)", f"no earlier run of this model next to {run_dir}: train 2 steps "
+                "(--set loop.max_steps=2) to measure one")
     path, step_s, episodes = last
     per_step = step_s * (cfg_samples / episodes if episodes else 1.0)
     return ("wall time (estimate)", f"~{per_step:.0f} s/step x {total_steps} = ~{per_step * total_steps / 60:.0f} min "

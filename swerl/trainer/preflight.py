@@ -194,7 +194,7 @@ def size_memory_and_time(cfg: TrainConfig, plan: RunPlan, tasks: list, run_dir: 
         est = estimate_memory(cfg, shape, num_params, [t.instruction for t in tasks], sandbox_mb)
         plan.placement.extend(memory_lines(est, cfg))
         result.notes.extend(ram_note(est, available_ram_bytes()))
-    plan.placement.append(time_line(plan.samples_per_step, plan.total_steps, run_dir))
+    plan.placement.append(time_line(plan.samples_per_step, plan.total_steps, run_dir, cfg.model.path))
 
 
 def checkpoints_at_peak(cfg: TrainConfig, plan: RunPlan) -> int:

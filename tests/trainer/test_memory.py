@@ -63,5 +63,7 @@ def test_wall_time_comes_from_the_last_run_next_to_this_one(tmp_path):
     lines = [{"global_step": s, "timing/step_s": t, "reward/num_trajectories": 8.0} for s, t in [(1, 50.0), (2, 40.0),
                                                                                              (3, 60.0)]]
     (tmp_path / "old" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    (tmp_path / "old" / "config.yaml").write_text("model: {path: null}\n")
+    assert "no earlier run of this model" in time_line(16, 10, tmp_path / "new", "other-model")[1]
     item, text = time_line(16, 10, tmp_path / "new")
     assert item == "wall time (estimate)" and text.startswith("~100 s/step x 10 = ~17 min (median 50 s/step at 8")
