@@ -32,8 +32,8 @@ from pathlib import Path
 
 import yaml
 
-from swerl.selection import METRICS_FILE
 from swerl.trainer.config import TrainConfig
+from swerl.trainer.metrics import METRICS_FILE
 from swerl.trainer.plan import TRAIN_BYTES_PER_PARAM, format_bytes, kv_bytes_per_token
 
 RUNTIME_BYTES = 500_000_000
