@@ -3,7 +3,7 @@
 Every ``import`` / ``from ... import`` statement of swerl/ counts: at module level (inside
 ``if TYPE_CHECKING:`` too) and inside functions (lazy imports). Modules sit on floors, lowest first:
 
-    leaves (errors, fields, fileio, logs, text; the package root): import no stage
+    leaves (errors, fields, fileio, logs, text, run_layout; the package root): import no stage
     tasks -> sandbox -> inference -> agent -> rl -> selection -> trainer -> report -> cli
 
 A module may import its own floor or a lower one, never a higher one. ``agent`` and
@@ -22,7 +22,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-LEAVES = ("swerl", "swerl.errors", "swerl.fields", "swerl.fileio", "swerl.logs", "swerl.text")
+LEAVES = ("swerl", "swerl.errors", "swerl.fields", "swerl.fileio", "swerl.logs", "swerl.text", "swerl.run_layout")
 STAGES = ("tasks", "sandbox", "inference", "agent", "rl", "selection", "trainer", "report", "cli")
 SANDBOX_ROOMS = ("runtime", "deployment")  # between the ground floor and the joining modules
 SANDBOX_TOP = ("manager", "network", "redteam", "selftest")
