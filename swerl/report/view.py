@@ -20,9 +20,10 @@ from typing import Any
 from swerl.fileio import atomic_write_text
 from swerl.errors import ConfigError
 from swerl.report.runs import read_config
+from swerl.run_layout import EVAL_SUMMARY_FILE, EVAL_TRAJECTORIES_FILE, TRAJECTORIES_DIR, step_file_name
+from swerl.run_layout import STEP_FILE_RE as STEP_FILE
 from swerl.text import counted
 
-STEP_FILE = re.compile(r"^step_(\d+)\.jsonl$")
 
 
 @dataclass
@@ -139,12 +140,12 @@ def load_episodes(source: Path, step: int | None = None) -> EpisodeSet:
 
     Raises: ConfigError naming the folder and the fix (no trajectories, unknown step, bad line).
     """
-    if (source / "trajectories.jsonl").is_file():
-        summary_path = source / "summary.json"
+    if (source / EVAL_TRAJECTORIES_FILE).is_file():
+        summary_path = source / EVAL_SUMMARY_FILE
         summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
-        records = _read_jsonl(source / "trajectories.jsonl")
+        records = _read_jsonl(source / EVAL_TRAJECTORIES_FILE)
         return EpisodeSet(source, "eval", None, [_episode(r, None) for r in records], summary=summary)
-    folder = source / "trajectories"
+    folder = source / TRAJECTORIES_DIR
     steps = sorted(int(m.group(1)) for p in folder.glob("step_*.jsonl") if (m := STEP_FILE.match(p.name)))
     if not steps:
         raise ConfigError(f"{source}: no trajectories/step_N.jsonl nor trajectories.jsonl: pass a swerl eval output "
@@ -153,7 +154,7 @@ def load_episodes(source: Path, step: int | None = None) -> EpisodeSet:
     if chosen not in steps:
         raise ConfigError(f"--step {step}: {folder} has steps {', '.join(map(str, steps))}; pick one of them")
     tokenizer = _LazyTokenizer(source)
-    records = _read_jsonl(folder / f"step_{chosen}.jsonl")
+    records = _read_jsonl(folder / step_file_name(chosen))
     return EpisodeSet(source, "train", chosen, [_episode(r, tokenizer) for r in records], steps_available=steps)
 
 
