@@ -19,7 +19,8 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from types import TracebackType
 
-RUN_LOG = "train.log"
+from swerl.run_layout import RUN_LOG
+
 HEARTBEAT_ENV = "SWERL_HEARTBEAT_S"
 DEFAULT_HEARTBEAT_S = 30.0
 

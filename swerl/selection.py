@@ -23,6 +23,7 @@ import yaml
 from pydantic import BaseModel
 
 from swerl.errors import ConfigError, SwerlError
+from swerl.run_layout import CONFIG_FILE, EXPORT_DIR, METRICS_FILE, export_dir
 from swerl.text import counted, did_you_mean
 
 log = logging.getLogger(__name__)
@@ -30,8 +31,6 @@ log = logging.getLogger(__name__)
 DEFAULT_METRIC = "reward/avg_raw_reward"
 DEFAULT_SPAN = 5
 DEFAULT_INTERVAL = 5
-METRICS_FILE = "metrics.jsonl"
-EXPORT_DIR = "exports"
 
 __all__ = ["MetricsFileError", "Candidate", "Selection", "ema", "read_metric", "select_checkpoint"]
 
@@ -178,7 +177,7 @@ def export_interval(run_dir: Path, override: int | None = None) -> tuple[int, st
         if override < 1:
             raise ConfigError(f"--interval must be >= 1, got {override}")
         return override, "--interval"
-    config = run_dir / "config.yaml"
+    config = run_dir / CONFIG_FILE
     if config.is_file():
         try:
             value = _find_key(yaml.safe_load(config.read_text()), "hf_save_interval")
@@ -228,7 +227,7 @@ def select_checkpoint(
     latest = series[-1][0]
     candidates = []
     for (step, value), smoothed in zip(series, ema([v for _, v in series], span)):
-        export = run_dir / EXPORT_DIR / f"global_step_{step}"
+        export = export_dir(run_dir, step)
         reason = _why_not(step, latest, every, export)
         candidates.append(Candidate(
             step=step, value=value, ema=smoothed, eligible=reason is None, reason=reason,

@@ -18,9 +18,10 @@ from typing import Any
 
 from swerl.errors import ConfigError
 from swerl.report.runs import read_config
+from swerl.run_layout import EVAL_SUMMARY_FILE, EVAL_TRAJECTORIES_FILE, TRAJECTORIES_DIR, step_file_name
+from swerl.run_layout import STEP_FILE_RE as STEP_FILE
 from swerl.text import counted, did_you_mean
 
-STEP_FILE = re.compile(r"^step_(\d+)\.jsonl$")
 TAMPER_OUTCOMES = frozenset({"no_reward_file", "bad_reward"})
 """Verifier outcomes that flag a reward file the policy may have tampered with."""
 
@@ -167,12 +168,12 @@ def load_episodes(source: Path, step: int | None = None, all_steps: bool = False
     if not source.is_dir():
         raise ConfigError(f"{source} does not exist: pass the run directory of a swerl train run or an output folder "
                           "of swerl eval")
-    if (source / "trajectories.jsonl").is_file():
-        summary_path = source / "summary.json"
+    if (source / EVAL_TRAJECTORIES_FILE).is_file():
+        summary_path = source / EVAL_SUMMARY_FILE
         summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
-        records = _read_jsonl(source / "trajectories.jsonl")
+        records = _read_jsonl(source / EVAL_TRAJECTORIES_FILE)
         return EpisodeSet(source, "eval", None, [_episode(r, None) for r in records], summary=summary)
-    folder = source / "trajectories"
+    folder = source / TRAJECTORIES_DIR
     steps = sorted(int(m.group(1)) for p in folder.glob("step_*.jsonl") if (m := STEP_FILE.match(p.name)))
     if not steps:
         raise ConfigError(f"{source}: no trajectories/step_N.jsonl nor trajectories.jsonl: pass a swerl eval output "
@@ -182,7 +183,7 @@ def load_episodes(source: Path, step: int | None = None, all_steps: bool = False
         raise ConfigError(f"--step {step}: {folder} has steps {', '.join(map(str, steps))}; pick one of them")
     tokenizer = _LazyTokenizer(source)
     read = steps if all_steps and step is None else [chosen]
-    episodes = [_episode(r, tokenizer) for s in read for r in _read_jsonl(folder / f"step_{s}.jsonl")]
+    episodes = [_episode(r, tokenizer) for s in read for r in _read_jsonl(folder / step_file_name(s))]
     return EpisodeSet(source, "train", None if len(read) > 1 else chosen, episodes, steps_available=steps)
 
 

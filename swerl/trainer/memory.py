@@ -32,8 +32,8 @@ from pathlib import Path
 
 import yaml
 
+from swerl.run_layout import CONFIG_FILE, METRICS_FILE
 from swerl.trainer.config import TrainConfig
-from swerl.trainer.metrics import METRICS_FILE
 from swerl.trainer.plan import TRAIN_BYTES_PER_PARAM, format_bytes, kv_bytes_per_token
 
 RUNTIME_BYTES = 500_000_000
@@ -136,7 +136,7 @@ def ram_note(est: MemoryEstimate, available: int | None) -> list[str]:
 def _same_model(path: Path, model_path: str | None) -> bool:
     """Whether the run of ``path`` (its folder's config.yaml) trained ``model_path``."""
     try:
-        config = yaml.safe_load((path.parent / "config.yaml").read_text()) or {}
+        config = yaml.safe_load((path.parent / CONFIG_FILE).read_text()) or {}
     except (OSError, yaml.YAMLError):
         return False
     return isinstance(config, dict) and (config.get("model") or {}).get("path") == model_path

@@ -15,10 +15,9 @@ from typing import Any
 
 from swerl.fileio import atomic_write_text
 from swerl.agent.trajectory import Trajectory
+from swerl.run_layout import METRICS_FILE, TENSORBOARD_DIR, TRAJECTORIES_DIR, step_file_name
 
 log = logging.getLogger(__name__)
-
-METRICS_FILE = "metrics.jsonl"
 
 
 def effective_reward(traj: Trajectory) -> float:
@@ -148,9 +147,9 @@ class MetricsSink:
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
-            self._tb = SummaryWriter(log_dir=str(run_dir / "tensorboard"))
-            log.info("TensorBoard: writing %s; view with `tensorboard --logdir %s`", run_dir / "tensorboard",
-                     run_dir / "tensorboard")
+            self._tb = SummaryWriter(log_dir=str(run_dir / TENSORBOARD_DIR))
+            log.info("TensorBoard: writing %s; view with `tensorboard --logdir %s`", run_dir / TENSORBOARD_DIR,
+                     run_dir / TENSORBOARD_DIR)
             if config is not None:
                 _tb_config(self._tb, config)
 
@@ -192,4 +191,4 @@ def dump_trajectories(run_dir: Path, step: int, trajs: list[Trajectory], advanta
     """Write ``RUN_DIR/trajectories/step_N.jsonl``: every trajectory with its advantage (atomic)."""
     lines = (json.dumps({"global_step": step, "advantage": adv, **traj.model_dump(mode="json")}) + "\n"
              for traj, adv in zip(trajs, advantages))
-    return atomic_write_text(run_dir / "trajectories" / f"step_{step}.jsonl", "".join(lines))
+    return atomic_write_text(run_dir / TRAJECTORIES_DIR / step_file_name(step), "".join(lines))

@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from swerl.errors import EnvironmentProblem
 from swerl.fileio import atomic_write_json
+from swerl.run_layout import MLFLOW_DIR
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +129,7 @@ def _mlflow_client(cfg: MlflowConfig, run_dir: Path) -> Any:
         from mlflow.tracking import MlflowClient
     except ImportError as err:
         raise EnvironmentProblem("logging.mlflow is set but mlflow is not installed: pip install 'swerl[mlflow]'") from err
-    uri = cfg.tracking_uri or (run_dir / "mlruns").resolve().as_uri()
+    uri = cfg.tracking_uri or (run_dir / MLFLOW_DIR).resolve().as_uri()
     if uri.startswith("file:"):  # MLflow >= 3.7 refuses its file store unless this opt-out is set
         os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
     return MlflowClient(tracking_uri=uri)
