@@ -24,7 +24,7 @@ from pydantic import BaseModel
 
 from swerl.errors import ConfigError, SwerlError
 from swerl.run_layout import CONFIG_FILE, EXPORT_DIR, METRICS_FILE, export_dir
-from swerl.text import counted
+from swerl.text import counted, did_you_mean
 
 log = logging.getLogger(__name__)
 
@@ -147,9 +147,11 @@ def read_metric(
     for line in bad:
         log.warning("skipped malformed metrics line %s", line)
     if not first:
-        known = ", ".join(sorted(keys)[:12]) or "none"
-        raise MetricsFileError(f"metric {metric!r} is in no record of {counted(len(files), 'metrics file')} under "
-                               f"{run_dir}; keys seen: {known}")
+        # What a selection ranks by comes first: rewards and held-out scores, then the rest.
+        known = sorted(keys, key=lambda k: (not k.startswith(("reward/", "eval/")), k))
+        hint = did_you_mean(metric, known, listed=8) if known else "the records hold no metric"
+        raise MetricsFileError(f"--metric {metric}: in no record of {counted(len(files), 'metrics file')} under "
+                               f"{run_dir}; {hint}")
     return sorted(first.items()), bad
 
 

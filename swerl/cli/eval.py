@@ -183,27 +183,22 @@ def _run_and_report(config, json_out: str | None) -> None:  # noqa: ANN001 - Eva
 
 def _run_eval_with_progress(config, run_eval):  # noqa: ANN001, ANN202 - types live in swerl.agent.evaluate
     """Run the eval behind a live rich progress bar on stderr (episodes done, passed, masked)."""
-    from swerl.cli.progress import new_progress, phases_into
+    from swerl.cli.progress import RolloutTally, new_progress, phases_into
     from swerl.logs import PhaseClock, command_heartbeat
 
     clock = PhaseClock()
     clock.start("eval", total=0, unit="episodes")
-    counts = {"passed": 0, "masked": 0}
-    running: set[tuple[str, int]] = set()
+    counts = {"decile": 0}
+    tally = RolloutTally()
     heartbeat = command_heartbeat(clock, enabled=not err_console.is_terminal)
     with new_progress(err_console) as progress, phases_into(progress), heartbeat:
         bar = progress.add_task("eval", total=None, status="starting sandboxes...")
 
         def on_event(event) -> None:  # noqa: ANN001
             clock.total, clock.done = event.total, event.done
-            key = (event.task_name, event.sample_index)
-            if event.kind == "started":
-                running.add(key)
-            else:
-                running.discard(key)
-                counts["passed"] += event.trajectory.outcome == "passed"
-                counts["masked"] += event.trajectory.failure_class == "mask"
-            status = f"running {len(running)}  passed {counts['passed']}  masked {counts['masked']}"
+            tally.observe(event)
+            clock.note = f"{len(tally.verifying)} verifying" if tally.verifying else ""
+            status = tally.status()
             progress.update(bar, total=event.total, completed=event.done, status=status)
             decile = event.done * 10 // max(event.total, 1)
             if not err_console.is_terminal and event.kind == "finished" and decile > counts.get("decile", 0):

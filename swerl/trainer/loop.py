@@ -342,7 +342,8 @@ def _start_rollouts(
     closing goes on ``stack``. The initial policy is evaluated on the held-out tasks when asked."""
     config, info = run.config, run.info
     trackers = open_trackers(config.logging, run.run_dir, config.model_dump(mode="json"), run.plan) if info.is_main else []
-    run.sink = MetricsSink(run.run_dir, config.logging.tensorboard, trackers) if info.is_main else None
+    run.sink = MetricsSink(run.run_dir, config.logging.tensorboard, trackers,
+                           config.model_dump(mode="json")) if info.is_main else None
     stack.enter_context(sigterm_unwinds())
     stack.callback(lambda: run.sink.close() if run.sink is not None else None)
     # Generator: every rank's own engine(s). Rollouts of step k use the weights after k - 1
@@ -406,6 +407,8 @@ def _commit(run: _Run, step: int, batch: pipeline.RolloutBatch, position: dict[s
                              epoch=batch.epoch)
     if info.is_main and config.logging.dump_trajectories:
         dump_trajectories(run_dir, step, batch.trajectories, [float(a) for a in advantages])
+    if run.sink is not None:  # a few episodes for TensorBoard's text tab
+        run.sink.log_episodes(step, batch.trajectories, [float(a) for a in advantages])
     trainer_state = {"sampler": batch.sampler_state, "epoch": batch.epoch, "masked_streak": run.guard.streak,
                      "pipeline": position}
     if run.quarantine is not None:
