@@ -1,5 +1,6 @@
-"""examples/ablation: the four arms are the 2 x 2 grid (reduction x TIS) and each is a valid
-config of the shrunk CPU default (what `make ablation` trains)."""
+"""examples/ablation: the four arms are the 2 x 2 grid (reduction x TIS), the correction family's
+arms are each one correction (or the KL term), and every arm is a valid config of the shrunk CPU
+default (what `make ablation` trains)."""
 
 from __future__ import annotations
 
@@ -15,13 +16,31 @@ def _lines(path: Path) -> list[str]:
     return [line.strip() for line in path.read_text().splitlines() if line.strip() and not line.startswith("#")]
 
 
-def test_the_arms_are_the_reduction_x_tis_grid_on_the_shrunk_default():
+def _arms(name: str) -> dict:
+    """Each arm of an arms file as the config run.sh trains."""
     shrink = _lines(HERE / "shrink.args")
-    arms = [line.split() for line in _lines(HERE / "arms.txt")]
-    configs = {name: load_train_config(ROOT / "examples" / "humaneval-smollm2-cpu.yaml", shrink + [
-        f"algorithm.loss_reduction={reduction}", f"algorithm.use_tis={tis}"]) for name, reduction, tis in arms}
+    arms = [line.split() for line in _lines(HERE / name)]
+    return {arm[0]: load_train_config(ROOT / "examples" / "humaneval-smollm2-cpu.yaml", shrink + arm[1:])
+            for arm in arms}
+
+
+def test_the_arms_are_the_reduction_x_tis_grid_on_the_shrunk_default():
+    configs = _arms("arms.txt")
     grid = {(c.algorithm.loss_reduction, c.algorithm.use_tis) for c in configs.values()}
     assert grid == {(r, t) for r in ("sequence_mean", "seq_mean_token_sum_norm_global") for t in (True, False)}
     for cfg in configs.values():
         assert cfg.loop.max_steps == 3 and cfg.loop.train_batch_size * cfg.algorithm.n_samples_per_prompt == 8
         assert cfg.checkpointing.hf_save_interval == 1  # steps 2 and 3 are select-checkpoint candidates
+
+
+def test_the_correction_arms_cover_the_family_once_each():
+    configs = _arms("corrections.txt")
+    corrections = {name: (c.algorithm.correction.level, c.algorithm.correction.mode) if c.algorithm.correction else None
+                   for name, c in configs.items() if not c.algorithm.use_kl_loss}
+    assert sorted(corrections.values(), key=str) == sorted(
+        [None, ("token", "truncate"), ("sequence", "truncate"), ("sequence", "mask"), ("token", "mask"),
+         ("geometric", "mask")], key=str)
+    kl = [c.algorithm for c in configs.values() if c.algorithm.use_kl_loss]
+    assert [(a.kl_estimator, a.kl_loss_coef, a.use_tis) for a in kl] == [("k3", 0.001, True)]
+    assert {c.algorithm.loss_reduction for c in configs.values()} == {"seq_mean_token_sum_norm_global"}
+    assert all(c.loop.max_steps == 3 for c in configs.values())

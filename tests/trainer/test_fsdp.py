@@ -1,5 +1,6 @@
 """FSDP2 on CPU: 2 gloo ranks with ``fully_shard`` update exactly like 1 unsharded process, for
-every loss reduction, with gradient checkpointing + CPU offload and in bf16; sharded DCP
+every loss reduction, with gradient checkpointing + CPU offload, with sequence MIS and a KL term to
+a sharded, offloaded reference, and in bf16; sharded DCP
 checkpoints resume bit for bit on 2 ranks and across world sizes (2 -> 1, 1 -> 2).
 
 Tolerances: fp32 weights rtol 1e-5 / atol 1e-6 and losses rel 1e-5 (gloo sums in another
@@ -45,7 +46,7 @@ def _delta(state: dict, initial: dict) -> dict:
     return {k: state[k] - initial[k] for k in initial}
 
 
-@pytest.mark.parametrize("case", [*W.REDUCTIONS, "checkpointing+offload"])
+@pytest.mark.parametrize("case", [*W.REDUCTIONS, "checkpointing+offload", W.KL_CASE])
 def test_two_fsdp_ranks_equal_one_process(fsdp_run, case):
     reduction = "token_mean" if case == "checkpointing+offload" else case
     ref_state, ref_metrics = W.sgd_update(reduction, ONE, sharded=False)
@@ -56,7 +57,11 @@ def test_two_fsdp_ranks_equal_one_process(fsdp_run, case):
     for key, value in _delta(ref_state, initial).items():
         assert value.abs().max() > 0 or "norm" in key, key
         torch.testing.assert_close(state[key] - initial[key], value, rtol=1e-5, atol=1e-6)
-    for key in ("loss/policy", "grad_norm", "policy/num_tokens", "policy/clip_fraction", "tis/imp_ratio_mean"):
+    keys = ["loss/policy", "grad_norm", "policy/num_tokens", "policy/clip_fraction", "tis/imp_ratio_mean"]
+    if case == W.KL_CASE:
+        keys += ["loss/kl", "policy/kl_ref_mean", "tis/masked_fraction"]
+        assert ref_metrics["policy/kl_ref_mean"] > 0 and 0 < ref_metrics["tis/masked_fraction"] < 1
+    for key in keys:
         assert metrics[key] == pytest.approx(ref_metrics[key], rel=1e-5, abs=1e-7), key
 
 
