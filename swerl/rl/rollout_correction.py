@@ -95,6 +95,13 @@ def _output(weights: Tensor, log_rho: Tensor, has: Tensor, valid: Tensor, capped
     )
 
 
+def _masked_importance(log_rho: Tensor, has: Tensor, valid: Tensor, low: float, high: float) -> CorrectionOutput:
+    """Weight exp(log_rho) where low <= exp(log_rho) <= high, else 0 (log_rho: (B, T) or (B, 1))."""
+    kept = _inside(log_rho, low, high)
+    weights = torch.where(kept, torch.exp(log_rho.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)), 0.0)
+    return _output(weights, log_rho, has, valid, torch.zeros_like(kept), kept)
+
+
 @torch.no_grad()
 def token_truncate(old_logprobs: Tensor, rollout_logprobs: Tensor, has_rollout_logprobs: Tensor,
                    loss_mask: Tensor, high: float, low: float) -> CorrectionOutput:
@@ -140,9 +147,7 @@ def token_mask(old_logprobs: Tensor, rollout_logprobs: Tensor, has_rollout_logpr
     """
     valid = _valid(has_rollout_logprobs, loss_mask)
     delta = token_log_ratio(old_logprobs, rollout_logprobs, valid)
-    kept = _inside(delta, low, high)
-    weights = torch.where(kept, torch.exp(delta.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)), 0.0)
-    return _output(weights, delta, has_rollout_logprobs, valid, torch.zeros_like(kept), kept)
+    return _masked_importance(delta, has_rollout_logprobs, valid, low, high)
 
 
 @torch.no_grad()
@@ -157,9 +162,7 @@ def sequence_mask(old_logprobs: Tensor, rollout_logprobs: Tensor, has_rollout_lo
     """
     valid = _valid(has_rollout_logprobs, loss_mask)
     s = sequence_log_ratio(token_log_ratio(old_logprobs, rollout_logprobs, valid), valid, geometric=False)
-    kept = _inside(s, low, high)
-    weights = torch.where(kept, torch.exp(s.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)), 0.0)
-    return _output(weights, s, has_rollout_logprobs, valid, torch.zeros_like(kept), kept)
+    return _masked_importance(s, has_rollout_logprobs, valid, low, high)
 
 
 @torch.no_grad()

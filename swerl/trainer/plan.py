@@ -187,8 +187,21 @@ def _trainer_lines(cfg: TrainConfig, ranks: tuple[int, ...]) -> list[tuple[str, 
     offload = " (+ host RAM with cpu_offload)" if m.cpu_offload else ""
     shards = " written by every rank, on a file system every rank sees" if ranks != (1,) else ""
     return [*lines, ("trainer state / rank", f"{count} params{what} x {TRAIN_BYTES_PER_PARAM} B{sized}{offload}"),
+            *_reference_lines(cfg, n, ranks),
             ("checkpoint / export", f"{format_bytes(n * CHECKPOINT_BYTES_PER_PARAM)} DCP (fp32 weights + AdamW "
              f"state){shards} / {format_bytes(n * EXPORT_BYTES_PER_PARAM)} fp32 safetensors")]
+
+
+def _reference_lines(cfg: TrainConfig, n: int, ranks: tuple[int, ...]) -> list[tuple[str, str]]:
+    """The KL term's frozen reference policy (fp32 weights, no gradients or optimizer state)."""
+    if not cfg.algorithm.use_kl_loss:
+        return []
+    size = n * EXPORT_BYTES_PER_PARAM
+    per_rank = format_bytes(size) if not cfg.model.fsdp or ranks == (1,) else ", ".join(
+        f"{w} ranks {format_bytes(size / w)}" for w in ranks)
+    where = "in host RAM (model.reference_cpu_offload)" if cfg.model.reference_cpu_offload else "on the trainer's device"
+    return [("reference policy / rank", f"frozen copy of the initial policy for the {cfg.algorithm.kl_estimator} KL "
+             f"term: {per_rank} fp32 weights {where}; one more forward per row and step")]
 
 
 def _vllm_where(cfg: TrainConfig, ranks: int) -> str:
