@@ -230,12 +230,15 @@ def _step_metrics(totals: dict[str, float], forwarded: list[Row], denominators: 
     keys = sorted(set(totals) | reported_metric_keys(algo))  # same keys on every rank, even one that forwarded nothing
     summed = all_reduce_sum(torch.tensor([totals.get(k, 0.0) for k in keys], dtype=torch.float64, device=device))
     out = dict(zip(keys, (float(v) for v in summed.cpu())))
-    # Token means over the forwarded rows (compute_policy_loss divides by all tokens).
+    # Token means over the forwarded rows (compute_policy_loss divides by all tokens); undefined,
+    # so left out, when no row was forwarded (a step without signal).
     fwd_tokens = float(all_reduce_sum(torch.tensor([float(sum(r.num_trainable_tokens for r in forwarded))],
                                                    dtype=torch.float64, device=device))[0])
     for key in TOKEN_MEAN_METRICS:
-        if key in out:
-            out[key] *= denominators.num_tokens / max(fwd_tokens, 1.0)
+        if key in out and fwd_tokens > 0:
+            out[key] *= denominators.num_tokens / fwd_tokens
+        elif key in out:
+            del out[key]
     if algo.use_kl_loss:
         out["loss/kl_share"] = kl_share(out, algo.kl_loss_coef)
     out.update({"policy/num_tokens": denominators.num_tokens, "policy/num_signal_rows": denominators.num_signal_rows})
@@ -243,9 +246,10 @@ def _step_metrics(totals: dict[str, float], forwarded: list[Row], denominators: 
 
 
 def _mean_over_steps(history: list[dict[str, float]], rows: list[Row], algo: AlgorithmConfig) -> dict[str, float]:
-    """Per-optimizer-step metrics averaged, plus the counts that are totals (see ``train_on_batch``)."""
+    """Per-optimizer-step metrics averaged over the steps that have them, plus the counts that are
+    totals (see ``train_on_batch``)."""
     keys = sorted({k for h in history for k in h})
-    out = {k: sum(h.get(k, 0.0) for h in history) / len(history) for k in keys}
+    out = {k: sum(h[k] for h in history if k in h) / sum(k in h for h in history) for k in keys}
     out["policy/optimizer_steps"] = float(len(history))
     out.update(skip_counts([h[SKIPPED] for h in history]))  # counts over the step, not means
     if algo.correction is not None:  # every row of the step, forwarded or not (rows is identical on every rank)
