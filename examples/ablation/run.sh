@@ -7,7 +7,9 @@
 # Behind `make ablation`.
 #   usage: examples/ablation/run.sh [OUT_DIR]   (default runs/ablation)
 # Knobs (environment):
-#   ARMS   arms of arms.txt to train, space-separated, or "all" (default "seqmean-tis seqnorm-tis":
+#   ARMS_FILE  the arms file: one arm per line, its name then the --set overrides that make it
+#          (default arms.txt; corrections.txt holds the rollout-correction and KL arms)
+#   ARMS   arms of ARMS_FILE to train, space-separated, or "all" (default "seqmean-tis seqnorm-tis":
 #          with the HF generator the TIS ratio is 1, so the no-TIS arms would repeat the TIS arms)
 #   SEEDS  seed replicas per arm, comma-separated (default 0): OUT_DIR/ARM/seed<S>
 #   SIZE   the --set lines that size each arm (default examples/ablation/size.args)
@@ -19,6 +21,7 @@ OUT=${1:-runs/ablation}
 SWERL=${SWERL:-.venv/bin/swerl}
 TASKS=${TASKS:-runs/humaneval-tasks}
 HERE=$(dirname "$0")
+ARMS_FILE=${ARMS_FILE:-$HERE/arms.txt}
 BASE=${BASE:-examples/humaneval-smollm2-cpu.yaml}
 SIZE=${SIZE:-$HERE/size.args}
 SEEDS=${SEEDS:-0}
@@ -38,17 +41,18 @@ done < "$SIZE"
 for extra in $SETS; do sets+=(--set "$extra"); done
 
 runs=()
-while read -r arm reduction tis; do
+while read -r arm overrides; do
   case "$arm" in ''|'#'*) continue ;; esac
   if [ "$ARMS" != all ] && [[ " $ARMS " != *" $arm "* ]]; then continue; fi
   runs+=("$OUT/$arm")
   if [ -f "$OUT/$arm/.done" ]; then echo "arm $arm: done already" >&2; continue; fi
-  echo "arm $arm: loss_reduction=$reduction use_tis=$tis seeds=$SEEDS" >&2
+  echo "arm $arm: $overrides seeds=$SEEDS" >&2
+  arm_sets=()
+  for kv in $overrides; do arm_sets+=(--set "$kv"); done
   # --resume latest: an arm stopped part way continues from its last checkpoint.
-  "$SWERL" train "$BASE" --seeds "$SEEDS" --out "$OUT/$arm" --resume latest "${sets[@]}" \
-    --set "algorithm.loss_reduction=$reduction" --set "algorithm.use_tis=$tis"
+  "$SWERL" train "$BASE" --seeds "$SEEDS" --out "$OUT/$arm" --resume latest "${sets[@]}" "${arm_sets[@]}"
   touch "$OUT/$arm/.done"
-done < "$HERE/arms.txt"
+done < "$ARMS_FILE"
 
 if [ "${#runs[@]}" -ge 2 ]; then
   "$SWERL" compare "${runs[@]}" --all-pairs --json "$OUT/compare.json" | tee "$OUT/compare.txt"

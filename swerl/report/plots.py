@@ -48,8 +48,10 @@ LINE_PANELS = [
     Panel("lengths", "Response length (generated tokens, every row)", (
         "response_length/mean", "response_length/max", "response_length/clip_fraction",
         "response_length/reward_pos_mean", "response_length/reward_zero_mean", "response_length/masked_mean")),
-    Panel("tis", "Truncated importance sampling", (
-        "tis/imp_ratio_mean", "tis/imp_ratio_capped_fraction", "tis/log_ratio_abs_mean", "tis/rows_without_logprobs")),
+    Panel("tis", "Rollout correction (pi_old / mu: TIS, MIS, IcePop, rejection)", (
+        "tis/imp_ratio_mean", "tis/ratio_mean", "tis/imp_ratio_capped_fraction", "tis/masked_fraction",
+        "tis/masked_neg_adv_fraction", "tis/log_ratio_abs_mean", "tis/rows_without_logprobs")),
+    Panel("kl", "KL to the reference policy", ("policy/kl_ref_mean", "loss/kl", "loss/kl_share")),
     Panel("staleness", "Rollout staleness (steps)", ("async/staleness_mean", "async/staleness_max")),
     Panel("update", "Policy update", ("loss/policy", "grad_norm", "policy/clip_fraction",
                                       "update/skipped_nonfinite_steps")),

@@ -134,27 +134,54 @@ def config_differences(runs: list[Run], ignored: tuple[str, ...] = ()) -> list[s
 
 
 def _value_text(value: Any) -> str:
-    """A config value as YAML writes it on one line (``true``, ``null``, ``1.0e-05``)."""
-    return yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
+    """A config value as YAML writes it on one line (``true``, ``null``, ``1.0e-05``, ``{a: 1}``)."""
+    return yaml.safe_dump(value, default_flow_style=True, sort_keys=False).strip().removesuffix("...").strip()
+
+
+def _units(diffs: list[str]) -> dict[str, list[str]]:
+    """Differing keys grouped by what a label shows as one part: a key of a section
+    (``algorithm.use_tis``) stands alone; the keys of a nested block
+    (``algorithm.rollout_correction.level``, ``.mode``) form one part named by the block."""
+    units: dict[str, list[str]] = {}
+    for key in diffs:
+        units.setdefault(key.rsplit(".", 1)[0] if key.count(".") >= 2 else key, []).append(key)
+    return units
+
+
+def _unit_text(run: Run, flat: dict[str, Any], unit: str, keys: list[str]) -> str:
+    """The run's value of one label part: a scalar, or the block's differing fields in flow YAML
+    (``{level: sequence, mode: mask}``), or ``null`` when the run has no such block."""
+    if keys == [unit]:
+        return _value_text(flat.get(unit))
+    block: Any = run.config
+    for segment in unit.split("."):
+        block = block.get(segment) if isinstance(block, dict) else None
+    if not isinstance(block, dict) or not block:
+        return _value_text(block)
+    return _value_text({name: flat.get(f"{unit}.{name}") for name in block if f"{unit}.{name}" in keys})
 
 
 def label_arms(runs: list[Run], max_keys: int = 4, ignored: tuple[str, ...] = ()) -> list[str]:
     """Label each run by the config values that set it apart (``algorithm.use_tis=false, ...``).
 
     One run, or runs with equal configs, are labelled by their folder names. Only the last
-    segment of each key is shown when it is unambiguous; at most ``max_keys`` keys, then ``+N``.
-    ``ignored`` keys never label (the report passes ``seed`` to label arms of seed replicas).
+    segment of each key (or nested block) is shown when it is unambiguous; the differing fields
+    of a nested block make one part (``rollout_correction={level: sequence, mode: mask}``); at
+    most ``max_keys`` parts, then ``+N more``. ``ignored`` keys never label (the report passes
+    ``seed`` to label arms of seed replicas).
     Returns: the differing keys (also stored in each ``Run.label``).
     """
     diffs = config_differences(runs, ignored) if len(runs) > 1 else []
-    short = {k: k.rsplit(".", 1)[-1] for k in diffs}
+    units = _units(diffs)
+    short = {u: u.rsplit(".", 1)[-1] for u in units}
     if len(set(short.values())) < len(short):
-        short = {k: k for k in diffs}
+        short = {u: u for u in units}
+    shown = list(units)[:max_keys]
     for run in runs:
         flat = flatten(run.config)
-        parts = [f"{short[k]}={_value_text(flat.get(k))}" for k in diffs[:max_keys]]
-        if len(diffs) > max_keys:
-            parts.append(f"+{len(diffs) - max_keys} more")
+        parts = [f"{short[u]}={_unit_text(run, flat, u, units[u])}" for u in shown]
+        if len(units) > max_keys:
+            parts.append(f"+{len(units) - max_keys} more")
         run.label = ", ".join(parts) if parts else run.run_dir.name
     if len({r.label for r in runs}) < len(runs):  # equal labels: prefix the folder (and its parent)
         for run in runs:

@@ -1,4 +1,4 @@
-"""Per-token policy losses (PPO clip, dual clip) and the optional KL and entropy terms.
+"""Per-token policy losses (PPO clip, dual clip) and the optional entropy term (KL: ``kl.py``).
 
 Stage: ``rl/``. Every function maps (B, T) tensors to (B, T) float32 per-token values; the
 loss mask and the reduction are applied later (``reductions.py``). See docs/algorithms.md, Policy loss.
@@ -17,7 +17,6 @@ __all__ = [
     "log_ratio",
     "regular",
     "dual_clip",
-    "kl_k3",
     "entropy_from_logits",
     "masked_fraction",
 ]
@@ -110,18 +109,6 @@ def dual_clip(
     dual_wins = (adv < 0) & (bound < base.per_token_loss)
     loss = torch.where(dual_wins, bound, base.per_token_loss)
     return PolicyLossOutput(loss, base.is_clipped | dual_wins)
-
-
-def kl_k3(logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:
-    """k3 estimator of KL(pi || pi_ref) per token, non-negative.
-
-    Formula: d = clamp(log pi_ref - log pi, -20, 20); k3 = exp(d) - d - 1.
-    Args: logprobs (B, T) float (requires grad), ref_logprobs (B, T) float (constant).
-    Returns: (B, T) float32 >= 0, unmasked.
-    Source: Schulman 2020, "Approximating KL Divergence" (k3); verl ``kl_penalty`` "low_var_kl".
-    """
-    d = (ref_logprobs.float() - logprobs.float()).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-    return torch.exp(d) - d - 1.0
 
 
 def entropy_from_logits(logits: Tensor) -> Tensor:

@@ -34,6 +34,8 @@ class Row:
         rollout_logprobs: (T,) float32 sampling log-probs, or None (TIS weight 1).
         advantage: scalar A of the row (broadcast to its tokens).
         old_logprobs: (T,) float32 log pi_old recomputed by the trainer, or None before it is.
+        ref_logprobs: (T,) float32 log pi_ref of the reference policy, or None (no KL term, or
+            before the trainer computed it).
         episode_index: index of the trajectory the row comes from in the step's batch (rows of
             one episode share it; mini-batches are cut between episodes); None = a row of its own.
     """
@@ -45,6 +47,7 @@ class Row:
     advantage: float
     old_logprobs: Tensor | None = None
     episode_index: int | None = None
+    ref_logprobs: Tensor | None = None
 
     @property
     def num_trainable_tokens(self) -> int:
@@ -99,7 +102,8 @@ def mini_batches(rows: list[Row], episodes_per_mini_batch: int) -> list[list[Row
 def padding_row(like: Row) -> Row:
     """A row that only keeps ranks in step: same shape as ``like``, nothing trainable, A = 0."""
     old = like.old_logprobs if like.old_logprobs is not None else torch.zeros(len(like.response_ids))
-    return replace(like, loss_mask=torch.zeros_like(like.loss_mask), advantage=0.0, old_logprobs=old)
+    ref = like.ref_logprobs if like.ref_logprobs is not None else torch.zeros(len(like.response_ids))
+    return replace(like, loss_mask=torch.zeros_like(like.loss_mask), advantage=0.0, old_logprobs=old, ref_logprobs=ref)
 
 
 @dataclass(frozen=True)
@@ -114,6 +118,7 @@ class MicroBatch:
         rollout_logprobs: (n, L-1) float32, 0 where missing.
         has_rollout_logprobs: (n,) bool, False for rows without sampling log-probs.
         old_logprobs: (n, L-1) float32 or None.
+        ref_logprobs: (n, L-1) float32 or None (only when every row has them).
         response_starts: (n,) int64, column of each row's first response token.
         response_lengths: (n,) int64, T of each row.
     """
@@ -127,6 +132,7 @@ class MicroBatch:
     old_logprobs: Tensor | None
     response_starts: Tensor
     response_lengths: Tensor
+    ref_logprobs: Tensor | None = None
 
     def to(self, device: torch.device) -> "MicroBatch":
         """Copy every tensor to ``device``."""
@@ -153,7 +159,9 @@ def collate(rows: list[Row], pad_id: int = 0) -> MicroBatch:
     advantages = torch.zeros((n, length - 1), dtype=torch.float32)
     rollout_lp = torch.zeros((n, length - 1), dtype=torch.float32)
     old_lp = torch.zeros((n, length - 1), dtype=torch.float32)
+    ref_lp = torch.zeros((n, length - 1), dtype=torch.float32)
     has_old = all(r.old_logprobs is not None for r in rows)
+    has_ref = all(r.ref_logprobs is not None for r in rows)
     starts = torch.zeros(n, dtype=torch.int64)
     lengths = torch.zeros(n, dtype=torch.int64)
     for i, r in enumerate(rows):
@@ -169,6 +177,8 @@ def collate(rows: list[Row], pad_id: int = 0) -> MicroBatch:
             rollout_lp[i, s : s + t] = r.rollout_logprobs
         if has_old:
             old_lp[i, s : s + t] = r.old_logprobs
+        if has_ref:
+            ref_lp[i, s : s + t] = r.ref_logprobs
     has_rollout = torch.tensor([r.rollout_logprobs is not None for r in rows], dtype=torch.bool)
     return MicroBatch(
         input_ids=input_ids,
@@ -180,5 +190,6 @@ def collate(rows: list[Row], pad_id: int = 0) -> MicroBatch:
         old_logprobs=old_lp if has_old else None,
         response_starts=starts,
         response_lengths=lengths,
+        ref_logprobs=ref_lp if has_ref else None,
     )
 

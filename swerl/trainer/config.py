@@ -49,6 +49,10 @@ class ModelConfig(_Strict):
     cpu_offload: bool = Field(
         False, description="With fsdp: keep sharded parameters, gradients and optimizer state in host memory (CPUOffloadPolicy)."
     )
+    reference_cpu_offload: bool = Field(
+        False, description="With algorithm.use_kl_loss: keep the frozen reference policy in host memory (FSDP: its shards, "
+        "CPUOffloadPolicy; replicated: moved to the device for each step's reference forwards)."
+    )
 
     grad_sync: Literal["last_micro_batch", "every_micro_batch"] = Field(
         "last_micro_batch",
@@ -226,14 +230,9 @@ class TrainConfig(_Strict):
         stray = set_fields(self.generator, ignored)
         if stray:
             raise ValueError(f"generator.{stray[0]} would be ignored by swerl train ({ignored[stray[0]]}): remove it")
-        if self.algorithm.use_kl_loss:
-            raise ValueError("algorithm.use_kl_loss needs a reference policy, which the trainer does not hold yet: set false")
-        inert_kl = self.algorithm.kl_loss_coef not in (0.0, AlgorithmConfig.model_fields["kl_loss_coef"].default)
-        if inert_kl and "kl_loss_coef" in self.algorithm.model_fields_set:
-            raise ValueError(
-                f"algorithm.kl_loss_coef={self.algorithm.kl_loss_coef} would be ignored: the trainer has no KL term "
-                "(use_kl_loss must be false without a reference policy); remove it or set 0"
-            )
+        if self.model.reference_cpu_offload and not self.algorithm.use_kl_loss:
+            raise ValueError("model.reference_cpu_offload would be ignored: there is a reference policy only with "
+                             "algorithm.use_kl_loss=true; remove it")
         if self.model.fsdp and self.generator.backend == "hf":
             raise ValueError(
                 "model.fsdp with generator.backend=hf: every rank generates with its own module, a sharded one cannot; use generator.backend=vllm"

@@ -6,8 +6,8 @@ resume), then one loop whose blocks each call a named step of a lower stage:
 
     take the step's batch from the rollout pipeline (prompts -> agent + sandboxes + verifier) ->
     failure classes ->
-    advantages -> pi_old at the sampling temperature -> micro-batched policy update (clip, AdamW,
-    LR schedule) -> publish weights to the generator -> commit (HF export, checkpoint, metrics
+    advantages -> pi_old (and pi_ref with a KL term) at the sampling temperature -> micro-batched
+    policy update (clip, AdamW, LR schedule) -> publish weights to the generator -> commit (HF export, checkpoint, metrics
     record as one unit: ``commit.py``) -> log.
 
 How it departs from a textbook PPO/GRPO trainer (see ``docs/algorithms.md``):
@@ -15,8 +15,9 @@ How it departs from a textbook PPO/GRPO trainer (see ``docs/algorithms.md``):
   the baseline; zero-variance and too-small groups get A = 0.
 - Loss denominators are counted over the whole optimizer step (all micro-batches, all ranks),
   never a mean of per-micro-batch means; gradients are SUMMED over ranks.
-- TIS weights against the sampler's own per-token log-probs; pi_old is recomputed by the
-  trainer with logits divided by the sampling temperature.
+- Rollout corrections (TIS by default) against the sampler's own per-token log-probs; pi_old is
+  recomputed by the trainer with logits divided by the sampling temperature.
+- An optional KL term to the initial policy, a frozen copy held by the trainer (``reference.py``).
 - One optimizer step per training batch by default (the ratio is ~1: REINFORCE with a
   leave-one-out baseline); mini-batches and update epochs are options.
 - Rollouts with bounded staleness (``pipeline.py``, ``docs/async.md``): with
@@ -65,6 +66,7 @@ from swerl.trainer.nonfinite import NonFiniteStreak
 from swerl.trainer.optim import build_optimizer
 from swerl.trainer.plan import RunPlan, make_plan
 from swerl.trainer.quarantine import Quarantine
+from swerl.trainer.reference import ReferencePolicy, load_reference
 from swerl.trainer.sampler import PromptSampler
 from swerl.trainer.shared_dir import check_shared_run_dir
 from swerl.trainer.trackers import open_trackers
@@ -173,6 +175,7 @@ class _Run:
     scheduler: torch.optim.lr_scheduler.LRScheduler
     settings: UpdateSettings
     ckpt_path: Path | None
+    reference: ReferencePolicy | None = None
     start_step: int = 0
     protect: frozenset[int] = frozenset()
     guard: MaskedGuard | None = None
@@ -222,7 +225,7 @@ def train(config: TrainConfig, run_dir: Path, resume: str | None = None, *,
             run.model.train()
             with run.clock.busy("update"):
                 update_metrics = train_on_batch(run.model, run.optimizer, run.scheduler, rows, config.algorithm,
-                                                run.settings, run.info)
+                                                run.settings, run.info, run.reference)
             run.model.eval()
             timings["timing/update_s"] = time.monotonic() - t0
             # Weight sync to the generator between two requests, then the parity probe (stops the run
@@ -248,7 +251,8 @@ def _prepare(
     config: TrainConfig, run_dir: Path, resume: str | None, on_event: Callable[[TrainEvent], None] | None
 ) -> _Run:
     """Setup: ranks, seeds, run directory, tasks, the prompt sampler and the plan, then the policy,
-    its optimizer and LR schedule (in this order: the seeds fix the model's initialization)."""
+    its optimizer and LR schedule (in this order: the seeds fix the model's initialization), and
+    the KL term's reference policy (the initial weights, before a resume loads a checkpoint)."""
     from swerl.tasks.exclude import load_without_excluded
     from swerl.tasks.load import load_tasks
 
@@ -281,8 +285,11 @@ def _prepare(
 
     model, tokenizer, model_path = load_policy(config.model, info)
     optimizer, scheduler = build_optimizer(model, config.optimizer, max(plan.total_optimizer_steps, 1))
+    settings = _update_settings(config, tokenizer)
+    reference = load_reference(config.model, model_path, info, settings.temperature, settings.compute_dtype) \
+        if config.algorithm.use_kl_loss else None
     return _Run(config, run_dir, info, emit, tasks, held_out, sampler, plan, model, tokenizer, model_path, optimizer,
-                scheduler, _update_settings(config, tokenizer), ckpt_path, quarantine=quarantine)
+                scheduler, settings, ckpt_path, reference, quarantine=quarantine)
 
 
 def _update_settings(config: TrainConfig, tokenizer: Any) -> UpdateSettings:

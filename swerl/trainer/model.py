@@ -28,20 +28,30 @@ def load_policy(cfg: ModelConfig, dist_info: DistInfo) -> tuple[torch.nn.Module,
     Returns: (model in fp32 on ``dist_info.device``, sharded as ``cfg`` says, tokenizer, resolved HF folder).
     Raises: ConfigError / EnvironmentProblem from ``resolve_model`` (bad path, missing default).
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     from swerl.inference.model_files import resolve_model
 
     path = resolve_model(cfg.path)
     tokenizer = AutoTokenizer.from_pretrained(path)
+    model = load_causal_lm(path, cfg, dist_info)
+    n_params = sum(p.numel() for p in model.parameters())
+    log.info("policy %s: %.1fM parameters on %s", path, n_params / 1e6, dist_info.device)
+    return model, tokenizer, path
+
+
+def load_causal_lm(path: Path, cfg: ModelConfig, dist_info: DistInfo) -> torch.nn.Module:
+    """The fp32 causal LM of the HF folder ``path``, placed as ``cfg`` says (device, gradient
+    checkpointing, FSDP2 sharding, ``cpu_offload``): read by rank 0 only under ``torchrun``, by
+    this process otherwise. The policy and the KL term's frozen reference both load through it."""
+    from transformers import AutoModelForCausalLM
+
     if is_distributed():
         model = _load_from_rank0(path, cfg, dist_info)
     else:
         model = prepare_policy(AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32), cfg, dist_info)
     free_memory(dist_info)
-    n_params = sum(p.numel() for p in model.parameters())
-    log.info("policy %s: %.1fM parameters on %s", path, n_params / 1e6, dist_info.device)
-    return model, tokenizer, path
+    return model
 
 
 def _load_from_rank0(path: Path, cfg: ModelConfig, dist_info: DistInfo) -> torch.nn.Module:

@@ -52,6 +52,7 @@ class RunPlan(BaseModel):
 
 TRAIN_BYTES_PER_PARAM = 16  # fp32 master weight + fp32 grad + AdamW m and v
 CHECKPOINT_BYTES_PER_PARAM = 12  # DCP: fp32 weights + AdamW exp_avg and exp_avg_sq
+REFERENCE_BYTES_PER_PARAM = 4  # the KL term's frozen reference: fp32 weights, no gradient or optimizer state
 def export_bytes_per_param(cfg: TrainConfig) -> int:
     """HF exports are written in the training compute dtype (``checkpoint.export_hf``): 2 B bf16, 4 B fp32."""
     return 2 if cfg.model.dtype == "bfloat16" else 4
@@ -193,6 +194,7 @@ def _trainer_lines(cfg: TrainConfig, ranks: tuple[int, ...]) -> list[tuple[str, 
                     "(model.grad_sync=last_micro_batch; every_micro_batch keeps them sharded)")
     shards = " written by every rank, on a file system every rank sees" if ranks != (1,) else ""
     return [*lines, ("trainer state / rank", f"{count} params{what} x {TRAIN_BYTES_PER_PARAM} B{sized}{offload}"),
+            *_reference_lines(cfg, n, ranks),
             ("update activations / rank", _activation_words(cfg, shape)),
             ("checkpoint / export", f"{format_bytes(n * CHECKPOINT_BYTES_PER_PARAM)} DCP (fp32 weights + AdamW "
              f"state){shards} / {format_bytes(n * export_bytes_per_param(cfg))} {'fp32' if m.dtype == 'float32' else m.dtype} "
@@ -215,6 +217,18 @@ def _activation_words(cfg: TrainConfig, shape: dict) -> str:
         return words + ", and every layer's activations (model.gradient_checkpointing=false)"
     hidden = shape["num_hidden_layers"] * rows * window * shape["hidden_size"] * item
     return words + f", {format_bytes(hidden)} checkpointed hidden states ({shape['num_hidden_layers']} layers)"
+
+
+def _reference_lines(cfg: TrainConfig, n: int, ranks: tuple[int, ...]) -> list[tuple[str, str]]:
+    """The KL term's frozen reference policy (fp32 weights, no gradients or optimizer state)."""
+    if not cfg.algorithm.use_kl_loss:
+        return []
+    size = n * REFERENCE_BYTES_PER_PARAM
+    per_rank = format_bytes(size) if not cfg.model.fsdp or ranks == (1,) else ", ".join(
+        f"{w} ranks {format_bytes(size / w)}" for w in ranks)
+    where = "in host RAM (model.reference_cpu_offload)" if cfg.model.reference_cpu_offload else "on the trainer's device"
+    return [("reference policy / rank", f"frozen copy of the initial policy for the {cfg.algorithm.kl_estimator} KL "
+             f"term: {per_rank} fp32 weights {where}; one more forward per row and step")]
 
 
 def _vllm_where(cfg: TrainConfig, ranks: int) -> str:

@@ -1,10 +1,12 @@
 """The policy update of one training step: old log-probs, then micro-batched optimizer steps.
 
-Per optimizer step (docs/algorithms.md, Loss reductions): count the step's denominators over all its micro-batches,
+Once per training step: log pi_old of every row (the weights that produced the batch) and, with a
+KL term, log pi_ref of the reference policy beside it. Per optimizer step (docs/algorithms.md, Loss
+reductions): count the step's denominators over all its micro-batches,
 SUM them over ranks (one all-reduce), then for each micro-batch forward at the sampling
-temperature, ``compute_policy_loss`` (PPO clip, TIS, reduction) and ``backward``; gradients are
-SUMMED over ranks once per optimizer step (replicated models: one all-reduce; FSDP: one
-reduce-scatter after the last micro-batch, its average cancelled by scaling the loss by W);
+temperature, ``compute_policy_loss`` (PPO clip, rollout correction, reduction, KL) and ``backward``;
+gradients are SUMMED over ranks once per optimizer step (replicated models: one all-reduce; FSDP:
+one reduce-scatter after the last micro-batch, its average cancelled by scaling the loss by W);
 clip the global norm, step AdamW and the schedule. Nothing is divided by the number of
 micro-batches. Padding rows (rank balance) and failed rows carry an all-zero loss mask, so they
 reach neither a numerator nor a denominator.
@@ -14,16 +16,20 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import torch
 
 from swerl.rl.config import AlgorithmConfig
-from swerl.rl.loss import compute_policy_loss
 from swerl.rl.logprobs import next_token_logprobs
+from swerl.rl.loss import TOKEN_MEAN_METRICS, compute_policy_loss, kl_share, reported_metric_keys
 from swerl.rl.reductions import StepDenominators, denominator_parts, dp_loss_scale
 from swerl.trainer.batch import MicroBatch, Row, collate, mini_batches, padding_row
 from swerl.trainer.distributed import DistInfo, all_reduce_grads, all_reduce_max, all_reduce_sum, rank_slice
 from swerl.trainer.nonfinite import SKIPPED, skip_counts, step_if_finite
+
+if TYPE_CHECKING:
+    from swerl.trainer.reference import ReferencePolicy
 
 
 @dataclass(frozen=True)
@@ -46,7 +52,7 @@ class UpdateSettings:
         pad_id: padding token id.
         skip_no_signal_rows: do not forward rows whose advantage is 0 or that have no trainable
             token (their policy loss and gradient are exactly 0); they still count in the
-            denominators. Ignored when an entropy bonus is on (it touches every token).
+            denominators. Ignored when an entropy bonus or a KL term is on (they touch every token).
     """
 
     temperature: float
@@ -106,7 +112,7 @@ def has_signal(row: Row) -> bool:
 
 def rows_to_forward(rows: list[Row], algo: AlgorithmConfig, s: UpdateSettings) -> list[Row]:
     """The rows whose forward/backward is needed (all of them unless skipping is allowed)."""
-    if not s.skip_no_signal_rows or algo.entropy_coef > 0:
+    if not s.skip_no_signal_rows or algo.entropy_coef > 0 or algo.use_kl_loss:
         return rows
     return [r for r in rows if has_signal(r)]
 
@@ -151,15 +157,21 @@ def with_old_logprobs(
     return out[: len(rows)]
 
 
-def _metric_keys(algo: AlgorithmConfig) -> set[str]:
-    """Keys ``compute_policy_loss`` reports under ``algo``."""
-    keys = {"loss/policy", "loss/total", "policy/clip_fraction"}
-    if algo.use_tis:
-        keys |= {"tis/imp_ratio_mean", "tis/imp_ratio_capped_fraction", "tis/log_ratio_abs_mean",
-                 "tis/rows_without_logprobs"}
-    if algo.entropy_coef > 0:
-        keys.add("policy/entropy")
-    return keys
+@torch.no_grad()
+def with_ref_logprobs(
+    reference: ReferencePolicy, rows: list[Row], s: UpdateSettings, device: torch.device, template: Row | None = None
+) -> list[Row]:
+    """Attach log pi_ref (the reference policy at the sampling temperature) to each row, micro-batched.
+
+    Sharded: every rank runs as many forwards, as :func:`with_old_logprobs`. Call it inside
+    ``reference.resident()``.
+    """
+    forwarded = _pad_to_common_length(rows, template or (rows[0] if rows else None), s)
+    out: list[Row] = []
+    for chunk in _micro_batches(forwarded, s.micro_batch_size):
+        mb = collate(chunk, s.pad_id).to(device)
+        out.extend(replace(r, ref_logprobs=v) for r, v in zip(chunk, mb.response_values(reference.logprobs(mb))))
+    return out[: len(rows)]
 
 
 def _with_pi_old(model: torch.nn.Module, mini: list[Row], algo: AlgorithmConfig, s: UpdateSettings,
@@ -169,6 +181,20 @@ def _with_pi_old(model: torch.nn.Module, mini: list[Row], algo: AlgorithmConfig,
     needed = {id(r) for r in rows_to_forward(mine, algo, s)}
     with_old = iter(with_old_logprobs(model, [r for r in mine if id(r) in needed], s, dist_info.device, mine[0]))
     return [next(with_old) if id(r) in needed else r for r in mine]
+
+
+def _with_pi_ref(reference: ReferencePolicy, local: list[list[Row]], algo: AlgorithmConfig, s: UpdateSettings,
+                 dist_info: DistInfo) -> list[list[Row]]:
+    """This rank's mini-batches with log pi_ref on each row that will be forwarded (the reference's
+    weights brought to the device once for the step)."""
+    out = []
+    with reference.resident():
+        for mine in local:
+            needed = {id(r) for r in rows_to_forward(mine, algo, s)}
+            with_ref = iter(with_ref_logprobs(reference, [r for r in mine if id(r) in needed], s, dist_info.device,
+                                              mine[0]))
+            out.append([next(with_ref) if id(r) in needed else r for r in mine])
+    return out
 
 
 def _plan_step(rows: list[Row], algo: AlgorithmConfig, s: UpdateSettings, dist_info: DistInfo,
@@ -215,26 +241,32 @@ def _step_metrics(totals: dict[str, float], forwarded: list[Row], denominators: 
                   algo: AlgorithmConfig, device: torch.device) -> dict[str, float]:
     """The optimizer step's loss metrics, summed over micro-batches (``totals``) and ranks."""
     # Metrics are additive over micro-batches and ranks (see compute_policy_loss).
-    keys = sorted(set(totals) | _metric_keys(algo))  # same keys on every rank, even one that forwarded nothing
+    keys = sorted(set(totals) | reported_metric_keys(algo))  # same keys on every rank, even one that forwarded nothing
     summed = all_reduce_sum(torch.tensor([totals.get(k, 0.0) for k in keys], dtype=torch.float64, device=device))
     out = dict(zip(keys, (float(v) for v in summed.cpu())))
-    # TIS figures are token means over the forwarded rows (compute_policy_loss divides by all tokens).
+    # Token means over the forwarded rows (compute_policy_loss divides by all tokens); undefined,
+    # so left out, when no row was forwarded (a step without signal).
     fwd_tokens = float(all_reduce_sum(torch.tensor([float(sum(r.num_trainable_tokens for r in forwarded))],
                                                    dtype=torch.float64, device=device))[0])
-    for key in ("tis/imp_ratio_mean", "tis/imp_ratio_capped_fraction", "tis/log_ratio_abs_mean"):
-        if key in out:
-            out[key] *= denominators.num_tokens / max(fwd_tokens, 1.0)
+    for key in TOKEN_MEAN_METRICS:
+        if key in out and fwd_tokens > 0:
+            out[key] *= denominators.num_tokens / fwd_tokens
+        elif key in out:
+            del out[key]
+    if algo.use_kl_loss:
+        out["loss/kl_share"] = kl_share(out, algo.kl_loss_coef)
     out.update({"policy/num_tokens": denominators.num_tokens, "policy/num_signal_rows": denominators.num_signal_rows})
     return out
 
 
 def _mean_over_steps(history: list[dict[str, float]], rows: list[Row], algo: AlgorithmConfig) -> dict[str, float]:
-    """Per-optimizer-step metrics averaged, plus the counts that are totals (see ``train_on_batch``)."""
+    """Per-optimizer-step metrics averaged over the steps that have them, plus the counts that are
+    totals (see ``train_on_batch``)."""
     keys = sorted({k for h in history for k in h})
-    out = {k: sum(h.get(k, 0.0) for h in history) / len(history) for k in keys}
+    out = {k: sum(h[k] for h in history if k in h) / sum(k in h for h in history) for k in keys}
     out["policy/optimizer_steps"] = float(len(history))
     out.update(skip_counts([h[SKIPPED] for h in history]))  # counts over the step, not means
-    if algo.use_tis:  # every row of the step, forwarded or not (rows is identical on every rank)
+    if algo.correction is not None:  # every row of the step, forwarded or not (rows is identical on every rank)
         out["tis/rows_without_logprobs"] = float(sum(r.rollout_logprobs is None for r in rows))
     return out
 
@@ -247,13 +279,15 @@ def train_on_batch(
     algo: AlgorithmConfig,
     s: UpdateSettings,
     dist_info: DistInfo,
+    reference: ReferencePolicy | None = None,
 ) -> dict[str, float]:
     """The whole update of one training step.
 
     ``rows`` is the full training batch in group order, identical on every rank. It is cut into
     mini-batches of ``rows_per_mini_batch`` episodes (one optimizer step each); each rank keeps its
-    slice, computes pi_old for it with the weights that produced the batch, then runs
-    ``update_epochs`` passes of optimizer steps (every rank with equally many rows).
+    slice, computes pi_old for it with the weights that produced the batch (and pi_ref with
+    ``reference``, required when ``algo.use_kl_loss``), then runs ``update_epochs`` passes of
+    optimizer steps (every rank with equally many rows).
 
     Returns: metrics averaged over the optimizer steps (``loss/*``, ``policy/*``, ``tis/*``,
         ``grad_norm``, ``lr``), plus ``policy/optimizer_steps``; the counts
@@ -262,7 +296,11 @@ def train_on_batch(
     """
     device, with_entropy = dist_info.device, algo.entropy_coef > 0
     scale = dp_loss_scale(dist_info.world_size, grads_averaged=s.sharded)
+    if algo.use_kl_loss and reference is None:
+        raise ValueError("algorithm.use_kl_loss needs the reference policy: pass reference=")
     local = [_with_pi_old(model, mini, algo, s, dist_info) for mini in mini_batches(rows, s.rows_per_mini_batch)]
+    if algo.use_kl_loss:  # log pi_ref of the same rows, once per step beside pi_old
+        local = _with_pi_ref(reference, local, algo, s, dist_info)
     history: list[dict[str, float]] = []
     for _ in range(s.update_epochs):
         for mini_rows in local:  # one optimizer step
@@ -275,7 +313,7 @@ def train_on_batch(
                 loss, metrics = compute_policy_loss(
                     algo, logprobs=logprobs, old_logprobs=mb.old_logprobs, advantages=adv.to(device),
                     loss_mask=mb.loss_mask, denominators=denominators, rollout_logprobs=mb.rollout_logprobs,
-                    has_rollout_logprobs=mb.has_rollout_logprobs, entropy=entropy,
+                    has_rollout_logprobs=mb.has_rollout_logprobs, ref_logprobs=mb.ref_logprobs, entropy=entropy,
                 )
                 (loss * scale).backward()
                 for k, v in metrics.items():

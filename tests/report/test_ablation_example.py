@@ -1,6 +1,7 @@
 """examples/ablation: the arms are the 2 x 2 grid (reduction x TIS); sized by size.args each arm
 trains at least 20 steps and is evaluated before and after on a pinned held-out set disjoint from
-its training tasks, with the same eval seed in every arm (so `swerl compare` pairs them)."""
+its training tasks, with the same eval seed in every arm (so `swerl compare` pairs them); the
+correction family's arms are each one correction (or the KL term) on the same sizing."""
 
 from __future__ import annotations
 
@@ -16,11 +17,16 @@ def _lines(path: Path) -> list[str]:
     return [line.strip() for line in path.read_text().splitlines() if line.strip() and not line.startswith("#")]
 
 
+def _arms(name: str) -> dict:
+    """Each arm of an arms file as the config run.sh trains."""
+    size = ["data.tasks=runs/humaneval-tasks", "eval.tasks=runs/humaneval-tasks", *_lines(HERE / "size.args")]
+    arms = [line.split() for line in _lines(HERE / name)]
+    return {arm[0]: load_train_config(ROOT / "examples" / "humaneval-smollm2-cpu.yaml", size + arm[1:])
+            for arm in arms}
+
+
 def test_the_arms_are_the_reduction_x_tis_grid_sized_to_answer():
-    size = ["data.tasks=runs/humaneval-tasks", "eval.tasks=runs/humaneval-tasks", *_lines(HERE / "size.args")]  # as run.sh
-    arms = [line.split() for line in _lines(HERE / "arms.txt")]
-    configs = {name: load_train_config(ROOT / "examples" / "humaneval-smollm2-cpu.yaml", size + [
-        f"algorithm.loss_reduction={reduction}", f"algorithm.use_tis={tis}"]) for name, reduction, tis in arms}
+    configs = _arms("arms.txt")
     grid = {(c.algorithm.loss_reduction, c.algorithm.use_tis) for c in configs.values()}
     assert grid == {(r, t) for r in ("sequence_mean", "seq_mean_token_sum_norm_global") for t in (True, False)}
     for cfg in configs.values():
@@ -28,3 +34,16 @@ def test_the_arms_are_the_reduction_x_tis_grid_sized_to_answer():
         assert cfg.eval is not None and cfg.eval.before_train and cfg.eval.interval == 0  # before and after
         assert not set(cfg.eval.names) & set(cfg.data.names)  # held out
         assert cfg.eval.seed == 0 and cfg.checkpointing.hf_save_interval == 5  # steps 10, 15, 20 are candidates
+
+
+def test_the_correction_arms_cover_the_family_once_each():
+    configs = _arms("corrections.txt")
+    corrections = {name: (c.algorithm.correction.level, c.algorithm.correction.mode) if c.algorithm.correction else None
+                   for name, c in configs.items() if not c.algorithm.use_kl_loss}
+    assert sorted(corrections.values(), key=str) == sorted(
+        [None, ("token", "truncate"), ("sequence", "truncate"), ("sequence", "mask"), ("token", "mask"),
+         ("geometric", "mask")], key=str)
+    kl = [c.algorithm for c in configs.values() if c.algorithm.use_kl_loss]
+    assert [(a.kl_estimator, a.kl_loss_coef, a.use_tis) for a in kl] == [("k3", 0.001, True)]
+    assert {c.algorithm.loss_reduction for c in configs.values()} == {"seq_mean_token_sum_norm_global"}
+    assert all(c.loop.max_steps >= 20 and c.eval is not None for c in configs.values())

@@ -15,7 +15,7 @@ from swerl.cli import app
 from swerl.errors import ConfigError
 from swerl.report.plots import COLORS, reward_figure
 from swerl.report.report import build_report
-from swerl.report.runs import label_arms, load_run
+from swerl.report.runs import Run, label_arms, load_run
 from swerl.selection import select_checkpoint
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -28,6 +28,27 @@ def test_arms_are_labelled_by_how_their_configs_differ():
     assert diffs == ["algorithm.loss_reduction", "algorithm.max_seq_len", "algorithm.use_tis", "seed"]
     assert runs[0].label == "loss_reduction=token_mean, max_seq_len=null, use_tis=true, seed=0"
     assert runs[1].label == "loss_reduction=seq_mean_token_sum_norm_global, max_seq_len=256, use_tis=false, seed=1"
+
+
+def test_a_nested_block_is_one_part_of_the_label():
+    """Correction arms: the seed alias (no block), a sequence MIS block, a geometric block; the
+    block's differing fields make one part, a run without the block shows null."""
+    def algo(use_tis, block):
+        return {"seed": 0, "algorithm": {"use_tis": use_tis, "kl_loss_coef": 0.0, "rollout_correction": block}}
+
+    mis = {"level": "sequence", "mode": "mask", "high": 2.0, "low": None}
+    geo = {"level": "geometric", "mode": "mask", "high": 1.001, "low": None}
+    runs = [Run(Path(name), [], config) for name, config in
+            (("seed", algo(True, None)), ("mis", algo(False, mis)), ("geo", algo(False, geo)))]
+    runs[1].config["algorithm"]["kl_loss_coef"] = 0.001
+    diffs = label_arms(runs)
+    assert diffs == ["algorithm.kl_loss_coef", "algorithm.rollout_correction.high", "algorithm.rollout_correction.level",
+                     "algorithm.rollout_correction.mode", "algorithm.use_tis"]
+    assert [r.label for r in runs] == [  # 5 differing keys, 3 parts: nothing cut by max_keys=4
+        "kl_loss_coef=0.0, rollout_correction=null, use_tis=true",
+        "kl_loss_coef=0.001, rollout_correction={level: sequence, mode: mask, high: 2.0}, use_tis=false",
+        "kl_loss_coef=0.0, rollout_correction={level: geometric, mode: mask, high: 1.001}, use_tis=false",
+    ]
 
 
 def test_one_run_is_labelled_by_its_folder():

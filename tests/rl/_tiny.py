@@ -10,6 +10,28 @@ from torch import Tensor
 VOCAB = 64
 SEQ = 14  # tokens per padded row; per-token logprobs have SEQ - 1 positions
 
+CORRECTIONS = {  # every rollout correction, with bounds that both keep and reject on ragged_batch()
+    "token-truncate": None,  # use_tis
+    "sequence-truncate": {"level": "sequence", "mode": "truncate", "high": 3.0},
+    "token-mask": {"level": "token", "mode": "mask", "high": 2.0},
+    "sequence-mask": {"level": "sequence", "mode": "mask", "high": 3.0},
+    "geometric-mask": {"level": "geometric", "mode": "mask", "high": 1.5},
+}
+# Each correction once, each reduction and each KL estimator at least once (the weight multiplies
+# per-token losses, so the reductions' own invariance, tested for all modes, carries over).
+CORRECTION_CASES = [("token-truncate", "token_mean", "k3"), ("sequence-truncate", "sequence_mean", "k1"),
+                    ("token-mask", "seq_mean_token_sum_norm", "k2"),
+                    ("sequence-mask", "seq_mean_token_sum_norm_global", "k3"), ("geometric-mask", "sequence_mean", "k3")]
+
+
+def correction_config(reduction: str, correction: str, kl_estimator: str, max_seq_len: int):
+    """An AlgorithmConfig with one of CORRECTIONS and the KL term on (coef 0.5)."""
+    from swerl.rl.config import AlgorithmConfig
+
+    block = CORRECTIONS[correction]
+    return AlgorithmConfig(loss_reduction=reduction, max_seq_len=max_seq_len, use_tis=block is None,
+                           rollout_correction=block, use_kl_loss=True, kl_loss_coef=0.5, kl_estimator=kl_estimator)
+
 
 def tiny_model(seed: int = 0) -> torch.nn.Module:
     """LlamaForCausalLM built from a config (no hub), fp32, deterministic weights."""
@@ -26,6 +48,7 @@ class Batch:
     old_logprobs: Tensor  # (B, SEQ-1) float32
     rollout_logprobs: Tensor  # (B, SEQ-1) float32
     has_rollout_logprobs: Tensor  # (B,) bool
+    ref_logprobs: Tensor  # (B, SEQ-1) float32, a reference policy's log-probs (KL term)
 
     def rows(self, idx) -> "Batch":
         return Batch(*(getattr(self, f)[idx] for f in self.__dataclass_fields__))
@@ -45,7 +68,7 @@ def token_logprobs(
 def ragged_batch(model: torch.nn.Module, rows: int = 8, seed: int = 1) -> Batch:
     """Unequal lengths, a prompt span, an observation span, one empty row, one A = 0 row,
     off-policy old/rollout logprobs (so ratios != 1 and TIS weights vary), one row without
-    rollout logprobs."""
+    rollout logprobs, reference log-probs away from the current ones (KL > 0)."""
     gen = torch.Generator().manual_seed(seed)
     ids = torch.randint(0, VOCAB, (rows, SEQ), generator=gen)
     mask = torch.zeros(rows, SEQ - 1, dtype=torch.bool)
@@ -65,4 +88,5 @@ def ragged_batch(model: torch.nn.Module, rows: int = 8, seed: int = 1) -> Batch:
     has = torch.ones(rows, dtype=torch.bool)
     has[6] = False
     rollout[6] = float("nan")  # must never leak
-    return Batch(ids, mask, adv, old, rollout, has)
+    ref = current + 0.5 * torch.randn(current.shape, generator=gen)
+    return Batch(ids, mask, adv, old, rollout, has, ref)

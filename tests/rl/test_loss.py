@@ -4,9 +4,11 @@ import pytest
 import torch
 
 from swerl.rl.config import SEED_RUN, AlgorithmConfig
-from swerl.rl.loss import compute_advantages, compute_policy_loss
+from swerl.rl.kl import kl_k3
+from swerl.rl.loss import compute_advantages, compute_policy_loss, kl_share, reported_metric_keys
 from swerl.rl.policy_loss import entropy_from_logits, regular
-from swerl.rl.reductions import denominator_parts
+from swerl.rl.reductions import denominator_parts, reduce_microbatch
+from swerl.rl.tis import tis_weights
 
 from ._tiny import ragged_batch, tiny_model, token_logprobs
 
@@ -22,6 +24,7 @@ def _loss(config, model, batch, **kw):
         advantages=batch.advantages, loss_mask=batch.loss_mask,
         denominators=denominator_parts(batch.loss_mask, batch.advantages),
         rollout_logprobs=batch.rollout_logprobs, has_rollout_logprobs=batch.has_rollout_logprobs,
+        ref_logprobs=batch.ref_logprobs,
     )
     args.update(kw)
     return compute_policy_loss(config, **args)
@@ -95,7 +98,7 @@ def test_kl_and_entropy_terms_use_token_means_and_need_their_inputs(model):
     assert m["loss/total"] == pytest.approx(m["loss/policy"] + 0.5 * m["loss/kl"] - 0.01 * m["policy/entropy"], rel=1e-5)
     loss.backward()
     with pytest.raises(ValueError, match="ref_logprobs"):
-        _loss(config, model, batch, entropy=entropy)
+        _loss(config, model, batch, entropy=entropy, ref_logprobs=None)
     with pytest.raises(ValueError, match="entropy"):
         _loss(config, model, batch, ref_logprobs=ref)
 
@@ -146,3 +149,75 @@ def test_registries_cover_every_configurable_name():
 
     for entry in [*ADVANTAGE_ESTIMATORS.values(), *POLICY_LOSSES.values()]:  # the config fields each one takes
         assert set(entry.params) <= set(AlgorithmConfig.model_fields), entry
+
+
+def _grads(model, loss):
+    model.zero_grad(set_to_none=True)
+    loss.backward()
+    return torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+
+
+def test_seed_preset_loss_and_gradient_are_unchanged_bit_for_bit(model):
+    """The seed recipe through today's compute_policy_loss equals, bit for bit, the composition it
+    was before rollout corrections and the KL term existed: where-masked log-probs, ``regular`` PPO
+    clip times the ``tis_weights`` weight, the seqnorm-global reduction."""
+    batch = ragged_batch(model)
+    denominators = denominator_parts(batch.loss_mask, batch.advantages)
+    mask = batch.loss_mask
+    logp = torch.where(mask, token_logprobs(model, batch.input_ids), 0.0)
+    old = torch.where(mask, batch.old_logprobs, 0.0)
+    before = reduce_microbatch(
+        regular(logp, old, batch.advantages, 0.2, 0.05).per_token_loss
+        * tis_weights(old, batch.rollout_logprobs, batch.has_rollout_logprobs, mask, 2.0).weights,
+        mask, denominators, "seq_mean_token_sum_norm_global", 32768)
+    before_grads = _grads(model, before)
+    now, metrics = _loss(SEED_RUN, model, batch, ref_logprobs=None)
+    assert torch.equal(now.detach(), before.detach()) and float(now.detach()) != 0.0
+    assert torch.equal(_grads(model, now), before_grads)
+    assert metrics["tis/imp_ratio_capped_fraction"] > 0 and "loss/kl" not in metrics
+
+
+@pytest.mark.parametrize("reduction", ["token_mean", "sequence_mean", "seq_mean_token_sum_norm_global"])
+@pytest.mark.parametrize("estimator", ["k1", "k2", "k3"])
+def test_kl_term_goes_through_the_reduction(model, reduction, estimator):
+    from swerl.rl.kl import KL_ESTIMATORS
+
+    batch = ragged_batch(model)
+    config = AlgorithmConfig(use_kl_loss=True, kl_loss_coef=0.3, kl_estimator=estimator, loss_reduction=reduction,
+                             max_seq_len=32)
+    loss, m = _loss(config, model, batch)
+    mask, denominators = batch.loss_mask, denominator_parts(batch.loss_mask, batch.advantages)
+    logp = token_logprobs(model, batch.input_ids).detach()
+    per_token = KL_ESTIMATORS[estimator](logp, batch.ref_logprobs)
+    kl_mode = "seq_mean_token_sum_norm" if reduction == "seq_mean_token_sum_norm_global" else reduction
+    assert m["loss/kl"] == pytest.approx(float(reduce_microbatch(per_token, mask, denominators, kl_mode, 32)), rel=1e-5)
+    assert m["loss/total"] == pytest.approx(m["loss/policy"] + 0.3 * m["loss/kl"], rel=1e-5)
+    assert m["policy/kl_ref_mean"] == pytest.approx(float(kl_k3(logp, batch.ref_logprobs)[mask].mean()), rel=1e-5)
+    assert set(m) == reported_metric_keys(config)
+    share = kl_share(m, 0.3)
+    assert 0 < share < 1 and share == pytest.approx(abs(0.3 * m["loss/kl"]) / (abs(0.3 * m["loss/kl"]) + m["loss/policy_abs"]))
+
+
+def test_kl_gradient_reaches_rows_without_advantage(model):
+    # Row 5 has A = 0: no policy gradient, but the KL term still pulls it towards the reference.
+    batch = ragged_batch(model).rows([5])
+    config = AlgorithmConfig(use_kl_loss=True, kl_loss_coef=1.0)
+    plain, _ = _loss(AlgorithmConfig(), model, batch)
+    with_kl, _ = _loss(config, model, batch)
+    assert _grads(model, plain).abs().max() == 0.0 and _grads(model, with_kl).abs().max() > 0.0
+
+
+def test_masked_corrections_report_what_they_hid(model):
+    batch = ragged_batch(model)
+    config = AlgorithmConfig(use_tis=False, rollout_correction={"level": "token", "mode": "mask", "high": 2.0})
+    _, m = _loss(config, model, batch)
+    assert set(m) == reported_metric_keys(config)
+    assert 0 < m["tis/masked_neg_adv_fraction"] <= m["tis/masked_fraction"] < 1
+    assert m["tis/imp_ratio_mean"] < m["tis/ratio_mean"]  # masked tokens weigh 0
+    everything = AlgorithmConfig(use_tis=False, rollout_correction={"level": "token", "mode": "mask", "high": 1.0001,
+                                                                     "low": 0.9999})
+    loss, m = _loss(everything, model, batch)
+    # every token of a row with sampler log-probs is masked: only row 6 (no log-probs, w = 1) trains
+    alone, _ = _loss(AlgorithmConfig(use_tis=False), model, batch.rows([6]),
+                     denominators=denominator_parts(batch.loss_mask, batch.advantages))
+    assert float(loss.detach()) == pytest.approx(float(alone.detach()), rel=1e-6) and float(alone.detach()) != 0.0

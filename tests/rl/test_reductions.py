@@ -8,12 +8,10 @@ from swerl.rl.config import AlgorithmConfig
 from swerl.rl.loss import compute_policy_loss
 from swerl.rl.reductions import StepDenominators, denominator_parts, dp_loss_scale, reduce_microbatch
 
-from ._tiny import ragged_batch, tiny_model, token_logprobs
+from ._tiny import CORRECTION_CASES, correction_config, ragged_batch, tiny_model, token_logprobs
 
 MODES = ["token_mean", "sequence_mean", "seq_mean_token_sum_norm", "seq_mean_token_sum_norm_global"]
 L_MAX = 32
-
-
 def _config(mode: str, policy_loss: str = "regular") -> AlgorithmConfig:
     return AlgorithmConfig(loss_reduction=mode, max_seq_len=L_MAX, policy_loss=policy_loss)
 
@@ -44,6 +42,7 @@ def _step(model, batch, config, micro_batches, dtype=None):
             denominators=denominators,
             rollout_logprobs=mb.rollout_logprobs,
             has_rollout_logprobs=mb.has_rollout_logprobs,
+            ref_logprobs=mb.ref_logprobs,
         )
         loss.backward()
         total += float(loss.detach())
@@ -70,6 +69,24 @@ def test_accumulating_four_micro_batches_equals_one_pass(model, batch, mode):
     config = _config(mode)
     whole = _step(model, batch, config, [list(range(8))])
     _close(_step(model, batch, config, [[0, 7], [1, 2, 3], [4], [5, 6]]), whole)
+
+
+@pytest.mark.parametrize(("correction", "mode", "estimator"), CORRECTION_CASES)
+def test_invariances_hold_for_every_correction_with_kl_on(model, batch, mode, correction, estimator):
+    """Micro-batches of one and 4-way accumulation equal the whole batch with each rollout
+    correction and the KL term on; the correction really engaged (capped or masked tokens)."""
+    config = correction_config(mode, correction, estimator, L_MAX)
+    whole = _step(model, batch, config, [list(range(8))])
+    assert whole[1].abs().sum() > 0
+    _close(_step(model, batch, config, [[i] for i in range(8)]), whole)
+    _close(_step(model, batch, config, [[0, 7], [1, 2, 3], [4], [5, 6]]), whole)
+    _, metrics = compute_policy_loss(
+        config, logprobs=token_logprobs(model, batch.input_ids), old_logprobs=batch.old_logprobs,
+        advantages=batch.advantages, loss_mask=batch.loss_mask,
+        denominators=denominator_parts(batch.loss_mask, batch.advantages), rollout_logprobs=batch.rollout_logprobs,
+        has_rollout_logprobs=batch.has_rollout_logprobs, ref_logprobs=batch.ref_logprobs)
+    engaged = metrics.get("tis/masked_fraction", metrics.get("tis/imp_ratio_capped_fraction"))
+    assert 0 < engaged < 1 and metrics["loss/kl"] != 0
 
 
 # bf16 tolerances (8 mantissa bits), grads as a fraction of the largest |grad|. Measured: partitions

@@ -1,5 +1,6 @@
-"""Two real gloo ranks with DDP equal one rank over the union, for every reduction, once the
-framework's gradient averaging is cancelled (docs/algorithms.md, Loss reductions, swerl: no extra 1/W)."""
+"""Two real gloo ranks with DDP equal one rank over the union, for every reduction and every rollout
+correction with the KL term on, once the framework's gradient averaging is cancelled
+(docs/algorithms.md, Loss reductions, swerl: no extra 1/W)."""
 
 import socket
 
@@ -12,7 +13,7 @@ from swerl.rl.config import AlgorithmConfig
 from swerl.rl.loss import compute_policy_loss
 from swerl.rl.reductions import StepDenominators, denominator_parts, dp_loss_scale
 
-from ._tiny import ragged_batch, tiny_model, token_logprobs
+from ._tiny import CORRECTION_CASES, correction_config, ragged_batch, tiny_model, token_logprobs
 
 MODES = ["token_mean", "sequence_mean", "seq_mean_token_sum_norm", "seq_mean_token_sum_norm_global"]
 WORLD = 2
@@ -40,6 +41,7 @@ def _backward_step(model, batch, config, micro_batches, world_size, scale):
             config, logprobs=token_logprobs(model, mb.input_ids), old_logprobs=mb.old_logprobs,
             advantages=mb.advantages, loss_mask=mb.loss_mask, denominators=denominators,
             rollout_logprobs=mb.rollout_logprobs, has_rollout_logprobs=mb.has_rollout_logprobs,
+            ref_logprobs=mb.ref_logprobs,
         )
         (loss * scale).backward()
         total += loss.detach().double()
@@ -57,8 +59,9 @@ def _worker(rank, port, out_dir):
         batch = ragged_batch(base)
         ddp = torch.nn.parallel.DistributedDataParallel(tiny_model())  # averages grads over ranks
         results = {}
-        for mode in MODES:
-            config = AlgorithmConfig(loss_reduction=mode, max_seq_len=32)
+        configs = {mode: AlgorithmConfig(loss_reduction=mode, max_seq_len=32) for mode in MODES}
+        configs.update({f"{c}+kl-{e}": correction_config(m, c, e, 32) for c, m, e in CORRECTION_CASES})
+        for mode, config in configs.items():
             union = _backward_step(base, batch, config, [list(range(8))], 1, 1.0)
             cancelled = _backward_step(ddp, batch, config, RANK_ROWS[rank], WORLD, dp_loss_scale(WORLD))
             averaged = _backward_step(ddp, batch, config, RANK_ROWS[rank], WORLD, 1.0)
@@ -76,7 +79,7 @@ def rank_results(tmp_path_factory):
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", MODES + [f"{c}+kl-{e}" for c, _, e in CORRECTION_CASES])
 def test_two_gloo_ranks_equal_one_rank_over_the_union(rank_results, mode):
     for results in rank_results:
         (u_loss, u_grad), (c_loss, c_grad), (a_loss, a_grad) = results[mode]

@@ -1,5 +1,7 @@
 """Worker of ``test_distributed.py``, launched by ``torchrun --nproc_per_node W``: one update of
-the tiny model on a fixed batch of synthetic trajectories; rank 0 saves the weights and metrics."""
+the tiny model on a fixed batch of synthetic trajectories per case (a loss reduction, or
+``KL_CASE``: sequence-level MIS with a KL term to a frozen reference); rank 0 saves the weights
+and metrics."""
 
 from __future__ import annotations
 
@@ -19,7 +21,19 @@ from swerl.rl.config import AlgorithmConfig  # noqa: E402
 from swerl.rl.loss import compute_advantages  # noqa: E402
 from swerl.trainer import distributed  # noqa: E402
 from swerl.trainer.batch import row_from_trajectory  # noqa: E402
+from swerl.trainer.reference import FrozenReference  # noqa: E402
 from swerl.trainer.update import UpdateSettings, train_on_batch  # noqa: E402
+
+KL_CASE = "kl+sequence_mask"
+
+
+def algorithm(case: str) -> AlgorithmConfig:
+    """A reduction's config, or KL_CASE: seqnorm-global, sequence MIS [1/20, 20], k3 KL."""
+    if case == KL_CASE:
+        return AlgorithmConfig(n_samples_per_prompt=3, min_group_size=2, loss_reduction="seq_mean_token_sum_norm_global",
+                               max_seq_len=32, use_tis=False, use_kl_loss=True, kl_loss_coef=0.5,
+                               rollout_correction={"level": "sequence", "mode": "mask", "high": 20.0})
+    return AlgorithmConfig(n_samples_per_prompt=3, min_group_size=2, loss_reduction=case, max_seq_len=32)
 
 
 def run(out: Path | None, reduction: str) -> tuple[dict, dict]:
@@ -28,7 +42,7 @@ def run(out: Path | None, reduction: str) -> tuple[dict, dict]:
 
 
 def update(out: Path | None, reduction: str, info: distributed.DistInfo) -> tuple[dict, dict]:
-    algo = AlgorithmConfig(n_samples_per_prompt=3, min_group_size=2, loss_reduction=reduction, max_seq_len=32)
+    algo = algorithm(reduction)
     trajs = make_trajectories(num_groups=3, group_size=3, seed=7)
     for i in (0, 3, 6):
         trajs[i] = trajs[i].model_copy(update={"reward": 1.0})
@@ -40,7 +54,8 @@ def update(out: Path | None, reduction: str, info: distributed.DistInfo) -> tupl
     opt = torch.optim.SGD(model.parameters(), lr=1.0)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
     s = UpdateSettings(temperature=0.7, rows_per_mini_batch=9, micro_batch_size=2, update_epochs=2, grad_clip=None)
-    metrics = train_on_batch(model, opt, sched, rows, algo, s, info)
+    reference = FrozenReference(build_tiny_model(16, seed=5), 0.7) if algo.use_kl_loss else None
+    metrics = train_on_batch(model, opt, sched, rows, algo, s, info, reference)
     state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     if out is not None and info.is_main:
         torch.save(state, out / f"weights-{reduction}.pt")

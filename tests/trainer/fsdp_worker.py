@@ -1,6 +1,6 @@
 """Worker of ``test_fsdp.py``, launched once by ``torchrun --nproc_per_node 2``: every FSDP2 case
-(four reductions, gradient checkpointing + CPU offload, bf16 mixed precision, sharded
-checkpoints) on the tiny model over a gloo CPU mesh; rank 0 saves what the test compares.
+(four reductions, gradient checkpointing + CPU offload, bf16 mixed precision, sequence MIS with
+a KL term to a sharded and offloaded reference, sharded checkpoints) on the tiny model over a gloo CPU mesh; rank 0 saves what the test compares.
 
 The same functions run unsharded in the test process: that is the 1-rank reference.
 """
@@ -17,9 +17,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parents[1]))  # tiny_llama
 
 from _support import build_tiny_model, make_trajectories  # noqa: E402
+from dp_worker import KL_CASE, algorithm  # noqa: E402
 
 from swerl.rl.advantages import group_index  # noqa: E402
-from swerl.rl.config import AlgorithmConfig  # noqa: E402
 from swerl.rl.loss import compute_advantages  # noqa: E402
 from swerl.trainer import checkpoint as ckpt  # noqa: E402
 from swerl.trainer import distributed  # noqa: E402
@@ -27,6 +27,7 @@ from swerl.trainer.batch import row_from_trajectory  # noqa: E402
 from swerl.trainer.config import OptimizerConfig  # noqa: E402
 from swerl.trainer.fsdp import shard_model  # noqa: E402
 from swerl.trainer.optim import build_optimizer  # noqa: E402
+from swerl.trainer.reference import FrozenReference  # noqa: E402
 from swerl.trainer.update import UpdateSettings, train_on_batch  # noqa: E402
 
 REDUCTIONS = ["token_mean", "sequence_mean", "seq_mean_token_sum_norm", "seq_mean_token_sum_norm_global"]
@@ -35,7 +36,7 @@ OPT = OptimizerConfig(lr=1e-2, schedule="cosine", warmup_steps=2, grad_clip=0.5)
 
 def rows(reduction: str, seed: int = 7):
     """9 rows in 3 groups of 3 (unequal lengths, observation spans, A = 0 rows)."""
-    algo = AlgorithmConfig(n_samples_per_prompt=3, min_group_size=2, loss_reduction=reduction, max_seq_len=32)
+    algo = algorithm(reduction)
     trajs = make_trajectories(num_groups=3, group_size=3, seed=seed)
     for i in (0, 3, 6):
         trajs[i] = trajs[i].model_copy(update={"reward": 1.0})
@@ -87,8 +88,11 @@ def sgd_update(reduction: str, info: distributed.DistInfo, *, sharded: bool, bf1
     s = UpdateSettings(temperature=0.7, rows_per_mini_batch=9, micro_batch_size=2, update_epochs=2, grad_clip=None,
                        compute_dtype=torch.bfloat16 if bf16 else None, sharded=sharded,
                        sync_grads_every_micro_batch=every_micro_batch)
+    reference = None
+    if algo.use_kl_loss:  # the reference is placed like the policy: sharded, offloaded with it
+        reference = FrozenReference(model_for(info, sharded=sharded, offload=offload, seed=5), 0.7, device=info.device)
     with CountReduceScatters() as counter:
-        metrics = train_on_batch(model, opt, sched, batch, algo, s, info)
+        metrics = train_on_batch(model, opt, sched, batch, algo, s, info, reference)
     state = {k: v.clone() for k, v in ckpt.full_model_state_dict(model).items()}
     return state, {**metrics, "reduce_scatters": counter.calls}
 
@@ -140,12 +144,13 @@ def checkpoint_cases(out: Path, info: distributed.DistInfo) -> None:
 
 
 def load_cases(out: Path, info: distributed.DistInfo) -> None:
-    """``load_policy`` on 2 ranks, FSDP (untied and tied embeddings) and replicated: the weights
-    file is read by rank 0 only; every rank ends with rank 0's values (buffers included)."""
+    """``load_policy`` on 2 ranks, FSDP (untied and tied embeddings) and replicated, and
+    ``load_reference`` (FSDP, offloaded): the weights file is read by rank 0 only; every rank ends with rank 0's values (buffers included)."""
     from transformers import AutoModelForCausalLM
 
     from swerl.trainer.config import ModelConfig
     from swerl.trainer.model import load_policy
+    from swerl.trainer.reference import load_reference
 
     original, reads = AutoModelForCausalLM.from_pretrained, []
 
@@ -158,13 +163,18 @@ def load_cases(out: Path, info: distributed.DistInfo) -> None:
     ids = torch.tensor([[6, 7, 8, 9, 10, 11]])
     try:
         for name, folder, fsdp in (("fsdp", "model", True), ("fsdp_tied", "model_tied", True),
-                                   ("replicated", "model", False)):
+                                   ("replicated", "model", False), ("reference", "model", True)):
             reads.clear()
-            model, _, _ = load_policy(ModelConfig(path=str(out / folder), device="cpu", fsdp=fsdp), info)
+            if name == "reference":  # the KL term's reference: same load path, sharded and offloaded
+                cfg = ModelConfig(path=str(out / folder), device="cpu", fsdp=True, reference_cpu_offload=True)
+                model = load_reference(cfg, out / folder, info, 1.0, None).module
+            else:
+                model, _, _ = load_policy(ModelConfig(path=str(out / folder), device="cpu", fsdp=fsdp), info)
             with torch.no_grad():
                 logits = model(ids).logits
             tied = model.lm_head.weight is model.model.embed_tokens.weight
             local = {"reads": len(reads), "logits": logits, "tied": tied,
+                     "frozen": not any(p.requires_grad for p in model.parameters()),
                      "buffers": {k: v.clone() for k, v in model.named_buffers()},
                      "state": None if fsdp else {k: v.clone() for k, v in model.state_dict().items()}}
             full = ckpt.full_model_state_dict(model) if fsdp else None
@@ -228,6 +238,7 @@ def main(out: Path) -> None:
         results[reduction] = sgd_update(reduction, info, sharded=True)
     results["checkpointing+offload"] = sgd_update("token_mean", info, sharded=True, checkpointing=True, offload=True)
     results["bf16"] = sgd_update("seq_mean_token_sum_norm_global", info, sharded=True, bf16=True)
+    results[KL_CASE] = sgd_update(KL_CASE, info, sharded=True, offload=True)
     results["every_micro_batch"] = sgd_update("seq_mean_token_sum_norm_global", info, sharded=True,
                                               every_micro_batch=True)
     if info.is_main:

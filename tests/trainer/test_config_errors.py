@@ -88,3 +88,18 @@ def test_a_kl_coefficient_that_would_be_ignored_is_rejected():
     message = _error(DEMO_YAML, ["algorithm.kl_loss_coef=0.1"])
     assert message.startswith("--set algorithm.kl_loss_coef=0.1:") and "would be ignored" in message
     assert load_train_config(DEMO_YAML, ["algorithm.kl_loss_coef=0"]).algorithm.kl_loss_coef == 0.0
+
+
+def test_kl_and_correction_settings_name_the_conflict():
+    message = _error(DEMO_YAML, ["algorithm.use_kl_loss=true"])
+    assert message.startswith("--set algorithm.use_kl_loss=true:") and "kl_loss_coef" in message
+    message = _error(DEMO_YAML, ["algorithm.rollout_correction.level=sequence"])  # the file sets use_tis: true
+    assert "use_tis=false" in message
+    cfg = load_train_config(DEMO_YAML, ["algorithm.use_tis=false", "algorithm.rollout_correction.level=sequence",
+                                        "algorithm.rollout_correction.mode=mask"])
+    assert (cfg.algorithm.correction.level, cfg.algorithm.correction.mode) == ("sequence", "mask")
+    message = _error(DEMO_YAML, ["model.reference_cpu_offload=true"])
+    assert "would be ignored" in message and "use_kl_loss" in message
+    kl = load_train_config(DEMO_YAML, ["algorithm.use_kl_loss=true", "algorithm.kl_loss_coef=0.01",
+                                       "model.reference_cpu_offload=true"])
+    assert kl.model.reference_cpu_offload and kl.algorithm.kl_estimator == "k3"

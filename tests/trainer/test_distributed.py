@@ -22,28 +22,34 @@ def test_rank_slice_pads_to_equal_rows():
 
 
 REDUCTIONS = ["token_mean", "sequence_mean", "seq_mean_token_sum_norm_global"]
+KL_CASE = "kl+sequence_mask"  # sequence-level MIS and a KL term to a frozen reference (dp_worker)
 
 
 def test_two_processes_equal_one(tmp_path):
-    """One torchrun launch (2 gloo ranks, 5 + 4 rows, one padding row) per reduction mode."""
+    """One torchrun launch (2 gloo ranks, 5 + 4 rows, one padding row) per reduction mode, and
+    with sequence MIS plus the KL term (each rank computes pi_ref of its rows)."""
     sys.path.insert(0, str(HERE))
     from dp_worker import update
 
     from swerl.trainer.distributed import DistInfo
 
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           str(HERE / "dp_worker.py"), str(tmp_path), *REDUCTIONS]
+           str(HERE / "dp_worker.py"), str(tmp_path), *REDUCTIONS, KL_CASE]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr[-3000:]
     initial = build_initial()
-    for reduction in REDUCTIONS:
+    for reduction in [*REDUCTIONS, KL_CASE]:
         single_state, single_metrics = update(None, reduction, DistInfo())
         dp_state = torch.load(tmp_path / f"weights-{reduction}.pt")
         dp_metrics = json.loads((tmp_path / f"metrics-{reduction}.json").read_text())
         for key, value in single_state.items():
             torch.testing.assert_close(dp_state[key], value, rtol=1e-5, atol=1e-6)
         assert any(not torch.equal(dp_state[k], v) for k, v in initial.items())
-        for key in ("loss/policy", "grad_norm", "policy/num_tokens", "policy/clip_fraction"):
+        keys = ["loss/policy", "grad_norm", "policy/num_tokens", "policy/clip_fraction"]
+        if reduction == KL_CASE:
+            keys += ["loss/kl", "policy/kl_ref_mean", "loss/kl_share", "tis/masked_fraction", "tis/ratio_mean"]
+            assert 0 < single_metrics["tis/masked_fraction"] < 1 and single_metrics["policy/kl_ref_mean"] > 0
+        for key in keys:
             assert dp_metrics[key] == pytest.approx(single_metrics[key], rel=1e-5, abs=1e-7), (reduction, key)
     # The run-directory check of the same launch: a shared folder passes and is left clean; a
     # folder per rank fails on both ranks, naming rank 1.

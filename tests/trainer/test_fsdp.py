@@ -1,5 +1,6 @@
 """FSDP2 on CPU: 2 gloo ranks with ``fully_shard`` update exactly like 1 unsharded process, for
-every loss reduction, with gradient checkpointing + CPU offload and in bf16; sharded DCP
+every loss reduction, with gradient checkpointing + CPU offload, with sequence MIS and a KL term to
+a sharded, offloaded reference, and in bf16; sharded DCP
 checkpoints resume bit for bit on 2 ranks and across world sizes (2 -> 1, 1 -> 2).
 
 Tolerances: fp32 weights rtol 1e-5 / atol 1e-6 and losses rel 1e-5 (gloo sums in another
@@ -48,7 +49,7 @@ def _delta(state: dict, initial: dict) -> dict:
     return {k: state[k] - initial[k] for k in initial}
 
 
-@pytest.mark.parametrize("case", [*W.REDUCTIONS, "checkpointing+offload", "every_micro_batch"])
+@pytest.mark.parametrize("case", [*W.REDUCTIONS, "checkpointing+offload", "every_micro_batch", W.KL_CASE])
 def test_two_fsdp_ranks_equal_one_process(fsdp_run, case):
     reduction = {"checkpointing+offload": "token_mean", "every_micro_batch": "seq_mean_token_sum_norm_global"}.get(
         case, case)
@@ -60,7 +61,11 @@ def test_two_fsdp_ranks_equal_one_process(fsdp_run, case):
     for key, value in _delta(ref_state, initial).items():
         assert value.abs().max() > 0 or "norm" in key, key
         torch.testing.assert_close(state[key] - initial[key], value, rtol=1e-5, atol=1e-6)
-    for key in ("loss/policy", "grad_norm", "policy/num_tokens", "policy/clip_fraction", "tis/imp_ratio_mean"):
+    keys = ["loss/policy", "grad_norm", "policy/num_tokens", "policy/clip_fraction", "tis/imp_ratio_mean"]
+    if case == W.KL_CASE:
+        keys += ["loss/kl", "policy/kl_ref_mean", "tis/masked_fraction"]
+        assert ref_metrics["policy/kl_ref_mean"] > 0 and 0 < ref_metrics["tis/masked_fraction"] < 1
+    for key in keys:
         assert metrics[key] == pytest.approx(ref_metrics[key], rel=1e-5, abs=1e-7), key
 
 
@@ -157,11 +162,12 @@ def test_bf16_export_is_gathered_in_bf16_and_kept_by_rank0_only(fsdp_run):
     assert {d for _, d in rank0} == {torch.bfloat16} and {d for _, d in rank1} == {None}
 
 
-@pytest.mark.parametrize("case", ["fsdp", "fsdp_tied", "replicated"])
+@pytest.mark.parametrize("case", ["fsdp", "fsdp_tied", "replicated", "reference"])
 def test_only_rank0_reads_the_weights_and_every_rank_gets_them(fsdp_run, case):
-    """``load_policy`` on 2 ranks: rank 0 reads the folder, rank 1 builds on ``meta`` and receives
-    the values by broadcast: the same weights as ``from_pretrained``, bit for bit, the same
-    rotary buffers and the same logits on both ranks; tied embeddings stay tied."""
+    """``load_policy`` (and ``load_reference``, the KL term's frozen copy) on 2 ranks: rank 0 reads
+    the folder, rank 1 builds on ``meta`` and receives the values by broadcast: the same weights as
+    ``from_pretrained``, bit for bit, the same rotary buffers and the same logits on both ranks;
+    tied embeddings stay tied; only the reference is frozen."""
     from transformers import AutoModelForCausalLM
 
     folder = fsdp_run / ("model_tied" if case == "fsdp_tied" else "model")
@@ -179,6 +185,7 @@ def test_only_rank0_reads_the_weights_and_every_rank_gets_them(fsdp_run, case):
         assert torch.equal(rank1["buffers"][key], value), key
     assert torch.equal(rank0["logits"], rank1["logits"])
     assert rank0["tied"] == rank1["tied"] == (case == "fsdp_tied")
+    assert rank0["frozen"] == rank1["frozen"] == (case == "reference")
 
 
 def test_parity_probe_of_a_sharded_policy_survives_an_empty_or_failed_sample_on_one_rank(fsdp_run):

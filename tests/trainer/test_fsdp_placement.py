@@ -51,6 +51,13 @@ def test_placement_sizes_the_seed_run(tmp_path):
     assert "309.2 GB bfloat16" in lines["KV cache, all episodes at full context"]  # 64 x 32768 x 144 KiB
     assert "98.3 GB DCP" in lines["checkpoint / export"] and "16.4 GB bfloat16" in lines["checkpoint / export"]
     assert "vLLM" in lines["generator"] and "64 cores" in lines["sandbox cores / memory"]
+    assert "reference policy / rank" not in lines  # the seed has no KL term
+    kl = make_plan(load_train_config(SEED_YAML, [f"model.path={tmp_path}", "algorithm.use_kl_loss=true",
+                                                 "algorithm.kl_loss_coef=0.001", "model.reference_cpu_offload=true"]),
+                   num_tasks=5000)
+    assert dict(kl.placement)["reference policy / rank"].startswith(  # 8.19 B x 4 B / 8 ranks
+        "frozen copy of the initial policy for the k3 KL term: 8 ranks 4.1 GB, 16 ranks 2.0 GB")
+    assert "in host RAM (model.reference_cpu_offload)" in dict(kl.placement)["reference policy / rank"]
 
 
 @pytest.mark.docker  # the dry run is a preflight: it loads the tasks and asks Docker for their images

@@ -28,3 +28,16 @@ def test_rows_without_logprobs_counts_every_row_of_the_step():
     metrics = train_on_batch(model, opt, sched, rows, algo, s, DistInfo())
     assert metrics["policy/optimizer_steps"] == 2
     assert metrics["tis/rows_without_logprobs"] == 3
+
+
+def test_token_means_are_left_out_when_no_row_was_forwarded():
+    # Every A = 0: nothing is forwarded, so the correction's token means are undefined (not 0).
+    algo = AlgorithmConfig(n_samples_per_prompt=4, min_group_size=2)
+    rows = [row_from_trajectory(t, 0.0) for t in make_trajectories(num_groups=1, group_size=4, seed=2)]
+    model = build_tiny_model(16, 0)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
+    s = UpdateSettings(temperature=0.7, rows_per_mini_batch=4, micro_batch_size=2, grad_clip=None)
+    metrics = train_on_batch(model, opt, sched, rows, algo, s, DistInfo())
+    assert "tis/imp_ratio_mean" not in metrics and "tis/ratio_mean" not in metrics
+    assert metrics["loss/policy"] == 0.0 and metrics["tis/rows_without_logprobs"] == 0
