@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 
@@ -28,8 +28,17 @@ from swerl.trainer.batch import MicroBatch, Row, collate, mini_batches, padding_
 from swerl.trainer.distributed import DistInfo, all_reduce_grads, all_reduce_max, all_reduce_sum, rank_slice
 from swerl.trainer.nonfinite import SKIPPED, skip_counts, step_if_finite
 
-if TYPE_CHECKING:
-    from swerl.trainer.reference import ReferencePolicy
+
+
+class ReferencePolicy(Protocol):
+    """What the update reads of the KL term's frozen reference (swerl.trainer.reference implements
+    it; named here so the update does not import the module that builds on its forward)."""
+
+    def logprobs(self, mb: MicroBatch) -> torch.Tensor:
+        """log pi_ref of ``mb``'s next tokens, shape [B, T-1], no gradient."""
+
+    def resident(self) -> contextlib.AbstractContextManager:
+        """A context during which the reference's weights are on the compute device."""
 
 
 @dataclass(frozen=True)
