@@ -15,7 +15,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import IO, TYPE_CHECKING, TypeVar
 
 import docker.errors
 
@@ -23,7 +23,7 @@ from swerl.errors import SandboxError
 from swerl.sandbox.runtime import cleanroom
 from swerl.sandbox.runtime.channel import Command
 from swerl.sandbox.runtime.commands import Commands
-from swerl.sandbox.runtime.files import file_from_tar, is_tar, tar_of_dir, tar_of_files
+from swerl.sandbox.runtime.files import file_from_tar, tar_of_dir, tar_of_files
 from swerl.sandbox.runtime.keeper import KeeperChannel
 from swerl.sandbox.runtime.shell import Shell
 from swerl.sandbox.runtime.verifier import VERIFY_OUTPUT_BYTES, VERIFY_SCRIPT, parse_sections, verdict
@@ -168,16 +168,26 @@ class Sandbox:
             await self._switch_container()
         else:
             paths, work = [], []
-        raw = await self._run_verify_script("-", limit, cleanroom.bundle(self.task.tests_dir, work, paths), paths)
-        if "\x1enotar\x1f" in raw.output:  # no tar in the image: the daemon copies the files in first
-            staging = f"/tmp/.swerl-verify-{uuid.uuid4().hex}"
-            await self._put_archive(cleanroom.bundle(self.task.tests_dir, work, paths, prefix=staging.lstrip("/") + "/"))
-            raw = await self._run_verify_script(staging, limit, None, paths)
+        try:
+            archive, stats = cleanroom.bundle(self.task.tests_dir, work, paths)
+            raw = await self._run_verify_script("-", limit, archive, paths)
+            if "\x1enotar\x1f" in raw.output:  # no tar in the image: the daemon copies the files in first
+                staging = f"/tmp/.swerl-verify-{uuid.uuid4().hex}"
+                staged, _ = cleanroom.bundle(self.task.tests_dir, work, paths, prefix=staging.lstrip("/") + "/")
+                await self._put_archive(staged)
+                raw = await self._run_verify_script(staging, limit, None, paths)
+        finally:
+            for spool, _ in work:
+                spool.close()
         if raw.timed_out:  # the stream outlived the deadline: kill everything from outside
             await self._commands.docker_exec.run(Command(script="kill -KILL -1", max_output_bytes=4096, wait_s=10.0))
         self._check_disk()
         result = verdict(parse_sections(raw.output), raw.timed_out, limit, time.monotonic() - began)
-        return result.model_copy(update={"verification": mode})
+        note = stats.note()
+        update = {"verification": mode, "work_product_dropped": dict(stats.dropped)}
+        if note:
+            update["detail"] = "; ".join(x for x in (result.detail, note) if x)
+        return result.model_copy(update=update)
 
     def _check_disk(self) -> None:
         if self.disk_exceeded is not None:
@@ -196,44 +206,63 @@ class Sandbox:
             )
         return [workdir.rstrip("/")]
 
-    async def _copy_out(self, paths: list[str]) -> list[tuple[bytes, str]]:
-        """Kill the agent's processes and read its work product: ``(tar bytes, rebase)`` pairs."""
-        cap = self._config.max_artifact_mb << 20
-        raw = await self._guard(self._commands.run(Command(
-            script=cleanroom.copy_out_script(paths), max_output_bytes=cap * 4 // 3 + 4096,
-            wait_s=self._config.docker_timeout_s,
-        )))
-        if raw.truncated_bytes:
-            raise cleanroom.too_large(self.task, self._config.max_artifact_mb)
-        archive = cleanroom.decode_copy_out(raw.output) if raw.exit_code == 0 and not raw.timed_out else None
-        if archive is not None and is_tar(archive):
-            return [(archive, "")]
-        log.debug("%s: copy-out by the keeper failed (exit %s); using the Docker archive API", self.task.name, raw.exit_code)
-        return [await self._get_archive(path, cap) for path in paths]
+    async def _copy_out(self, paths: list[str]) -> list[tuple[IO[bytes], str]]:
+        """Read the work product without running anything of the agent's container: the engine
+        kills the container (every process in it dies), then its archive API reads each declared
+        path that exists, streamed into temporary files, at most ``max_artifact_mb`` in all.
 
-    async def _get_archive(self, path: str, cap: int) -> tuple[bytes, str]:
-        """The daemon's tar of ``path`` (empty when absent), at most ``cap`` bytes."""
+        Returns:
+            ``(tar file object, rebase)`` pairs, rewound (see :func:`cleanroom.bundle`).
+
+        Raises:
+            SandboxError: disk_limit (over the cap, or the container passed its disk budget),
+                daemon_error (the container is gone).
+        """
+        try:
+            await self._call(self._client.api.kill, self.container_id)
+        except docker.errors.NotFound as err:
+            raise await self._container_failure(err) from err
+        except SandboxError as err:  # 409: it had stopped already (e.g. its keeper died); it still reads
+            log.debug("%s: kill before copy-out: %s", self.task.name, err)
+        budget = (self._config.max_artifact_mb << 20) + (1 << 20)  # tar headers and padding on top of the data
+        work: list[tuple[IO[bytes], str]] = []
+        try:
+            for path in paths:
+                spool = await self._get_archive(path, budget - sum(_size(f) for f, _ in work))
+                if spool is not None:
+                    parent = path.rsplit("/", 1)[0].lstrip("/")
+                    work.append((spool, parent + "/" if parent else ""))
+        except BaseException:
+            for spool, _ in work:
+                spool.close()
+            raise
+        return work
+
+    async def _get_archive(self, path: str, limit_bytes: int) -> IO[bytes] | None:
+        """The daemon's tar of ``path`` in a temporary file (None when the path does not exist).
+
+        Raises:
+            SandboxError: disk_limit past ``limit_bytes``; the container's failure otherwise.
+        """
         try:
             stream, _ = await self._call(self._client.api.get_archive, self.container_id, path)
         except docker.errors.NotFound as err:  # no such path, or no such container
-            failure = await self._stopped(err)
-            if failure is not None:  # not a missing path: the container stopped or passed its disk budget
-                raise failure from err
-            return b"", ""
+            if await self._exists():
+                return None
+            raise await self._container_failure(err) from err
         except SandboxError as err:
             raise await self._container_failure(err) from err
+        spool = await self._call(cleanroom.spool_archive, stream, limit_bytes)
+        if spool is None:
+            raise cleanroom.too_large(self.task, self._config.max_artifact_mb)
+        return spool
 
-        def read() -> bytes:
-            chunks, size = [], 0
-            for chunk in stream:
-                size += len(chunk)
-                if size > cap + (1 << 20):  # tar headers and padding on top of the data
-                    raise cleanroom.too_large(self.task, self._config.max_artifact_mb)
-                chunks.append(chunk)
-            return b"".join(chunks)
-
-        parent = path.rsplit("/", 1)[0].lstrip("/")
-        return await self._call(read), (parent + "/" if parent else "")
+    async def _exists(self) -> bool:
+        try:
+            await self._call(self._client.api.inspect_container, self.container_id)
+        except (docker.errors.NotFound, SandboxError):
+            return False
+        return True
 
     async def _switch_container(self) -> None:
         """Remove the agent's container and continue in a fresh one of the same image."""
@@ -300,3 +329,11 @@ class Sandbox:
             return None
         outcome = Outcome.oom if state.get("OOMKilled") else Outcome.daemon_error
         return SandboxError(f"the sandbox container stopped ({outcome.value}): {err}", outcome=outcome)
+
+
+def _size(spool: IO[bytes]) -> int:
+    """Bytes in a rewound temporary file."""
+    spool.seek(0, 2)
+    size = spool.tell()
+    spool.seek(0)
+    return size
