@@ -56,7 +56,8 @@ def test_no_attempt_escapes_its_penalty_on_either_task(redteam_run):
     assert "0/2 escapable by the red team" in out.stdout
     # The provoked failures were settled by their control runs: the attempt's fault, reward 0 kept.
     he = {a.removeprefix("redteam/"): r for (task, a), r in records.items() if task == "humaneval-000"}
-    assert (he["disk-flood"]["failure_class"], he["disk-flood"]["blame"]) == ("zero", "attempt")
+    for name in ("disk-flood", "sparse-work-product"):
+        assert (he[name]["outcome"], he[name]["failure_class"], he[name]["blame"]) == ("disk_limit", "zero", "attempt")
     assert he["links-out-of-work-product"]["work_product_dropped"]
     assert all(he[n]["outcome"] == "failed" for n in ("end-shell-exit", "end-shell-exec", "end-shell-set-e", "context-flood"))
 

@@ -143,10 +143,11 @@ class Sandbox:
     async def verify(self, timeout_s: float | None = None) -> VerifierResult:
         """Run the task's hidden tests (docs/sandbox.md) and read the reward.
 
-        Where: :func:`~swerl.sandbox.runtime.cleanroom.verification_mode`. Clean room: kill every
-        process in the agent's container, read the work product out, remove that container,
-        and run the protocol in a fresh one of the pristine image holding only the work
-        product. Same container: every process killed, then ``/logs/verifier`` and ``/tests``
+        Where: :func:`~swerl.sandbox.runtime.cleanroom.verification_mode`. Clean room: the engine
+        kills the agent's container and reads the work product out of it (its archive API; a
+        stopped container reads too), every member is checked and what passes is rewritten
+        (:mod:`~swerl.sandbox.runtime.workproduct`), that container is removed, and the protocol
+        runs in a fresh one of the pristine image holding only the work product. Same container: every process killed, then ``/logs/verifier`` and ``/tests``
         moved aside and recreated in a way the agent's permissions cannot block, then the protocol.
         Either way: ``tests/`` uploaded to ``/tests``, ``bash /tests/test.sh`` run
         (``[verifier] env`` applied) under ``timeout_s`` (default:
@@ -156,7 +157,8 @@ class Sandbox:
 
         Raises:
             SandboxError: only when the container/daemon fails (``outcome`` daemon_error, oom,
-                start_error) or the trial passed its disk budget (``disk_limit``).
+                start_error), the trial passed its disk budget or the work product the cap
+                (``disk_limit``), or the work product's archive is unreadable (``copy_out_error``).
         """
         limit = timeout_s or self._config.verifier_timeout_s or self.task.config.verifier.timeout_sec
         began = time.monotonic()
