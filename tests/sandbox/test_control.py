@@ -1,7 +1,7 @@
 """On the real engine: the copy-out runs nothing of the agent's container and lets nothing through
-a link; a failure without a trustworthy reward is masked only when a control run fails too, and
-each way an attempt provokes one (its disk, its pid table, the reward's rights, a crash inside the
-trial) ends as the attempt's (zero), while a task that cannot produce a reward is masked and flagged."""
+a link; a failure without a trustworthy reward is masked only when a control run fails too: a
+failure the attempt provoked (a broken verifier script, a crash inside the trial) ends as the
+attempt's (zero), a task that cannot produce a reward is masked and flagged."""
 
 from __future__ import annotations
 
@@ -79,35 +79,28 @@ class _Crash:
         raise RuntimeError("unforeseen")
 
 
-def test_a_failure_is_masked_only_when_its_control_fails_too(docker_client, humaneval_task):
-    names = {"disk-flood", "sparse-disk-flood", "chmod-reward-at-import", "fill-pids", "fake-bash"}
-    attempts = [a for a in CATALOGUE if a.name in names]
-    tasks = [humaneval_task, fixture_task("add"), fixture_task("no_reward_file")]
-    report = run(run_sandbox_test(tasks, SandboxConfig(concurrency=3, disk_poll_s=0.5), redteam=[*attempts, _Crash()]))
+def test_a_failure_is_masked_only_when_its_control_fails_too(docker_client):
+    """Same container (the fixtures declare no work product): a replaced bash runs the verifier
+    script, which reports nothing, and an unforeseen exception ends a trial. On `add` the controls
+    read a reward: the attempt's (zero). On a task whose verifier writes no reward every control
+    fails too: masked, blamed on the infrastructure, so that task alone is escapable (and broken).
+    (The other provoked failures, on a HumanEval task: tests/sandbox/test_redteam.py.)"""
+    attempts = [a for a in CATALOGUE if a.name == "fake-bash"]
+    report = run(run_sandbox_test([fixture_task("add"), fixture_task("no_reward_file")], SandboxConfig(concurrency=2),
+                                  redteam=[*attempts, _Crash()]))
     got = {(r.task, r.attempt.removeprefix(PREFIX)): r for r in report.records}
 
     def show(key):
         r = got[key]
         return (r.outcome.value, r.reward, r.failure_class.value, r.blame and r.blame.value)
 
-    he = humaneval_task.name
-    # Provoked failures whose control reads a reward: the attempt's (zero, kept in the baseline).
-    assert show((he, "disk-flood")) == ("disk_limit", 0.0, "zero", "attempt"), got[(he, "disk-flood")].detail
-    assert got[(he, "disk-flood")].timings.control_s > 0
-    assert show((he, "crash")) == ("trial_error", 0.0, "zero", "attempt")
-    # Same container: a replaced bash runs the verifier script, which reports nothing.
     assert show(("add", "fake-bash")) == ("no_reward_file", 0.0, "zero", "attempt"), got[("add", "fake-bash")].detail
-    # Sparse files cost no disk, taken rights are given back, a full pid table is emptied by the verifier's
-    # kill (same container) or left behind (clean room): these are verified and score 0.
-    assert show(("add", "fill-pids")) == show((he, "fill-pids")) == ("failed", 0.0, "none", None)
-    assert show((he, "sparse-disk-flood")) == ("failed", 0.0, "none", None), got[(he, "sparse-disk-flood")].detail
-    assert show((he, "chmod-reward-at-import")) == ("failed", 0.0, "none", None)
-    assert "rights the tests took were restored" in got[(he, "chmod-reward-at-import")].detail
-    # A task that writes no reward fails its control too: masked, blamed on the infrastructure.
+    assert show(("add", "crash")) == ("trial_error", 0.0, "zero", "attempt")
+    assert got[("add", "crash")].timings.control_s > 0 and "the control read reward 0" in got[("add", "crash")].detail
+    assert show(("add", "oracle")) == ("passed", 1.0, "none", None)
     assert {show(k)[1:] for k in got if k[0] == "no_reward_file"} == {(0.0, "mask", "infrastructure")}
     assert show(("no_reward_file", "null"))[0] == "no_reward_file"
     assert "the control failed too" in got[("no_reward_file", "null")].detail
-    # So only that task is escapable (and broken); HumanEval and add are neither.
     assert [e.task for e in report.escapable] == ["no_reward_file"] and report.forgeable == []
     assert {b.task for b in report.broken} == {"no_reward_file"}
     assert containers_of(docker_client, report.run_id) == []

@@ -59,6 +59,10 @@ def test_no_attempt_escapes_its_penalty_on_either_task(redteam_run):
     for name in ("disk-flood", "sparse-work-product"):
         assert (he[name]["outcome"], he[name]["failure_class"], he[name]["blame"]) == ("disk_limit", "zero", "attempt")
     assert he["links-out-of-work-product"]["work_product_dropped"]
+    # Sparse files cost no disk, taken rights are given back, a full pid table does not stop verification.
+    for name in ("sparse-disk-flood", "chmod-reward-at-import", "fill-pids", "fill-pids-at-import"):
+        assert (he[name]["outcome"], he[name]["failure_class"], he[name]["blame"]) == ("failed", "none", None), name
+    assert "rights the tests took were restored" in he["chmod-reward-at-import"]["detail"]
     assert all(he[n]["outcome"] == "failed" for n in ("end-shell-exit", "end-shell-exec", "end-shell-set-e", "context-flood"))
 
 
