@@ -84,6 +84,8 @@ class Trajectory(BaseModel):
         blame: set when a control run decided the class of an episode without a trustworthy
             reward (``attempt``: ``zero``; ``infrastructure``: ``mask``, the task flagged); None
             when no control ran.
+        seed: the episode's sampling seed (turn t samples with ``seed + t``); None = the
+            backend's own RNG. Two episodes with equal seeds and weights sample the same turns.
     """
 
     task_name: str
@@ -113,6 +115,7 @@ class Trajectory(BaseModel):
     segments: list[Segment] = Field(default_factory=list)
     num_summarizations: int = 0
     blame: Blame | None = None
+    seed: int | None = None
 
     @model_validator(mode="after")
     def _aligned(self) -> "Trajectory":

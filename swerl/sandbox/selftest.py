@@ -26,6 +26,7 @@ from swerl.errors import EnvironmentProblem, SwerlError
 from swerl.sandbox.control import with_control
 from swerl.sandbox.manager import SandboxManager
 from swerl.sandbox.redteam import PREFIX, RedTeamAttempt, is_escaped, is_forged
+from swerl.sandbox.network import check_network
 from swerl.sandbox.types import Outcome, SandboxConfig, TrialRecord
 
 if TYPE_CHECKING:
@@ -171,10 +172,12 @@ async def run_sandbox_test(
             :data:`~swerl.sandbox.redteam.CATALOGUE`; empty for none.
 
     Raises:
+        TaskError: (exit 2) a task asks for a network allowlist and ``config.allow_network`` is set.
         EnvironmentProblem: Docker is not reachable (exit 3), at the start or after trials
             failed with daemon/start/build errors (the engine stopped answering mid-run).
     """
     by_name = {a.name: a for a in redteam}
+    check_network(tasks, config)
     async with SandboxManager(config) as mgr:
         jobs: dict[asyncio.Task[TrialRecord], tuple[str, str]] = {}
         for task in tasks:

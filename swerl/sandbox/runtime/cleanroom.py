@@ -1,9 +1,11 @@
 """Clean-room verification: which mode a trial uses, and how the agent's work product travels.
 
-After the agent phase the work product (``[verifier] artifacts``, e.g. ``["/app"]``) is read
-out of the agent's container, the agent's container is removed, and the tests run in a fresh
-container of the pristine task image that holds the work product and nothing else the agent
-did (binaries on PATH, site-packages, config files in ``/``, ``/logs``, ``/tests``, processes).
+After the agent phase the work product (the declared ``artifacts``, e.g. ``["/app"]``, in either
+spelling, plus Harbor's ``/logs/artifacts``) is read out of the agent's container, the agent's
+container is removed, and the tests run in a fresh container of the pristine verifier image
+(the task image, or a separate verifier environment's: Harbor's ``environment_mode =
+"separate"``) that holds the work product and nothing else the agent did (binaries on PATH,
+site-packages, config files in ``/``, ``/logs``, ``/tests``, processes).
 
 Reading it out runs nothing of the agent's container: the engine kills the container (every
 process in it dies at once, so nothing changes the work product while it is read), then its
@@ -19,6 +21,8 @@ new tar of what passes, folders first and symlinks last, joined with ``tests/``.
 script extracts it at ``/`` with the clean container's own (pristine) ``tar``, after clearing the
 declared paths (so a file the agent deleted from the image's ``/app`` is gone in the clean room
 too); no member of it can be written through a link, so nothing lands outside a declared path.
+Tests that belong to a separate verifier's own image are in its ``/tests`` already and are not
+uploaded again.
 """
 
 from __future__ import annotations
@@ -41,21 +45,24 @@ if TYPE_CHECKING:
 
 
 def verification_mode(task: Task, config: SandboxConfig) -> Verification:
-    """Where ``task``'s tests run under ``config.verification`` (see its field description)."""
+    """Where ``task``'s tests run under ``config.verification`` (see its field description): the
+    run's choice, else the task's (:attr:`Task.auto_verification`); tests that live in a separate
+    verifier's own image can only run there (the clean room)."""
+    if task.tests_in_verifier_image:
+        return "clean_room"
     if config.verification != "auto":
         return config.verification
-    verifier = task.config.verifier
-    if verifier.artifacts is None or verifier.same_container:
-        return "same_container"
-    return "clean_room"
+    return task.auto_verification
 
 
 def bundle(
-    tests_dir: Path, work: list[tuple[IO[bytes], str]], paths: list[str], prefix: str = ""
+    tests_dir: Path | None, work: list[tuple[IO[bytes], str]], paths: list[str], prefix: str = ""
 ) -> tuple[bytes, WorkProductStats]:
     """One tar holding the checked work product and ``tests/`` (as ``<prefix>tests/...``).
 
     Args:
+        tests_dir: the task's ``tests/``; None when the tests belong to the verifier's own image
+            (``Task.tests_in_verifier_image``: they are in its ``/tests`` already, never uploaded).
         work: ``(tar file object, rebase)`` pairs read out of the agent's container (see
             :func:`~swerl.sandbox.runtime.workproduct.write_work_product`).
         prefix: a staging folder relative to ``/`` ending in ``/``, or ``""`` to extract at ``/``.
@@ -69,7 +76,8 @@ def bundle(
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as out:
         stats = write_work_product(work, paths, out, prefix) if work else WorkProductStats()
-        add_tree(out, tests_dir, f"{prefix}tests/")
+        if tests_dir is not None:
+            add_tree(out, tests_dir, f"{prefix}tests/")
     return buf.getvalue(), stats
 
 
@@ -98,6 +106,6 @@ def too_large(task: Task, cap_mb: int) -> Exception:
     """The error of a work product over ``SandboxConfig.max_artifact_mb`` (outcome disk_limit; a
     control run decides whose fault it is)."""
     return SandboxError(
-        f"{task.name}: the work product {task.config.verifier.artifacts} is over {cap_mb} MiB "
+        f"{task.name}: the work product {task.clean_room_paths} is over {cap_mb} MiB "
         "(SandboxConfig.max_artifact_mb)", outcome=Outcome.disk_limit,
     )
