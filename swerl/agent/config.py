@@ -13,6 +13,7 @@ from swerl.inference.base import SamplingParams
 ProtocolName = Literal["terminus-json", "terminus-json-fast", "tool-call", "single-turn"]
 AgentFailurePolicy = Literal["zero", "passthrough"]
 ContextFullPolicy = Literal["zero", "mask", "summarize"]
+TamperPolicy = Literal["record", "zero"]
 SingleTurnPrefill = Literal["none", "fence", "starter_code"]
 
 
@@ -103,6 +104,15 @@ class AgentConfig(BaseModel):
             "An episode that fills the context window: mask = no trainable tokens, out of the baseline; "
             "zero = reward 0, kept in the baseline (terminus-2 with enable_summarize off); summarize = "
             "terminus-2's summary/questions/answers handoff to a new conversation (terminus-json only)."
+        ),
+    )
+    on_tamper: TamperPolicy = Field(
+        "record",
+        description=(
+            "An episode with tamper reasons (it touched the verifier's output, inputs, tools, import path, pytest "
+            "config or processes; docs/sandbox.md, Tamper signal): record = the reasons are kept on the trajectory "
+            "(`tamper`) and counted (reward/tamper_suspect_rate), the reward is the verifier's; zero = also reward 0, "
+            "class zero, kept in the baseline and trained on (a masked episode is unmasked), outcome `tamper`."
         ),
     )
     proactive_summarization_threshold_tokens: int = Field(

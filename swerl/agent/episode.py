@@ -19,6 +19,7 @@ from swerl.agent.outcome import Verdict, judge
 from swerl.agent.policy import Policy
 from swerl.agent.protocols import AgentProtocol, EndReason, make_protocol
 from swerl.agent.summarize import ContextSummarizer
+from swerl.agent.tamper import episode_tamper, on_tamper, with_tamper
 from swerl.agent.tokens import ChatFormat, TokenRecord
 from swerl.agent.trajectory import FailureClass, Segment, Trajectory
 from swerl.errors import SandboxError
@@ -109,8 +110,9 @@ async def run_episode(
     verifier = None
     if end_reason != "sandbox_error":
         verifier, sandbox_outcome = await _verify(sandbox, state)
-    verdict = judge(end_reason if verifier is not None else "sandbox_error", verifier, cfg, sandbox_outcome)
-    return _trajectory(task, group_id, sample_index, state, end_reason, verdict, verifier)
+    tamper = episode_tamper(protocol.actions, verifier)
+    verdict = on_tamper(judge(end_reason if verifier is not None else "sandbox_error", verifier, cfg, sandbox_outcome), tamper, cfg)
+    return with_tamper(_trajectory(task, group_id, sample_index, state, end_reason, verdict, verifier), tamper)
 
 
 async def _agent_loop(

@@ -43,7 +43,8 @@ def summarize(trajectories: list[Trajectory], ks: list[int]) -> dict:
     reaches), ``tasks_scored`` (``pass@k`` -> tasks in its mean), ``reward/mean``, ``outcomes``
     (counts), ``end_reasons`` (counts), ``turns/mean``, ``tokens/generated_mean`` (policy tokens
     per episode), ``tokens/context_mean``, ``num_tasks``, ``num_trajectories``, ``num_masked``,
-    ``num_tasks_all_masked``. Empty input gives zeros.
+    ``num_tasks_all_masked``, ``num_tamper_suspects`` and ``tamper_suspect_rate`` (trajectories
+    with tamper reasons, their fraction). Empty input gives zeros.
     """
     groups: dict[str, list[Trajectory]] = defaultdict(list)
     for traj in trajectories:
@@ -67,6 +68,8 @@ def summarize(trajectories: list[Trajectory], ks: list[int]) -> dict:
     summary["turns/mean"] = sum(t.num_turns for t in trajectories) / count
     summary["tokens/generated_mean"] = sum(t.num_policy_tokens for t in trajectories) / count
     summary["tokens/context_mean"] = sum(t.context_tokens for t in trajectories) / count
+    summary["num_tamper_suspects"] = sum(bool(t.tamper) for t in trajectories)
+    summary["tamper_suspect_rate"] = summary["num_tamper_suspects"] / count
     summary["outcomes"] = dict(Counter(t.outcome for t in trajectories).most_common())
     summary["end_reasons"] = dict(Counter(t.end_reason for t in trajectories).most_common())
     return summary

@@ -81,6 +81,9 @@ class Trajectory(BaseModel):
         segments: the earlier token sequences when the context was summarized, in the order
             they were sampled (empty otherwise); the top-level ids are the last one.
         num_summarizations: context handoffs (terminus-2 summarization) in the episode.
+        tamper: why the episode looks like an attempt on the verifier, one ``family: what``
+            line each (its commands and the container it left; docs/sandbox.md, Tamper signal);
+            empty when nothing touched it.
     """
 
     task_name: str
@@ -109,6 +112,7 @@ class Trajectory(BaseModel):
     detail: str = ""
     segments: list[Segment] = Field(default_factory=list)
     num_summarizations: int = 0
+    tamper: list[str] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _aligned(self) -> "Trajectory":

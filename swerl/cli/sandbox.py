@@ -191,13 +191,16 @@ def _print_sandbox_test_tables(report, tasks: str, redteam: bool, console: Conso
     for outcome in sorted({o for c in counts.values() for o in c}):
         table.add_row(outcome, *(str(counts.get(c, {}).get(outcome, 0)) for c in columns))
     console.print(table)
+    tamper = report.tamper_counts()
+    console.print("trials with tamper reasons: " + ", ".join(
+        f"{c} {tamper[c][0]}/{tamper[c][1]}" for c in columns if c in tamper), highlight=False)
     if redteam:
-        forged = report.forged_counts()
-        attempts = Table(title="red-team attempts (tasks whose verifier gave reward > 0)")
-        for name, justify in (("attempt", "left"), ("kind", "left"), ("forged", "right")):
+        forged, flagged = report.forged_counts(), report.flagged_counts()
+        attempts = Table(title="red-team attempts (forged: tasks whose verifier gave reward > 0; flagged: with tamper reasons)")
+        for name, justify in (("attempt", "left"), ("kind", "left"), ("forged", "right"), ("flagged", "right")):
             attempts.add_column(name, justify=justify)
         for attempt in CATALOGUE:
-            attempts.add_row(attempt.name, attempt.kind, str(forged[attempt.name]))
+            attempts.add_row(attempt.name, attempt.kind, str(forged[attempt.name]), str(flagged[attempt.name]))
         console.print(attempts)
 
 

@@ -32,6 +32,8 @@ from swerl.sandbox.deployment.limits import watch_disk
 from swerl.sandbox.types import Outcome, SandboxConfig, TrialRecord, TrialTimings
 from swerl.sandbox.deployment.pool import ContainerSpec
 from swerl.sandbox.runtime.sandbox import Sandbox
+from swerl.sandbox.tamper.scan import merge
+from swerl.sandbox.tamper.text import oracle_texts, texts_reasons
 
 if TYPE_CHECKING:
     import docker
@@ -293,8 +295,9 @@ class SandboxManager:
         try:
             async with self.sandbox(task, timings, placed) as sb:
                 began = time.monotonic()
-                agent_note = ""
+                agent_note, sent = "", []
                 if attempt == "oracle":
+                    sent = oracle_texts(task)
                     result = await sb.run_solution()
                     if result.timed_out or result.exit_code != 0:
                         agent_note = f"solve.sh exit {result.exit_code}{' (timed out)' if result.timed_out else ''}; "
@@ -315,6 +318,7 @@ class SandboxManager:
             failure_class=verdict.failure_class, detail=(agent_note + verdict.detail).strip("; "),
             verification=verdict.verification, engine=sb.engine, timings=timings,
             engine_retries=len(placed) - 1,  # starts moved off an engine that stopped answering
+            tamper=merge(verdict.tamper, texts_reasons(sent)),
         )
         return record, False
 

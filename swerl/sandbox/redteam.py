@@ -29,6 +29,8 @@ from pydantic import BaseModel, Field
 from swerl.errors import SandboxError
 from swerl.sandbox import redteam_payloads as p
 from swerl.sandbox.runtime.files import tar_of_files
+from swerl.sandbox.tamper.scan import merge
+from swerl.sandbox.tamper.text import texts_reasons
 from swerl.sandbox.types import Outcome, TrialRecord, TrialTimings
 
 if TYPE_CHECKING:
@@ -198,4 +200,10 @@ async def run_attempt(mgr: SandboxManager, task: Task, attempt: Attempt) -> Tria
                            detail=str(err), timings=timings)
     return TrialRecord(task=task.name, attempt=name, outcome=verdict.outcome, reward=verdict.reward,
                        failure_class=verdict.failure_class, detail="; ".join([*notes, verdict.detail]).strip("; "),
-                       verification=verdict.verification, timings=timings)
+                       verification=verdict.verification, timings=timings, tamper=merge(verdict.tamper, sent_reasons(attempt)))
+
+
+def sent_reasons(attempt: Attempt) -> list[str]:
+    """Tamper reasons of what the attempt sends: its commands and the files it plants."""
+    texts = [(command, "a command") for command in attempt.commands] + [(t, path) for path, t in attempt.files.items()]
+    return texts_reasons(texts)

@@ -160,6 +160,13 @@ class SandboxConfig(BaseModel):
     engine_probe_s: float = _seconds(
         1.0, "First wait before a quarantined engine is probed again, seconds; doubles per failed probe up to 30 s.",
     )
+    tamper_scan: bool = Field(
+        True,
+        description="Before the tests run, judge what the agent's container changed against its image (files that touch "
+        "the verifier's output, inputs, tools, import path or pytest config; docs/sandbox.md, Tamper signal) and record "
+        "the reasons on the result. Read from the engine's storage on this host (~1 ms) or its changes API (~0.4 s of "
+        "engine CPU, Docker 20.10); False = no scan.",
+    )
 
     @model_validator(mode="after")
     def _one_way_to_name_engines(self) -> SandboxConfig:
@@ -210,6 +217,8 @@ class VerifierResult(BaseModel):
         detail: one line saying why, for anything but ``passed``.
         verification: where the tests ran: ``clean_room`` (fresh container, only the work product
             copied in) or ``same_container`` (the agent's own container, hardened).
+        tamper: why the agent's container looks like an attempt on the verifier (one line each,
+            ``family: what``; docs/sandbox.md, Tamper signal); empty when nothing touched it.
     """
 
     outcome: Outcome
@@ -219,6 +228,7 @@ class VerifierResult(BaseModel):
     duration_s: float = 0.0
     detail: str = ""
     verification: Verification | None = None
+    tamper: list[str] = Field(default_factory=list)
 
 
 class TrialTimings(BaseModel):
@@ -244,4 +254,5 @@ class TrialRecord(BaseModel):
     verification: Verification | None = Field(None, description="Where the tests ran; None when the trial ended before.")
     engine: str | None = Field(None, description="URL of the Docker engine the trial ran on (its last attempt).")
     engine_retries: int = Field(0, description="Times the trial was moved to another engine because its engine stopped answering.")
+    tamper: list[str] = Field(default_factory=list, description="Tamper reasons (docs/sandbox.md, Tamper signal); empty = none.")
     timings: TrialTimings = Field(default_factory=TrialTimings)

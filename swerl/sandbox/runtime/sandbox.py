@@ -25,8 +25,10 @@ from swerl.sandbox.runtime.channel import Command
 from swerl.sandbox.runtime.commands import Commands
 from swerl.sandbox.runtime.files import file_from_tar, is_tar, tar_of_dir, tar_of_files
 from swerl.sandbox.runtime.keeper import KeeperChannel
+from swerl.sandbox.runtime.layer import LayerReader
 from swerl.sandbox.runtime.shell import Shell
 from swerl.sandbox.runtime.verifier import VERIFY_OUTPUT_BYTES, VERIFY_SCRIPT, parse_sections, verdict
+from swerl.sandbox.tamper.scan import scan_container
 from swerl.sandbox.types import ExecResult, Outcome, SandboxConfig, VerifierResult
 
 if TYPE_CHECKING:
@@ -165,9 +167,11 @@ class Sandbox:
         if mode == "clean_room":
             paths = await self._work_paths()
             work = await self._copy_out(paths)
+            tamper = await self._scan_for_tamper(kill_first=False)  # the copy-out killed every process
             await self._switch_container()
         else:
             paths, work = [], []
+            tamper = await self._scan_for_tamper(kill_first=True)
         raw = await self._run_verify_script("-", limit, cleanroom.bundle(self.task.tests_dir, work, paths), paths)
         if "\x1enotar\x1f" in raw.output:  # no tar in the image: the daemon copies the files in first
             staging = f"/tmp/.swerl-verify-{uuid.uuid4().hex}"
@@ -177,7 +181,18 @@ class Sandbox:
             await self._commands.docker_exec.run(Command(script="kill -KILL -1", max_output_bytes=4096, wait_s=10.0))
         self._check_disk()
         result = verdict(parse_sections(raw.output), raw.timed_out, limit, time.monotonic() - began)
-        return result.model_copy(update={"verification": mode})
+        return result.model_copy(update={"verification": mode, "tamper": tamper})
+
+    async def _scan_for_tamper(self, kill_first: bool) -> list[str]:
+        """The tamper reasons of the agent's container (:mod:`swerl.sandbox.tamper.scan`), after
+        every process in it is killed (``kill_first``), so none changes it between scan and tests."""
+        if not self._config.tamper_scan:
+            return []
+        if kill_first:
+            await self._guard(self._commands.run(Command(
+                script="kill -KILL -1 2>/dev/null; true", max_output_bytes=4096, wait_s=self._config.docker_timeout_s)))
+        reader = LayerReader(self._call, self._client, self.container_id)
+        return await scan_container(reader, self.task.config.verifier.artifacts)
 
     def _check_disk(self) -> None:
         if self.disk_exceeded is not None:
