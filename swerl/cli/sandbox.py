@@ -166,6 +166,11 @@ def _report_sandbox_test(report, task_set, tasks: str, redteam: bool, json_out: 
         console.print(f"BROKEN {item.task}: {item.reason}", highlight=False, soft_wrap=True)
     for item in report.forgeable:
         console.print(f"FORGEABLE {item.task}: {', '.join(item.attempts)}", highlight=False, soft_wrap=True)
+    for record in (r for r in report.records if r.tamper and r.attempt in ("oracle", "null")):
+        # An honest attempt with tamper reasons: the task's own solution touches the verifier's
+        # territory, or a rule is wrong; either way its author should look.
+        console.print(f"FLAGGED {record.task}/{record.attempt}: {'; '.join(record.tamper[:3])}", highlight=False,
+                      soft_wrap=True)
     if broken or report.forgeable:
         from swerl.errors import RunFailed
 
