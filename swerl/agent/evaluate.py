@@ -59,10 +59,13 @@ async def evaluate(
         (trajectories grouped by task, summary dict of :func:`swerl.agent.metrics.summarize`
         plus ``wall_s``).
     Raises:
+        TaskError: (exit 2) a task asks for a network allowlist and the sandbox grants network.
         SandboxError / EnvironmentProblem: the Docker engine cannot be used at all.
     """
     from swerl.sandbox import SandboxManager
+    from swerl.sandbox.network import check_network
 
+    check_network(tasks, sandbox_config)
     started = time.monotonic()
     async with SandboxManager(sandbox_config) as manager:
         trajectories = await collect_rollouts(

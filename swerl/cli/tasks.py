@@ -38,25 +38,72 @@ def tasks_import_humaneval(
 @tasks_app.command("validate", cls=SwerlCommand)
 def tasks_validate(path: _TasksPath, cache_dir: _CacheDir = None, json_out: JsonOut = None,
                    verbose: Verbose = False) -> None:
-    """Check every task; list each malformed one with file and reason (exit 0 all valid, 1 some invalid)."""
+    """Check every task; list each malformed one with file and reason (exit 0 all valid, 1 some invalid).
+
+    For the valid ones: the task.toml schema read, where the tests run under verification auto, and
+    each key swerl does not act on with what it does instead."""
     from rich.table import Table
+    from rich.text import Text
 
     from swerl.tasks import load_tasks
+    from swerl.tasks.schema_notes import task_notes
 
     tasks = load_tasks(path, on_error="skip", cache_dir=cache_dir)
+    notes = [task_notes(task) for task in tasks]
     console = results_console(json_out)
     if tasks.problems:
         table = Table(title=f"Malformed tasks in {path}", title_justify="left")
         table.add_column("File", overflow="fold")
         table.add_column("Reason", overflow="fold")
-        for problem in tasks.problems:
-            table.add_row(problem.path, problem.reason)
+        for problem in tasks.problems:  # as text: a reason may hold brackets ([[steps]]) rich would read as markup
+            table.add_row(Text(problem.path), Text(problem.reason))
         console.print(table)
+    _print_schema_notes(notes, console)
     console.print(f"{len(tasks)} valid, {len(tasks.problems)} malformed", highlight=False)
     write_json(json_out, {"valid": [t.name for t in tasks],
-                          "malformed": [{"path": p.path, "reason": p.reason} for p in tasks.problems]})
+                          "malformed": [{"path": p.path, "reason": p.reason} for p in tasks.problems],
+                          "tasks": [n.model_dump(mode="json") for n in notes]})
     if tasks.problems:
         raise SystemExit(1)
+
+
+def _print_schema_notes(notes: list, console) -> None:  # noqa: ANN001 - TaskNotes, rich Console
+    """Per schema version its tasks; where their tests run under verification auto; then a table of
+    the keys swerl does not act on, the tasks that have each, and what swerl does instead."""
+    from rich.table import Table
+    from rich.text import Text
+
+    from swerl.tasks.task_toml import NEWEST_SCHEMA
+    from swerl.text import counted
+
+    def few(names: list[str]) -> str:
+        return f" ({', '.join(names)})" if len(names) <= 3 else f" ({', '.join(names[:3])}, ...)"
+
+    for version in sorted({n.schema_version for n in notes}):
+        names = [n.name for n in notes if n.schema_version == version]
+        newer = any(n.newer_schema for n in notes if n.schema_version == version)
+        after = f"; newer than {NEWEST_SCHEMA}, the newest swerl reads: unknown keys are ignored" if newer else ""
+        console.print(f"schema {version}: {counted(len(names), 'task')}{few(names)}{after}", highlight=False)
+    where = {"clean_room": "clean room", "same_container": "same container"}
+    for mode, label in where.items():
+        for image in ("task_image", "docker_image", "tests_dockerfile"):
+            names = [n.name for n in notes if n.verification == mode and n.verifier_image == image]
+            if names:
+                of = {"task_image": "the task image", "docker_image": "the separate verifier's docker_image",
+                      "tests_dockerfile": "an image built from tests/Dockerfile"}[image]
+                console.print(f"verification auto: {label} in {of}: {counted(len(names), 'task')}{few(names)}",
+                              highlight=False)
+    unsupported: dict[tuple[str, str], list[str]] = {}
+    for n in notes:
+        for note in n.unsupported:
+            unsupported.setdefault((note.key, note.instead), []).append(n.name)
+    if unsupported:
+        table = Table(title="task.toml keys swerl does not act on", title_justify="left")
+        for column in ("Key", "Tasks", "swerl instead"):
+            table.add_column(column, overflow="fold")
+        for (key, instead), names in unsupported.items():
+            table.add_row(Text(key), Text(f"{len(names)}{few(names)}"), Text(instead))
+        console.print(table)
 
 
 @tasks_app.command("list", cls=SwerlCommand)

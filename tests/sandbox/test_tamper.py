@@ -46,6 +46,7 @@ HONEST = {
     "/app/model.pth": "weights\n",
     "/app/pyproject.toml": "[project]\nname = 'x'\n",
     "/logs/agent/pane.log": "$ ls\n",
+    "/logs/artifacts/report.txt": "done\n",
     "/usr/local/bin/mytool": "#!/bin/sh\necho hi\n",
     "/usr/local/lib/python3.11/dist-packages/mypkg/__init__.py": "VALUE = 1\n",
     "/root/notes.txt": "run the tests with python3 -m pytest\n",
