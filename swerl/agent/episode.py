@@ -19,6 +19,7 @@ from swerl.agent.outcome import Verdict, judge
 from swerl.agent.policy import Policy
 from swerl.agent.protocols import AgentProtocol, EndReason, make_protocol
 from swerl.agent.summarize import ContextSummarizer
+from swerl.agent.tamper import episode_tamper, on_tamper, with_tamper
 from swerl.agent.tokens import ChatFormat, TokenRecord
 from swerl.agent.trajectory import FailureClass, Segment, Trajectory
 from swerl.errors import SandboxError
@@ -64,12 +65,14 @@ def first_prompt(task: Any, policy: Policy, cfg: AgentConfig) -> tuple[AgentProt
 @dataclass
 class PlayedEpisode:
     """An episode acted and verified, before any control run (:func:`finish_trajectory` makes its
-    trajectory). ``verifier`` is the ``VerifierResult``, None when verification failed or did not run."""
+    trajectory). ``verifier`` is the ``VerifierResult``, None when verification failed or did not run;
+    ``tamper``: the episode's tamper reasons (:func:`swerl.agent.tamper.episode_tamper`)."""
 
     state: _EpisodeState
     end_reason: str
     verifier: Any | None
     verdict: Verdict
+    tamper: list[str] = field(default_factory=list)
 
 
 class SamplerFailed(Exception):
@@ -123,7 +126,8 @@ async def play_episode(
     except SamplerFailed as err:
         state.timings_s["agent_s"] = time.monotonic() - started
         state.detail = f"the sampler failed: {err}"
-        return PlayedEpisode(state, "sampler_error", None, Verdict("sampler_error", 0.0, FailureClass.mask))
+        tamper = episode_tamper(protocol.actions, None)
+        return PlayedEpisode(state, "sampler_error", None, Verdict("sampler_error", 0.0, FailureClass.mask), tamper)
     except TimeoutError:
         if not deadline.expired():  # some other timeout: a bug, not the agent's budget
             raise
@@ -131,8 +135,9 @@ async def play_episode(
     state.timings_s["agent_s"] = time.monotonic() - started
 
     verifier, verify_outcome = await _verify(sandbox, state)
-    verdict = judge(end_reason, verifier, cfg, verify_outcome or sandbox_outcome)
-    return PlayedEpisode(state, end_reason, verifier, verdict)
+    tamper = episode_tamper(protocol.actions, verifier)
+    verdict = on_tamper(judge(end_reason, verifier, cfg, verify_outcome or sandbox_outcome), tamper, cfg)
+    return PlayedEpisode(state, end_reason, verifier, verdict, tamper)
 
 
 def finish_trajectory(task: Any, played: PlayedEpisode, control: ControlResult | None = None, *,
@@ -144,7 +149,8 @@ def finish_trajectory(task: Any, played: PlayedEpisode, control: ControlResult |
         verdict = Verdict(verdict.outcome, 0.0, control.failure_class)
         state.detail = "; ".join(x for x in (state.detail, control.detail) if x)
         state.timings_s["control_s"] = control.seconds
-    traj = _trajectory(task, group_id, sample_index, state, played.end_reason, verdict, played.verifier)
+    traj = with_tamper(_trajectory(task, group_id, sample_index, state, played.end_reason, verdict, played.verifier),
+                       played.tamper)
     return traj if control is None else traj.model_copy(update={"blame": control.blame})
 
 

@@ -89,7 +89,7 @@ class EpisodeAttempt(BaseModel):
 
 def record_of(traj: Trajectory, attempt: str) -> TrialRecord:
     """A trajectory as a sandbox-test record: its outcome (an end reason that is no verifier outcome
-    becomes ``trial_error``, named in the detail), reward, class, blame and timings."""
+    becomes ``trial_error``, named in the detail), reward, class, blame, tamper reasons and timings."""
     try:
         outcome = Outcome(traj.outcome)
     except ValueError:
@@ -99,7 +99,8 @@ def record_of(traj: Trajectory, attempt: str) -> TrialRecord:
                            control_s=traj.timings_s.get("control_s", 0.0))
     return TrialRecord(task=traj.task_name, attempt=attempt, outcome=outcome, reward=traj.reward,
                        failure_class=FailureClass(traj.failure_class), detail=detail, blame=traj.blame,
-                       acted=traj.end_reason != "sandbox_error" or traj.num_turns > 0, timings=timings)
+                       acted=traj.end_reason != "sandbox_error" or traj.num_turns > 0, timings=timings,
+                       tamper=traj.tamper)
 
 
 EPISODE_CATALOGUE: tuple[EpisodeAttempt, ...] = (

@@ -86,6 +86,9 @@ class Trajectory(BaseModel):
             when no control ran.
         seed: the episode's sampling seed (turn t samples with ``seed + t``); None = the
             backend's own RNG. Two episodes with equal seeds and weights sample the same turns.
+        tamper: why the episode looks like an attempt on the verifier, one ``family: what``
+            line each (its commands and the container it left; docs/sandbox.md, Tamper signal);
+            empty when nothing touched it.
     """
 
     task_name: str
@@ -116,6 +119,7 @@ class Trajectory(BaseModel):
     num_summarizations: int = 0
     blame: Blame | None = None
     seed: int | None = None
+    tamper: list[str] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _aligned(self) -> "Trajectory":

@@ -176,6 +176,11 @@ def _report_sandbox_test(report, task_set, tasks: str, kinds: dict[str, str], js
         console.print(f"FORGEABLE {item.task}: {', '.join(item.attempts)}", highlight=False, soft_wrap=True)
     for item in report.escapable:
         console.print(f"ESCAPABLE {item.task}: {', '.join(item.attempts)}", highlight=False, soft_wrap=True)
+    for record in (r for r in report.records if r.tamper and r.attempt in ("oracle", "null")):
+        # An honest attempt with tamper reasons: the task's own solution touches the verifier's
+        # territory, or a rule is wrong; either way its author should look.
+        console.print(f"FLAGGED {record.task}/{record.attempt}: {'; '.join(record.tamper[:3])}", highlight=False,
+                      soft_wrap=True)
     if broken or report.forgeable or report.escapable:
         from swerl.errors import RunFailed
 
@@ -200,13 +205,18 @@ def _print_sandbox_test_tables(report, tasks: str, kinds: dict[str, str], consol
     for outcome in sorted({o for c in counts.values() for o in c}):
         table.add_row(outcome, *(str(counts.get(c, {}).get(outcome, 0)) for c in columns))
     console.print(table)
+    tamper = report.tamper_counts()
+    console.print("trials with tamper reasons: " + ", ".join(
+        f"{c} {tamper[c][0]}/{tamper[c][1]}" for c in columns if c in tamper), highlight=False)
     if kinds:
-        forged, escaped = report.forged_counts(), report.escaped_counts()
-        attempts = Table(title="red-team attempts (tasks forged: reward > 0; escaped: trial masked)")
-        for name, justify in (("attempt", "left"), ("kind", "left"), ("forged", "right"), ("escaped", "right")):
+        forged, escaped, flagged = report.forged_counts(), report.escaped_counts(), report.flagged_counts()
+        attempts = Table(title="red-team attempts (tasks forged: reward > 0; escaped: trial masked; flagged: with "
+                         "tamper reasons)")
+        for name, justify in (("attempt", "left"), ("kind", "left"), ("forged", "right"), ("escaped", "right"),
+                              ("flagged", "right")):
             attempts.add_column(name, justify=justify)
         for name in report.attempts:
-            attempts.add_row(name, kinds.get(name, ""), str(forged[name]), str(escaped[name]))
+            attempts.add_row(name, kinds.get(name, ""), str(forged[name]), str(escaped[name]), str(flagged[name]))
         console.print(attempts)
 
 

@@ -29,7 +29,8 @@ STEP_FILE = re.compile(r"^step_(\d+)\.jsonl$")
 class Episode:
     """One episode as shown (train dumps and eval records normalized to these fields).
 
-    ``advantage`` is None for eval records; ``messages`` is a list of ``{"role", "content"}``.
+    ``advantage`` is None for eval records; ``messages`` is a list of ``{"role", "content"}``;
+    ``tamper`` holds the episode's tamper reasons (empty for none, and for records that predate them).
     """
 
     task: str
@@ -45,6 +46,7 @@ class Episode:
     verifier_tail: str
     detail: str
     messages: list[dict[str, Any]]
+    tamper: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -120,6 +122,7 @@ def _episode(record: dict[str, Any], tokenizer: Any) -> Episode:
         verifier_tail=str(record.get("verifier_output_tail", "")),
         detail=str(record.get("detail", "")),
         messages=messages,
+        tamper=[str(r) for r in record.get("tamper") or []],
     )
 
 
@@ -187,6 +190,13 @@ def verifier_reason(tail: str, detail: str, width: int = 80) -> str:
     return reason if len(reason) <= width else reason[: width - 1] + "…"
 
 
+def tamper_cell(reasons: list[str]) -> str:
+    """The episodes table's tamper cell: ``-`` for none, else the count and the first reason's family."""
+    if not reasons:
+        return "-"
+    return f"{len(reasons)}: {reasons[0].split(':', 1)[0]}"
+
+
 def _title(eps: EpisodeSet) -> str:
     steps = ", ".join(map(str, eps.steps_available))
     where = f"step {eps.step} (dumped steps: {steps})" if eps.kind == "train" else "eval"
@@ -225,12 +235,18 @@ def render_terminal(eps: EpisodeSet, console: Any, task: str | None = None, samp
                        " ".join(f"{r:g}" for r in rewards), " ".join(_adv(e) for e in members))
     console.print(groups)
     table = Table(title="episodes", title_justify="left")
-    for col in ("task", "sample", "reward", "advantage", "outcome", "class", "end", "turns", "gen tok", "verifier says"):
+    for col in ("task", "sample", "reward", "advantage", "outcome", "class", "end", "turns", "gen tok", "tamper",
+                "verifier says"):
         table.add_column(col, overflow="fold")
     for e in eps.episodes:
         table.add_row(e.task, str(e.sample_index), f"{e.reward:g}", _adv(e), e.outcome, e.failure_class,
-                      e.end_reason, str(e.num_turns), str(e.generated_tokens), verifier_reason(e.verifier_tail, e.detail))
+                      e.end_reason, str(e.num_turns), str(e.generated_tokens), tamper_cell(e.tamper),
+                      verifier_reason(e.verifier_tail, e.detail))
     console.print(table)
+    suspects = sum(bool(e.tamper) for e in eps.episodes)
+    if suspects:
+        console.print(f"tamper: {counted(suspects, 'episode')} of {len(eps.episodes)} touched the verifier's territory",
+                      style="bold red", highlight=False)
     for e in pick(eps, task, sample):
         console.rule(f"{e.task} sample {e.sample_index}: reward {e.reward:g}, advantage {_adv(e)}, {e.outcome}")
         for turn, message in enumerate(e.messages):
@@ -241,6 +257,8 @@ def render_terminal(eps: EpisodeSet, console: Any, task: str | None = None, samp
         if e.verifier_tail or e.detail:
             console.print(Panel(Text(e.verifier_tail or e.detail), border_style="red",
                                 title="verifier output (tail)" if e.verifier_tail else "detail"))
+        if e.tamper:
+            console.print(Panel(Text("\n".join(e.tamper)), border_style="bold red", title="tamper", title_align="left"))
     if task is None and len(eps.episodes) > 1:
         console.print("(pass --task NAME [--sample I] for other conversations, or --out FILE.html for all)")
 
@@ -273,6 +291,7 @@ def render_html(eps: EpisodeSet) -> str:
     for e in eps.episodes:
         head = (f"{e.task} sample {e.sample_index}: reward {e.reward:g}, advantage {_adv(e)}, {e.outcome} "
                 f"({e.failure_class}, {e.end_reason}), {counted(e.num_turns, 'turn')}, {counted(e.generated_tokens, 'generated token')}"
+                f"{', TAMPER ' + tamper_cell(e.tamper) if e.tamper else ''}"
                 f"{': ' + reason if (reason := verifier_reason(e.verifier_tail, e.detail)) else ''}")
         body = "".join(f'<div><b>[{i}] {html.escape(str(m.get("role", "?")))}</b>'
                        f'<pre class="{html.escape(str(m.get("role", "")))}">{html.escape(_content(m))}</pre></div>'
@@ -280,6 +299,8 @@ def render_html(eps: EpisodeSet) -> str:
         if e.verifier_tail or e.detail:
             label = "verifier output (tail)" if e.verifier_tail else "detail"
             body += f'<div><b>{label}</b><pre class="verifier">{html.escape(e.verifier_tail or e.detail)}</pre></div>'
+        if e.tamper:
+            body += f'<div><b>tamper</b><pre class="verifier">{html.escape(chr(10).join(e.tamper))}</pre></div>'
         opened = " open" if first and e is first[0] else ""  # the first episode with signal, unfolded
         parts.append(f"<details{opened}><summary>{html.escape(head)}</summary>{body}</details>")
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>swerl view</title><style>{CSS}</style>"

@@ -36,6 +36,8 @@ from swerl.sandbox.deployment.limits import watch_disk
 from swerl.sandbox.types import Blame, Outcome, SandboxConfig, TrialRecord, TrialTimings, VerifierResult
 from swerl.sandbox.deployment.pool import ContainerSpec
 from swerl.sandbox.runtime.sandbox import Sandbox
+from swerl.sandbox.tamper.scan import merge
+from swerl.sandbox.tamper.text import oracle_texts, texts_reasons
 
 if TYPE_CHECKING:
     import docker
@@ -336,6 +338,7 @@ class SandboxManager:
         timings = TrialTimings()
         placed: list[str] = []
         acted = False
+        sent = oracle_texts(task) if attempt == "oracle" else []
         try:
             async with self.sandbox(task, timings, placed) as sb:
                 acted = True
@@ -346,8 +349,10 @@ class SandboxManager:
                 verdict = await sb.verify()
                 timings.verify_s = time.monotonic() - began
         except SandboxError as err:
-            return failed_record(task.name, attempt, err, timings, placed, acted), isinstance(err, EngineLost)
-        return verified_record(task.name, attempt, verdict, timings, placed, agent_note), False
+            record = failed_record(task.name, attempt, err, timings, placed, acted)
+            return record.model_copy(update={"tamper": texts_reasons(sent)}), isinstance(err, EngineLost)
+        record = verified_record(task.name, attempt, verdict, timings, placed, agent_note)
+        return record.model_copy(update={"tamper": merge(verdict.tamper, texts_reasons(sent))}), False
 
 
 def failed_record(task: str, attempt: str, err: SandboxError, timings: TrialTimings, placed: list[str],
@@ -367,14 +372,15 @@ def failed_record(task: str, attempt: str, err: SandboxError, timings: TrialTimi
 
 def verified_record(task: str, attempt: str, verdict: VerifierResult, timings: TrialTimings, placed: list[str],
                     note: str = "") -> TrialRecord:
-    """The record of a trial that was verified (``note``: what went wrong while the attempt acted)."""
+    """The record of a trial that was verified (``note``: what went wrong while the attempt acted;
+    the tamper reasons are the container's, ``verdict.tamper``)."""
     return TrialRecord(
         task=task, attempt=attempt, outcome=verdict.outcome, reward=verdict.reward,
         failure_class=verdict.failure_class, detail="; ".join(x for x in (note, verdict.detail) if x),
         verification=verdict.verification, verifier_image=verdict.verifier_image,
         engine=placed[-1] if placed else None, timings=timings, acted=True,
         engine_retries=max(len(placed) - 1, 0),  # starts moved off an engine that stopped answering
-        work_product_dropped=verdict.work_product_dropped,
+        work_product_dropped=verdict.work_product_dropped, tamper=list(verdict.tamper),
     )
 
 

@@ -38,6 +38,8 @@ from swerl.errors import SandboxError
 from swerl.sandbox import redteam_payloads as p
 from swerl.sandbox.manager import failed_record, verified_record
 from swerl.sandbox.runtime.files import tar_of_files
+from swerl.sandbox.tamper.scan import merge
+from swerl.sandbox.tamper.text import texts_reasons
 from swerl.sandbox.types import FailureClass, TrialRecord, TrialTimings
 
 if TYPE_CHECKING:
@@ -292,5 +294,13 @@ async def run_attempt(mgr: SandboxManager, task: Task, attempt: Attempt) -> Tria
             verdict = await sb.verify()
             timings.verify_s = time.monotonic() - began
     except SandboxError as err:
-        return failed_record(task.name, name, err, timings, placed, acted, "; ".join(notes))
-    return verified_record(task.name, name, verdict, timings, placed, "; ".join(notes))
+        record = failed_record(task.name, name, err, timings, placed, acted, "; ".join(notes))
+    else:
+        record = verified_record(task.name, name, verdict, timings, placed, "; ".join(notes))
+    return record.model_copy(update={"tamper": merge(record.tamper, sent_reasons(attempt))})
+
+
+def sent_reasons(attempt: Attempt) -> list[str]:
+    """Tamper reasons of what the attempt sends: its commands and the files it plants."""
+    texts = [(command, "a command") for command in attempt.commands] + [(t, path) for path, t in attempt.files.items()]
+    return texts_reasons(texts)

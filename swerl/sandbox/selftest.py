@@ -83,6 +83,21 @@ class SandboxTestReport(BaseModel):
             table.setdefault(column, Counter())[record.outcome.value] += 1
         return table
 
+    def tamper_counts(self) -> dict[str, tuple[int, int]]:
+        """``{attempt column: (trials with tamper reasons, trials)}``, columns as in :meth:`counts`."""
+        table: dict[str, tuple[int, int]] = {}
+        for record in self.records:
+            column = REDTEAM if record.attempt.startswith(PREFIX) else record.attempt
+            flagged, total = table.get(column, (0, 0))
+            table[column] = (flagged + bool(record.tamper), total + 1)
+        return table
+
+    def flagged_counts(self) -> Counter[str]:
+        """``Counter(attempt name -> tasks where its trial had tamper reasons)``, every red-team attempt run present."""
+        flagged = Counter({name: 0 for name in self.attempts})
+        flagged.update(r.attempt.removeprefix(PREFIX) for r in self.records if r.attempt.startswith(PREFIX) and r.tamper)
+        return flagged
+
     def forged_counts(self) -> Counter[str]:
         """``Counter(attempt name -> tasks it forged)``, every red-team attempt run present."""
         forged = Counter({name: 0 for name in self.attempts})

@@ -187,6 +187,13 @@ class SandboxConfig(BaseModel):
     engine_probe_s: float = _seconds(
         1.0, "First wait before a quarantined engine is probed again, seconds; doubles per failed probe up to 30 s.",
     )
+    tamper_scan: bool = Field(
+        True,
+        description="Before the tests run, judge what the agent's container changed against its image (files that touch "
+        "the verifier's output, inputs, tools, import path or pytest config; docs/sandbox.md, Tamper signal) and record "
+        "the reasons on the result. Read from the engine's storage on this host (~1 ms) or its changes API (~0.4 s of "
+        "engine CPU, Docker 20.10); False = no scan.",
+    )
 
     @model_validator(mode="after")
     def _one_way_to_name_engines(self) -> SandboxConfig:
@@ -241,6 +248,8 @@ class VerifierResult(BaseModel):
             (:mod:`swerl.sandbox.runtime.workproduct`); empty when none was.
         verifier_image: the image the tests ran in: the task's own, or a separate verifier's
             (``[verifier.environment] docker_image`` or built from ``tests/Dockerfile``).
+        tamper: why the agent's container looks like an attempt on the verifier (one line each,
+            ``family: what``; docs/sandbox.md, Tamper signal); empty when nothing touched it.
     """
 
     outcome: Outcome
@@ -252,6 +261,7 @@ class VerifierResult(BaseModel):
     verification: Verification | None = None
     work_product_dropped: dict[str, int] = Field(default_factory=dict)
     verifier_image: str | None = None
+    tamper: list[str] = Field(default_factory=list)
 
 
 class TrialTimings(BaseModel):
@@ -288,4 +298,5 @@ class TrialRecord(BaseModel):
     acted: bool = Field(False, description="The attempt's sandbox started, so the attempt could act (a control may then run).")
     work_product_dropped: dict[str, int] = Field(
         default_factory=dict, description="Members of the work product left out of the clean room, by reason.")
+    tamper: list[str] = Field(default_factory=list, description="Tamper reasons (docs/sandbox.md, Tamper signal); empty = none.")
     timings: TrialTimings = Field(default_factory=TrialTimings)

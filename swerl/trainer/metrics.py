@@ -45,7 +45,8 @@ def rollout_metrics(trajs: list[Trajectory]) -> dict[str, float]:
     """Statistics of one training batch, before any advantage filtering.
 
     ``reward/avg_raw_reward``: mean effective reward over ALL trajectories (failures = 0);
-    ``reward/avg_pass_at_n``: fraction of groups with a reward > 0. ``response_length/*`` are in
+    ``reward/avg_pass_at_n``: fraction of groups with a reward > 0; ``reward/tamper_suspect_rate``:
+    fraction of trajectories with tamper reasons (whatever ``on_tamper`` did). ``response_length/*`` are in
     generated tokens (:func:`generated_tokens`) of EVERY row, masked ones included (a context
     overflow is the longest episode, never a 0), split by rewarded / unrewarded (effective reward
     > 0 / <= 0); ``response_length/masked_mean`` and ``/masked_rows`` report the ``mask``-class
@@ -63,6 +64,7 @@ def rollout_metrics(trajs: list[Trajectory]) -> dict[str, float]:
         "reward/avg_raw_reward": _mean(rewards),
         "reward/avg_pass_at_n": _mean([float(v) for v in groups.values()]),
         "reward/num_trajectories": float(len(trajs)),
+        "reward/tamper_suspect_rate": _mean([float(bool(t.tamper)) for t in trajs]),
         "response_length/mean": _mean(gen),
         "response_length/max": max(gen, default=0.0),
         "response_length/clip_fraction": _mean([float(t.hit_length_limit) for t in trajs]),

@@ -33,6 +33,9 @@ def test_rollout_metrics_follow_the_spec():
     assert m["failure_class/mask"] == 1 and m["failure_class/zero"] == 1 and m["failure_class/none"] == 2
     assert m["outcome/passed"] == 1 and m["outcome/start_error"] == 1
     assert m["tokens/generated"] == sum(gen)
+    assert m["reward/tamper_suspect_rate"] == 0.0
+    trajs[1] = trajs[1].model_copy(update={"tamper": ["logs: added /logs/verifier"]})
+    assert rollout_metrics(trajs)["reward/tamper_suspect_rate"] == 0.25
 
 
 def test_control_runs_are_counted_per_step_and_flagged_tasks_recorded(tmp_path):

@@ -26,8 +26,10 @@ from swerl.sandbox.runtime.commands import Commands
 from swerl.sandbox.runtime.files import file_from_tar, tar_of_dir, tar_of_files
 from swerl.sandbox.runtime.healthcheck import wait_healthy
 from swerl.sandbox.runtime.keeper import KeeperChannel
+from swerl.sandbox.runtime.layer import LayerReader
 from swerl.sandbox.runtime.shell import Shell
 from swerl.sandbox.runtime.verifier import VERIFY_OUTPUT_BYTES, VERIFY_SCRIPT, parse_sections, verdict
+from swerl.sandbox.tamper.scan import scan_container
 from swerl.sandbox.types import ExecResult, Outcome, SandboxConfig, VerifierResult
 
 if TYPE_CHECKING:
@@ -179,6 +181,8 @@ class Sandbox:
         else:
             paths, work = [], []
         try:
+            # In the clean room the engine killed the agent's container to read it; else kill first.
+            tamper = await self._scan_for_tamper(kill_first=mode != "clean_room")
             if mode == "clean_room":
                 await self._switch_container()
             archive, stats = cleanroom.bundle(tests, work, paths)
@@ -197,10 +201,22 @@ class Sandbox:
         result = verdict(parse_sections(raw.output), raw.timed_out, limit, time.monotonic() - began)
         note = stats.note()
         image = self.verifier_image if mode == "clean_room" else self.image
-        update = {"verification": mode, "verifier_image": image, "work_product_dropped": dict(stats.dropped)}
+        update = {"verification": mode, "verifier_image": image, "work_product_dropped": dict(stats.dropped),
+                  "tamper": tamper}
         if note:
             update["detail"] = "; ".join(x for x in (result.detail, note) if x)
         return result.model_copy(update=update)
+
+    async def _scan_for_tamper(self, kill_first: bool) -> list[str]:
+        """The tamper reasons of the agent's container (:mod:`swerl.sandbox.tamper.scan`), after
+        every process in it is killed (``kill_first``), so none changes it between scan and tests."""
+        if not self._config.tamper_scan:
+            return []
+        if kill_first:
+            await self._guard(self._commands.run(Command(
+                script="kill -KILL -1 2>/dev/null; true", max_output_bytes=4096, wait_s=self._config.docker_timeout_s)))
+        reader = LayerReader(self._call, self._client, self.container_id)
+        return await scan_container(reader, self.task.clean_room_paths)
 
     def _check_disk(self) -> None:
         if self.disk_exceeded is not None:
