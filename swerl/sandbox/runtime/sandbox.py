@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     import docker
 
     from swerl.sandbox.docker_api import DockerCaller
+    from swerl.sandbox.runtime.workproduct import WorkProductStats
     from swerl.tasks.task_folder import Task
 
 log = logging.getLogger(__name__)
@@ -185,13 +186,7 @@ class Sandbox:
             tamper = await self._scan_for_tamper(kill_first=mode != "clean_room")
             if mode == "clean_room":
                 await self._switch_container()
-            archive, stats = cleanroom.bundle(tests, work, paths)
-            raw = await self._run_verify_script("-", limit, tests is not None, archive, paths)
-            if "\x1enotar\x1f" in raw.output:  # no tar in the image: the daemon copies the files in first
-                staging = f"/tmp/.swerl-verify-{uuid.uuid4().hex}"
-                staged, _ = cleanroom.bundle(tests, work, paths, prefix=staging.lstrip("/") + "/")
-                await self._put_archive(staged)
-                raw = await self._run_verify_script(staging, limit, tests is not None, None, paths)
+            raw, stats = await self._deliver_and_test(tests, work, paths, limit)
         finally:
             for spool, _ in work:
                 spool.close()
@@ -206,6 +201,19 @@ class Sandbox:
         if note:
             update["detail"] = "; ".join(x for x in (result.detail, note) if x)
         return result.model_copy(update=update)
+
+    async def _deliver_and_test(
+        self, tests: Path | None, work: list[tuple[IO[bytes], str]], paths: list[str], limit: float
+    ) -> tuple[ExecResult, WorkProductStats]:
+        """Send ``tests`` and the checked work product in as one tar and run the protocol on it."""
+        archive, stats = cleanroom.bundle(tests, work, paths)
+        raw = await self._run_verify_script("-", limit, tests is not None, archive, paths)
+        if "\x1enotar\x1f" in raw.output:  # no tar in the image: the daemon copies the files in first
+            staging = f"/tmp/.swerl-verify-{uuid.uuid4().hex}"
+            staged, _ = cleanroom.bundle(tests, work, paths, prefix=staging.lstrip("/") + "/")
+            await self._put_archive(staged)
+            raw = await self._run_verify_script(staging, limit, tests is not None, None, paths)
+        return raw, stats
 
     async def _scan_for_tamper(self, kill_first: bool) -> list[str]:
         """The tamper reasons of the agent's container (:mod:`swerl.sandbox.tamper.scan`), after
