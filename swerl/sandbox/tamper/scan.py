@@ -25,7 +25,7 @@ MAX_TEXT_FILES_LOCAL = 32  # files whose text is read from the engine's storage 
 MAX_TEXT_FILES_REMOTE = 8  # ... through the engine's archive API (~80 ms of engine CPU each)
 MAX_TEXT_BYTES = 256 << 10  # per file; text past it is not scanned
 # What swerl itself writes in every trial container: the keeper's command and input files
-# (runtime/keeper.py), which hold swerl's own last command (the copy-out's kill, for one).
+# (runtime/keeper.py), which hold swerl's own last command (the scan's own kill, for one).
 SWERL_FILES = frozenset({"/tmp/.swerl-keeper", "/tmp/.swerl-keeper/cmd.sh", "/tmp/.swerl-keeper/cmd.in"})
 
 
