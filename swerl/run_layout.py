@@ -26,6 +26,7 @@ EXPORT_DIR = "exports"  # HF exports, one global_step_N folder each
 ROLLOUTS_DIR = "rollouts"  # step_N.jsonl: sample records of the training episodes
 EVAL_DIR = "eval"  # step_N.jsonl: sample records of the held-out eval episodes
 TRAJECTORIES_DIR = "trajectories"  # step_N.jsonl: whole trajectories (logging.dump_trajectories)
+FLAGGED_FILE = "flagged_tasks.jsonl"  # tasks whose control run failed too (infrastructure), one line per step and task
 TENSORBOARD_DIR = "tensorboard"
 MLFLOW_DIR = "mlruns"  # MLflow's file store when logging.mlflow names no tracking URI
 ENGINE_LOGS_DIR = "logs"  # rank{r}/: the vLLM servers' logs

@@ -11,8 +11,9 @@ A module may import its own floor or a lower one, never a higher one. ``agent`` 
 never the reverse. ``selection.py`` reads a run's files only (no trainer import), so it sits under
 the trainer, whose eval-from-run resolves the picked export. Inside ``sandbox/`` the rooms have
 floors too: the ground floor (types, engine settings, the Docker wire and API, signals) ->
-``runtime/`` -> ``deployment/`` -> the modules that join them (manager, network, red team,
-self-test, the package's ``__init__``). Any two modules importing each other, directly or
+``runtime/`` (and ``tamper/`` beside it: the scan reads a container's layer, the runtime calls
+the scan) -> ``deployment/`` -> the modules that join them (manager, network, red team,
+self-test, control runs, the package's ``__init__``). Any two modules importing each other, directly or
 through others, fail as a circle.
 """
 
@@ -25,7 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 LEAVES = ("swerl", "swerl.errors", "swerl.fields", "swerl.fileio", "swerl.logs", "swerl.text", "swerl.run_layout")
 STAGES = ("tasks", "sandbox", "inference", "agent", "rl", "selection", "trainer", "report", "cli")
 SANDBOX_ROOMS = ("runtime", "deployment")  # between the ground floor and the joining modules
-SANDBOX_TOP = ("manager", "network", "redteam", "selftest")
+SANDBOX_TOP = ("manager", "network", "redteam", "selftest", "control")
+SANDBOX_BESIDE = {"tamper": "runtime"}  # a room on the floor of another: the tamper scan reads a container's layer
 
 
 def _module_name(root: Path, path: Path) -> str:
@@ -67,8 +69,9 @@ def _floor(module: str) -> tuple[int, int]:
     stage = STAGES.index(parts[1]) + 1
     if parts[1] != "sandbox" or len(parts) == 2:
         return (stage, 3 if parts[1] == "sandbox" else 0)
-    if parts[2] in SANDBOX_ROOMS:
-        return (stage, SANDBOX_ROOMS.index(parts[2]) + 1)
+    room = SANDBOX_BESIDE.get(parts[2], parts[2])
+    if room in SANDBOX_ROOMS:
+        return (stage, SANDBOX_ROOMS.index(room) + 1)
     return (stage, 3 if parts[2] in SANDBOX_TOP else 0)
 
 

@@ -3,7 +3,8 @@ semaphore. Used by ``swerl eval`` and by the trainer.
 
 Yields ``len(tasks) * n_samples`` trajectories, ordered task by task (a group's samples
 are contiguous, ``group_id`` shared, ``sample_index`` 0..n-1). A failed sandbox or a
-crashed episode never cancels the others: it becomes a masked trajectory.
+crashed episode never cancels the others: it becomes a typed trajectory, masked only when the
+attempt never acted or a control run fails too (:mod:`swerl.sandbox.control`).
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from swerl.agent.config import AgentConfig
-from swerl.agent.episode import masked_trajectory, run_episode
+from swerl.agent.episode import finish_trajectory, masked_trajectory, play_episode
 from swerl.agent.policy import Policy
 from swerl.agent.trajectory import Trajectory
 from swerl.errors import SandboxError
+from swerl.sandbox.control import run_control
 
 logger = logging.getLogger(__name__)
 
@@ -116,32 +118,43 @@ async def collect_rollouts(
 
 async def _guarded_episode(task: Any, manager: Any, policy: Policy, cfg: AgentConfig, group_id: str,
                            sample_index: int, seed: int | None, on_phase: Callable[[EventKind], None]) -> Trajectory:
-    """One episode whose infra failures and crashes become masked trajectories; an episode whose
-    Docker engine stopped answering runs again from the start on another engine (at most
-    ``engine_retries`` times, as sandbox-test trials do)."""
-    retries = getattr(getattr(manager, "config", None), "engine_retries", 0)
+    """One episode whose failures become typed trajectories, never exceptions.
+
+    An episode whose Docker engine stopped answering runs again from the start on another engine
+    (at most ``engine_retries`` times, as sandbox-test trials do); after that it is masked (the
+    failed ping is the proof). An episode that read no trustworthy reward after the agent acted, or
+    crashed, is settled by a control run once its sandbox is released (:mod:`swerl.sandbox.control`):
+    ``zero`` when the control reads a reward, ``mask`` (the task flagged) when it fails too. A
+    sandbox that never started is masked (the attempt never acted).
+    """
+    retries = manager.config.engine_retries
+    engine: str | None = None
     try:
         for retry in range(retries + 1):
             async with manager.sandbox(task) as sandbox:
                 on_phase("started")
-                traj = await run_episode(task, sandbox, policy, cfg, group_id=group_id, sample_index=sample_index,
-                                         seed=seed, on_verify=lambda: on_phase("verifying"))
-                lost = getattr(manager, "engine_lost", None)
-                if retry == retries or not traj.exclude_from_baseline or lost is None or not await lost(sandbox):
-                    return traj
+                engine = sandbox.engine
+                played = await play_episode(task, sandbox, policy, cfg, seed=seed,
+                                            on_verify=lambda: on_phase("verifying"))
+                lost = played.verdict.needs_control and await manager.engine_lost(sandbox)
+            if not lost or retry == retries:
+                break
             logger.warning("%s #%d: its engine stopped answering; running it again on another engine",
                            task.name, sample_index)
-        raise AssertionError("unreachable")  # pragma: no cover - the loop returns
-    except SandboxError as err:
+    except SandboxError as err:  # the sandbox never started: nothing of the attempt to judge
         outcome = getattr(err, "outcome", None)
         outcome_name = str(getattr(outcome, "value", outcome) or "sandbox_error")
         logger.warning("%s #%d: sandbox failed: %s", task.name, sample_index, err)
         return masked_trajectory(task, policy, cfg, group_id=group_id, sample_index=sample_index,
                                  outcome=outcome_name, detail=str(err))
-    except Exception as err:  # a bug in one episode must not sink the batch; it is logged in full
+    except Exception as err:  # a crash inside one episode must not sink the batch; logged in full, then a control
         logger.exception("%s #%d: episode crashed", task.name, sample_index)
+        control = await run_control(manager, task, engine)
         return masked_trajectory(task, policy, cfg, group_id=group_id, sample_index=sample_index,
-                                 outcome="episode_error", detail=f"{type(err).__name__}: {err}")
+                                 outcome="episode_error", detail=f"{type(err).__name__}: {err}", control=control)
+    # The control runs once the episode's sandbox is released (it needs a sandbox slot of its own).
+    control = await run_control(manager, task, engine) if played.verdict.needs_control and not lost else None
+    return finish_trajectory(task, played, control, group_id=group_id, sample_index=sample_index)
 
 
 def _seed_of(base_seed: int | None, task_seed: int | None, group_id: str, task_name: str, sample_index: int) -> int | None:

@@ -12,7 +12,8 @@ from swerl.inference.base import SamplingParams
 
 ProtocolName = Literal["terminus-json", "terminus-json-fast", "tool-call", "single-turn"]
 AgentFailurePolicy = Literal["zero", "passthrough"]
-ContextFullPolicy = Literal["zero", "mask", "summarize"]
+ContextFullPolicy = Literal["passthrough", "zero", "mask", "summarize"]
+TamperPolicy = Literal["record", "zero"]
 SingleTurnPrefill = Literal["none", "fence", "starter_code"]
 
 
@@ -98,11 +99,23 @@ class AgentConfig(BaseModel):
         "zero", description="Same choice for an episode ended by unparsable replies."
     )
     on_context_full: ContextFullPolicy = Field(
-        "mask",
+        "passthrough",
         description=(
-            "An episode that fills the context window: mask = no trainable tokens, out of the baseline; "
-            "zero = reward 0, kept in the baseline (terminus-2 with enable_summarize off); summarize = "
-            "terminus-2's summary/questions/answers handoff to a new conversation (terminus-json only)."
+            "An episode that fills the context window: passthrough = its work product is verified as it stands "
+            "and the verifier's reward counts; zero = reward 0, kept in the baseline (terminus-2 with "
+            "enable_summarize off); mask = no trainable tokens, out of the baseline (a policy can then escape "
+            "its penalty by filling its context: choose it knowingly); summarize = terminus-2's "
+            "summary/questions/answers handoff to a new conversation (terminus-json only; an overflow it "
+            "cannot hand off scores 0)."
+        ),
+    )
+    on_tamper: TamperPolicy = Field(
+        "record",
+        description=(
+            "An episode with tamper reasons (it touched the verifier's output, inputs, tools, import path, pytest "
+            "config or processes; docs/sandbox.md, Tamper signal): record = the reasons are kept on the trajectory "
+            "(`tamper`) and counted (reward/tamper_suspect_rate), the reward is the verifier's; zero = also reward 0, "
+            "class zero, kept in the baseline and trained on (a masked episode is unmasked), outcome `tamper`."
         ),
     )
     proactive_summarization_threshold_tokens: int = Field(

@@ -11,8 +11,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 from swerl.agent.config import AgentConfig, EpisodeLimits
@@ -20,9 +20,12 @@ from swerl.agent.outcome import Verdict, judge
 from swerl.agent.policy import Policy
 from swerl.agent.protocols import AgentProtocol, EndReason, make_protocol
 from swerl.agent.summarize import ContextSummarizer
+from swerl.agent.tamper import episode_tamper, on_tamper, with_tamper
 from swerl.agent.tokens import ChatFormat, TokenRecord
 from swerl.agent.trajectory import FailureClass, Segment, Trajectory
 from swerl.errors import SandboxError
+from swerl.sandbox.control import ControlResult
+from swerl.sandbox.runtime.shell import ShellExited
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +63,101 @@ def first_prompt(task: Any, policy: Policy, cfg: AgentConfig) -> tuple[AgentProt
     return protocol, chat, messages, prompt_ids
 
 
+@dataclass
+class PlayedEpisode:
+    """An episode acted and verified, before any control run (:func:`finish_trajectory` makes its
+    trajectory). ``verifier`` is the ``VerifierResult``, None when verification failed or did not run;
+    ``tamper``: the episode's tamper reasons (:func:`swerl.agent.tamper.episode_tamper`)."""
+
+    state: _EpisodeState
+    end_reason: str
+    verifier: Any | None
+    verdict: Verdict
+    tamper: list[str] = field(default_factory=list)
+
+
+class SamplerFailed(Exception):
+    """The policy's sampler raised: the inference stage failed, which no attempt can provoke (its
+    prompts are bounded by the episode's own limits). The episode is masked without a control."""
+
+
+class _GuardedPolicy:
+    """``policy`` whose failures are :class:`SamplerFailed` (told apart from the attempt's doing)."""
+
+    def __init__(self, policy: Policy) -> None:
+        self._policy = policy
+        self.tokenizer = policy.tokenizer
+
+    async def generate(self, prompt_ids: list[int], sampling: Any) -> Any:
+        try:
+            return await self._policy.generate(prompt_ids, sampling)
+        except Exception as err:  # noqa: BLE001 - any failure of the inference stage
+            raise SamplerFailed(f"{type(err).__name__}: {err}") from err
+
+
+async def play_episode(
+    task: Any, sandbox: Any, policy: Policy, protocol_cfg: AgentConfig, limits: EpisodeLimits | None = None,
+    *, seed: int | None = None, on_verify: Callable[[], None] | None = None,
+) -> PlayedEpisode:
+    """Act in ``sandbox`` until an end reason, then verify what the agent left (see :func:`run_episode`).
+
+    Whatever ends the agent phase (its own choice, a budget, a shell it ended, its container failing),
+    the work product is verified as it stands; only a failing sampler skips verification. A verdict
+    without a trustworthy reward says ``needs_control``: the caller runs a control after the sandbox
+    is released (:func:`swerl.sandbox.control.run_control`). ``on_verify`` is called when the agent
+    phase ends and verification starts (for live displays).
+    """
+    cfg, limits = protocol_cfg, limits or protocol_cfg.limits
+    protocol, chat, messages, prompt_ids = first_prompt(task, policy, cfg)
+    policy = _GuardedPolicy(policy)
+    state = _EpisodeState(messages=messages, record=TokenRecord(prompt_ids=prompt_ids))
+    timeout_s = limits.agent_timeout_s or float(task.config.agent.timeout_sec)
+    sandbox_outcome: str | None = None
+
+    started = time.monotonic()
+    deadline = asyncio.timeout(timeout_s)
+    try:
+        async with deadline:
+            end_reason = await _agent_loop(protocol, chat, sandbox, policy, cfg, limits, state, seed)
+    except ShellExited as err:  # the agent ended its shell (or the container stopped): verified as it stands
+        end_reason, state.detail = "completed", f"the shell ended: {err}"
+    except SandboxError as err:
+        end_reason, sandbox_outcome, state.detail = "sandbox_error", _outcome_name(err), str(err)
+        logger.warning("%s: sandbox failed during the episode (its work product is verified as it stands): %s",
+                       task.name, err)
+    except SamplerFailed as err:
+        state.timings_s["agent_s"] = time.monotonic() - started
+        state.detail = f"the sampler failed: {err}"
+        tamper = episode_tamper(protocol.actions, None)
+        return PlayedEpisode(state, "sampler_error", None, Verdict("sampler_error", 0.0, FailureClass.mask), tamper)
+    except TimeoutError:
+        if not deadline.expired():  # some other timeout: a bug, not the agent's budget
+            raise
+        end_reason, state.detail = "agent_timeout", f"agent exceeded its {timeout_s:g} s budget"
+    state.timings_s["agent_s"] = time.monotonic() - started
+
+    if on_verify is not None:
+        on_verify()
+    verifier, verify_outcome = await _verify(sandbox, state)
+    tamper = episode_tamper(protocol.actions, verifier)
+    verdict = on_tamper(judge(end_reason, verifier, cfg, verify_outcome or sandbox_outcome), tamper, cfg)
+    return PlayedEpisode(state, end_reason, verifier, verdict, tamper)
+
+
+def finish_trajectory(task: Any, played: PlayedEpisode, control: ControlResult | None = None, *,
+                      group_id: str | None = None, sample_index: int = 0) -> Trajectory:
+    """The trajectory of ``played``, its class settled by ``control`` when one ran (``zero`` when
+    the control read a reward, ``mask`` when it failed too; ``blame`` and its seconds recorded)."""
+    verdict, state = played.verdict, played.state
+    if control is not None:
+        verdict = Verdict(verdict.outcome, 0.0, control.failure_class)
+        state.detail = "; ".join(x for x in (state.detail, control.detail) if x)
+        state.timings_s["control_s"] = control.seconds
+    traj = with_tamper(_trajectory(task, group_id, sample_index, state, played.end_reason, verdict, played.verifier),
+                       played.tamper)
+    return traj if control is None else traj.model_copy(update={"blame": control.blame})
+
+
 async def run_episode(
     task: Any,
     sandbox: Any,
@@ -72,7 +170,8 @@ async def run_episode(
     seed: int | None = None,
     on_verify: Callable[[], None] | None = None,
 ) -> Trajectory:
-    """Run one episode of ``task`` in a started ``sandbox`` and verify it.
+    """Run one episode of ``task`` in a started ``sandbox`` and verify it (no control run: a
+    trajectory without a trustworthy reward stays ``mask``; the collector runs the control).
 
     Args:
         task: a ``swerl.tasks.Task`` (instruction, ``config.agent.timeout_sec``).
@@ -86,36 +185,11 @@ async def run_episode(
         on_verify: called when the agent is done and the verifier starts (for live displays).
 
     Returns:
-        The trajectory, verified unless the sandbox failed; never raises for agent or
+        The trajectory, verified unless the sampler failed; never raises for agent or
         sandbox failures (they become end reasons and failure classes).
     """
-    cfg, limits = protocol_cfg, limits or protocol_cfg.limits
-    protocol, chat, messages, prompt_ids = first_prompt(task, policy, cfg)
-    state = _EpisodeState(messages=messages, record=TokenRecord(prompt_ids=prompt_ids))
-    timeout_s = limits.agent_timeout_s or float(task.config.agent.timeout_sec)
-    sandbox_outcome: str | None = None
-
-    started = time.monotonic()
-    deadline = asyncio.timeout(timeout_s)
-    try:
-        async with deadline:
-            end_reason = await _agent_loop(protocol, chat, sandbox, policy, cfg, limits, state, seed)
-    except SandboxError as err:
-        end_reason, sandbox_outcome, state.detail = "sandbox_error", _outcome_name(err), str(err)
-        logger.warning("%s #%d: sandbox failed during the episode: %s", task.name, sample_index, err)
-    except TimeoutError:
-        if not deadline.expired():  # some other timeout: a bug, not the agent's budget
-            raise
-        end_reason, state.detail = "agent_timeout", f"agent exceeded its {timeout_s:g} s budget"
-    state.timings_s["agent_s"] = time.monotonic() - started
-
-    verifier = None
-    if end_reason != "sandbox_error":
-        if on_verify is not None:
-            on_verify()
-        verifier, sandbox_outcome = await _verify(sandbox, state)
-    verdict = judge(end_reason if verifier is not None else "sandbox_error", verifier, cfg, sandbox_outcome)
-    return _trajectory(task, group_id, sample_index, state, end_reason, verdict, verifier)
+    played = await play_episode(task, sandbox, policy, protocol_cfg, limits, seed=seed, on_verify=on_verify)
+    return finish_trajectory(task, played, group_id=group_id, sample_index=sample_index)
 
 
 async def _agent_loop(
@@ -269,14 +343,18 @@ def _trajectory(task: Any, group_id: str | None, sample_index: int, state: _Epis
 
 
 def masked_trajectory(task: Any, policy: Policy, cfg: AgentConfig, *, group_id: str, sample_index: int,
-                      outcome: str, detail: str) -> Trajectory:
-    """A trajectory for an episode that never ran (sandbox did not start, episode crashed):
-    the first prompt only, reward 0, class ``mask``."""
+                      outcome: str, detail: str, control: ControlResult | None = None) -> Trajectory:
+    """A trajectory for an episode that never ran or crashed: the first prompt only, reward 0,
+    class ``mask``, unless a ``control`` run (after a crash) put the blame on the attempt (``zero``)."""
     _, _, messages, prompt_ids = first_prompt(task, policy, cfg)
+    failure_class = FailureClass.mask if control is None else control.failure_class
+    timings = {} if control is None else {"control_s": control.seconds}
+    detail = detail if control is None else f"{detail}; {control.detail}"
     return Trajectory(
         task_name=task.name, group_id=group_id, sample_index=sample_index, prompt_ids=prompt_ids,
-        outcome=outcome, failure_class=FailureClass.mask, exclude_from_baseline=True, end_reason="sandbox_error",
-        messages=messages, context_tokens=len(prompt_ids), detail=detail,
+        outcome=outcome, failure_class=failure_class, exclude_from_baseline=failure_class == FailureClass.mask,
+        end_reason="sandbox_error", messages=messages, context_tokens=len(prompt_ids), detail=detail,
+        timings_s=timings, blame=None if control is None else control.blame,
     )
 
 

@@ -43,7 +43,10 @@ def summarize(trajectories: list[Trajectory], ks: list[int]) -> dict:
     reaches), ``tasks_scored`` (``pass@k`` -> tasks in its mean), ``reward/mean``, ``outcomes``
     (counts), ``end_reasons`` (counts), ``turns/mean``, ``tokens/generated_mean`` (policy tokens
     per episode), ``tokens/context_mean``, ``num_tasks``, ``num_trajectories``, ``num_masked``,
-    ``num_tasks_all_masked``. Empty input gives zeros.
+    ``num_tasks_all_masked``, ``num_masked_by_control`` and ``num_zeroed_by_control`` (episodes
+    without a trustworthy reward whose control run failed too / read a reward),
+    ``num_tamper_suspects`` and ``tamper_suspect_rate`` (trajectories with tamper reasons, their
+    fraction). Empty input gives zeros.
     """
     groups: dict[str, list[Trajectory]] = defaultdict(list)
     for traj in trajectories:
@@ -54,6 +57,8 @@ def summarize(trajectories: list[Trajectory], ks: list[int]) -> dict:
         "num_tasks": len(groups),
         "num_trajectories": len(trajectories),
         "num_masked": sum(t.failure_class == "mask" for t in trajectories),
+        "num_masked_by_control": sum(t.blame == "infrastructure" for t in trajectories),
+        "num_zeroed_by_control": sum(t.blame == "attempt" for t in trajectories),
         "num_tasks_all_masked": sum(not g for g in judged.values()),
     }
     scored: dict[str, int] = {}
@@ -67,6 +72,8 @@ def summarize(trajectories: list[Trajectory], ks: list[int]) -> dict:
     summary["turns/mean"] = sum(t.num_turns for t in trajectories) / count
     summary["tokens/generated_mean"] = sum(t.num_policy_tokens for t in trajectories) / count
     summary["tokens/context_mean"] = sum(t.context_tokens for t in trajectories) / count
+    summary["num_tamper_suspects"] = sum(bool(t.tamper) for t in trajectories)
+    summary["tamper_suspect_rate"] = summary["num_tamper_suspects"] / count
     summary["outcomes"] = dict(Counter(t.outcome for t in trajectories).most_common())
     summary["end_reasons"] = dict(Counter(t.end_reason for t in trajectories).most_common())
     return summary

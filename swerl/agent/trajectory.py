@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from swerl.sandbox.types import FailureClass
+from swerl.sandbox.types import Blame, FailureClass
 """``none``: reward counts; ``mask``: infra failure, excluded from the baseline and the loss;
 ``zero``: agent failure, reward 0, kept in the baseline (docs/tasks.md, Failure classes)."""
 
@@ -81,8 +81,14 @@ class Trajectory(BaseModel):
         segments: the earlier token sequences when the context was summarized, in the order
             they were sampled (empty otherwise); the top-level ids are the last one.
         num_summarizations: context handoffs (terminus-2 summarization) in the episode.
+        blame: set when a control run decided the class of an episode without a trustworthy
+            reward (``attempt``: ``zero``; ``infrastructure``: ``mask``, the task flagged); None
+            when no control ran.
         seed: the episode's sampling seed (turn t samples with ``seed + t``); None = the
             backend's own RNG. Two episodes with equal seeds and weights sample the same turns.
+        tamper: why the episode looks like an attempt on the verifier, one ``family: what``
+            line each (its commands and the container it left; docs/sandbox.md, Tamper signal);
+            empty when nothing touched it.
     """
 
     task_name: str
@@ -111,7 +117,9 @@ class Trajectory(BaseModel):
     detail: str = ""
     segments: list[Segment] = Field(default_factory=list)
     num_summarizations: int = 0
+    blame: Blame | None = None
     seed: int | None = None
+    tamper: list[str] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _aligned(self) -> "Trajectory":

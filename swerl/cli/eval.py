@@ -220,8 +220,8 @@ def _eval_table(summary: dict):  # noqa: ANN202 - rich Table
     table.add_row("samples per task", str(summary["samples"]))
     keys = [k for k in summary if k.startswith("pass@")] + [
         "reward/mean", "turns/mean", "tokens/generated_mean", "tokens/context_mean",
-        "num_tasks", "num_trajectories", "num_masked", "num_tasks_all_masked", "wall_s"]
-    for key in keys:
+        "num_tasks", "num_trajectories", "num_masked", "num_tasks_all_masked", "num_tamper_suspects", "wall_s"]
+    for key in [k for k in keys if k in summary]:
         value = summary[key]
         table.add_row(key, f"{value:.4f}" if isinstance(value, float) else str(value))
     for name, count in summary.get("tasks_scored", {}).items():

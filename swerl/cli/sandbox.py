@@ -118,7 +118,8 @@ def sandbox_test(
     warm_pool: Annotated[bool, typer.Option("--warm-pool/--no-warm-pool", help="Pre-start containers.")] = True,
     redteam: Annotated[bool, typer.Option(
         "--redteam", help="Also run the built-in exploit attempts (docs/redteam.md) on every task; "
-        "a task that gives any of them reward > 0 is FORGEABLE (exit 1).")] = False,
+        "a task that gives any of them reward > 0 is FORGEABLE, one where any of them ends masked is "
+        "ESCAPABLE (exit 1).")] = False,
     runtime: Annotated[Optional[str], typer.Option(
         "--runtime", metavar="NAME", help="OCI runtime of the sandboxes (e.g. runsc, crun), registered with the "
         "engine; default: the engine's (runc).")] = None,
@@ -136,7 +137,12 @@ def sandbox_test(
     task_set = load_tasks(tasks, on_error="skip")
     config = SandboxConfig(allow_network=allow_network, warm_pool=warm_pool, engines=engine_configs(engine),
                            runtime=runtime or None, **({"concurrency": concurrency} if concurrency else {}))
-    trials = sum(len(trial_attempts(t, redteam)) for t in task_set.tasks)
+    attempts = ()
+    if redteam:
+        from swerl.agent.redteam import CATALOGUE
+
+        attempts = CATALOGUE
+    trials = sum(len(trial_attempts(t, attempts)) for t in task_set.tasks)
     progress = new_progress(err_console)
     clock = PhaseClock()
     clock.start("sandbox-test", total=trials, unit="trials")
@@ -147,43 +153,49 @@ def sandbox_test(
 
     with progress, phases_into(progress), command_heartbeat(clock, enabled=not err_console.is_terminal):
         bar = progress.add_task("sandbox-test", total=trials, status="")
-        report = run_async(run_sandbox_test(task_set.tasks, config, redteam=redteam, on_trial=on_trial))
-    _report_sandbox_test(report, task_set, str(tasks), redteam, json_out)
+        report = run_async(run_sandbox_test(task_set.tasks, config, redteam=attempts, on_trial=on_trial))
+    _report_sandbox_test(report, task_set, str(tasks), {a.name: a.kind for a in attempts}, json_out)
 
 
-def _report_sandbox_test(report, task_set, tasks: str, redteam: bool, json_out: str | None) -> None:  # noqa: ANN001
-    """The JSON records, the tables, one BROKEN/FORGEABLE line per bad task; RunFailed (exit 1) if any."""
+def _report_sandbox_test(report, task_set, tasks: str, kinds: dict[str, str], json_out: str | None) -> None:  # noqa: ANN001
+    """The JSON records, the tables, one BROKEN/FORGEABLE/ESCAPABLE line per bad task; RunFailed (exit 1) if any."""
     from swerl.sandbox.selftest import BrokenTask
 
     broken = [BrokenTask(task=p.path, reason=p.reason) for p in task_set.problems] + report.broken
     write_json(json_out, _trial_rows(report))
     console = results_console(json_out)
-    _print_sandbox_test_tables(report, tasks, redteam, console)
+    _print_sandbox_test_tables(report, tasks, kinds, console)
     ok_tasks = len(task_set.tasks) - len(report.broken)
     console.print(f"{ok_tasks}/{len(task_set.tasks)} tasks behave (oracle reward 1, null reward 0)", highlight=False)
-    if redteam:
-        console.print(f"{len(report.forgeable)}/{len(task_set.tasks)} tasks forgeable by the red team",
-                      highlight=False)
+    if kinds:
+        console.print(f"{len(report.forgeable)}/{len(task_set.tasks)} tasks forgeable, {len(report.escapable)}/"
+                      f"{len(task_set.tasks)} escapable by the red team ({counted(len(kinds), 'attempt')})", highlight=False)
     for item in broken:
         console.print(f"BROKEN {item.task}: {item.reason}", highlight=False, soft_wrap=True)
     for item in report.forgeable:
         console.print(f"FORGEABLE {item.task}: {', '.join(item.attempts)}", highlight=False, soft_wrap=True)
-    if broken or report.forgeable:
+    for item in report.escapable:
+        console.print(f"ESCAPABLE {item.task}: {', '.join(item.attempts)}", highlight=False, soft_wrap=True)
+    for record in (r for r in report.records if r.tamper and r.attempt in ("oracle", "null")):
+        # An honest attempt with tamper reasons: the task's own solution touches the verifier's
+        # territory, or a rule is wrong; either way its author should look.
+        console.print(f"FLAGGED {record.task}/{record.attempt}: {'; '.join(record.tamper[:3])}", highlight=False,
+                      soft_wrap=True)
+    if broken or report.forgeable or report.escapable:
         from swerl.errors import RunFailed
 
-        raise RunFailed(f"{counted(len(broken), 'task')} broken, {len(report.forgeable)} forgeable; "
-                        "see the BROKEN/FORGEABLE lines above")
+        raise RunFailed(f"{counted(len(broken), 'task')} broken, {len(report.forgeable)} forgeable, "
+                        f"{len(report.escapable)} escapable; see the BROKEN/FORGEABLE/ESCAPABLE lines above")
 
 
-def _print_sandbox_test_tables(report, tasks: str, redteam: bool, console: Console) -> None:  # noqa: ANN001
-    """Outcome counts per attempt column; with the red team, also tasks forged per attempt."""
+def _print_sandbox_test_tables(report, tasks: str, kinds: dict[str, str], console: Console) -> None:  # noqa: ANN001
+    """Outcome counts per attempt column; with the red team, also tasks forged and escaped per attempt."""
     from rich.table import Table
 
-    from swerl.sandbox.redteam import CATALOGUE
     from swerl.sandbox.selftest import ATTEMPTS, REDTEAM
 
     counts = report.counts()
-    columns = [*ATTEMPTS, *([REDTEAM] if redteam else [])]
+    columns = [*ATTEMPTS, *([REDTEAM] if kinds else [])]
     # A table title wraps to the table's width, so the run id (the label on its containers) gets a line.
     console.print(f"sandbox-test {tasks} (run {report.run_id})", highlight=False, soft_wrap=True)
     table = Table(title="trial outcomes per attempt")
@@ -193,25 +205,29 @@ def _print_sandbox_test_tables(report, tasks: str, redteam: bool, console: Conso
     for outcome in sorted({o for c in counts.values() for o in c}):
         table.add_row(outcome, *(str(counts.get(c, {}).get(outcome, 0)) for c in columns))
     console.print(table)
-    if redteam:
-        forged = report.forged_counts()
-        attempts = Table(title="red-team attempts (tasks whose verifier gave reward > 0)")
-        for name, justify in (("attempt", "left"), ("kind", "left"), ("forged", "right")):
+    tamper = report.tamper_counts()
+    console.print("trials with tamper reasons: " + ", ".join(
+        f"{c} {tamper[c][0]}/{tamper[c][1]}" for c in columns if c in tamper), highlight=False)
+    if kinds:
+        forged, escaped, flagged = report.forged_counts(), report.escaped_counts(), report.flagged_counts()
+        attempts = Table(title="red-team attempts (tasks forged: reward > 0; escaped: trial masked; flagged: with "
+                         "tamper reasons)")
+        for name, justify in (("attempt", "left"), ("kind", "left"), ("forged", "right"), ("escaped", "right"),
+                              ("flagged", "right")):
             attempts.add_column(name, justify=justify)
-        for attempt in CATALOGUE:
-            attempts.add_row(attempt.name, attempt.kind, str(forged[attempt.name]))
+        for name in report.attempts:
+            attempts.add_row(name, kinds.get(name, ""), str(forged[name]), str(escaped[name]), str(flagged[name]))
         console.print(attempts)
 
 
 def _trial_rows(report) -> list[dict]:  # noqa: ANN001 - SandboxTestReport
-    """One JSON record per trial; red-team records get ``"forged": reward > 0``."""
-    from swerl.sandbox.redteam import PREFIX, is_forged
+    """One JSON record per trial; red-team records get ``"forged": reward > 0`` and ``"escaped": masked``."""
+    from swerl.sandbox.redteam import PREFIX, is_escaped, is_forged
 
     rows = []
     for record in report.records:
         row = record.model_dump(mode="json")
         if record.attempt.startswith(PREFIX):
-            row["forged"] = is_forged(record)
+            row["forged"], row["escaped"] = is_forged(record), is_escaped(record)
         rows.append(row)
     return rows
-

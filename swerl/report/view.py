@@ -35,6 +35,7 @@ class Episode:
     cut at ``max_new_tokens``), ``response_tokens`` (every id after the prompt: generated and
     observation), ``trained_tokens`` (ids with ``loss_mask`` 1: what the update sees; 0 for a
     masked episode).
+    ``tamper`` holds the episode's tamper reasons (empty for none, and for records that predate them).
     """
 
     task: str
@@ -54,6 +55,7 @@ class Episode:
     hit_length_limit: bool = False
     response_tokens: int = 0
     trained_tokens: int = 0
+    tamper: list[str] = field(default_factory=list)
 
     @property
     def masked(self) -> bool:
@@ -62,9 +64,9 @@ class Episode:
 
     @property
     def tampered(self) -> bool:
-        """The verifier found its reward file missing or malformed: what a policy that deletes
-        or rewrites it leaves (the harness scores it 0 and masks it)."""
-        return self.outcome in TAMPER_OUTCOMES
+        """The episode looks like an attempt on the verifier: it has tamper reasons (the sandbox's
+        tamper signal) or the verifier found its reward file missing or malformed."""
+        return bool(self.tamper) or self.outcome in TAMPER_OUTCOMES
 
 
 @dataclass
@@ -145,6 +147,7 @@ def _episode(record: dict[str, Any], tokenizer: Any) -> Episode:
         hit_length_limit=bool(record.get("hit_length_limit", False)),
         response_tokens=len(record.get("response_ids", [])),
         trained_tokens=int(sum(record.get("loss_mask", []))),
+        tamper=[str(r) for r in record.get("tamper") or []],
     )
 
 
@@ -217,6 +220,13 @@ def verifier_reason(tail: str, detail: str, width: int = 80) -> str:
     return reason if len(reason) <= width else reason[: width - 1] + "…"
 
 
+def tamper_cell(reasons: list[str]) -> str:
+    """The episodes table's tamper cell: ``-`` for none, else the count and the first reason's family."""
+    if not reasons:
+        return "-"
+    return f"{len(reasons)}: {reasons[0].split(':', 1)[0]}"
+
+
 def describe(eps: EpisodeSet) -> str:
     """``RUN: step 2 (dumped steps: 1, 2), 8 episodes in 2 groups``: what a view shows."""
     steps = ", ".join(map(str, eps.steps_available))
@@ -260,12 +270,18 @@ def render_terminal(eps: EpisodeSet, console: Any, task: str | None = None, samp
                        " ".join(f"{r:g}" for r in rewards), " ".join(_adv(e) for e in members))
     console.print(groups)
     table = Table(title="episodes", title_justify="left")
-    for col in ("task", "sample", "reward", "advantage", "outcome", "class", "end", "turns", "gen tok", "verifier says"):
+    for col in ("task", "sample", "reward", "advantage", "outcome", "class", "end", "turns", "gen tok", "tamper",
+                "verifier says"):
         table.add_column(col, overflow="fold")
     for e in eps.episodes:
         table.add_row(e.task, str(e.sample_index), f"{e.reward:g}", _adv(e), e.outcome, e.failure_class,
-                      e.end_reason, str(e.num_turns), str(e.generated_tokens), verifier_reason(e.verifier_tail, e.detail))
+                      e.end_reason, str(e.num_turns), str(e.generated_tokens), tamper_cell(e.tamper),
+                      verifier_reason(e.verifier_tail, e.detail))
     console.print(table)
+    suspects = sum(bool(e.tamper) for e in eps.episodes)
+    if suspects:
+        console.print(f"tamper: {counted(suspects, 'episode')} of {len(eps.episodes)} touched the verifier's territory",
+                      style="bold red", highlight=False)
     for e in pick(eps, task, sample):
         console.rule(f"{e.task} sample {e.sample_index}: reward {e.reward:g}, advantage {_adv(e)}, {e.outcome}")
         for turn, message in enumerate(e.messages):
@@ -276,5 +292,7 @@ def render_terminal(eps: EpisodeSet, console: Any, task: str | None = None, samp
         if e.verifier_tail or e.detail:
             console.print(Panel(Text(e.verifier_tail or e.detail), border_style="red",
                                 title="verifier output (tail)" if e.verifier_tail else "detail"))
+        if e.tamper:
+            console.print(Panel(Text("\n".join(e.tamper)), border_style="bold red", title="tamper", title_align="left"))
     if task is None and len(eps.episodes) > 1:
         console.print("(pass --task NAME [--sample I] for other conversations, or --out FILE.html for all)")

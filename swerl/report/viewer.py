@@ -43,6 +43,7 @@ def episode_row(i: int, ep: Episode, protocol: str | None) -> dict[str, Any]:
         "end": ep.end_reason, "num_turns": ep.num_turns, "len": ep.generated_tokens,
         "response_tokens": ep.response_tokens, "trained_tokens": ep.trained_tokens,
         "cut": ep.hit_length_limit, "masked": ep.masked, "tamper": ep.tampered,
+        "tamper_reasons": ep.tamper,
         "reason": verifier_reason(ep.verifier_tail, ep.detail), "tail": tail, "detail": ep.detail,
         **turns_json(ep.messages, protocol),
     }
@@ -131,6 +132,7 @@ function drawDetail() {
       t.commands.map(c => `<pre class="cmd">$ ${esc(c)}</pre>`).join('') +
       t.outputs.map(o => `<pre class="out">${esc(o)}</pre>`).join('') + '</div>';
   });
+  if (e.tamper_reasons.length) out += `<h3>tamper signal</h3><pre class="tail">${esc(e.tamper_reasons.join('\n'))}</pre>`;
   out += `<h3>verifier output (last lines)</h3><pre class="tail">${esc(e.tail || e.detail || '(none)')}</pre>`;
   $('detail').innerHTML = out;
 }

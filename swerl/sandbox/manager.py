@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from swerl.errors import SandboxError
+from swerl.sandbox.control import with_control
 from swerl.sandbox.network import Phase, granted, network_problem
 from swerl.sandbox.runtime.cleanroom import verification_mode
 from swerl.sandbox.runtime.healthcheck import wait_healthy
@@ -32,9 +33,11 @@ from swerl.sandbox.deployment.image_cache import prune_task_images, record_use
 from swerl.sandbox.deployment.images import ensure_task_image, from_images, task_image_tag
 from swerl.sandbox.runtime.keeper import KeeperChannel
 from swerl.sandbox.deployment.limits import watch_disk
-from swerl.sandbox.types import Outcome, SandboxConfig, TrialRecord, TrialTimings
+from swerl.sandbox.types import Blame, Outcome, SandboxConfig, TrialRecord, TrialTimings, VerifierResult
 from swerl.sandbox.deployment.pool import ContainerSpec
 from swerl.sandbox.runtime.sandbox import Sandbox
+from swerl.sandbox.tamper.scan import merge
+from swerl.sandbox.tamper.text import oracle_texts, texts_reasons
 
 if TYPE_CHECKING:
     import docker
@@ -202,7 +205,8 @@ class SandboxManager:
 
     @contextlib.asynccontextmanager
     async def sandbox(
-        self, task: Task, timings: TrialTimings | None = None, placed: list[str] | None = None
+        self, task: Task, timings: TrialTimings | None = None, placed: list[str] | None = None,
+        prefer: str | None = None,
     ) -> AsyncIterator[Sandbox]:
         """A fresh started sandbox for one trial; removed (in the background) on every exit path.
 
@@ -210,7 +214,9 @@ class SandboxManager:
         engine stopped answering moves to another engine (at most ``engine_retries`` times).
         ``timings`` (optional) receives ``build_s``, ``start_s`` and, once the background
         removal ends, ``cleanup_s``. ``placed`` (optional) receives the URL of each engine the
-        trial was placed on, in order (a start that failed there included).
+        trial was placed on, in order (a start that failed there included). ``prefer`` (optional):
+        the URL of the engine to place it on while that engine is healthy and has a free slot
+        (a control run goes where its trial ran).
 
         Raises:
             TaskError: malformed environment. SandboxError: ``outcome`` build_error/start_error.
@@ -222,7 +228,7 @@ class SandboxManager:
         timings = timings if timings is not None else TrialTimings()
         async with self._slots:
             for moves in range(self.config.engine_retries + 1):
-                async with self.fleet.slot() as engine:
+                async with self.fleet.slot(prefer if moves == 0 else None) as engine:
                     if placed is not None:
                         placed.append(engine.url)
                     try:
@@ -311,7 +317,8 @@ class SandboxManager:
 
     async def _trial(self, task: Task, attempt: str) -> TrialRecord:
         """One trial, run again on another engine (at most ``engine_retries`` times) while its
-        engine is lost; after that the record is the masked failure."""
+        engine is lost; after that the record is the masked failure. A trial that read no
+        trustworthy reward is settled by a control run (:mod:`swerl.sandbox.control`)."""
         record, lost = await self._trial_once(task, attempt)
         moves = record.engine_retries
         for retry in range(1, self.config.engine_retries + 1):
@@ -321,39 +328,71 @@ class SandboxManager:
             record, lost = await self._trial_once(task, attempt)
             moves += 1 + record.engine_retries
             record.engine_retries = moves
-        return record
+        return await with_control(self, task, record)
 
     async def _trial_once(self, task: Task, attempt: str) -> tuple[TrialRecord, bool]:
-        """The trial's record, and whether it failed because its engine stopped answering."""
+        """The trial's record, and whether it failed because its engine stopped answering.
+
+        The solution's failures (and a sandbox failure while it runs) never skip verification:
+        the work product is verified as it stands."""
         timings = TrialTimings()
         placed: list[str] = []
+        acted = False
+        sent = oracle_texts(task) if attempt == "oracle" else []
         try:
             async with self.sandbox(task, timings, placed) as sb:
+                acted = True
                 began = time.monotonic()
-                agent_note = ""
-                if attempt == "oracle":
-                    result = await sb.run_solution()
-                    if result.timed_out or result.exit_code != 0:
-                        agent_note = f"solve.sh exit {result.exit_code}{' (timed out)' if result.timed_out else ''}; "
+                agent_note = await _solve(sb) if attempt == "oracle" else ""
                 timings.agent_s = time.monotonic() - began
                 began = time.monotonic()
                 verdict = await sb.verify()
                 timings.verify_s = time.monotonic() - began
         except SandboxError as err:
-            outcome = outcome_of(err)
-            record = TrialRecord(
-                task=task.name, attempt=attempt, outcome=outcome, failure_class=outcome.failure_class,
-                detail=str(err), engine=placed[-1] if placed else None, timings=timings,
-                engine_retries=max(len(placed) - 1, 0),
-            )
-            return record, isinstance(err, EngineLost)
-        record = TrialRecord(
-            task=task.name, attempt=attempt, outcome=verdict.outcome, reward=verdict.reward,
-            failure_class=verdict.failure_class, detail=(agent_note + verdict.detail).strip("; "),
-            verification=verdict.verification, verifier_image=verdict.verifier_image, engine=sb.engine,
-            timings=timings, engine_retries=len(placed) - 1,  # starts moved off an engine that stopped answering
-        )
-        return record, False
+            record = failed_record(task.name, attempt, err, timings, placed, acted)
+            return record.model_copy(update={"tamper": texts_reasons(sent)}), isinstance(err, EngineLost)
+        record = verified_record(task.name, attempt, verdict, timings, placed, agent_note)
+        return record.model_copy(update={"tamper": merge(verdict.tamper, texts_reasons(sent))}), False
+
+
+def failed_record(task: str, attempt: str, err: SandboxError, timings: TrialTimings, placed: list[str],
+                  acted: bool, note: str = "") -> TrialRecord:
+    """The record of a trial that ended in a sandbox failure (``placed``: the engines it was put on;
+    ``acted``: whether its sandbox had started). An engine that stopped answering blames the
+    infrastructure outright (its failed ping is the proof); other failures await a control."""
+    outcome = outcome_of(err)
+    return TrialRecord(
+        task=task, attempt=attempt, outcome=outcome, failure_class=outcome.failure_class,
+        detail="; ".join(x for x in (note, str(err)) if x and (x == note or x not in note)),
+        engine=placed[-1] if placed else None, timings=timings,
+        engine_retries=max(len(placed) - 1, 0), acted=acted,
+        blame=Blame.infrastructure if isinstance(err, EngineLost) else None,
+    )
+
+
+def verified_record(task: str, attempt: str, verdict: VerifierResult, timings: TrialTimings, placed: list[str],
+                    note: str = "") -> TrialRecord:
+    """The record of a trial that was verified (``note``: what went wrong while the attempt acted;
+    the tamper reasons are the container's, ``verdict.tamper``)."""
+    return TrialRecord(
+        task=task, attempt=attempt, outcome=verdict.outcome, reward=verdict.reward,
+        failure_class=verdict.failure_class, detail="; ".join(x for x in (note, verdict.detail) if x),
+        verification=verdict.verification, verifier_image=verdict.verifier_image,
+        engine=placed[-1] if placed else None, timings=timings, acted=True,
+        engine_retries=max(len(placed) - 1, 0),  # starts moved off an engine that stopped answering
+        work_product_dropped=verdict.work_product_dropped, tamper=list(verdict.tamper),
+    )
+
+
+async def _solve(sb: Sandbox) -> str:
+    """Run the oracle's ``solve.sh``; a note on how it failed ("" when it did not)."""
+    try:
+        result = await sb.run_solution()
+    except SandboxError as err:  # e.g. it killed its own container: what it left is verified all the same
+        return f"solve.sh: {err}"
+    if result.timed_out or result.exit_code != 0:
+        return f"solve.sh exit {result.exit_code}{' (timed out)' if result.timed_out else ''}"
+    return ""
 
 
 def _record_cleanup(task: asyncio.Task[float], timings: TrialTimings) -> None:
@@ -361,4 +400,5 @@ def _record_cleanup(task: asyncio.Task[float], timings: TrialTimings) -> None:
         timings.cleanup_s = task.result()
 
 
-__all__ = ["DEFAULT_MAX_WARM", "MAX_WARM_POOLS", "SandboxManager", "new_run_id", "outcome_of"]
+__all__ = ["DEFAULT_MAX_WARM", "MAX_WARM_POOLS", "SandboxManager", "failed_record", "new_run_id", "outcome_of",
+           "verified_record"]

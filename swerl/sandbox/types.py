@@ -25,6 +25,14 @@ class FailureClass(enum.StrEnum):
     zero = "zero"  # the agent's own failure: reward 0, kept in the baseline
 
 
+class Blame(enum.StrEnum):
+    """Who a trial without a trustworthy reward is blamed on, decided by a control run
+    (:mod:`swerl.sandbox.control`): the same verification in a fresh sandbox of the pristine image."""
+
+    attempt = "attempt"  # the control read a reward: the attempt caused the failure (class zero)
+    infrastructure = "infrastructure"  # the control failed too: the task or the engine is at fault (class mask)
+
+
 Verification = Literal["clean_room", "same_container"]
 # Longest deadline a config may name, seconds (one day); beyond it is a typo or a parked sandbox.
 MAX_DEADLINE_S = 86_400.0
@@ -48,13 +56,17 @@ class Outcome(str, enum.Enum):
     oom = "oom"
     daemon_error = "daemon_error"
     disk_limit = "disk_limit"
+    copy_out_error = "copy_out_error"
+    trial_error = "trial_error"
     healthcheck_failed = "healthcheck_failed"
 
     @property
     def failure_class(self) -> FailureClass:
-        """What the trial does to training (docs/tasks.md, Failure classes): ``mask`` for infrastructure and verifier
-        faults (excluded from the RLOO baseline), ``zero`` for the agent's own failures
-        (reward 0, kept), ``none`` when a reward was read."""
+        """What the trial does to training before any control run (docs/sandbox.md, Outcomes and
+        failure classes): ``none`` when a reward was read, ``zero`` for failures of the code under
+        test by their nature (reward 0, kept), ``mask`` for every other failure. Once the agent has
+        acted, a ``mask`` stands only when a control run fails too (:mod:`swerl.sandbox.control`);
+        when the control reads a reward the trial becomes ``zero``."""
         return _FAILURE_CLASS[self]
 
 
@@ -64,15 +76,20 @@ _FAILURE_CLASS: dict[Outcome, FailureClass] = {
     # The tests hang or blow the memory limit because of the code under test: the agent's fault.
     Outcome.verifier_timeout: FailureClass.zero,
     Outcome.oom: FailureClass.zero,
-    # The verifier or the machine misbehaved: no trustworthy reward, so mask the trial.
+    # No trustworthy reward: masked when nothing ran yet (the image, the container) or when a control
+    # run fails too; zero when the control reads a reward (the attempt caused it).
     Outcome.no_reward_file: FailureClass.mask,
     Outcome.bad_reward: FailureClass.mask,
     Outcome.build_error: FailureClass.mask,
     Outcome.start_error: FailureClass.mask,
     Outcome.daemon_error: FailureClass.mask,
-    # The container's writable layer passed [environment] storage_mb (or the work product the
-    # artifact cap): the trial is stopped, no reward is trusted, the host disk is protected.
+    # The container's allocated disk passed [environment] storage_mb (or the work product the artifact
+    # cap): the container is stopped and the host disk protected; its own budget, so the control decides.
     Outcome.disk_limit: FailureClass.mask,
+    # The work product could not be read out (a malformed or truncated archive).
+    Outcome.copy_out_error: FailureClass.mask,
+    # An unexpected exception inside the trial (a swerl bug or an unforeseen failure): it ends that trial only.
+    Outcome.trial_error: FailureClass.mask,
     # The task's [environment.healthcheck] never passed before the agent (or the tests) began: the
     # environment, not the agent, is broken.
     Outcome.healthcheck_failed: FailureClass.mask,
@@ -121,7 +138,8 @@ class SandboxConfig(BaseModel):
     )
     max_artifact_mb: int = Field(
         256, ge=1, le=1 << 20,
-        description="Largest work product copied into the clean room, MiB; more ends the trial as disk_limit.",
+        description="Largest work product copied into the clean room (its archive as the engine streams it: a "
+        "sparse file counts at its apparent size), MiB; more ends the trial as disk_limit (a control run decides whose fault).",
     )
     pids_limit: int = Field(512, ge=16, description="Most processes inside one container (fork bombs).")
     max_output_bytes: int = Field(
@@ -132,9 +150,10 @@ class SandboxConfig(BaseModel):
     drain_timeout_s: float = _seconds(60.0, "Deadline to remove everything on exit, seconds.")
     disk_poll_s: float | None = _seconds(
         2.0,
-        "Seconds between checks of each trial container's writable-layer size (Docker's SizeRw) against "
-        "[environment] storage_mb; past it the container is killed and the trial ends as disk_limit. overlay2 "
-        "on ext4 has no per-container quota, so this poll is the bound: storage_mb + write rate x poll. None = off.",
+        "Seconds between checks of the disk each trial container's writable layer holds (allocated blocks; Docker's "
+        "SizeRw for an engine whose data root this host cannot see) against [environment] storage_mb; past it the "
+        "container is killed and the trial ends as disk_limit. overlay2 on ext4 has no per-container quota, so this "
+        "poll is the bound: storage_mb + write rate x poll. None = off.",
     )
     min_free_disk_mb: int = Field(
         2048, ge=0,
@@ -167,6 +186,13 @@ class SandboxConfig(BaseModel):
     )
     engine_probe_s: float = _seconds(
         1.0, "First wait before a quarantined engine is probed again, seconds; doubles per failed probe up to 30 s.",
+    )
+    tamper_scan: bool = Field(
+        True,
+        description="Before the tests run, judge what the agent's container changed against its image (files that touch "
+        "the verifier's output, inputs, tools, import path or pytest config; docs/sandbox.md, Tamper signal) and record "
+        "the reasons on the result. Read from the engine's storage on this host (~1 ms) or its changes API (~0.4 s of "
+        "engine CPU, Docker 20.10); False = no scan.",
     )
 
     @model_validator(mode="after")
@@ -218,8 +244,12 @@ class VerifierResult(BaseModel):
         detail: one line saying why, for anything but ``passed``.
         verification: where the tests ran: ``clean_room`` (fresh container, only the work product
             copied in) or ``same_container`` (the agent's own container, hardened).
+        work_product_dropped: members of the work product left out of the clean room, by reason
+            (:mod:`swerl.sandbox.runtime.workproduct`); empty when none was.
         verifier_image: the image the tests ran in: the task's own, or a separate verifier's
             (``[verifier.environment] docker_image`` or built from ``tests/Dockerfile``).
+        tamper: why the agent's container looks like an attempt on the verifier (one line each,
+            ``family: what``; docs/sandbox.md, Tamper signal); empty when nothing touched it.
     """
 
     outcome: Outcome
@@ -229,7 +259,9 @@ class VerifierResult(BaseModel):
     duration_s: float = 0.0
     detail: str = ""
     verification: Verification | None = None
+    work_product_dropped: dict[str, int] = Field(default_factory=dict)
     verifier_image: str | None = None
+    tamper: list[str] = Field(default_factory=list)
 
 
 class TrialTimings(BaseModel):
@@ -240,6 +272,7 @@ class TrialTimings(BaseModel):
     start_s: float = 0.0
     agent_s: float = 0.0
     verify_s: float = 0.0
+    control_s: float = 0.0
     cleanup_s: float = 0.0
 
 
@@ -259,4 +292,11 @@ class TrialRecord(BaseModel):
     )
     engine: str | None = Field(None, description="URL of the Docker engine the trial ran on (its last attempt).")
     engine_retries: int = Field(0, description="Times the trial was moved to another engine because its engine stopped answering.")
+    blame: Blame | None = Field(
+        None, description="Decided by a control run when the trial read no trustworthy reward after the attempt acted: "
+        "attempt (class zero) or infrastructure (class mask; the task is flagged). None when no control ran.")
+    acted: bool = Field(False, description="The attempt's sandbox started, so the attempt could act (a control may then run).")
+    work_product_dropped: dict[str, int] = Field(
+        default_factory=dict, description="Members of the work product left out of the clean room, by reason.")
+    tamper: list[str] = Field(default_factory=list, description="Tamper reasons (docs/sandbox.md, Tamper signal); empty = none.")
     timings: TrialTimings = Field(default_factory=TrialTimings)

@@ -129,8 +129,9 @@ class EnvironmentSection(_Network):
     memory_mb: int = Field(2048, gt=0, le=1 << 20, description="Memory limit of the container, MiB.")
     storage_mb: int = Field(
         10240, gt=0, le=1 << 24,
-        description="Disk budget of the container's writable layer, MiB: swerl kills a container past it "
-        "(the trial ends as disk_limit, masked); see SandboxConfig.disk_poll_s.",
+        description="Disk budget of the container's writable layer (allocated blocks), MiB: swerl kills a container "
+        "past it (the trial ends as disk_limit: the attempt's fault unless a control run fails too); see "
+        "SandboxConfig.disk_poll_s.",
     )
     gpus: int = Field(0, ge=0, description="GPUs requested: swerl runs CPU sandboxes only, so only 0 is accepted.")
     allow_internet: bool = Field(

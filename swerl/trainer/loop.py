@@ -60,7 +60,7 @@ from swerl.trainer import pipeline
 from swerl.trainer.busy import BusyClock
 from swerl.trainer.generator import close_generator, make_generator, probe_parity, sync_generator
 from swerl.trainer.masked_guard import MaskedGuard
-from swerl.trainer.metrics import MetricsSink, dump_trajectories, effective_reward, rollout_metrics
+from swerl.trainer.metrics import MetricsSink, dump_trajectories, effective_reward, record_flagged, rollout_metrics
 from swerl.trainer.model import compute_dtype, load_policy
 from swerl.trainer.nonfinite import NonFiniteStreak
 from swerl.trainer.optim import build_optimizer
@@ -416,6 +416,8 @@ def _commit(run: _Run, step: int, batch: pipeline.RolloutBatch, position: dict[s
         dump_trajectories(run_dir, step, batch.trajectories, [float(a) for a in advantages])
     if run.sink is not None:  # a few episodes for TensorBoard's text tab
         run.sink.log_episodes(step, batch.trajectories, [float(a) for a in advantages])
+    if info.is_main:
+        record_flagged(run_dir, step, batch.trajectories)
     trainer_state = {"sampler": batch.sampler_state, "epoch": batch.epoch, "masked_streak": run.guard.streak,
                      "pipeline": position}
     if run.quarantine is not None:

@@ -15,7 +15,8 @@ from typing import Any
 
 from swerl.fileio import atomic_write_text
 from swerl.agent.trajectory import Trajectory
-from swerl.run_layout import METRICS_FILE, TENSORBOARD_DIR, TRAJECTORIES_DIR, step_file_name
+from swerl.run_layout import FLAGGED_FILE, METRICS_FILE, TENSORBOARD_DIR, TRAJECTORIES_DIR, step_file_name
+from swerl.sandbox.types import Blame
 
 log = logging.getLogger(__name__)
 
@@ -43,12 +44,13 @@ def rollout_metrics(trajs: list[Trajectory]) -> dict[str, float]:
     """Statistics of one training batch, before any advantage filtering.
 
     ``reward/avg_raw_reward``: mean effective reward over ALL trajectories (failures = 0);
-    ``reward/avg_pass_at_n``: fraction of groups with a reward > 0. ``response_length/*`` are in
+    ``reward/avg_pass_at_n``: fraction of groups with a reward > 0; ``reward/tamper_suspect_rate``:
+    fraction of trajectories with tamper reasons (whatever ``on_tamper`` did). ``response_length/*`` are in
     generated tokens (:func:`generated_tokens`) of EVERY row, masked ones included (a context
     overflow is the longest episode, never a 0), split by rewarded / unrewarded (effective reward
     > 0 / <= 0); ``response_length/masked_mean`` and ``/masked_rows`` report the ``mask``-class
     rows separately. ``tokens/generated`` sums every row's generated tokens, ``tokens/trainable``
-    the ``loss_mask`` ones. Outcome and failure-class counts.
+    the ``loss_mask`` ones. Outcome and failure-class counts; the control runs (:func:`control_metrics`).
     """
     rewards = [effective_reward(t) for t in trajs]
     gen = [float(generated_tokens(t)) for t in trajs]
@@ -61,6 +63,7 @@ def rollout_metrics(trajs: list[Trajectory]) -> dict[str, float]:
         "reward/avg_raw_reward": _mean(rewards),
         "reward/avg_pass_at_n": _mean([float(v) for v in groups.values()]),
         "reward/num_trajectories": float(len(trajs)),
+        "reward/tamper_suspect_rate": _mean([float(bool(t.tamper)) for t in trajs]),
         "response_length/mean": _mean(gen),
         "response_length/max": max(gen, default=0.0),
         "response_length/clip_fraction": _mean([float(t.hit_length_limit) for t in trajs]),
@@ -74,11 +77,24 @@ def rollout_metrics(trajs: list[Trajectory]) -> dict[str, float]:
         "tokens/trainable": float(sum(trainable)),
         "tokens/observation": float(sum(len(t.response_ids) for t in trajs) - sum(gen)),
     }
+    out.update(control_metrics(trajs))
     for name, count in Counter(t.failure_class for t in trajs).items():
         out[f"failure_class/{name}"] = float(count)
     for name, count in Counter(t.outcome for t in trajs).items():
         out[f"outcome/{name}"] = float(count)
     return out
+
+
+def control_metrics(trajs: list[Trajectory]) -> dict[str, float]:
+    """What the control runs of the batch decided and cost: ``rollout/masked_by_control`` (episodes
+    without a trustworthy reward whose control failed too: masked, their tasks flagged),
+    ``rollout/zeroed_by_control`` (whose control read a reward: the attempt's fault, reward 0 kept),
+    ``rollout/control_s`` (wall-clock seconds the controls took, summed over episodes)."""
+    return {
+        "rollout/masked_by_control": float(sum(t.blame == Blame.infrastructure for t in trajs)),
+        "rollout/zeroed_by_control": float(sum(t.blame == Blame.attempt for t in trajs)),
+        "rollout/control_s": float(sum(t.timings_s.get("control_s", 0.0) for t in trajs)),
+    }
 
 
 def make_record(step: int, metrics: dict[str, float]) -> dict[str, Any]:
@@ -185,6 +201,23 @@ class MetricsSink:
             self._tb.close()
         for tracker in self.trackers:
             tracker.close()
+
+
+def record_flagged(run_dir: Path, step: int, trajs: list[Trajectory]) -> int:
+    """Append the episodes whose control failed too (``blame: infrastructure``: their task or engine
+    is at fault) to ``RUN_DIR/flagged_tasks.jsonl``, one line each; returns how many."""
+    flagged = [t for t in trajs if t.blame == Blame.infrastructure]
+    if flagged:
+        lines = "".join(json.dumps({"global_step": step, "task": t.task_name, "group_id": t.group_id,
+                                    "sample_index": t.sample_index, "outcome": t.outcome, "detail": t.detail}) + "\n"
+                        for t in flagged)
+        with open(run_dir / FLAGGED_FILE, "a", encoding="utf-8") as fh:
+            fh.write(lines)
+            fh.flush()
+            os.fsync(fh.fileno())
+        log.warning("step %d: %d episode(s) masked by a failed control; tasks flagged in %s: %s", step, len(flagged),
+                    FLAGGED_FILE, ", ".join(sorted({t.task_name for t in flagged})))
+    return len(flagged)
 
 
 def dump_trajectories(run_dir: Path, step: int, trajs: list[Trajectory], advantages: list[float]) -> Path:

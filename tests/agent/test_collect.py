@@ -71,6 +71,33 @@ def test_rollouts_are_grouped_and_a_broken_sandbox_is_masked(broken_task, smol_t
     assert peak <= 2
 
 
+def test_an_episode_without_a_reward_is_masked_only_when_its_control_fails_too(smol_tokenizer):
+    """The agent replaces bash, so the verifier script of its (same) container reports nothing: on
+    `add` the control reads a reward (zero, blamed on the attempt, tokens kept); on a task whose
+    verifier never writes one the control fails too (mask, blamed on the infrastructure)."""
+    from swerl.agent.metrics import summarize
+
+    sandbox_tasks = Path(__file__).resolve().parents[1] / "fixtures" / "sandbox_tasks"
+    tasks = [load_task(sandbox_tasks / "add"), load_task(sandbox_tasks / "no_reward_file")]
+    fake_bash = ("for f in /usr/bin/bash /bin/bash; do printf '#!/bin/sh\\nexit 0\\n' > $f.new && chmod 755 $f.new "
+                 "&& mv -f $f.new $f; done")
+    call = '<tool_call>{"name": "bash", "arguments": {"command": "' + fake_bash + '"}}</tool_call>'
+    policy = ScriptedPolicy([call, "done", call, "done"], smol_tokenizer)  # one episode after the other
+
+    async def main():
+        async with SandboxManager(SandboxConfig(concurrency=2)) as manager:
+            return await collect_rollouts(tasks, 1, policy, manager, AgentConfig(protocol="tool-call"), concurrency=1)
+
+    zeroed, masked = asyncio.run(main())
+    assert (zeroed.outcome, zeroed.failure_class, zeroed.blame, zeroed.reward) == ("no_reward_file", "zero", "attempt", 0.0)
+    assert not zeroed.exclude_from_baseline and sum(zeroed.loss_mask) > 0 and zeroed.timings_s["control_s"] > 0
+    assert "the control read reward 0" in zeroed.detail
+    assert (masked.failure_class, masked.blame) == ("mask", "infrastructure") and masked.exclude_from_baseline
+    assert sum(masked.loss_mask) == 0 and "the control failed too" in masked.detail
+    summary = summarize([zeroed, masked], [1])
+    assert (summary["num_zeroed_by_control"], summary["num_masked_by_control"], summary["num_masked"]) == (1, 1, 1)
+
+
 def test_eval_writes_trajectories_and_summary(tmp_path, smol_tokenizer):
     tasks = [load_task(FIXTURE_TASKS / "add-two"), load_task(FIXTURE_TASKS / "reverse-words")]
     policy = ScriptedPolicy([SOLVE_ADD_TWO], smol_tokenizer)

@@ -126,18 +126,22 @@ def test_megabyte_output_is_cut_to_the_budget(add_two, smol_tokenizer):
     assert len(observation.encode()) < 2300
 
 
-def test_context_overflow_ends_the_episode_and_masks_it(add_two, smol_tokenizer):
+def test_context_overflow_is_verified_as_it_stands_and_mask_is_only_an_explicit_choice(add_two, smol_tokenizer):
     policy_probe = ScriptedPolicy(["x"], smol_tokenizer)
     from swerl.agent.episode import first_prompt
 
     prompt_len = len(first_prompt(add_two, policy_probe, AgentConfig())[3])
-    cfg = AgentConfig(limits=EpisodeLimits(context_window_tokens=prompt_len + 400, max_new_tokens_per_turn=200))
-    replies = [terminus(("seq 1 2000\n", 1.0)), terminus(done=True)]
-    traj, _ = run(episode(add_two, replies, smol_tokenizer, cfg))
-    assert (traj.end_reason, traj.outcome, traj.failure_class) == ("context_overflow", "context_overflow", "mask")
-    assert traj.exclude_from_baseline and traj.reward == 0.0
-    assert sum(traj.loss_mask) == 0 and traj.num_generated_tokens == 0 and traj.num_policy_tokens > 0
-    assert traj.context_tokens <= prompt_len + 400
+    limits = EpisodeLimits(context_window_tokens=prompt_len + 400, max_new_tokens_per_turn=200)
+    replies = [terminus((write_file_keys("/app/solution.py", ADD_TWO), 0.3), ("seq 1 2000\n", 1.0)), terminus(done=True)]
+    scored, _ = run(episode(add_two, replies, smol_tokenizer, AgentConfig(limits=limits)))
+    assert (scored.end_reason, scored.outcome, scored.reward, scored.failure_class) == ("context_overflow", "passed", 1.0, "none")
+    assert not scored.exclude_from_baseline and sum(scored.loss_mask) == scored.num_generated_tokens > 0
+    assert scored.context_tokens <= prompt_len + 400
+
+    masked, _ = run(episode(add_two, replies, smol_tokenizer, AgentConfig(limits=limits, on_context_full="mask")))
+    assert (masked.end_reason, masked.outcome, masked.failure_class) == ("context_overflow", "context_overflow", "mask")
+    assert masked.exclude_from_baseline and masked.reward == 0.0 and masked.blame is None
+    assert sum(masked.loss_mask) == 0 and masked.num_generated_tokens == 0 and masked.num_policy_tokens > 0
 
 
 def test_agent_timeout_ends_the_episode_with_reward_zero(add_two, smol_tokenizer):
@@ -171,6 +175,20 @@ def test_tool_call_protocol_end_to_end(add_two, smol_tokenizer):
     tool_messages = [m for m in traj.messages if m["role"] == "tool"]
     assert "hi /app" in tool_messages[1]["content"] and "[exit code: 1]" in tool_messages[1]["content"]
     assert "<tools>" in traj.messages[0]["content"]  # SmolLM2's template has no tools: Hermes block inlined
+
+
+def test_an_agent_that_ends_its_shell_completes_and_is_verified(add_two, smol_tokenizer):
+    """`exit` under tool-call and `exec` under terminus-json-fast end the shell: the episode is
+    completed and its work product scored, never masked."""
+    code = ADD_TWO.encode("unicode_escape").decode()
+    exit_call = '<tool_call>' + json.dumps({"name": "bash", "arguments": {
+        "command": f"printf '{code}' > /app/solution.py; exit 3"}}) + '</tool_call>'
+    by_exit, _ = run(episode(add_two, [exit_call], smol_tokenizer, AgentConfig(protocol="tool-call")))
+    by_exec, _ = run(episode(add_two, [terminus((write_file_keys("/app/solution.py", ADD_TWO), 0.3), ("exec true\n", 0.3))],
+                             smol_tokenizer, AgentConfig(protocol="terminus-json-fast")))
+    for traj in (by_exit, by_exec):
+        assert (traj.end_reason, traj.outcome, traj.reward, traj.failure_class) == ("completed", "passed", 1.0, "none")
+        assert "the shell ended" in traj.detail and not traj.exclude_from_baseline and sum(traj.loss_mask) > 0
 
 
 def test_tool_call_command_timeout_interrupts_it(add_two, smol_tokenizer):

@@ -182,3 +182,16 @@ def test_the_episode_table_shows_the_verifiers_error_not_its_banner(tmp_path):
     (row,) = [line for line in text.splitlines() if line.lstrip("│┃ ").startswith("humaneval-000 ")]
     assert "verifier says" in text and "ModuleNotFoundError: No module named 'solution'" in row
     assert "ModuleNotFoundError: No module named 'solution'" in render_html(load_episodes(run)).replace("&#x27;", "'")
+
+
+def test_tamper_reasons_show_in_the_episode_table_the_conversation_and_the_page(tmp_path):
+    reasons = ["logs: added /logs/verifier", "reward: wrote /logs/verifier/reward.txt"]
+    trajs = [_episode("magic-a", 0, 1.0, tamper=reasons), _episode("magic-a", 1, 0.0)]
+    dump_trajectories(tmp_path, 1, trajs, [0.5, -0.5])
+    console = Console(record=True, width=220)
+    render_terminal(load_episodes(tmp_path), console, task="magic-a", sample=0)
+    text = console.export_text()
+    assert "2: logs" in text and "1 episode of 2 touched the verifier's territory" in text
+    assert "reward: wrote /logs/verifier/reward.txt" in text  # the panel under the conversation
+    page = render_html(load_episodes(tmp_path))
+    assert page.count("added /logs/verifier") == 1 and page.count('"tamper": true') == 1  # one flagged row, its reasons

@@ -1,11 +1,11 @@
-"""Bounds: finite timeouts at load, checked work products, a keeper that a cancelled command
-cannot leave busy, per-trial disk budget, free disk at start, the task image cache budget."""
+"""Bounds: finite timeouts at load, a keeper that a cancelled command cannot leave busy, per-trial
+disk budget, free disk at start, the task image cache budget (the work product's checks:
+test_workproduct.py)."""
 
 from __future__ import annotations
 
 import asyncio
-import io
-import tarfile
+import re
 import time
 import uuid
 
@@ -14,7 +14,6 @@ from pydantic import ValidationError
 
 from swerl.errors import EnvironmentProblem, SandboxError
 from swerl.sandbox import Outcome, SandboxConfig, SandboxManager
-from swerl.sandbox.runtime.cleanroom import add_work_product
 from swerl.tasks import load_task
 from swerl.tasks.task_folder import MalformedTask
 
@@ -39,40 +38,6 @@ def test_sandbox_config_rejects_non_finite_deadlines(field):
     for value in (float("inf"), float("nan"), 1e12):
         with pytest.raises(ValidationError, match=field):
             SandboxConfig(**{field: value})
-
-
-def _tar(entries) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        for name, kind, extra in entries:
-            info = tarfile.TarInfo(name)
-            info.type = kind
-            data = b""
-            if kind == tarfile.REGTYPE:
-                data = extra or b"x"
-                info.size, info.mode = len(data), 0o4755
-            elif kind in (tarfile.SYMTYPE, tarfile.LNKTYPE):
-                info.linkname = extra
-            tar.addfile(info, io.BytesIO(data) if data else None)
-    return buf.getvalue()
-
-
-def test_work_product_keeps_only_plain_entries_below_the_declared_paths():
-    archive = _tar([
-        ("app", tarfile.DIRTYPE, None), ("app/solution.py", tarfile.REGTYPE, b"ok"),
-        ("app/../usr/local/bin/pytest", tarfile.REGTYPE, None), ("/usr/bin/evil", tarfile.REGTYPE, None),
-        ("usr/local/sbin/pytest", tarfile.REGTYPE, None), ("application", tarfile.REGTYPE, None),
-        ("app/fifo", tarfile.FIFOTYPE, None), ("app/link", tarfile.SYMTYPE, "/usr/bin/python3"),
-        ("app/hard", tarfile.LNKTYPE, "etc/passwd"), ("app/hard_ok", tarfile.LNKTYPE, "app/solution.py"),
-    ])
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as out:
-        copied = add_work_product(out, archive, ["/app"])
-    with tarfile.open(fileobj=io.BytesIO(buf.getvalue())) as got:
-        members = {m.name: m for m in got}
-    assert sorted(members) == ["app", "app/hard_ok", "app/link", "app/solution.py"]
-    assert members["app/solution.py"].mode == 0o755 and members["app/solution.py"].uid == 0  # no setuid
-    assert members["app/hard_ok"].linkname == "app/solution.py" and copied == 2
 
 
 @pytest.mark.docker
@@ -116,8 +81,8 @@ def test_a_trial_past_storage_mb_is_killed_and_ends_as_disk_limit(docker_client,
                 await mgr.engines[0].reaper.drain(30)
 
     err, state, run_id = run(body())
-    assert err.outcome is Outcome.disk_limit and Outcome.disk_limit.failure_class == "mask"
-    assert "storage_mb = 20" in str(err) and not state["Running"]
+    assert err.outcome is Outcome.disk_limit  # mask until a control run says whose fault it is
+    assert re.search(r"holds \d+ MiB on disk, over \[environment\] storage_mb = 20", str(err)) and not state["Running"]
     assert containers_of(docker_client, run_id) == []
 
 

@@ -1,7 +1,8 @@
 """`swerl sandbox-test --redteam` on the real engine: one HumanEval task made by the importer and
 rewritten in Harbor's schema 1.3 spelling with a separate verifier (every in-process exploit
-scores 0, the oracle 1, all in the clean room, as for the 1.0 spelling) and the deliberately weak
-fixture task (the attempts that forge it are named, exit 1), in one CLI run."""
+scores 0, the oracle 1, all in the clean room, as for the 1.0 spelling, and no copy-out attack or
+penalty escape gets its trial masked) and the deliberately weak fixture task (the attempts that
+forge it are named, exit 1; none escapes its penalty there either), in one CLI run."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from swerl.sandbox.redteam import CATALOGUE
+from swerl.agent.redteam import CATALOGUE
 from swerl.tasks import import_humaneval
 
 from ._support import FIXTURES, containers_of, rewrite_in_schema_13
@@ -50,6 +51,24 @@ def test_humaneval_oracle_scores_one_and_no_in_process_exploit_scores(redteam_ru
         assert record["outcome"] == "failed", (name, record["outcome"], record["detail"])
 
 
+def test_no_attempt_escapes_its_penalty_on_either_task(redteam_run):
+    out, records = redteam_run
+    escaped = {key: (r["outcome"], r["detail"]) for key, r in records.items() if r.get("escaped")}
+    assert escaped == {}
+    assert not any(x.startswith("ESCAPABLE") for x in out.stdout.splitlines()), out.stdout[-2000:]
+    assert "0/2 escapable by the red team" in out.stdout
+    # The provoked failures were settled by their control runs: the attempt's fault, reward 0 kept.
+    he = {a.removeprefix("redteam/"): r for (task, a), r in records.items() if task == "humaneval-000"}
+    for name in ("disk-flood", "sparse-work-product"):
+        assert (he[name]["outcome"], he[name]["failure_class"], he[name]["blame"]) == ("disk_limit", "zero", "attempt")
+    assert he["links-out-of-work-product"]["work_product_dropped"]
+    # Sparse files cost no disk, taken rights are given back, a full pid table does not stop verification.
+    for name in ("sparse-disk-flood", "chmod-reward-at-import", "fill-pids", "fill-pids-at-import"):
+        assert (he[name]["outcome"], he[name]["failure_class"], he[name]["blame"]) == ("failed", "none", None), name
+    assert "rights the tests took were restored" in he["chmod-reward-at-import"]["detail"]
+    assert all(he[n]["outcome"] == "failed" for n in ("end-shell-exit", "end-shell-exec", "end-shell-set-e", "context-flood"))
+
+
 def test_weak_task_is_named_forgeable_with_the_attempts_that_forged_it(redteam_run):
     out, records = redteam_run
     assert out.returncode == 1, out.stderr[-2000:]
@@ -60,11 +79,12 @@ def test_weak_task_is_named_forgeable_with_the_attempts_that_forged_it(redteam_r
     assert records[("weak_exit_code", "oracle")]["reward"] == 1.0  # a working verifier, just a weak one
     assert records[("weak_exit_code", "null")]["reward"] == 0.0
     # It declares no artifacts, so it is verified in the agent's container: environment attempts may forge it too.
-    assert {r["verification"] for (task, _), r in records.items() if task == "weak_exit_code"} == {"same_container"}
+    # (Episode attempts and trials stopped before verification record no mode.)
+    assert {r["verification"] for (task, _), r in records.items() if task == "weak_exit_code"} - {None} == {"same_container"}
     # humaneval-000 (artifacts declared, so the clean room under the default "auto") is forgeable by none.
     assert not any(x.startswith("FORGEABLE humaneval-000") for x in out.stdout.splitlines()), out.stdout[-2000:]
     he = {a: r for (task, a), r in records.items() if task == "humaneval-000"}
-    assert len(he) == len(CATALOGUE) + 2 and {r["verification"] for r in he.values()} == {"clean_room"}
+    assert len(he) == len(CATALOGUE) + 2 and {r["verification"] for r in he.values()} - {None} == {"clean_room"}
     assert [a for a, r in he.items() if a.startswith("redteam/") and (r["reward"] != 0.0 or r["forged"])] == []
 
 

@@ -90,6 +90,18 @@ def test_every_outcome_has_a_failure_class_from_the_spec(outcome):
     expected = {
         "passed": "none", "failed": "none", "verifier_timeout": "zero", "oom": "zero",
         "no_reward_file": "mask", "bad_reward": "mask", "build_error": "mask",
-        "start_error": "mask", "daemon_error": "mask", "disk_limit": "mask", "healthcheck_failed": "mask",
+        "start_error": "mask", "daemon_error": "mask", "disk_limit": "mask", "copy_out_error": "mask",
+        "trial_error": "mask", "healthcheck_failed": "mask",
     }
     assert outcome.failure_class == expected[outcome.value]
+
+
+def test_rights_taken_by_the_tests_are_reported_from_the_modes_found():
+    from swerl.sandbox.runtime.verifier import rights_taken, verdict
+
+    assert rights_taken("/logs=755 /logs/verifier=755 /logs/verifier/reward.txt=644 ") == ""
+    taken = "/logs=755 /logs/verifier=0 /logs/verifier/reward.txt=200 "
+    assert rights_taken(taken) == "/logs/verifier=0 /logs/verifier/reward.txt=200"
+    result = verdict(parse_sections(report(txt="0")) | {"rights": taken}, False, 60.0, 1.0)
+    assert (result.outcome, result.reward) == (Outcome.failed, 0.0)
+    assert "rights the tests took were restored" in result.detail and "/logs/verifier=0" in result.detail

@@ -6,7 +6,9 @@ import json
 
 import pytest
 
-from swerl.trainer.metrics import MetricsSink, dump_trajectories, effective_reward, rollout_metrics
+from swerl.trainer.metrics import (
+    FLAGGED_FILE, MetricsSink, dump_trajectories, effective_reward, record_flagged, rollout_metrics,
+)
 
 from ._support import make_trajectories
 
@@ -31,6 +33,24 @@ def test_rollout_metrics_follow_the_spec():
     assert m["failure_class/mask"] == 1 and m["failure_class/zero"] == 1 and m["failure_class/none"] == 2
     assert m["outcome/passed"] == 1 and m["outcome/start_error"] == 1
     assert m["tokens/generated"] == sum(gen)
+    assert m["reward/tamper_suspect_rate"] == 0.0
+    trajs[1] = trajs[1].model_copy(update={"tamper": ["logs: added /logs/verifier"]})
+    assert rollout_metrics(trajs)["reward/tamper_suspect_rate"] == 0.25
+
+
+def test_control_runs_are_counted_per_step_and_flagged_tasks_recorded(tmp_path):
+    trajs = make_trajectories(num_groups=2, group_size=2, seed=0)
+    trajs[0] = trajs[0].model_copy(update={"failure_class": "zero", "outcome": "no_reward_file", "blame": "attempt",
+                                           "timings_s": {"control_s": 1.5}})
+    trajs[1] = trajs[1].model_copy(update={"failure_class": "mask", "outcome": "disk_limit", "blame": "infrastructure",
+                                           "timings_s": {"control_s": 2.0}, "detail": "the control failed too"})
+    m = rollout_metrics(trajs)
+    assert (m["rollout/zeroed_by_control"], m["rollout/masked_by_control"], m["rollout/control_s"]) == (1.0, 1.0, 3.5)
+    assert record_flagged(tmp_path, 7, trajs) == 1 and record_flagged(tmp_path, 8, trajs[2:]) == 0
+    [line] = (tmp_path / FLAGGED_FILE).read_text().splitlines()
+    assert json.loads(line) == {"global_step": 7, "task": trajs[1].task_name, "group_id": trajs[1].group_id,
+                                "sample_index": trajs[1].sample_index, "outcome": "disk_limit",
+                                "detail": "the control failed too"}
 
 
 def test_sink_writes_one_record_per_step_with_global_step_and_tensorboard(tmp_path):

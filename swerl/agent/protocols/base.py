@@ -56,6 +56,9 @@ class AgentProtocol(ABC):
         self.prefill = ""
         """Text the first assistant turn starts with, set by :meth:`initial_messages`; the
         episode appends its ids to the prompt ids and prepends it to the first reply."""
+        self.actions: list[str] = []
+        """Every text this protocol sent into the sandbox for the policy, in order (commands,
+        keystrokes, file contents); the episode's tamper signal reads it."""
 
     def tools(self) -> list[dict] | None:
         """JSON-schema tools handed to the chat template, or None."""

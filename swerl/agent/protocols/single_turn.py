@@ -72,5 +72,6 @@ class SingleTurn(AgentProtocol):
     async def act(self, reply: str, sandbox: Any) -> TurnResult:
         code = extract_python_block(reply)
         if code is not None:
+            self.actions.append(code)
             await sandbox.write_file(self.cfg.solution_path, code.encode("utf-8"))
         return TurnResult(end_reason="completed", parse_failed=code is None)

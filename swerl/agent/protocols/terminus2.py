@@ -143,6 +143,7 @@ class Terminus2(AgentProtocol):
         assert self.session is not None, "start() opens the tmux session"
         cap_s = self.cfg.limits.command_timeout_s
         for command in parsed.commands:
+            self.actions.append(command.keystrokes)
             await self.session.send_keys(command.keystrokes, min_timeout_s=min(command.duration_s, cap_s))
         if not await self.session.is_alive():  # the shell was exited: terminus-2 stops there
             return None

@@ -97,6 +97,7 @@ class TerminusJson(AgentProtocol):
         waited_s = 0.0
         for command in commands:
             waited_s = min(max(command.duration_s, 0.0), self.cfg.limits.command_timeout_s)
+            self.actions.append(command.keystrokes)
             chunks.append(await self.shell.send_keys(translate_keystrokes(command.keystrokes), waited_s))
         if not commands:
             chunks.append(await self.shell.send_keys("", 0.0))

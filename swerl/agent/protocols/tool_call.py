@@ -117,6 +117,7 @@ class ToolCall(AgentProtocol):
 
     async def _run(self, command: str) -> str:
         timeout_s = self.cfg.limits.command_timeout_s
+        self.actions.append(command)
         result = await self.shell.run(command, timeout_s)
         output = limit_output_bytes(result.output, self.cfg.output_budget_bytes)
         if result.timed_out:

@@ -60,22 +60,26 @@ class Fleet:
             log.warning("engine %s left out: %s", engine.url, err)
             self._start_probe(engine, reconnect=True)
 
-    def pick(self) -> Engine | None:
-        """The healthy engine with the most free slots, or None when all are full."""
+    def pick(self, prefer: str | None = None) -> Engine | None:
+        """The engine of URL ``prefer`` when it is healthy with a free slot, else the healthy engine
+        with the most free slots, or None when all are full."""
         ready = [e for e in self.healthy if e.free > 0]
         if not ready:
             return None
+        preferred = [e for e in ready if e.url == prefer]
+        if preferred:
+            return preferred[0]
         return max(ready, key=lambda e: (e.free, -e.in_use, -self.engines.index(e)))
 
     @contextlib.asynccontextmanager
-    async def slot(self) -> AsyncIterator[Engine]:
+    async def slot(self, prefer: str | None = None) -> AsyncIterator[Engine]:
         """Hold one slot on the engine :meth:`pick` chooses (waits while every engine is full).
 
         Raises:
             SandboxError: (``daemon_error``) every engine is quarantined.
         """
         async with self._changed:
-            while (engine := self.pick()) is None:
+            while (engine := self.pick(prefer)) is None:
                 if not self.healthy:
                     raise SandboxError("every Docker engine stopped answering: " + "; ".join(
                         f"{e.url}: {e.last_error or 'down'}" for e in self.engines), outcome=Outcome.daemon_error)

@@ -1,13 +1,18 @@
-"""Disk bounds: per-trial writable-layer budget, and free space on Docker's data root.
+"""Disk bounds: per-trial budget in allocated blocks, and free space on Docker's data root.
 
 Per trial: overlay2 on ext4 (this engine) has no per-container size quota
 (``--storage-opt size`` needs xfs with project quotas), and tmpfs mounts would bound only
-the folders named, not ``/usr`` or ``/root``. So :func:`watch_disk` polls the container's
-writable-layer size (``GET /containers/json?size=1``: the daemon's ``SizeRw``, a walk of the
-container's upper dir; ~3 ms for a trial's few files here) every ``SandboxConfig.disk_poll_s``
-seconds, and kills the container once it passes ``[environment] storage_mb``. The trial then
-ends as ``disk_limit`` (masked). The bound is storage_mb plus what the container writes in
-one poll interval.
+the folders named, not ``/usr`` or ``/root``. So :func:`watch_disk` measures every
+``SandboxConfig.disk_poll_s`` seconds what the container's writable layer holds on disk and
+kills the container once it passes ``[environment] storage_mb``; the trial then ends as
+``disk_limit``, and a control run decides whose fault it is (a container over its own budget is
+the attempt's: ``zero``). The bound is storage_mb plus what the container writes in one poll interval.
+
+What is measured is the allocated blocks (``st_blocks``, hard links once) of overlay2's upper
+folder, walked on this host (~1 ms for a trial's few files), so a sparse file of many GiB costs
+what it really costs: next to nothing. Docker's own ``SizeRw`` (``GET /containers/json?size=1``)
+adds apparent sizes, so a sparse file would pass the budget at no disk cost; it is used only when
+the engine's data root is not visible here (a remote engine).
 
 Per run: :func:`check_free_disk` refuses to start (exit 3) when Docker's data root has less
 free space than ``SandboxConfig.min_free_disk_mb``.
@@ -17,9 +22,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
+import os
 import shutil
+import stat
+from collections.abc import Callable
 from typing import TYPE_CHECKING
+
+import docker.errors
 
 from swerl.errors import EnvironmentProblem, SandboxError
 
@@ -34,27 +45,60 @@ MIB = 1 << 20
 
 
 def writable_layer_bytes(client: docker.DockerClient, container_id: str) -> int:
-    """Bytes in the container's writable layer (``SizeRw``; 0 when the daemon reports none)."""
+    """Apparent bytes in the container's writable layer (Docker's ``SizeRw``; 0 when it reports none)."""
     rows = client.api.containers(all=True, filters={"id": container_id}, size=True)
     return int(rows[0].get("SizeRw") or 0) if rows else 0
 
 
+def allocated_bytes(folder: str) -> int:
+    """Bytes the files under ``folder`` hold on disk: ``st_blocks`` x 512 of every entry, each
+    hard-linked file once, symlinks never followed; entries that vanish during the walk are skipped."""
+    seen: set[tuple[int, int]] = set()
+    total = 0
+    for root, dirs, files in os.walk(folder):
+        for name in dirs + files:
+            try:
+                st = os.lstat(os.path.join(root, name))
+            except OSError:
+                continue
+            if st.st_nlink > 1 and not stat.S_ISDIR(st.st_mode):
+                if (st.st_dev, st.st_ino) in seen:
+                    continue
+                seen.add((st.st_dev, st.st_ino))
+            total += st.st_blocks * 512
+    return total
+
+
+def disk_usage_reader(client: docker.DockerClient, container_id: str) -> Callable[[], int]:
+    """How the container's disk use is measured: the allocated blocks of its overlay2 upper folder
+    when this host sees it, else Docker's ``SizeRw`` (apparent sizes, a remote engine's)."""
+    driver = client.api.inspect_container(container_id).get("GraphDriver") or {}
+    upper = (driver.get("Data") or {}).get("UpperDir")
+    if driver.get("Name") == "overlay2" and upper and os.path.isdir(upper):
+        return functools.partial(allocated_bytes, upper)
+    return functools.partial(writable_layer_bytes, client, container_id)
+
+
 async def watch_disk(call: DockerCaller, client: docker.DockerClient, sandbox: Sandbox, poll_s: float) -> None:
-    """Until cancelled: every ``poll_s`` seconds compare the sandbox's current container
-    (it changes in the clean room) with ``[environment] storage_mb``; past it, record why on
+    """Until cancelled: every ``poll_s`` seconds compare the disk that the sandbox's current container
+    (it changes in the clean room) holds with ``[environment] storage_mb``; past it, record why on
     ``sandbox.disk_exceeded`` and kill the container."""
     limit = sandbox.task.config.environment.storage_mb * MIB
+    measured: str | None = None
+    reader: Callable[[], int] | None = None
     while True:
         await asyncio.sleep(poll_s)
         container_id = sandbox.container_id
         try:
-            used = await call(writable_layer_bytes, client, container_id)
-        except SandboxError as err:  # the container is going away; the trial reports that itself
+            if reader is None or measured != container_id:
+                reader, measured = await call(disk_usage_reader, client, container_id), container_id
+            used = await call(reader)
+        except (SandboxError, docker.errors.NotFound) as err:  # the container is going away; the trial reports that itself
             log.debug("disk watch of %s: %s", container_id[:12], err)
             continue
         if used > limit:
             sandbox.disk_exceeded = (
-                f"{sandbox.task.name}: the container wrote {used // MIB} MiB, over [environment] storage_mb = "
+                f"{sandbox.task.name}: the container holds {used // MIB} MiB on disk, over [environment] storage_mb = "
                 f"{limit // MIB}; it was killed"
             )
             log.warning("%s", sandbox.disk_exceeded)

@@ -49,14 +49,3 @@ def file_from_tar(stream: bytes, max_bytes: int) -> bytes:
                 assert fh is not None
                 return fh.read(max_bytes)
     raise SandboxError("not a regular file")
-
-
-def is_tar(data: bytes) -> bool:
-    """True for an empty byte string or bytes that open as a tar archive."""
-    if not data:
-        return True
-    try:
-        with tarfile.open(fileobj=io.BytesIO(data), mode="r:"):
-            return True
-    except tarfile.TarError:
-        return False

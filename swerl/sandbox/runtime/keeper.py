@@ -55,8 +55,8 @@ exit 0
 # One command at a time, so one pair of files serves them all; the input is emptied after each
 # command (no rm or mkdir per command: a fork/exec costs ~3 ms of CPU each on a small VM). In the
 # agent's container these files, like bash and dd, are the agent's to change: nothing run there
-# is trusted more than the agent (the clean room's copy-out is checked on swerl's side; the
-# same-container verifier is documented as running with the agent's binaries).
+# is trusted more than the agent (the clean room's copy-out runs nothing there: the engine reads
+# it; the same-container verifier is documented as running with the agent's binaries).
 _DONE_RE = re.compile(rb"\x1eswerl-done ([0-9a-f]{32}) (\d+)\x1f")
 _WINDOW = 64  # bytes held back while looking for the end marker
 # The keeper reads a command's stdin in one `dd` block; bigger inputs go by `docker exec`.

@@ -15,7 +15,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import IO, TYPE_CHECKING, TypeVar
 
 import docker.errors
 
@@ -23,17 +23,20 @@ from swerl.errors import SandboxError
 from swerl.sandbox.runtime import cleanroom
 from swerl.sandbox.runtime.channel import Command
 from swerl.sandbox.runtime.commands import Commands
-from swerl.sandbox.runtime.files import file_from_tar, is_tar, tar_of_dir, tar_of_files
+from swerl.sandbox.runtime.files import file_from_tar, tar_of_dir, tar_of_files
 from swerl.sandbox.runtime.healthcheck import wait_healthy
 from swerl.sandbox.runtime.keeper import KeeperChannel
+from swerl.sandbox.runtime.layer import LayerReader
 from swerl.sandbox.runtime.shell import Shell
 from swerl.sandbox.runtime.verifier import VERIFY_OUTPUT_BYTES, VERIFY_SCRIPT, parse_sections, verdict
+from swerl.sandbox.tamper.scan import scan_container
 from swerl.sandbox.types import ExecResult, Outcome, SandboxConfig, VerifierResult
 
 if TYPE_CHECKING:
     import docker
 
     from swerl.sandbox.docker_api import DockerCaller
+    from swerl.sandbox.runtime.workproduct import WorkProductStats
     from swerl.tasks.task_folder import Task
 
 log = logging.getLogger(__name__)
@@ -146,11 +149,13 @@ class Sandbox:
     async def verify(self, timeout_s: float | None = None) -> VerifierResult:
         """Run the task's hidden tests (docs/sandbox.md) and read the reward.
 
-        Where: :func:`~swerl.sandbox.runtime.cleanroom.verification_mode`. Clean room: kill every
-        process in the agent's container, read the work product out, remove that container,
-        and run the protocol in a fresh one of the pristine verifier image (the task's, or a
-        separate verifier environment's, whose own ``/tests`` is then kept) holding only the
-        work product. Same container: every process killed, then ``/logs/verifier`` and ``/tests``
+        Where: :func:`~swerl.sandbox.runtime.cleanroom.verification_mode`. Clean room: the engine
+        kills the agent's container and reads the work product out of it (its archive API; a
+        stopped container reads too), every member is checked and what passes is rewritten
+        (:mod:`~swerl.sandbox.runtime.workproduct`), that container is removed, and the protocol
+        runs in a fresh one of the pristine verifier image (the task's, or a separate verifier
+        environment's, whose own ``/tests`` is then kept) holding only the work product. Same
+        container: every process killed, then ``/logs/verifier`` and ``/tests``
         moved aside and recreated in a way the agent's permissions cannot block, then the protocol.
         Either way: ``tests/`` uploaded to ``/tests``, ``bash /tests/test.sh`` run
         (``[verifier] env`` applied) under ``timeout_s`` (default:
@@ -161,8 +166,9 @@ class Sandbox:
 
         Raises:
             SandboxError: only when the container/daemon fails (``outcome`` daemon_error, oom,
-                start_error), the trial passed its disk budget (``disk_limit``), or the clean
-                room's healthcheck never passed (``healthcheck_failed``).
+                start_error), the trial passed its disk budget or the work product the cap
+                (``disk_limit``), the work product's archive is unreadable (``copy_out_error``), or
+                the clean room's healthcheck never passed (``healthcheck_failed``).
         """
         limit = timeout_s or self._config.verifier_timeout_s or self.task.config.verifier.timeout_sec
         began = time.monotonic()
@@ -173,20 +179,52 @@ class Sandbox:
         if mode == "clean_room":
             paths = await self._work_paths()
             work = await self._copy_out(paths)
-            await self._switch_container()
         else:
             paths, work = [], []
-        raw = await self._run_verify_script("-", limit, tests is not None, cleanroom.bundle(tests, work, paths), paths)
-        if "\x1enotar\x1f" in raw.output:  # no tar in the image: the daemon copies the files in first
-            staging = f"/tmp/.swerl-verify-{uuid.uuid4().hex}"
-            await self._put_archive(cleanroom.bundle(tests, work, paths, prefix=staging.lstrip("/") + "/"))
-            raw = await self._run_verify_script(staging, limit, tests is not None, None, paths)
+        try:
+            # In the clean room the engine killed the agent's container to read it; else kill first.
+            tamper = await self._scan_for_tamper(kill_first=mode != "clean_room")
+            if mode == "clean_room":
+                await self._switch_container()
+            raw, stats = await self._deliver_and_test(tests, work, paths, limit)
+        finally:
+            for spool, _ in work:
+                spool.close()
         if raw.timed_out:  # the stream outlived the deadline: kill everything from outside
             await self._commands.docker_exec.run(Command(script="kill -KILL -1", max_output_bytes=4096, wait_s=10.0))
         self._check_disk()
         result = verdict(parse_sections(raw.output), raw.timed_out, limit, time.monotonic() - began)
+        note = stats.note()
         image = self.verifier_image if mode == "clean_room" else self.image
-        return result.model_copy(update={"verification": mode, "verifier_image": image})
+        update = {"verification": mode, "verifier_image": image, "work_product_dropped": dict(stats.dropped),
+                  "tamper": tamper}
+        if note:
+            update["detail"] = "; ".join(x for x in (result.detail, note) if x)
+        return result.model_copy(update=update)
+
+    async def _deliver_and_test(
+        self, tests: Path | None, work: list[tuple[IO[bytes], str]], paths: list[str], limit: float
+    ) -> tuple[ExecResult, WorkProductStats]:
+        """Send ``tests`` and the checked work product in as one tar and run the protocol on it."""
+        archive, stats = cleanroom.bundle(tests, work, paths)
+        raw = await self._run_verify_script("-", limit, tests is not None, archive, paths)
+        if "\x1enotar\x1f" in raw.output:  # no tar in the image: the daemon copies the files in first
+            staging = f"/tmp/.swerl-verify-{uuid.uuid4().hex}"
+            staged, _ = cleanroom.bundle(tests, work, paths, prefix=staging.lstrip("/") + "/")
+            await self._put_archive(staged)
+            raw = await self._run_verify_script(staging, limit, tests is not None, None, paths)
+        return raw, stats
+
+    async def _scan_for_tamper(self, kill_first: bool) -> list[str]:
+        """The tamper reasons of the agent's container (:mod:`swerl.sandbox.tamper.scan`), after
+        every process in it is killed (``kill_first``), so none changes it between scan and tests."""
+        if not self._config.tamper_scan:
+            return []
+        if kill_first:
+            await self._guard(self._commands.run(Command(
+                script="kill -KILL -1 2>/dev/null; true", max_output_bytes=4096, wait_s=self._config.docker_timeout_s)))
+        reader = LayerReader(self._call, self._client, self.container_id)
+        return await scan_container(reader, self.task.clean_room_paths)
 
     def _check_disk(self) -> None:
         if self.disk_exceeded is not None:
@@ -206,44 +244,63 @@ class Sandbox:
             )
         return [workdir.rstrip("/")]
 
-    async def _copy_out(self, paths: list[str]) -> list[tuple[bytes, str]]:
-        """Kill the agent's processes and read its work product: ``(tar bytes, rebase)`` pairs."""
-        cap = self._config.max_artifact_mb << 20
-        raw = await self._guard(self._commands.run(Command(
-            script=cleanroom.copy_out_script(paths), max_output_bytes=cap * 4 // 3 + 4096,
-            wait_s=self._config.docker_timeout_s,
-        )))
-        if raw.truncated_bytes:
-            raise cleanroom.too_large(self.task, self._config.max_artifact_mb)
-        archive = cleanroom.decode_copy_out(raw.output) if raw.exit_code == 0 and not raw.timed_out else None
-        if archive is not None and is_tar(archive):
-            return [(archive, "")]
-        log.debug("%s: copy-out by the keeper failed (exit %s); using the Docker archive API", self.task.name, raw.exit_code)
-        return [await self._get_archive(path, cap) for path in paths]
+    async def _copy_out(self, paths: list[str]) -> list[tuple[IO[bytes], str]]:
+        """Read the work product without running anything of the agent's container: the engine
+        kills the container (every process in it dies), then its archive API reads each declared
+        path that exists, streamed into temporary files, at most ``max_artifact_mb`` in all.
 
-    async def _get_archive(self, path: str, cap: int) -> tuple[bytes, str]:
-        """The daemon's tar of ``path`` (empty when absent), at most ``cap`` bytes."""
+        Returns:
+            ``(tar file object, rebase)`` pairs, rewound (see :func:`cleanroom.bundle`).
+
+        Raises:
+            SandboxError: disk_limit (over the cap, or the container passed its disk budget),
+                daemon_error (the container is gone).
+        """
+        try:
+            await self._call(self._client.api.kill, self.container_id)
+        except docker.errors.NotFound as err:
+            raise await self._container_failure(err) from err
+        except SandboxError as err:  # 409: it had stopped already (e.g. its keeper died); it still reads
+            log.debug("%s: kill before copy-out: %s", self.task.name, err)
+        budget = (self._config.max_artifact_mb << 20) + (1 << 20)  # tar headers and padding on top of the data
+        work: list[tuple[IO[bytes], str]] = []
+        try:
+            for path in paths:
+                spool = await self._get_archive(path, budget - sum(_size(f) for f, _ in work))
+                if spool is not None:
+                    parent = path.rsplit("/", 1)[0].lstrip("/")
+                    work.append((spool, parent + "/" if parent else ""))
+        except BaseException:
+            for spool, _ in work:
+                spool.close()
+            raise
+        return work
+
+    async def _get_archive(self, path: str, limit_bytes: int) -> IO[bytes] | None:
+        """The daemon's tar of ``path`` in a temporary file (None when the path does not exist).
+
+        Raises:
+            SandboxError: disk_limit past ``limit_bytes``; the container's failure otherwise.
+        """
         try:
             stream, _ = await self._call(self._client.api.get_archive, self.container_id, path)
         except docker.errors.NotFound as err:  # no such path, or no such container
-            failure = await self._stopped(err)
-            if failure is not None:  # not a missing path: the container stopped or passed its disk budget
-                raise failure from err
-            return b"", ""
+            if await self._exists():
+                return None
+            raise await self._container_failure(err) from err
         except SandboxError as err:
             raise await self._container_failure(err) from err
+        spool = await self._call(cleanroom.spool_archive, stream, limit_bytes)
+        if spool is None:
+            raise cleanroom.too_large(self.task, self._config.max_artifact_mb)
+        return spool
 
-        def read() -> bytes:
-            chunks, size = [], 0
-            for chunk in stream:
-                size += len(chunk)
-                if size > cap + (1 << 20):  # tar headers and padding on top of the data
-                    raise cleanroom.too_large(self.task, self._config.max_artifact_mb)
-                chunks.append(chunk)
-            return b"".join(chunks)
-
-        parent = path.rsplit("/", 1)[0].lstrip("/")
-        return await self._call(read), (parent + "/" if parent else "")
+    async def _exists(self) -> bool:
+        try:
+            await self._call(self._client.api.inspect_container, self.container_id)
+        except (docker.errors.NotFound, SandboxError):
+            return False
+        return True
 
     async def _switch_container(self) -> None:
         """Remove the agent's container and continue in a fresh one of the verifier's image (the
@@ -315,3 +372,11 @@ class Sandbox:
             return None
         outcome = Outcome.oom if state.get("OOMKilled") else Outcome.daemon_error
         return SandboxError(f"the sandbox container stopped ({outcome.value}): {err}", outcome=outcome)
+
+
+def _size(spool: IO[bytes]) -> int:
+    """Bytes in a rewound temporary file."""
+    spool.seek(0, 2)
+    size = spool.tell()
+    spool.seek(0)
+    return size

@@ -36,6 +36,11 @@ _RC_RE = re.compile(rb"\x1eswerl-rc:([0-9a-f]{32}):(\d+)\x1f")
 _INIT_RE = re.compile(rb"\x1eswerl-init:([0-9a-f]{32}):(\d+)\x1f")
 
 
+class ShellExited(SandboxError):
+    """The persistent shell is gone: the agent ended it (``exit``, ``exec``, ``set -e`` then a failing
+    command), or its container stopped. An episode ends there as completed and is verified."""
+
+
 class Shell:
     """One persistent ``bash -i`` inside a container. Create with :meth:`Shell.open`.
 
@@ -114,7 +119,7 @@ class Shell:
         running and its later output comes with the next call.
 
         Raises:
-            SandboxError: the shell has exited (e.g. the agent typed ``exit``).
+            ShellExited: the shell has exited (e.g. the agent typed ``exit``).
         """
         data = KEY_NAMES.get(text, text.encode("utf-8", "surrogateescape"))
         start = self._buf_start + len(self._buf)
@@ -135,7 +140,7 @@ class Shell:
         process groups are killed; ``timed_out`` is True and ``exit_code`` None.
 
         Raises:
-            SandboxError: the shell has exited.
+            ShellExited: the shell has exited (before or during the command).
         """
         token = uuid.uuid4().hex
         self.read_output()  # drop what earlier keystrokes left unread
@@ -159,6 +164,8 @@ class Shell:
                 exit_code=int(match.group(2)), output=output, duration_s=time.monotonic() - began
             )
         output = self._text(start_pos, self._buf_start + len(self._buf))
+        if self._eof:
+            raise ShellExited("the sandbox shell has exited")
         await self.interrupt()
         self.read_output()
         return ExecResult(exit_code=None, output=output, timed_out=True, duration_s=time.monotonic() - began)
@@ -199,7 +206,7 @@ class Shell:
 
     def _write(self, data: bytes) -> None:
         if self._eof:
-            raise SandboxError("the sandbox shell has exited")
+            raise ShellExited("the sandbox shell has exited")
         self._writer.write(data)
 
     async def _read_loop(self) -> None:

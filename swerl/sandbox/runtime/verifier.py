@@ -4,9 +4,11 @@ After the agent stops: kill every process left, wipe and recreate ``/logs/verifi
 planted reward file is gone), put ``tests/`` at ``/tests`` (uploaded only now; in the clean
 room the work product arrives with it; a separate verifier's own image holds its ``/tests``),
 run ``bash /tests/test.sh`` under the verifier timeout with its output in
-``/logs/verifier/test-stdout.txt``, kill every process the tests left, then read ``reward.txt``
-else ``reward.json`` (at most 1 MiB). All of it is one keeper command (or ``docker exec``) of
-:data:`VERIFY_SCRIPT`, which reports back in marked sections.
+``/logs/verifier/test-stdout.txt``, kill every process the tests left, give root its rights on
+``/logs/verifier`` and the reward files back (the code under test may have taken them; the modes
+found are reported), then read ``reward.txt`` else ``reward.json`` (at most 1 MiB). All of it is
+one keeper command (or ``docker exec``) of :data:`VERIFY_SCRIPT`, which reports back in marked
+sections.
 """
 
 from __future__ import annotations
@@ -63,6 +65,14 @@ cd "$wd" 2>/dev/null || cd /
 timeout -s KILL "$limit" bash /tests/test.sh >/logs/verifier/test-stdout.txt 2>&1 </dev/null &
 wait $!; rc=$?
 kill -KILL -1 2>/dev/null
+# The code under test may have taken rights away (chmod of /logs/verifier or of the reward file):
+# they are root's, and the owner can always give them back, so the reward is read; the modes found
+# are reported (evidence of tampering, never a missing reward).
+emit rights
+for p in /logs /logs/verifier; do printf '%s=%s ' "$p" "$(stat -c %a "$p" 2>/dev/null)"; chmod u+rwx "$p" 2>/dev/null; done
+for p in /logs/verifier/reward.txt /logs/verifier/reward.json /logs/verifier/test-stdout.txt; do
+  if [ -f "$p" ] && [ ! -L "$p" ]; then printf '%s=%s ' "$p" "$(stat -c %a "$p" 2>/dev/null)"; chmod u+r "$p" 2>/dev/null; fi
+done
 emit rc; printf %s "$rc"
 emit oom_after; oom
 [ -f /logs/verifier/reward.txt ] && { emit reward_txt; head -c 4096 /logs/verifier/reward.txt; }
@@ -131,12 +141,14 @@ def verdict(sections: dict[str, str], timed_out: bool, timeout_s: float, duratio
     rc_text = sections.get("rc", "").strip()
     oom_delta = _int(sections.get("oom_after")) - _int(sections.get("oom_before"))
 
+    taken = rights_taken(sections.get("rights", ""))
+    restored = f"rights the tests took were restored before reading the reward ({taken})" if taken else ""
+
     def result(outcome: Outcome, reward: float = 0.0, detail: str = "") -> VerifierResult:
         return VerifierResult(
             outcome=outcome, reward=reward, failure_class=outcome.failure_class,
-            output_tail=tail, duration_s=duration_s, detail=detail,
+            output_tail=tail, duration_s=duration_s, detail="; ".join(x for x in (detail, restored) if x),
         )
-
     if timed_out or ended_by_timeout(int(rc_text) if rc_text.isdigit() else None, duration_s, timeout_s):
         return result(Outcome.verifier_timeout, detail=f"tests/test.sh exceeded the verifier timeout of {timeout_s:g} s")
     problem, reward, why = read_reward(sections)
@@ -147,6 +159,22 @@ def verdict(sections: dict[str, str], timed_out: bool, timeout_s: float, duratio
     if reward >= 1.0:
         return result(Outcome.passed, reward)
     return result(Outcome.failed, reward, detail=f"reward {reward:g} (test.sh exit {rc_text or '?'})")
+
+
+def rights_taken(report: str) -> str:
+    """The paths of the script's ``rights`` section whose owner lacked read (files) or read, write
+    and search (folders), as ``path=mode`` words; ``""`` when none did."""
+    taken = []
+    for word in report.split():
+        path, _, mode = word.rpartition("=")
+        need = 0o4 if path.startswith("/logs/verifier/") else 0o7
+        try:
+            owner = (int(mode, 8) >> 6) & 0o7
+        except ValueError:
+            continue
+        if owner & need != need:
+            taken.append(f"{path}={mode}")
+    return " ".join(taken)
 
 
 def _int(text: str | None) -> int:

@@ -1,0 +1,269 @@
+"""The agent's work product as it travels to the clean room: every member of the archives read
+out of the agent's container is checked, and a new tar that swerl writes itself carries what passes.
+
+The archives come from the Docker engine's archive API (``get_archive``, produced by the daemon
+itself, never by a program of the agent's container), but nothing here trusts them either: the
+same rules hold for any reader. A member is kept only when all of these hold, else it is dropped
+and counted under its reason (:attr:`WorkProductStats.dropped`):
+
+- its name is relative, has no ``..`` and lies at or below a declared path (``outside``,
+  ``absolute``, ``dotdot``);
+- it is a regular file, a folder, a symlink or a hard link (``special``: devices, fifos, ...);
+- no folder above it is a symlink or a hard link (``below_link``) or any other non-folder
+  (``below_file``): nothing is ever written through a link;
+- a symlink's target, followed step by step through the archive's own symlinks (at most 40, as the
+  kernel does), never leaves the declared path it lies in; a link at a declared path itself is
+  never kept (``link_out``);
+- a hard link names a kept regular file of the same declared path (``link_out``).
+
+Names are normalized (no ``.``, no doubled ``/``); when a name occurs twice the last wins, as tar
+extraction would have it. The new tar holds folders first (parents before children), then regular
+files, then hard links, then symlinks, so no member is ever extracted through a link, and a
+symlink is created only after everything else; modes lose their setuid/setgid bits and every
+member is owned by root. Extracting it at ``/`` (after the declared paths were cleared) cannot
+write outside the declared paths.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import tarfile
+import zlib
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import IO
+
+from swerl.errors import SandboxError
+from swerl.sandbox.types import Outcome
+
+MAX_WORK_MEMBERS = 200_000
+"""Most members a work product may hold (a guard against archives of millions of tiny files)."""
+MAX_LINK_HOPS = 40
+"""Symlinks followed while resolving one target (Linux's MAXSYMLINKS)."""
+_KINDS = (tarfile.REGTYPE, tarfile.AREGTYPE, tarfile.DIRTYPE, tarfile.SYMTYPE, tarfile.LNKTYPE)
+
+
+@dataclass
+class WorkProductStats:
+    """What crossed to the clean room.
+
+    Attributes:
+        members: members written to the new tar.
+        file_bytes: bytes of regular-file data written.
+        dropped: ``{reason: members dropped}`` (reasons in the module docstring).
+    """
+
+    members: int = 0
+    file_bytes: int = 0
+    dropped: Counter[str] = field(default_factory=Counter)
+
+    def note(self) -> str:
+        """One clause for a trial's detail, ``""`` when nothing was dropped."""
+        if not self.dropped:
+            return ""
+        reasons = ", ".join(f"{n} {reason}" for reason, n in sorted(self.dropped.items()))
+        return f"work product: {sum(self.dropped.values())} member(s) dropped ({reasons})"
+
+
+class UnreadableWorkProduct(SandboxError):
+    """An archive of the work product could not be read (malformed, truncated, too many members):
+    outcome ``copy_out_error``; whose fault it is is decided by a control run."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, outcome=Outcome.copy_out_error)
+
+
+@dataclass
+class _Entry:
+    name: str  # normalized, relative to /
+    member: tarfile.TarInfo
+    source: tarfile.TarFile
+    rebase: str  # prepended to the names the archive holds (its link names included)
+    root: str  # the declared path it lies in (normalized, relative to /)
+
+    def hardlink_target(self) -> str | None:
+        """The normalized name a hard link member points to (None with ``..``)."""
+        parts = normalize(self.rebase + self.member.linkname)
+        return "/".join(parts) if parts else None
+
+
+def normalize(name: str) -> list[str] | None:
+    """``name``'s components without ``""`` and ``"."``; None when one is ``..``."""
+    parts = [p for p in name.split("/") if p not in ("", ".")]
+    return None if ".." in parts else parts
+
+
+def _declared_root(rel: str, roots: list[str]) -> str | None:
+    """The outermost declared path at or above ``rel``, or None."""
+    above = [r for r in roots if rel == r or rel.startswith(r + "/")]
+    return min(above, key=len) if above else None
+
+
+def _inside(parts: list[str], root: str) -> bool:
+    path = "/".join(parts)
+    return path == root or path.startswith(root + "/")
+
+
+def resolves_inside(link: str, target: str, root: str, links: dict[str, str]) -> bool:
+    """Whether following ``target`` from the folder of symlink ``link`` stays at or below ``root``
+    at every step (``..`` pops a component; a symlink of ``links`` met on the way is followed,
+    at most :data:`MAX_LINK_HOPS` in all). Names are relative to ``/``; an absolute target
+    starts from ``/``."""
+    stack = [] if target.startswith("/") else link.split("/")[:-1]
+    pending = target.split("/")
+    hops = 0
+    while pending:
+        part = pending.pop(0)
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if not stack:
+                return False
+            stack.pop()
+        else:
+            stack.append(part)
+            followed = links.get("/".join(stack))
+            if followed is not None:
+                hops += 1
+                if hops > MAX_LINK_HOPS:
+                    return False
+                stack.pop()
+                if followed.startswith("/"):
+                    stack = []
+                pending = followed.split("/") + pending
+                continue
+        if not _inside(stack, root):
+            return False
+    return _inside(stack, root)
+
+
+def _read_entries(archives: list[tuple[IO[bytes], str]], roots: list[str], stats: WorkProductStats) -> dict[str, _Entry]:
+    """Every acceptable-looking member by normalized name (the last occurrence wins); members
+    outside the declared paths, with bad names or of special kinds are counted as dropped."""
+    entries: dict[str, _Entry] = {}
+    seen = 0
+    for fileobj, rebase in archives:
+        try:
+            fileobj.seek(0)
+            source = tarfile.open(fileobj=fileobj, mode="r:")
+            for member in source:
+                seen += 1
+                if seen > MAX_WORK_MEMBERS:
+                    raise UnreadableWorkProduct(f"the work product holds over {MAX_WORK_MEMBERS} members")
+                reason, entry = _classify(member, source, rebase, roots)
+                if entry is None:
+                    stats.dropped[reason] += 1
+                else:
+                    entries.pop(entry.name, None)  # re-inserted last: the order of the final occurrence
+                    entries[entry.name] = entry
+            # tarfile ends quietly at a cut header: only a zero block after the last member ends an archive.
+            fileobj.seek(source.offset)
+            if fileobj.read(tarfile.BLOCKSIZE) != bytes(tarfile.BLOCKSIZE):
+                raise UnreadableWorkProduct("the work product's archive is truncated (no end-of-archive block)")
+        except (tarfile.TarError, EOFError, zlib.error, OSError, ValueError) as err:
+            raise UnreadableWorkProduct(f"the work product's archive is unreadable: {err}") from err
+    return entries
+
+
+def _classify(member: tarfile.TarInfo, source: tarfile.TarFile, rebase: str, roots: list[str]) -> tuple[str, _Entry | None]:
+    """(why it is dropped, None) or ("", the entry) for one member read."""
+    if member.name.startswith("/"):
+        return "absolute", None
+    parts = normalize(rebase + member.name)
+    if parts is None:
+        return "dotdot", None
+    rel = "/".join(parts)
+    root = _declared_root(rel, roots) if parts else None
+    if root is None:
+        return "outside", None
+    if member.type not in _KINDS:
+        return "special", None
+    return "", _Entry(rel, member, source, rebase, root)
+
+
+def _reason_to_drop(entry: _Entry, entries: dict[str, _Entry], links: dict[str, str]) -> str:
+    """Why ``entry`` cannot cross ("" when it can)."""
+    parts = entry.name.split("/")
+    for depth in range(len(entry.root.split("/")), len(parts)):
+        above = entries.get("/".join(parts[:depth]))
+        if above is None or above.member.isdir():
+            continue
+        return "below_link" if above.member.issym() or above.member.islnk() else "below_file"
+    member = entry.member
+    if member.issym():
+        if entry.name == entry.root or not resolves_inside(entry.name, member.linkname, entry.root, links):
+            return "link_out"
+    elif member.islnk():
+        name = entry.hardlink_target()
+        target = entries.get(name) if name else None
+        if (target is None or not target.member.isreg() or target.root != entry.root or entry.name == entry.root
+                or _reason_to_drop(target, entries, links)):
+            return "link_out"
+    return ""
+
+
+def write_work_product(
+    archives: list[tuple[IO[bytes], str]], paths: list[str], out: tarfile.TarFile, prefix: str = ""
+) -> WorkProductStats:
+    """Check every member of ``archives`` and write the ones that pass to ``out``.
+
+    Args:
+        archives: ``(seekable tar file object, rebase)`` pairs; ``rebase`` is prepended to every
+            member name (``get_archive`` names members from the path's basename: pass its parent,
+            e.g. ``"srv/"`` for ``/srv/app``, ``""`` for ``/app``).
+        paths: the declared absolute paths of the work product.
+        out: the tar being written.
+        prefix: prepended to every name written (a staging folder, or ``""`` for ``/``).
+
+    Returns:
+        What was written and what was dropped, by reason.
+
+    Raises:
+        UnreadableWorkProduct: an archive is malformed or truncated, or holds too many members.
+    """
+    roots = ["/".join(p) for p in (normalize(path) for path in paths) if p]
+    stats = WorkProductStats()
+    entries = _read_entries(archives, roots, stats)
+    links = {name: e.member.linkname for name, e in entries.items() if e.member.issym()}
+    kept: list[_Entry] = []
+    for entry in entries.values():
+        reason = _reason_to_drop(entry, entries, links)
+        if reason:
+            stats.dropped[reason] += 1
+        else:
+            kept.append(entry)
+    order = {tarfile.DIRTYPE: 0, tarfile.REGTYPE: 1, tarfile.AREGTYPE: 1, tarfile.LNKTYPE: 2, tarfile.SYMTYPE: 3}
+    kept.sort(key=lambda e: (order[e.member.type], e.name.split("/")))
+    try:
+        for entry in kept:
+            _write(entry, out, prefix, stats)
+    except (tarfile.TarError, EOFError, zlib.error, OSError) as err:
+        raise UnreadableWorkProduct(f"the work product's archive is unreadable: {err}") from err
+    return stats
+
+
+def _write(entry: _Entry, out: tarfile.TarFile, prefix: str, stats: WorkProductStats) -> None:
+    """Add one checked member to ``out``: normalized name, root's, no setuid/setgid bit."""
+    member = entry.member
+    info = tarfile.TarInfo(prefix + entry.name)
+    info.type, info.mtime = member.type, member.mtime
+    info.mode = member.mode & 0o1777
+    info.uid = info.gid = 0
+    info.uname = info.gname = "root"
+    if member.issym():
+        info.linkname = member.linkname
+        out.addfile(info)
+    elif member.islnk():
+        info.type = tarfile.LNKTYPE
+        info.linkname = prefix + (entry.hardlink_target() or "")
+        out.addfile(info)
+    elif member.isreg():
+        info.type, info.size = tarfile.REGTYPE, member.size
+        out.addfile(info, entry.source.extractfile(member))
+        stats.file_bytes += member.size
+    else:
+        out.addfile(info)
+    stats.members += 1
+
+
+__all__ = ["MAX_WORK_MEMBERS", "UnreadableWorkProduct", "WorkProductStats", "resolves_inside", "write_work_product"]
