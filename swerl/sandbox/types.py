@@ -155,6 +155,13 @@ class SandboxConfig(BaseModel):
         description="The Docker-API engines of the fleet; trials go to the engine with the most free slots. "
         "Empty = one local engine (docker_base_url).",
     )
+    registry: str | None = Field(
+        None, pattern=r"^[A-Za-z0-9.-]+(:[0-9]{1,5})?$",
+        description="HOST:PORT of the fleet's container registry: a task image is built once, pushed there and pulled "
+        "by each other engine on first use (as are FROM images an engine lacks). Each engine's dockerd must reach "
+        "it and trust it (plain HTTP: its insecure-registries, 127.0.0.0/8 by default; TLS: "
+        "/etc/docker/certs.d/HOST:PORT/ca.crt). None = images are copied between engines through swerl.",
+    )
     runtime: str | None = Field(
         None, min_length=1,
         description="OCI runtime of trial containers (Docker's --runtime), registered with the engine (dockerd "
