@@ -190,7 +190,8 @@ class SandboxConfig(BaseModel):
         default, resolved by :func:`swerl.sandbox.docker_api.engine_url`)."""
         if self.engines:
             return list(self.engines)
-        return [EngineConfig.model_construct(url=self.docker_base_url, slots=None, tls=None, runtime=None)]
+        return [EngineConfig.model_construct(
+            url=self.docker_base_url, slots=None, tls=None, runtime=None, max_creates_per_s=None, warm=None)]
 
 
 class ExecResult(BaseModel):

@@ -18,6 +18,7 @@ from swerl.sandbox.docker_api import LABEL_PID, LABEL_RUN, DockerCaller, connect
 from swerl.sandbox.deployment.gc import collect_garbage
 from swerl.sandbox.deployment.limits import check_free_disk
 from swerl.sandbox.deployment.pool import ContainerSpec, Reaper, WarmPool
+from swerl.sandbox.deployment.ramp import CreatePace
 from swerl.sandbox.runtime.streams import Endpoint
 
 if TYPE_CHECKING:
@@ -56,6 +57,7 @@ class Engine:
     Attributes:
         url: the engine URL (``unix:///...``, ``tcp://...``).
         slots: most sandboxes alive at once here; ``in_use`` counts those placed now.
+        pace: this engine's create turns (``max_creates_per_s``), shared by trials and warm pools.
         runtime: OCI runtime of its trial containers (``EngineConfig.runtime``, else
             ``SandboxConfig.runtime``); None = the engine's default.
         healthy: False while quarantined (it stopped answering); no trial is placed on it then.
@@ -70,6 +72,7 @@ class Engine:
         self.url = engine_url(config.url)
         self.slots = config.slots or sandbox.concurrency
         self.runtime = config.runtime or sandbox.runtime
+        self.pace = CreatePace(config.max_creates_per_s)
         self.in_use = 0
         self.trials = 0
         self.healthy = False
@@ -133,11 +136,11 @@ class Engine:
         cfg = self.sandbox
         pool = self.pools.pop(spec, None)
         if pool is None:
-            size = cfg.warm_pool_size
+            size = self.config.warm if self.config.warm is not None else cfg.warm_pool_size
             if size is None:  # enough to stay ahead of trial starts; more would only idle
                 size = min(self.slots, DEFAULT_MAX_WARM) * per_trial
             pool = WarmPool(self.call, self.client, spec, size if cfg.warm_pool else 0, self.labels, self.reaper,
-                            cfg.start_timeout_s, docker_timeout_s=cfg.docker_timeout_s)
+                            cfg.start_timeout_s, docker_timeout_s=cfg.docker_timeout_s, pace=self.pace)
         self.pools[spec] = pool  # re-insert: dict order is least -> most recently used
         while len(self.pools) > MAX_WARM_POOLS:
             self._close_pool(self.pools.pop(next(iter(self.pools))))
