@@ -31,7 +31,6 @@ from swerl.sandbox.deployment.gc import owner_labels
 from swerl.sandbox.deployment.image_cache import prune_task_images, record_use
 from swerl.sandbox.deployment.images import ensure_task_image, task_image_tag
 from swerl.sandbox.runtime.keeper import KeeperChannel
-from swerl.sandbox.deployment.limits import watch_disk
 from swerl.sandbox.types import Outcome, SandboxConfig, TrialRecord, TrialTimings
 from swerl.sandbox.deployment.pool import ContainerSpec
 from swerl.sandbox.runtime.sandbox import Sandbox
@@ -262,9 +261,8 @@ class SandboxManager:
         """Watch the sandbox's disk while the caller uses it; remove it after; turn a Docker
         failure of an engine that no longer answers into :class:`EngineLost`."""
         assert engine.call is not None and engine.client is not None and engine.reaper is not None
-        watcher = None
-        if self.config.disk_poll_s is not None:
-            watcher = asyncio.create_task(watch_disk(engine.call, engine.client, sb, self.config.disk_poll_s))
+        if engine.disk_watch is not None:
+            engine.disk_watch.add(sb)
         try:
             yield
         except SandboxError as err:
@@ -273,8 +271,8 @@ class SandboxManager:
                 raise EngineLost(f"engine {engine.url} stopped answering: {err}", outcome=outcome_of(err)) from err
             raise
         finally:
-            if watcher is not None:
-                watcher.cancel()
+            if engine.disk_watch is not None:
+                engine.disk_watch.discard(sb)
             await asyncio.shield(sb.close_shells())
             removal = engine.reaper.remove(sb.container_id)
             removal.add_done_callback(lambda t: _record_cleanup(t, timings))

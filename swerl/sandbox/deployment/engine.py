@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from swerl.errors import EnvironmentProblem, SandboxError
 from swerl.sandbox.docker_api import LABEL_PID, LABEL_RUN, DockerCaller, connect, engine_url
 from swerl.sandbox.deployment.gc import collect_garbage
-from swerl.sandbox.deployment.limits import check_free_disk
+from swerl.sandbox.deployment.limits import DiskWatch, check_free_disk
 from swerl.sandbox.deployment.pool import ContainerSpec, Reaper, WarmPool
 from swerl.sandbox.deployment.ramp import CreatePace
 from swerl.sandbox.runtime.streams import Endpoint
@@ -81,6 +81,7 @@ class Engine:
         self.client: docker.DockerClient | None = None
         self.call: DockerCaller | None = None
         self.reaper: Reaper | None = None
+        self.disk_watch: DiskWatch | None = None
         self.pools: dict[ContainerSpec, WarmPool] = {}
         self.images: dict[str, str] = {}
         self.base_ids: dict[str, str] = {}
@@ -106,6 +107,8 @@ class Engine:
             endpoint = Endpoint.of(self.url, self.client.api.api_version, self.config.ssl_context())
             self.call = DockerCaller(4 * self.slots + 4, cfg.docker_timeout_s, endpoint)
             self.reaper = Reaper(self.call, self.client, parallel=max(2, self.slots))
+            if cfg.disk_poll_s is not None:
+                self.disk_watch = DiskWatch(self.call, self.client, self.labels, cfg.disk_poll_s)
             await self.call(check_free_disk, self.client, cfg.min_free_disk_mb)
             if self.runtime is not None:
                 await self.call(check_runtime, self.client, self.runtime, self.url)
@@ -172,6 +175,8 @@ class Engine:
         if self.client is None or self.call is None or self.reaper is None:
             return
         limit = self.sandbox.drain_timeout_s
+        if self.disk_watch is not None:
+            await self.disk_watch.close()
         for pool in self.pools.values():
             await pool.close(limit)
         self.pools.clear()
