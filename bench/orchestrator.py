@@ -1,7 +1,7 @@
 """One orchestrator process at N episodes in flight: swerl's own CPU per episode-turn, its
 scheduling lag, threads and memory, and the cores it would need at 512 in flight.
 
-    flock /work/heavy.lock .venv/bin/python bench/orchestrator.py [--inflight 32 64 128]
+    .venv/bin/python bench/orchestrator.py [--inflight 32 64 128]
         [--turns 6] [--think-s 0.5] [--wait-s 0.3] [--engine URL ...] [--second-engine]
 
 Each episode is the real multi-turn loop (``collect_rollouts`` -> ``run_episode``, protocol
