@@ -38,7 +38,9 @@ log = logging.getLogger(__name__)
 
 def remote_ref(registry: str, ref: str) -> tuple[str, str]:
     """(repository, tag) of ``ref`` in ``registry``: ``python:3.10-slim`` -> (``HOST:PORT/python``,
-    ``3.10-slim``); a ref without a tag gets ``latest``; a registry host already in ``ref`` is kept."""
+    ``3.10-slim``); a ref without a tag gets ``latest``; another registry's host in ``ref`` is
+    dropped (``ghcr.io/org/img`` -> ``HOST:PORT/org/img``). Digest refs (``name@sha256:...``)
+    are not routed through the registry (:meth:`ImageRoutes.bring_bases` copies them)."""
     name, _, tag = ref.rpartition(":") if ":" in ref.rsplit("/", 1)[-1] else (ref, "", "latest")
     first = name.split("/", 1)[0]
     if "/" in name and ("." in first or ":" in first or first == "localhost"):
@@ -129,12 +131,13 @@ class ImageRoutes:
         assert engine.call is not None
         if ref in engine.base_ids or await engine.call(has_image, engine.client, ref):
             return
-        if self.registry is not None and await self.pull(engine, ref, timeout_s):
+        registry = self.registry is not None and "@" not in ref  # a digest ref cannot be re-tagged: copy it
+        if registry and await self.pull(engine, ref, timeout_s):
             return
         for peer in peers:
             if not await peer.call(has_image, peer.client, ref):
                 continue
-            if self.registry is not None and await self.push(peer, ref, timeout_s) and await self.pull(engine, ref, timeout_s):
+            if registry and await self.push(peer, ref, timeout_s) and await self.pull(engine, ref, timeout_s):
                 return
             try:
                 await engine.call(copy_image, peer.client, engine.client, ref, timeout_s=timeout_s)
