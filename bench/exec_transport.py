@@ -38,7 +38,8 @@ import docker
 from swerl.sandbox.deployment.gc import owner_labels
 from swerl.sandbox.docker_api import DockerCaller, engine_url
 from swerl.sandbox.runtime.execution import DockerExecChannel
-from swerl.sandbox.runtime.streams import CappedOutput, Endpoint, read_frames
+from swerl.sandbox.endpoint import Endpoint
+from swerl.sandbox.runtime.streams import CappedOutput, read_frames
 
 PAYLOAD = 65536
 COMMAND = ["sh", "-c", f"head -c {PAYLOAD} /dev/zero | tr '\\0' x"]

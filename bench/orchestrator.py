@@ -54,7 +54,7 @@ from swerl.agent.config import AgentConfig, EpisodeLimits  # noqa: E402
 from swerl.agent.protocols import terminus2  # noqa: E402
 from swerl.inference.base import Generation, SamplingParams  # noqa: E402
 from swerl.sandbox import SandboxConfig, SandboxManager  # noqa: E402
-from swerl.sandbox.deployment.config import EngineConfig  # noqa: E402
+from swerl.sandbox.engine_config import EngineConfig  # noqa: E402
 from swerl.sandbox.docker_api import LOCAL_ENGINE_URL  # noqa: E402
 from swerl.tasks import load_task  # noqa: E402
 

@@ -43,7 +43,7 @@ import time
 from pathlib import Path
 
 from swerl.sandbox import Outcome, SandboxConfig, SandboxManager, TrialRecord
-from swerl.sandbox.deployment.config import EngineConfig
+from swerl.sandbox.engine_config import EngineConfig
 from swerl.tasks import import_humaneval, load_tasks
 from swerl.tasks.task_folder import Task
 

@@ -8,11 +8,6 @@ bug in swerl and keeps its traceback.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from swerl.sandbox.types import Outcome
-
 
 class SwerlError(Exception):
     """Base of all swerl errors; the message is one line naming the file/field and the fix."""
@@ -52,13 +47,14 @@ class SandboxError(SwerlError, RuntimeError):
 
     Args:
         message: one line naming what failed and the fix.
-        outcome: the trial outcome it causes (a ``swerl.sandbox.Outcome``); None reads as
-            ``daemon_error`` (see ``swerl.sandbox.outcome_of``).
+        outcome: the trial outcome it causes, a ``swerl.sandbox.Outcome`` (a ``str`` enum: this
+            leaf module names no stage type); None reads as ``daemon_error`` (see
+            ``swerl.sandbox.outcome_of``).
     """
 
     exit_code = 3
 
-    def __init__(self, message: str = "", *, outcome: Outcome | None = None) -> None:
+    def __init__(self, message: str = "", *, outcome: str | None = None) -> None:
         super().__init__(message)
         self.outcome = outcome
 

@@ -19,7 +19,8 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from types import TracebackType
 
-RUN_LOG = "train.log"
+from swerl.run_layout import RUN_LOG
+
 HEARTBEAT_ENV = "SWERL_HEARTBEAT_S"
 DEFAULT_HEARTBEAT_S = 30.0
 
@@ -155,7 +156,8 @@ class PhaseClock:
     phase without a count). Library phases running inside it (:func:`nested_display`, e.g. a
     checkpoint save during the step) are named first: ``step 3/10 checkpoint save: 31 s``; a
     counted phase keeps its count after them (``step 3/10 generate (batch of 16): 212/512
-    tokens/row done, 40 s; rollouts: 0/16 episodes done, 41 s``).
+    tokens/row done, 40 s; rollouts: 0/16 episodes done, 41 s``). ``note`` adds what the count
+    leaves out: ``rollouts: 9/16 episodes done, 5 verifying, 41 s``.
     """
 
     def __init__(self) -> None:
@@ -164,12 +166,13 @@ class PhaseClock:
         self.unit = ""
         self.scope = ""
         self.done = 0
+        self.note = ""
         self.started = time.monotonic()
         self.inner: list[PhaseClock] = []  # library phases running inside this one, oldest first
 
     def start(self, name: str, total: int | None = None, unit: str = "", scope: str = "") -> None:
         self.name, self.total, self.unit, self.scope = name, total, unit, scope
-        self.done, self.started = 0, time.monotonic()
+        self.done, self.note, self.started = 0, "", time.monotonic()
 
     def advance(self, done: int | None = None) -> None:
         self.done = self.done + 1 if done is None else done
@@ -187,7 +190,8 @@ class PhaseClock:
         age = f"{time.monotonic() - self.started:.0f} s"
         if self.total is None:
             return f"{self.name}: {age}"
-        return f"{self.name}: {self.done}/{self.total} {self.unit} done, {age}"
+        note = f", {self.note}" if self.note else ""
+        return f"{self.name}: {self.done}/{self.total} {self.unit} done{note}, {age}"
 
 
 PhaseDisplay = Callable[[PhaseClock], AbstractContextManager[object]]

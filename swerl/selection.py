@@ -23,15 +23,14 @@ import yaml
 from pydantic import BaseModel
 
 from swerl.errors import ConfigError, SwerlError
-from swerl.text import counted
+from swerl.run_layout import CONFIG_FILE, EXPORT_DIR, METRICS_FILE, export_dir
+from swerl.text import counted, did_you_mean
 
 log = logging.getLogger(__name__)
 
 DEFAULT_METRIC = "reward/avg_raw_reward"
 DEFAULT_SPAN = 5
 DEFAULT_INTERVAL = 5
-METRICS_FILE = "metrics.jsonl"
-EXPORT_DIR = "exports"
 
 __all__ = ["MetricsFileError", "Candidate", "Selection", "ema", "read_metric", "select_checkpoint"]
 
@@ -148,9 +147,11 @@ def read_metric(
     for line in bad:
         log.warning("skipped malformed metrics line %s", line)
     if not first:
-        known = ", ".join(sorted(keys)[:12]) or "none"
-        raise MetricsFileError(f"metric {metric!r} is in no record of {counted(len(files), 'metrics file')} under "
-                               f"{run_dir}; keys seen: {known}")
+        # What a selection ranks by comes first: rewards and held-out scores, then the rest.
+        known = sorted(keys, key=lambda k: (not k.startswith(("reward/", "eval/")), k))
+        hint = did_you_mean(metric, known, listed=8) if known else "the records hold no metric"
+        raise MetricsFileError(f"--metric {metric}: in no record of {counted(len(files), 'metrics file')} under "
+                               f"{run_dir}; {hint}")
     return sorted(first.items()), bad
 
 
@@ -176,7 +177,7 @@ def export_interval(run_dir: Path, override: int | None = None) -> tuple[int, st
         if override < 1:
             raise ConfigError(f"--interval must be >= 1, got {override}")
         return override, "--interval"
-    config = run_dir / "config.yaml"
+    config = run_dir / CONFIG_FILE
     if config.is_file():
         try:
             value = _find_key(yaml.safe_load(config.read_text()), "hf_save_interval")
@@ -226,7 +227,7 @@ def select_checkpoint(
     latest = series[-1][0]
     candidates = []
     for (step, value), smoothed in zip(series, ema([v for _, v in series], span)):
-        export = run_dir / EXPORT_DIR / f"global_step_{step}"
+        export = export_dir(run_dir, step)
         reason = _why_not(step, latest, every, export)
         candidates.append(Candidate(
             step=step, value=value, ema=smoothed, eligible=reason is None, reason=reason,

@@ -124,9 +124,12 @@ def test_non_finite_metric_value_is_malformed(tmp_path):
         select_checkpoint(run)
 
 
-def test_unknown_metric_lists_the_keys_seen(tmp_path):
-    with pytest.raises(MetricsFileError, match="keys seen: loss/policy, reward/avg_raw_reward"):
-        select_checkpoint(_run(tmp_path, {10: 0.5}), metric="reward/typo")
+def test_unknown_metric_suggests_the_closest_key_else_lists_rewards_first(tmp_path):
+    run = _run(tmp_path, {10: 0.5})
+    with pytest.raises(MetricsFileError, match=r"--metric reward/avg_raw_rewrd: .*did you mean 'reward/avg_raw_reward'\?"):
+        select_checkpoint(run, metric="reward/avg_raw_rewrd")
+    with pytest.raises(MetricsFileError, match="known keys: reward/avg_raw_reward, loss/policy$"):
+        select_checkpoint(run, metric="zzz")
 
 
 runner = CliRunner()

@@ -24,18 +24,22 @@ from swerl.errors import SandboxError
 logger = logging.getLogger(__name__)
 
 
+EventKind = Literal["started", "verifying", "finished"]
+
+
 @dataclass(frozen=True)
 class RolloutEvent:
     """Progress of one episode, for live displays.
 
     Attributes:
-        kind: ``started`` (sandbox acquired) or ``finished`` (trajectory ready).
+        kind: ``started`` (sandbox acquired), ``verifying`` (the agent is done, the tests run) or
+            ``finished`` (trajectory ready).
         task_name, sample_index: which episode.
         trajectory: the result (``finished`` only).
         done, total: episodes finished so far / in this call.
     """
 
-    kind: Literal["started", "finished"]
+    kind: EventKind
     task_name: str
     sample_index: int
     done: int
@@ -90,7 +94,7 @@ async def collect_rollouts(
     total = len(todo)
     done = 0
 
-    def emit(kind: Literal["started", "finished"], task: Any, index: int, traj: Trajectory | None = None) -> None:
+    def emit(kind: EventKind, task: Any, index: int, traj: Trajectory | None = None) -> None:
         if on_event is not None:
             on_event(RolloutEvent(kind, task.name, index, done, total, traj))
 
@@ -100,7 +104,7 @@ async def collect_rollouts(
         async with semaphore:
             seed = _seed_of(agent_cfg.seed, task_seed, group_id, task.name, sample_index)
             traj = await _guarded_episode(task, sandbox_manager, policy, agent_cfg, group_id, sample_index, seed,
-                                          lambda: emit("started", task, sample_index))
+                                          lambda kind: emit(kind, task, sample_index))
             traj.seed = seed
         done += 1
         emit("finished", task, sample_index, traj)
@@ -111,7 +115,7 @@ async def collect_rollouts(
 
 
 async def _guarded_episode(task: Any, manager: Any, policy: Policy, cfg: AgentConfig, group_id: str,
-                           sample_index: int, seed: int | None, on_start: Callable[[], None]) -> Trajectory:
+                           sample_index: int, seed: int | None, on_phase: Callable[[EventKind], None]) -> Trajectory:
     """One episode whose infra failures and crashes become masked trajectories; an episode whose
     Docker engine stopped answering runs again from the start on another engine (at most
     ``engine_retries`` times, as sandbox-test trials do)."""
@@ -119,9 +123,9 @@ async def _guarded_episode(task: Any, manager: Any, policy: Policy, cfg: AgentCo
     try:
         for retry in range(retries + 1):
             async with manager.sandbox(task) as sandbox:
-                on_start()
-                traj = await run_episode(task, sandbox, policy, cfg, group_id=group_id,
-                                         sample_index=sample_index, seed=seed)
+                on_phase("started")
+                traj = await run_episode(task, sandbox, policy, cfg, group_id=group_id, sample_index=sample_index,
+                                         seed=seed, on_verify=lambda: on_phase("verifying"))
                 lost = getattr(manager, "engine_lost", None)
                 if retry == retries or not traj.exclude_from_baseline or lost is None or not await lost(sandbox):
                     return traj

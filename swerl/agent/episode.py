@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,6 +70,7 @@ async def run_episode(
     group_id: str | None = None,
     sample_index: int = 0,
     seed: int | None = None,
+    on_verify: Callable[[], None] | None = None,
 ) -> Trajectory:
     """Run one episode of ``task`` in a started ``sandbox`` and verify it.
 
@@ -81,6 +83,7 @@ async def run_episode(
             means the task's ``[agent] timeout_sec``.
         group_id, sample_index: identity of the trajectory in its RLOO group.
         seed: episode sampling seed (turn t uses ``seed + t``); None = backend RNG.
+        on_verify: called when the agent is done and the verifier starts (for live displays).
 
     Returns:
         The trajectory, verified unless the sandbox failed; never raises for agent or
@@ -108,6 +111,8 @@ async def run_episode(
 
     verifier = None
     if end_reason != "sandbox_error":
+        if on_verify is not None:
+            on_verify()
         verifier, sandbox_outcome = await _verify(sandbox, state)
     verdict = judge(end_reason if verifier is not None else "sandbox_error", verifier, cfg, sandbox_outcome)
     return _trajectory(task, group_id, sample_index, state, end_reason, verdict, verifier)

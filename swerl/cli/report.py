@@ -43,15 +43,18 @@ def view_cmd(
     step: Annotated[Optional[int], typer.Option(help="Training step whose trajectories to show (default: the latest).")] = None,
     task: Annotated[Optional[str], typer.Option(help="Show the conversations of this task's episodes.")] = None,
     sample: Annotated[Optional[int], typer.Option(help="With --task: only this sample index.")] = None,
-    out: Annotated[Optional[Path], typer.Option(help="Write a static HTML page with every conversation instead.")] = None,
+    out: Annotated[Optional[Path], typer.Option(help="Write one self-contained HTML viewer instead: every episode of "
+                                                "every dumped step (or --step), to filter, sort and read.")] = None,
     verbose: Verbose = False,
 ) -> None:
     """Read episodes: groups, then episodes (reward, advantage, outcome, what the verifier says), then the conversation."""
-    from swerl.report.view import load_episodes, render_terminal, write_html
+    from swerl.report.view import load_episodes, render_terminal
 
-    episodes = load_episodes(run_dir, step)
     if out is not None:
+        from swerl.report.viewer import write_html
+
+        episodes = load_episodes(run_dir, step, all_steps=True)
         write_html(episodes, out)
-        err_console.print(f"wrote {out} ({len(episodes.episodes)} episodes)", highlight=False)
+        err_console.print(f"wrote {out} ({len(episodes.episodes)} episodes); open it in a browser", highlight=False)
         return
-    render_terminal(episodes, out_console, task=task, sample=sample)
+    render_terminal(load_episodes(run_dir, step), out_console, task=task, sample=sample)

@@ -77,7 +77,7 @@ def sandbox_engines(engine: EngineOption = None, json_out: JsonOut = None, verbo
     """One row per engine: reachable, version, swerl slots in use, containers, images, free disk."""
     from rich.table import Table
 
-    from swerl.sandbox.deployment.config import EngineConfig
+    from swerl.sandbox.engine_config import EngineConfig
     from swerl.sandbox.deployment.status import engine_status
 
     rows = [engine_status(e) for e in engine_configs(engine) or [EngineConfig.model_construct(url=None, slots=None, tls=None)]]

@@ -117,9 +117,28 @@ def _train_one(cfg, target: Path, resume: str | None, dry_run: bool, json_out: s
         console.print(f"run already finished at global step {result.last_step}: nothing to train ({target})")
         return payload
     console.print(f"trained {counted(result.steps_trained, 'step')}, global step {result.last_step}; run dir {target}")
+    _print_verdict(console, target)
     if cfg.logging.wandb is not None or cfg.logging.mlflow is not None:
         _log_selection_to_trackers(cfg, target)
     return payload
+
+
+def _print_verdict(console, run_dir: Path) -> None:  # noqa: ANN001 - rich Console
+    """Did it learn? The headline, its evidence and the next commands (swerl.report.verdict)."""
+    from swerl.report.runs import load_run
+    from swerl.report.verdict import run_verdict
+
+    try:
+        verdict = run_verdict(load_run(run_dir))
+    except SwerlError as err:
+        logging.getLogger("swerl.cli").warning("no verdict for the run: %s", err)
+        return
+    console.print(f"[bold]Did it learn?[/] {escape(verdict.headline)}", highlight=False)
+    for line in verdict.lines:
+        console.print(f"  {escape(line)}", highlight=False, soft_wrap=True)
+    console.print("next:", highlight=False)
+    for command in verdict.next_commands:
+        console.print(f"  {escape(command)}", highlight=False, soft_wrap=True)
 
 
 def _log_selection_to_trackers(cfg, run_dir: Path) -> None:  # noqa: ANN001 - TrainConfig
@@ -188,10 +207,10 @@ def _train_dry_run(cfg, run_dir: Path, checks, json_out: str | None) -> dict:  #
 
 def _train_with_live_view(cfg, run_dir: Path, resume, train):  # noqa: ANN001, ANN202
     """Run ``train`` behind a rich progress bar (episodes of the step) and one line per step."""
-    from swerl.cli.progress import new_progress, phases_into
+    from swerl.cli.progress import RolloutTally, new_progress, phases_into
     from swerl.logs import PhaseClock, command_heartbeat
 
-    state = {"total": "?", "passed": 0, "masked": 0, "last": ""}
+    state = {"total": "?", "last": "", "tally": RolloutTally()}
     clock = PhaseClock()  # off a terminal: a heartbeat line every 30 s says which phase runs
     clock.start("setup (policy, generator, sandboxes)")
     heartbeat = command_heartbeat(clock, enabled=not err_console.is_terminal)  # names checkpoint saves, exports
@@ -202,18 +221,17 @@ def _train_with_live_view(cfg, run_dir: Path, resume, train):  # noqa: ANN001, A
             if event.kind == "plan":
                 state["total"] = str(event.data.total_steps)
             elif event.kind == "step_start":
-                state["passed"] = state["masked"] = 0
+                state["tally"] = RolloutTally()
                 clock.start("rollouts", total=event.data, unit="episodes", scope=f"step {event.step}/{state['total']}")
                 progress.reset(bar, total=event.data, completed=0)
                 progress.update(bar, description=f"step {event.step}/{state['total']}",
                                 status=f"rollouts  {state['last']}")
-            elif event.kind == "rollout" and event.data.kind == "finished":
-                traj = event.data.trajectory
-                state["passed"] += traj.outcome == "passed"
-                state["masked"] += traj.failure_class == "mask"
+            elif event.kind == "rollout":  # an episode started, went to its verifier, or finished
+                tally = state["tally"]
+                tally.observe(event.data)
                 clock.advance(event.data.done)
-                progress.update(bar, completed=event.data.done,
-                                status=f"passed {state['passed']} masked {state['masked']}  {state['last']}")
+                clock.note = f"{len(tally.verifying)} verifying" if tally.verifying else ""
+                progress.update(bar, completed=event.data.done, status=f"{tally.status()}  {state['last']}")
             elif event.kind == "phase":  # step 0: before the first step (eval before training)
                 clock.start(event.data, scope=f"step {event.step}/{state['total']}" if event.step else "")
                 progress.update(bar, status=f"{event.data}  {state['last']}")

@@ -16,19 +16,18 @@ from typing import Any
 
 from swerl.errors import ConfigError
 from swerl.report.runs import LABEL_IGNORED_PREFIXES, Run, flatten, label_arms
-from swerl.selection import METRICS_FILE
+from swerl.run_layout import CONFIG_FILE, METRICS_FILE
+from swerl.run_layout import EVAL_TRAJECTORIES_FILE as EVAL_FILE
 
 REPLICA_KEYS = ("seed",)
 """Config keys in which seed replicas of one arm differ."""
 REPLICA_FOLDER = re.compile(r"^seed\d+$")
 """Run folders ``swerl train --seeds`` writes (``seed0``, ``seed1``, ...)."""
-EVAL_FILE = "trajectories.jsonl"
-"""What marks a ``swerl eval`` output folder."""
 
 
 def is_run_folder(path: Path) -> bool:
     """A ``swerl train`` run folder (config.yaml or metrics.jsonl) or a ``swerl eval`` output folder."""
-    return any((path / name).is_file() for name in ("config.yaml", METRICS_FILE, EVAL_FILE))
+    return any((path / name).is_file() for name in (CONFIG_FILE, METRICS_FILE, EVAL_FILE))
 
 
 def is_eval_folder(path: Path) -> bool:

@@ -257,6 +257,21 @@ def _learning(arms: list[Arm], arm_sets: list[list[EvalSet]], step: int | None, 
     return verdicts, before
 
 
+def learning_of_run(run_dir: Path, level: float = DEFAULT_LEVEL) -> list[Verdict]:
+    """One run's latest held-out evaluation against its step-0 evaluation, per pass@k, tested
+    as ``swerl compare`` tests an arm against its initial policy; [] when the run has no step-0
+    evaluation and a later one, or they do not pair."""
+    steps = [] if is_eval_folder(run_dir) else eval_steps(run_dir)
+    if 0 not in steps or max(steps) == 0:
+        return []
+    arms = group_arms([run_dir], [read_config(run_dir)])
+    after = [[load_eval_set(run_dir, max(steps))]]
+    samples = after[0][0].samples_per_task()
+    metric_k = {"pass@1": 1, **({f"pass@{samples}": samples} if samples > 1 else {})}
+    opts = {"resamples": DEFAULT_RESAMPLES, "seed": DEFAULT_SEED, "level": level}
+    return _learning(arms, after, max(steps), metric_k, opts)[0]
+
+
 def compare_runs(paths: list[Path], *, step: int | None = None, unpaired: bool = False, all_pairs: bool = False,
                  resamples: int = DEFAULT_RESAMPLES, seed: int = DEFAULT_SEED, level: float = DEFAULT_LEVEL,
                  span: int = 5) -> Comparison:

@@ -15,7 +15,6 @@ not of sampling luck, and paired tests apply.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,10 +22,10 @@ from typing import Any
 from swerl.agent.metrics import pass_at_k
 from swerl.agent.records import read_sample_records
 from swerl.errors import ConfigError
-from swerl.report.arms import EVAL_FILE
-from swerl.trainer.evaluation import EVAL_DIR
+from swerl.run_layout import EVAL_DIR, step_file_name
+from swerl.run_layout import EVAL_TRAJECTORIES_FILE as EVAL_FILE
+from swerl.run_layout import STEP_FILE_RE as _STEP_FILE
 
-_STEP_FILE = re.compile(r"^step_(\d+)\.jsonl$")
 
 
 @dataclass(frozen=True)
@@ -112,7 +111,7 @@ def load_eval_set(path: Path, step: int | None) -> EvalSet:
                           "of its config), or evaluate an export with swerl eval --from-run and compare that folder")
     if step not in steps:
         raise ConfigError(f"{path}: no evaluation at step {step}; evaluated steps: {', '.join(map(str, steps))}")
-    return EvalSet(path, step, read_sample_records(path / EVAL_DIR / f"step_{step}.jsonl"))
+    return EvalSet(path, step, read_sample_records(path / EVAL_DIR / step_file_name(step)))
 
 
 def _names(items: set[str], most: int = 3) -> str:

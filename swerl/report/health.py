@@ -12,13 +12,12 @@ from pathlib import Path
 
 from swerl.errors import ConfigError
 from swerl.report.runs import read_config, read_records
-from swerl.selection import METRICS_FILE
+from swerl.run_layout import METRICS_FILE, ROLLOUTS_DIR
+from swerl.run_layout import HEALTH_PATCH_FILE as PATCH_FILE
 from swerl.tasks.exclude import write_exclude_file
 from swerl.text import counted
-from swerl.trainer.task_health import FLAGS, ROLLOUTS_DIR, HealthRules, TaskHealth, outcome_summary, read_ledger
+from swerl.trainer.task_health import FLAGS, HealthRules, TaskHealth, outcome_summary, read_ledger
 
-PATCH_FILE = "task_health.exclude.yaml"
-"""The patch file's default name, in the run folder."""
 COLUMNS = ["task", "attempts", "judged", "passed", "solve rate per epoch", "masked", "first solved", "last solved",
            "outcomes", "flags"]
 

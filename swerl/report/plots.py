@@ -8,14 +8,16 @@ replicas of an arm (``Run.arm``) share its colour and line style.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
+from swerl.report.labels import TIMING_PARTS, label_of, outcome_color, title_of
 from swerl.report.runs import Run
-from swerl.selection import ema
+from swerl.report.trend import ema_band
 
 COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"]
 """matplotlib's ``tab10`` colours; arm i is drawn in COLORS[i % 10]."""
@@ -29,17 +31,20 @@ class Panel:
 
     Attributes: name: file stem of the PNG. title: figure title. keys: metric keys, one subplot
         each (keys no run logged are left out). prefix: also plot every key starting with it.
+        hide_constant: leave out a key whose value never changes in any run (a counter that
+        stayed 0: staleness of a synchronous run, TIS caps never hit); the report names it.
     """
 
     name: str
     title: str
     keys: tuple[str, ...] = ()
     prefix: str | None = None
+    hide_constant: bool = True
 
 
 LINE_PANELS = [
-    Panel("pass_at_n", "pass@n of the training batch", ("reward/avg_pass_at_n",)),
-    Panel("eval", "Held-out evaluation", prefix="eval/"),
+    Panel("pass_at_n", "pass@n of the training batch", ("reward/avg_pass_at_n",), hide_constant=False),
+    Panel("eval", "Held-out evaluation", prefix="eval/", hide_constant=False),
     Panel("lengths", "Response length (generated tokens, every row)", (
         "response_length/mean", "response_length/max", "response_length/clip_fraction",
         "response_length/reward_pos_mean", "response_length/reward_zero_mean", "response_length/masked_mean")),
@@ -81,48 +86,118 @@ def _legend(fig: Figure, runs: list[Run]) -> None:
     fig.legend(handles, labels, loc="outside lower center", ncols=ncols, fontsize=9)
 
 
+def sane_ylim(ax, values: list[float], key: str) -> None:  # noqa: ANN001 - matplotlib Axes
+    """A y range that shows the data without magnifying noise: a bounded metric keeps its lower
+    bound in view (0 for a fraction, a reward, a count or a norm), an unbounded one spans at
+    least a tenth of its magnitude; tick labels never use an offset (no ``1e-7+9.99999e-1``)."""
+    ax.ticklabel_format(axis="y", useOffset=False)
+    if not values:
+        return
+    low, high = min(values), max(values)
+    bounds = label_of(key).bounds
+    if bounds is not None and math.isinf(bounds[1]):  # a count or a norm: from 0 (or below, if it went there)
+        ax.set_ylim(min(bounds[0], low), high * 1.1 if high > 0 else 1.0)
+        return
+    if bounds is not None:
+        top = min(bounds[1], high + 0.1 * (bounds[1] - bounds[0])) if high < bounds[1] else bounds[1]
+        ax.set_ylim(min(bounds[0], low), max(top, low + 0.1 * (bounds[1] - bounds[0])))
+        return
+    floor = 0.1 * max(abs(low), abs(high)) or 1.0
+    if high - low < floor:
+        mid = (high + low) / 2
+        ax.set_ylim(mid - floor / 2, mid + floor / 2)
+
+
+def _int_steps(ax, steps: list[int]) -> None:  # noqa: ANN001
+    """Integer step ticks: every step when they are few, else integer-only ticks."""
+    if 0 < len(steps) <= 12:
+        ax.set_xticks(sorted(set(steps)))
+    else:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
 def reward_figure(runs: list[Run], span: int = 5) -> Figure | None:
-    """``reward/avg_raw_reward`` per step (thin), its trailing EMA (thick) and the selected
+    """``reward/avg_raw_reward`` per step (thin, with its 95% binomial band from
+    ``reward/num_trajectories``), its trailing EMA (thick, with its 95% band, see
+    :mod:`swerl.report.trend`), the first step as a baseline (dashed) and the selected
     checkpoint (star on the EMA, dotted vertical line) of every arm."""
     series = [(run.arm, run, *run.steps("reward/avg_raw_reward")) for run in runs]
     if not any(steps for _, _, steps, _ in series):
         return None
     fig, (ax,) = _grid(1, row_in=4.5)
+    every_step: list[int] = []
+    shown: list[float] = []
+    counts_seen: set[int] = set()
     for i, run, steps, values in series:
         if not steps:
             continue
+        counts = dict(zip(*run.steps("reward/num_trajectories")))
+        n = [counts.get(s, 1.0) for s in steps]
+        counts_seen.update(int(c) for c in n)
+        band = ema_band(values, n, span)
+        ax.fill_between(steps, [max(0.0, v - h) for v, h in zip(values, band.step_half)],
+                        [min(1.0, v + h) for v, h in zip(values, band.step_half)], color=color(i), alpha=0.08, lw=0)
         ax.plot(steps, values, color=color(i), lw=1, alpha=0.45, marker=".")
-        ax.plot(steps, ema(values, span), color=color(i), ls=dashes(i), lw=2.5)
+        ax.fill_between(steps, [max(0.0, e - h) for e, h in zip(band.ema, band.ema_half)],
+                        [min(1.0, e + h) for e, h in zip(band.ema, band.ema_half)], color=color(i), alpha=0.2, lw=0)
+        ax.plot(steps, band.ema, color=color(i), ls=dashes(i), lw=2.5)
+        ax.axhline(values[0], color=color(i), ls="--", lw=0.8, alpha=0.6)
         chosen = run.selection.chosen if run.selection else None
         if chosen is not None:
             ax.axvline(chosen.step, color=color(i), ls=":", lw=1.5)
             ax.plot([chosen.step], [chosen.ema], marker="*", ms=16, color=color(i), mec="black")
+        every_step += steps
+        shown += values + [e + h for e, h in zip(band.ema, band.ema_half)]
     ax.set_xlabel("global step")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_ylabel("reward/avg_raw_reward")
+    _int_steps(ax, every_step)
+    ax.set_ylabel("mean reward of the batch")
+    sane_ylim(ax, shown, "reward/avg_raw_reward")
     ax.grid(alpha=0.3)
-    fig.suptitle(f"Reward: raw (thin) and trailing EMA, span {span} (thick); star = selected checkpoint")
+    n_text = "/".join(map(str, sorted(counts_seen))) if counts_seen else "?"
+    fig.suptitle(f"Reward: per step (thin, n = {n_text} episodes) and trailing EMA, span {span} (thick); "
+                 "shaded: 95% noise band; dashed: step 1; star: selected checkpoint", fontsize=11)
     _legend(fig, runs)
     return fig
 
 
-def line_figure(runs: list[Run], panel: Panel) -> Figure | None:
-    """One subplot per key of ``panel`` that some run logged; every arm one line."""
+def constant_keys(runs: list[Run], keys: list[str]) -> dict[str, float]:
+    """The ``keys`` whose value is one number at every step of every run (key -> that value)."""
+    out = {}
+    for key in keys:
+        values = {round(v, 12) for run in runs for v in run.steps(key)[1]}
+        if len(values) == 1:
+            out[key] = values.pop()
+    return out
+
+
+def line_figure(runs: list[Run], panel: Panel, hidden: dict[str, float] | None = None) -> Figure | None:
+    """One subplot per key of ``panel`` that some run logged; every arm one line. Keys that
+    never change are left out when the panel hides constants, and recorded in ``hidden``."""
     logged = set().union(*(r.keys() for r in runs))
     keys = [k for k in panel.keys if k in logged]
     if panel.prefix:
         keys += sorted(k for k in logged if k.startswith(panel.prefix) and k not in keys)
+    if panel.hide_constant:
+        constant = constant_keys(runs, keys)
+        if hidden is not None:
+            hidden.update(constant)
+        keys = [k for k in keys if k not in constant]
     if not keys:
         return None
     fig, axes = _grid(len(keys))
     for ax, key in zip(axes, keys):
+        every_step: list[int] = []
+        every_value: list[float] = []
         for run in runs:
             steps, values = run.steps(key)
             if steps:
                 ax.plot(steps, values, color=color(run.arm), ls=dashes(run.arm), lw=1.8,
                         marker="." if len(steps) < 40 else None)
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set_title(key, fontsize=10)
+            every_step += steps
+            every_value += values
+        _int_steps(ax, every_step)
+        sane_ylim(ax, every_value, key)
+        ax.set_title(title_of(key), fontsize=10)
         ax.set_xlabel("global step", fontsize=8)
         ax.grid(alpha=0.3)
     fig.suptitle(panel.title)
@@ -130,43 +205,91 @@ def line_figure(runs: list[Run], panel: Panel) -> Figure | None:
     return fig
 
 
-def _stacked_figure(runs: list[Run], prefix: str, title: str, skip: frozenset[str] = frozenset()) -> Figure | None:
-    """Per arm, one subplot of stacked bars per step: the keys under ``prefix``."""
-    shown = [(r, sorted(k for k in r.keys() if k.startswith(prefix) and k not in skip)) for r in runs]
-    shown = [(r, ks) for r, ks in shown if ks]
-    if not shown:
+def _bars(runs: list[Run], parts: list[tuple[str, str, str]], title: str, ylabel: str, values_of,  # noqa: ANN001
+          overlay=None) -> Figure | None:  # noqa: ANN001
+    """Per run one subplot of stacked bars per step. ``parts``: (name, legend label, colour);
+    ``values_of(record, name)`` gives a part's height; ``overlay(ax, run)`` draws on top."""
+    if not runs or not parts:
         return None
-    names = sorted({k.removeprefix(prefix) for _, ks in shown for k in ks})
-    fig, axes = _grid(len(shown), row_in=3.4)
-    for ax, (run, _) in zip(axes, shown):
+    fig, axes = _grid(len(runs), row_in=3.4)
+    for ax, run in zip(axes, runs):
         steps = [r["global_step"] for r in run.records]
         bottom = [0.0] * len(steps)
-        for j, name in enumerate(names):
-            values = [float(r.get(prefix + name, 0.0) or 0.0) for r in run.records]
-            ax.bar(steps, values, bottom=bottom, color=STACK_COLORS[j % len(STACK_COLORS)], label=name, width=0.8)
+        for name, label, colour in parts:
+            values = [values_of(r, name) for r in run.records]
+            ax.bar(steps, values, bottom=bottom, color=colour, label=label, width=0.8)
             bottom = [b + v for b, v in zip(bottom, values)]
+        if overlay is not None:
+            overlay(ax, run)
+        _int_steps(ax, steps)
         ax.set_title(run.label, fontsize=10)
         ax.set_xlabel("global step", fontsize=8)
+        ax.set_ylabel(ylabel, fontsize=8)
         ax.grid(alpha=0.3, axis="y")
-    handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside lower center", ncols=min(len(names), 5), fontsize=9)
+    legend = {label: handle for ax in axes for handle, label in zip(*ax.get_legend_handles_labels())}
+    fig.legend(list(legend.values()), list(legend), loc="outside lower center", ncols=min(len(legend), 4), fontsize=9)
     fig.suptitle(title)
     return fig
 
 
-def outcome_figure(runs: list[Run]) -> Figure | None:
-    """Outcome classes (``outcome/*`` counts) per step, stacked, one subplot per arm."""
-    return _stacked_figure(runs, "outcome/", "Outcome classes per step (episodes)")
+def _number(record: dict, key: str) -> float:
+    value = record.get(key)
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
+
+
+def timing_parts(record: dict) -> list[tuple[str, float]]:
+    """The trainer thread's phases of one step record (:data:`TIMING_PARTS`, then ``other``):
+    (label, seconds) summing to ``timing/step_s``. A record without ``wait_for_rollouts_s``
+    (older runs, all synchronous) counts ``timing/rollout_s`` as the wait."""
+    record = dict(record)
+    if "timing/wait_for_rollouts_s" not in record and "timing/rollout_s" in record:
+        record["timing/wait_for_rollouts_s"] = record["timing/rollout_s"]
+    parts = [(label, _number(record, key)) for key, label in TIMING_PARTS if key in record]
+    total = _number(record, "timing/step_s")
+    return parts + [("other (advantages, logging)", max(0.0, total - sum(v for _, v in parts)))]
 
 
 def timing_figure(runs: list[Run]) -> Figure | None:
-    """Seconds per phase (``timing/*`` except the step total), stacked, one subplot per arm."""
-    return _stacked_figure(runs, "timing/", "Time per phase (s)", skip=frozenset({"timing/step_s"}))
+    """Seconds per step, stacked by the trainer's phases (they partition ``timing/step_s``),
+    one subplot per arm; a pipelined run's collection time (``timing/rollout_s``, another
+    thread, overlapping the step) is drawn as black ticks."""
+    runs = [r for r in runs if any("timing/step_s" in rec for rec in r.records)]
+    labels = list(dict.fromkeys(label for r in runs for rec in r.records for label, _ in timing_parts(rec)))
+    parts = [(label, label, STACK_COLORS[j % len(STACK_COLORS)]) for j, label in enumerate(labels)]
+
+    def height(record: dict, label: str) -> float:
+        return dict(timing_parts(record)).get(label, 0.0)
+
+    def overlay(ax, run: Run) -> None:  # noqa: ANN001
+        pairs = [(r["global_step"], _number(r, "timing/rollout_s")) for r in run.records
+                 if "timing/rollout_s" in r and abs(_number(r, "timing/rollout_s")
+                                                   - _number(r, "timing/wait_for_rollouts_s")) > 1e-6
+                 and "timing/wait_for_rollouts_s" in r]
+        if pairs:
+            ax.plot(*zip(*pairs), ls="none", marker="_", ms=18, mew=2.5, color="black",
+                    label="rollout collection (producer thread, overlaps the step)")
+
+    return _bars(runs, parts, "Time per step by phase (the bars partition timing/step_s)", "seconds", height, overlay)
 
 
-def all_figures(runs: list[Run], span: int = 5) -> list[tuple[str, str, Figure]]:
-    """Every panel that has data, in report order: (name, title, figure)."""
+def outcome_figure(runs: list[Run]) -> Figure | None:
+    """Episodes per step by outcome (``outcome/*`` counts), stacked, one subplot per arm;
+    coloured by meaning: passed green, failed red, others orange/grey."""
+    runs = [r for r in runs if any(k.startswith("outcome/") for k in r.keys())]
+    names = sorted({k.removeprefix("outcome/") for r in runs for k in r.keys() if k.startswith("outcome/")},
+                   key=lambda n: (n != "passed", n != "failed", n))
+    others = [n for n in names if outcome_color(n, []) == "#7f7f7f"]
+    parts = [(n, n, outcome_color(n, others)) for n in names]
+    return _bars(runs, parts, "Episodes per step by outcome", "episodes",
+                 lambda record, name: _number(record, f"outcome/{name}"))
+
+
+def all_figures(runs: list[Run], span: int = 5) -> tuple[list[tuple[str, str, Figure]], dict[str, float]]:
+    """Every panel that has data, in report order: (name, title, figure); and the metrics left
+    out because they never changed (key -> their one value)."""
+    hidden: dict[str, float] = {}
     out: list[tuple[str, str, Figure | None]] = [("reward", "Reward and its trailing EMA", reward_figure(runs, span))]
-    out += [(p.name, p.title, line_figure(runs, p)) for p in LINE_PANELS]
-    out += [("timing", "Time per phase", timing_figure(runs)), ("outcomes", "Outcome classes", outcome_figure(runs))]
-    return [(name, title, fig) for name, title, fig in out if fig is not None]
+    out += [(p.name, p.title, line_figure(runs, p, hidden)) for p in LINE_PANELS]
+    out += [("timing", "Time per step by phase", timing_figure(runs)),
+            ("outcomes", "Episodes by outcome", outcome_figure(runs))]
+    return [(name, title, fig) for name, title, fig in out if fig is not None], hidden

@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import html
 import io
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from swerl.fileio import atomic_write_bytes
@@ -36,6 +36,8 @@ class ReportResult:
     png_paths: list[Path]
     arms: list[dict[str, str]]
     differences: list[str]
+    hidden: dict[str, float] = field(default_factory=dict)
+    """Metrics not drawn because they never changed (key -> their one value)."""
 
 
 def _mean_of(run: Run, key: str) -> float | None:
@@ -81,10 +83,32 @@ th{background:#f2f2f2}.swatch{display:inline-block;width:12px;height:12px;margin
 img{max-width:100%;border:1px solid #eee;margin:8px 0}code{background:#f5f5f5;padding:1px 4px}"""
 
 
+def hidden_line(hidden: dict[str, float]) -> str:
+    """One paragraph naming the metrics whose panels were left out because they never changed."""
+    if not hidden:
+        return ""
+    names = ", ".join(f"<code>{html.escape(k)}</code> = {v:g}" for k, v in sorted(hidden.items()))
+    return f"<p class='hidden'>Not drawn (the same value at every step of every run): {names}.</p>"
+
+
+def verdict_section(runs: list[Run], span: int) -> str:
+    """``<h2>Did it learn?</h2>``: per run, the headline, its evidence and the next commands."""
+    from swerl.report.verdict import run_verdict
+
+    parts = []
+    for run in runs:
+        v = run_verdict(run, span)
+        who = f"{html.escape(run.label)}: " if len(runs) > 1 else ""
+        evidence = "".join(f"<li>{html.escape(line)}</li>" for line in v.lines)
+        parts.append(f"<p class='headline'><b>{who}{html.escape(v.headline)}</b></p><ul>{evidence}</ul>")
+    commands = "<br>".join(f"<code>{html.escape(c)}</code>" for c in run_verdict(runs[0], span).next_commands)
+    return f"<h2>Did it learn?</h2>{''.join(parts)}<p>Next: {commands}</p>" if parts else ""
+
+
 def render_html(runs: list[Run], arms: list[dict[str, str]], diffs: list[str], figures: list[tuple[str, str, bytes]],
-                span: int, extra: str = "") -> str:
-    """The report page: arms table, differing config keys, ``extra`` sections (HTML: the compare
-    section, the task health ledgers), then one section per figure."""
+                span: int, extra: str = "", top: str = "") -> str:
+    """The report page: ``top`` (the verdict), arms table, differing config keys, ``extra``
+    sections (HTML: the compare section, the task health ledgers), then one section per figure."""
     diff_text = ", ".join(f"<code>{html.escape(d)}</code>" for d in diffs) or "none (one run or identical configs)"
     sections = [
         f'<h2>{html.escape(title)}</h2><img alt="{html.escape(name)}" '
@@ -93,7 +117,7 @@ def render_html(runs: list[Run], arms: list[dict[str, str]], diffs: list[str], f
     ]
     return (
         f"<!doctype html><html><head><meta charset='utf-8'><title>swerl report</title><style>{STYLE}</style></head>"
-        f"<body><h1>swerl report: {counted(len(runs), 'run')}</h1>"
+        f"<body><h1>swerl report: {counted(len(runs), 'run')}</h1>{top}"
         f"<p>Checkpoint selection: trailing EMA (span {span}) of <code>reward/avg_raw_reward</code> over "
         f"exported steps (as <code>swerl select-checkpoint</code>).</p>{_table_html(arms, runs)}"
         f"<p>Config keys that differ between arms: {diff_text}</p>{extra}{''.join(sections)}</body></html>\n"
@@ -122,7 +146,8 @@ def build_report(run_dirs: list[Path], out: Path, span: int = 5) -> ReportResult
     out.parent.mkdir(parents=True, exist_ok=True)
     figures: list[tuple[str, str, bytes]] = []
     pngs: list[Path] = []
-    for name, title, fig in all_figures(runs, span):
+    shown, hidden = all_figures(runs, span)
+    for name, title, fig in shown:
         buf = io.BytesIO()
         fig.savefig(buf, format="png", dpi=90)
         png = buf.getvalue()
@@ -132,5 +157,7 @@ def build_report(run_dirs: list[Path], out: Path, span: int = 5) -> ReportResult
         figures.append((name, title, png))
     arms = [arm_row(r, span) for r in runs]
     extra = (compare_section(paths, span) if len({r.arm for r in runs}) > 1 else "") + health_section(paths)
-    atomic_write_bytes(out, render_html(runs, arms, diffs, figures, span, extra).encode("utf-8"))
-    return ReportResult(html_path=out, png_paths=pngs, arms=arms, differences=diffs)
+    extra += hidden_line(hidden)
+    page = render_html(runs, arms, diffs, figures, span, extra, verdict_section(runs, span))
+    atomic_write_bytes(out, page.encode("utf-8"))
+    return ReportResult(html_path=out, png_paths=pngs, arms=arms, differences=diffs, hidden=hidden)

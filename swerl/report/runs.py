@@ -17,7 +17,8 @@ from typing import Any
 import yaml
 
 from swerl.errors import ConfigError
-from swerl.selection import DEFAULT_METRIC, METRICS_FILE, Selection, select_checkpoint
+from swerl.run_layout import CONFIG_FILE, METRICS_FILE
+from swerl.selection import DEFAULT_METRIC, Selection, select_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +89,7 @@ def read_config(run_dir: Path) -> dict[str, Any]:
 
     Raises: ConfigError naming the file when it is not valid YAML.
     """
-    path = run_dir / "config.yaml"
+    path = run_dir / CONFIG_FILE
     if not path.is_file():
         return {}
     try:

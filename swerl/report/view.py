@@ -10,19 +10,20 @@ episode is shown; a record without one is decoded from its token ids with the ru
 
 from __future__ import annotations
 
-import html
 import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from swerl.fileio import atomic_write_text
 from swerl.errors import ConfigError
 from swerl.report.runs import read_config
-from swerl.text import counted
+from swerl.run_layout import EVAL_SUMMARY_FILE, EVAL_TRAJECTORIES_FILE, TRAJECTORIES_DIR, step_file_name
+from swerl.run_layout import STEP_FILE_RE as STEP_FILE
+from swerl.text import counted, did_you_mean
 
-STEP_FILE = re.compile(r"^step_(\d+)\.jsonl$")
+TAMPER_OUTCOMES = frozenset({"no_reward_file", "bad_reward"})
+"""Verifier outcomes that flag a reward file the policy may have tampered with."""
 
 
 @dataclass
@@ -30,6 +31,10 @@ class Episode:
     """One episode as shown (train dumps and eval records normalized to these fields).
 
     ``advantage`` is None for eval records; ``messages`` is a list of ``{"role", "content"}``.
+    ``step``: the training step (None for eval). Token facts: ``hit_length_limit`` (a turn was
+    cut at ``max_new_tokens``), ``response_tokens`` (every id after the prompt: generated and
+    observation), ``trained_tokens`` (ids with ``loss_mask`` 1: what the update sees; 0 for a
+    masked episode).
     """
 
     task: str
@@ -45,6 +50,21 @@ class Episode:
     verifier_tail: str
     detail: str
     messages: list[dict[str, Any]]
+    step: int | None = None
+    hit_length_limit: bool = False
+    response_tokens: int = 0
+    trained_tokens: int = 0
+
+    @property
+    def masked(self) -> bool:
+        """The episode left the update (an infrastructure failure or a masked overflow)."""
+        return self.failure_class == "mask"
+
+    @property
+    def tampered(self) -> bool:
+        """The verifier found its reward file missing or malformed: what a policy that deletes
+        or rewrites it leaves (the harness scores it 0 and masks it)."""
+        return self.outcome in TAMPER_OUTCOMES
 
 
 @dataclass
@@ -59,10 +79,11 @@ class EpisodeSet:
     summary: dict[str, Any] = field(default_factory=dict)
 
     def groups(self) -> dict[str, list[Episode]]:
-        """Episodes by group id, in first-appearance order."""
+        """Episodes by group id (by step and group id when the set spans steps), in first-appearance order."""
         out: dict[str, list[Episode]] = {}
         for ep in self.episodes:
-            out.setdefault(ep.group_id, []).append(ep)
+            key = ep.group_id if self.kind == "eval" or self.step is not None else f"step {ep.step}: {ep.group_id}"
+            out.setdefault(key, []).append(ep)
         return out
 
 
@@ -120,6 +141,10 @@ def _episode(record: dict[str, Any], tokenizer: Any) -> Episode:
         verifier_tail=str(record.get("verifier_output_tail", "")),
         detail=str(record.get("detail", "")),
         messages=messages,
+        step=None if record.get("global_step") is None else int(record["global_step"]),
+        hit_length_limit=bool(record.get("hit_length_limit", False)),
+        response_tokens=len(record.get("response_ids", [])),
+        trained_tokens=int(sum(record.get("loss_mask", []))),
     )
 
 
@@ -134,17 +159,21 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     return out
 
 
-def load_episodes(source: Path, step: int | None = None) -> EpisodeSet:
-    """Read the episodes of a train run's step (default: the latest dumped) or of an eval folder.
+def load_episodes(source: Path, step: int | None = None, all_steps: bool = False) -> EpisodeSet:
+    """Read the episodes of a train run's step (default: the latest dumped; every dumped step
+    with ``all_steps`` and no ``step``) or of an eval folder.
 
     Raises: ConfigError naming the folder and the fix (no trajectories, unknown step, bad line).
     """
-    if (source / "trajectories.jsonl").is_file():
-        summary_path = source / "summary.json"
+    if not source.is_dir():
+        raise ConfigError(f"{source} does not exist: pass the run directory of a swerl train run or an output folder "
+                          "of swerl eval")
+    if (source / EVAL_TRAJECTORIES_FILE).is_file():
+        summary_path = source / EVAL_SUMMARY_FILE
         summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
-        records = _read_jsonl(source / "trajectories.jsonl")
+        records = _read_jsonl(source / EVAL_TRAJECTORIES_FILE)
         return EpisodeSet(source, "eval", None, [_episode(r, None) for r in records], summary=summary)
-    folder = source / "trajectories"
+    folder = source / TRAJECTORIES_DIR
     steps = sorted(int(m.group(1)) for p in folder.glob("step_*.jsonl") if (m := STEP_FILE.match(p.name)))
     if not steps:
         raise ConfigError(f"{source}: no trajectories/step_N.jsonl nor trajectories.jsonl: pass a swerl eval output "
@@ -153,8 +182,9 @@ def load_episodes(source: Path, step: int | None = None) -> EpisodeSet:
     if chosen not in steps:
         raise ConfigError(f"--step {step}: {folder} has steps {', '.join(map(str, steps))}; pick one of them")
     tokenizer = _LazyTokenizer(source)
-    records = _read_jsonl(folder / f"step_{chosen}.jsonl")
-    return EpisodeSet(source, "train", chosen, [_episode(r, tokenizer) for r in records], steps_available=steps)
+    read = steps if all_steps and step is None else [chosen]
+    episodes = [_episode(r, tokenizer) for s in read for r in _read_jsonl(folder / step_file_name(s))]
+    return EpisodeSet(source, "train", None if len(read) > 1 else chosen, episodes, steps_available=steps)
 
 
 def _content(message: dict[str, Any]) -> str:
@@ -187,9 +217,11 @@ def verifier_reason(tail: str, detail: str, width: int = 80) -> str:
     return reason if len(reason) <= width else reason[: width - 1] + "…"
 
 
-def _title(eps: EpisodeSet) -> str:
+def describe(eps: EpisodeSet) -> str:
+    """``RUN: step 2 (dumped steps: 1, 2), 8 episodes in 2 groups``: what a view shows."""
     steps = ", ".join(map(str, eps.steps_available))
-    where = f"step {eps.step} (dumped steps: {steps})" if eps.kind == "train" else "eval"
+    where = "eval" if eps.kind == "eval" else f"steps {steps}" if eps.step is None else (
+        f"step {eps.step} (dumped steps: {steps})")
     return f"{eps.source}: {where}, {counted(len(eps.episodes), 'episode')} in {counted(len(eps.groups()), 'group')}"
 
 
@@ -199,8 +231,11 @@ def pick(eps: EpisodeSet, task: str | None, sample: int | None) -> list[Episode]
     if task is not None:
         chosen = [e for e in eps.episodes if e.task == task and (sample is None or e.sample_index == sample)]
         if not chosen:
-            names = ", ".join(sorted({e.task for e in eps.episodes}))
-            raise ConfigError(f"--task {task} --sample {sample}: no such episode; tasks here: {names}")
+            asked = f"--task {task}" + (f" --sample {sample}" if sample is not None else "")
+            samples = sorted({e.sample_index for e in eps.episodes if e.task == task})
+            if samples:
+                raise ConfigError(f"{asked}: no such sample; {task} has samples {', '.join(map(str, samples))}")
+            raise ConfigError(f"{asked}: no such task here; {did_you_mean(task, sorted({e.task for e in eps.episodes}), 12, 'tasks')}")
         return chosen
     signal = [e for e in eps.episodes if e.advantage]
     return (signal or eps.episodes)[:1]
@@ -212,7 +247,7 @@ def render_terminal(eps: EpisodeSet, console: Any, task: str | None = None, samp
     from rich.table import Table
     from rich.text import Text
 
-    console.print(_title(eps), highlight=False)
+    console.print(describe(eps), highlight=False)
     for key in [k for k in eps.summary if k.startswith("pass@")] + ["reward/mean"]:
         if key in eps.summary:
             console.print(f"  {key}: {eps.summary[key]:.4f}", highlight=False)
@@ -243,49 +278,3 @@ def render_terminal(eps: EpisodeSet, console: Any, task: str | None = None, samp
                                 title="verifier output (tail)" if e.verifier_tail else "detail"))
     if task is None and len(eps.episodes) > 1:
         console.print("(pass --task NAME [--sample I] for other conversations, or --out FILE.html for all)")
-
-
-CSS = """body{font-family:sans-serif;margin:24px;max-width:1200px}table{border-collapse:collapse;font-size:13px}
-td,th{border:1px solid #ccc;padding:3px 7px;text-align:left}th{background:#f2f2f2}
-pre{white-space:pre-wrap;word-break:break-word;margin:4px 0;padding:6px;border-left:4px solid #999;background:#fafafa}
-.assistant{border-color:#2ca02c}.user{border-color:#1f77b4}.system{border-color:#9467bd}.verifier{border-color:#d62728}
-details{margin:6px 0}summary{cursor:pointer}"""
-
-
-def _row(cells: list[str], tag: str = "td") -> str:
-    return "<tr>" + "".join(f"<{tag}>{html.escape(c)}</{tag}>" for c in cells) + "</tr>"
-
-
-def render_html(eps: EpisodeSet) -> str:
-    """A static page: the groups table, then every episode as a collapsible conversation (the one
-    :func:`pick` would show unfolded)."""
-    parts = [f"<h1>{html.escape(_title(eps))}</h1>"]
-    stats = {k: v for k, v in eps.summary.items() if k.startswith("pass@") or k == "reward/mean"}
-    if stats:
-        parts.append("<p>" + ", ".join(f"{html.escape(k)}: {v:.4f}" for k, v in stats.items()) + "</p>")
-    rows = [_row(["group", "task", "n", "mean reward", "rewards", "advantages"], "th")]
-    for gid, members in eps.groups().items():
-        rewards = [e.reward for e in members]
-        rows.append(_row([gid, members[0].task, str(len(members)), f"{sum(rewards) / len(rewards):.3f}",
-                          " ".join(f"{r:g}" for r in rewards), " ".join(_adv(e) for e in members)]))
-    parts.append("<h2>Groups</h2><table>" + "".join(rows) + "</table><h2>Episodes</h2>")
-    first = pick(eps, None, None)[:1] if eps.episodes else []
-    for e in eps.episodes:
-        head = (f"{e.task} sample {e.sample_index}: reward {e.reward:g}, advantage {_adv(e)}, {e.outcome} "
-                f"({e.failure_class}, {e.end_reason}), {counted(e.num_turns, 'turn')}, {counted(e.generated_tokens, 'generated token')}"
-                f"{': ' + reason if (reason := verifier_reason(e.verifier_tail, e.detail)) else ''}")
-        body = "".join(f'<div><b>[{i}] {html.escape(str(m.get("role", "?")))}</b>'
-                       f'<pre class="{html.escape(str(m.get("role", "")))}">{html.escape(_content(m))}</pre></div>'
-                       for i, m in enumerate(e.messages))
-        if e.verifier_tail or e.detail:
-            label = "verifier output (tail)" if e.verifier_tail else "detail"
-            body += f'<div><b>{label}</b><pre class="verifier">{html.escape(e.verifier_tail or e.detail)}</pre></div>'
-        opened = " open" if first and e is first[0] else ""  # the first episode with signal, unfolded
-        parts.append(f"<details{opened}><summary>{html.escape(head)}</summary>{body}</details>")
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>swerl view</title><style>{CSS}</style>"
-            f"</head><body>{''.join(parts)}</body></html>\n")
-
-
-def write_html(eps: EpisodeSet, out: Path) -> Path:
-    """Write :func:`render_html` to ``out`` (temp file + rename)."""
-    return atomic_write_text(out, render_html(eps))

@@ -100,6 +100,11 @@ class AlgorithmConfig(BaseModel):
     @model_validator(mode="after")
     def _check_combinations(self) -> "AlgorithmConfig":
         n, k = self.n_samples_per_prompt, self.min_group_size
+        if self.advantage_estimator == "rloo_n" and n < 2:
+            raise ValueError(
+                f"n_samples_per_prompt={n}: rloo_n needs at least 2 samples per prompt (each sample's baseline is "
+                "the mean of the others): set n_samples_per_prompt >= 2, e.g. 4"
+            )
         if self.advantage_estimator == "rloo_n" and not 2 <= k <= n:
             raise ValueError(
                 f"min_group_size={k} must satisfy 2 <= min_group_size <= n_samples_per_prompt ({n}): "

@@ -20,7 +20,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from swerl.sandbox.deployment.config import EngineConfig, EngineTLS
+    from swerl.sandbox.engine_config import EngineConfig, EngineTLS
     from swerl.sandbox.deployment.engine import EngineLost
     from swerl.sandbox.manager import SandboxManager, new_run_id, outcome_of
     from swerl.sandbox.runtime.sandbox import Sandbox
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 # Imported on first use (PEP 562): `swerl.sandbox.types` (read by every config) then loads
 # without the Docker SDK, so a config error answers at once.
 _HOME = {
-    "EngineConfig": "deployment.config", "EngineTLS": "deployment.config", "EngineLost": "deployment.engine",
+    "EngineConfig": "engine_config", "EngineTLS": "engine_config", "EngineLost": "deployment.engine",
     "SandboxManager": "manager", "new_run_id": "manager", "outcome_of": "manager", "Sandbox": "runtime.sandbox",
     "Shell": "runtime.shell", **{name: "types" for name in (
         "ExecResult", "FailureClass", "Outcome", "SandboxConfig", "TrialRecord", "TrialTimings", "VerifierResult")},

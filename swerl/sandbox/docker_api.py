@@ -22,7 +22,7 @@ import requests.exceptions
 
 from swerl.errors import EnvironmentProblem, SandboxError, SandboxTimeout
 from swerl.sandbox.types import Outcome
-from swerl.sandbox.runtime.streams import LOCAL_ENGINE_URL, Endpoint
+from swerl.sandbox.endpoint import LOCAL_ENGINE_URL, Endpoint
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -52,7 +52,7 @@ def new_run_id() -> str:
 
 def outcome_of(err: BaseException) -> Outcome:
     """The trial outcome a sandbox failure maps to (``daemon_error`` unless it says otherwise)."""
-    return (err.outcome if isinstance(err, SandboxError) else None) or Outcome.daemon_error
+    return Outcome((err.outcome if isinstance(err, SandboxError) else None) or Outcome.daemon_error)
 
 
 class SandboxManager:

@@ -193,7 +193,7 @@ async def run_attempt(mgr: SandboxManager, task: Task, attempt: Attempt) -> Tria
             verdict = await sb.verify()
             timings.verify_s = time.monotonic() - began
     except SandboxError as err:
-        outcome = err.outcome or Outcome.daemon_error
+        outcome = Outcome(err.outcome or Outcome.daemon_error)
         return TrialRecord(task=task.name, attempt=name, outcome=outcome, failure_class=outcome.failure_class,
                            detail=str(err), timings=timings)
     return TrialRecord(task=task.name, attempt=name, outcome=verdict.outcome, reward=verdict.reward,

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from swerl.sandbox.deployment.config import EngineConfig
+from swerl.sandbox.engine_config import EngineConfig
 
 
 

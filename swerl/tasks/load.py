@@ -176,7 +176,7 @@ def _candidates(source: Path, cache_dir: Path) -> Iterator[Candidate]:
     elif source.name.endswith(ROW_SUFFIXES):
         from swerl.tasks.rows import row_candidates
 
-        yield from row_candidates(source, cache_dir)
+        yield from row_candidates(source, cache_dir, load_task)
     else:
         raise TaskError(f"{source}: not a task folder, a folder of tasks, or a .parquet/.jsonl dataset")
 

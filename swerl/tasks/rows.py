@@ -21,6 +21,8 @@ from swerl.errors import TaskError
 from swerl.tasks.archive import extract_task_archive, pack_task
 from swerl.tasks.task_folder import MalformedTask, Task
 
+FolderLoader = Callable[..., Task]  # load_task(folder, *, name): validates one extracted task folder
+
 COLUMNS = ("path", "task_binary")
 
 
@@ -63,9 +65,7 @@ def _task_bytes(value: Any) -> bytes:
     raise ValueError(f"task_binary must be bytes or base64 text, got {type(value).__name__}")
 
 
-def _load_row(row: dict[str, Any], label: str, cache_dir: Path) -> Task:
-    from swerl.tasks.load import load_task
-
+def _load_row(row: dict[str, Any], label: str, cache_dir: Path, load_task: FolderLoader) -> Task:
     if "_error" in row:
         raise MalformedTask(label, row["_error"])
     rel = row.get("path")
@@ -85,8 +85,12 @@ def _load_row(row: dict[str, Any], label: str, cache_dir: Path) -> Task:
         raise MalformedTask(f"{label} ({err.file})", err.reason) from err
 
 
-def row_candidates(file: Path, cache_dir: Path) -> Iterator[tuple[str, Callable[[], Task]]]:
-    """One ``(label, loader)`` per dataset row; the loader extracts and validates the task.
+def row_candidates(
+    file: Path, cache_dir: Path, load_task: FolderLoader
+) -> Iterator[tuple[str, Callable[[], Task]]]:
+    """One ``(label, loader)`` per dataset row; the loader extracts the task and validates it with
+    ``load_task(folder, name=...)`` (``swerl.tasks.load.load_task``, passed in: load.py calls this
+    module, never the reverse).
 
     Raises:
         TaskError: the file is unreadable or lacks the ``path``/``task_binary`` columns.
@@ -95,7 +99,7 @@ def row_candidates(file: Path, cache_dir: Path) -> Iterator[tuple[str, Callable[
     for index, row in enumerate(rows):
         rel = row.get("path")
         label = f"{file}#{index}" + (f" ({rel})" if isinstance(rel, str) else "")
-        yield label, (lambda r=row, lb=label: _load_row(r, lb, cache_dir))
+        yield label, (lambda r=row, lb=label: _load_row(r, lb, cache_dir, load_task))
 
 
 def write_tasks_parquet(tasks: Iterable[Task], out: Path | str) -> Path:

@@ -28,7 +28,6 @@ from __future__ import annotations
 import copy
 import json
 import logging
-import re
 import shutil
 import warnings
 from collections.abc import Iterator
@@ -49,15 +48,13 @@ from swerl.fileio import atomic_write_text, replace_dir
 from swerl.errors import ConfigError
 from swerl.inference.rng import restore_rng_state, save_rng_state
 from swerl.logs import phase
+from swerl.run_layout import CKPT_DIR, CONFIG_FILE, EXPORT_DIR, LATEST_FILE, TMP_PREFIX, step_dir_name
+from swerl.run_layout import STEP_DIR_RE as _STEP_RE
 from swerl.trainer.distributed import DistInfo, barrier, is_distributed
 from swerl.trainer.model_card import finish_export
 
 log = logging.getLogger(__name__)
 
-CKPT_DIR = "checkpoints"
-EXPORT_DIR = "exports"
-LATEST_FILE = "latest_ckpt_global_step.txt"
-_STEP_RE = re.compile(r"^global_step_(\d+)$")
 _FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
 STATE_DIR = "state"  # the DCP folder of model + optimizer shards
 
@@ -70,11 +67,6 @@ def _quiet_no_dist() -> Iterator[None]:
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="torch.distributed is disabled", category=UserWarning)
         yield
-
-
-def step_dir_name(step: int) -> str:
-    """``global_step_N``."""
-    return f"global_step_{step}"
 
 
 def list_checkpoints(root: Path) -> list[tuple[int, Path]]:
@@ -90,7 +82,7 @@ def list_checkpoints(root: Path) -> list[tuple[int, Path]]:
 
 
 def _remove_stale_temps(root: Path) -> None:
-    for p in root.glob(".tmp-*"):
+    for p in root.glob(f"{TMP_PREFIX}*"):
         shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
 
 
@@ -185,7 +177,7 @@ def save_checkpoint(
     """
     root = run_dir / CKPT_DIR
     final = root / step_dir_name(step)
-    tmp = root / f".tmp-{step_dir_name(step)}"
+    tmp = root / f"{TMP_PREFIX}{step_dir_name(step)}"
     model_sd, optim_sd = get_state_dict(model, optimizer)  # this rank's shards (DTensors under FSDP)
     if dist_info.is_main:
         root.mkdir(parents=True, exist_ok=True)
@@ -197,7 +189,7 @@ def save_checkpoint(
     torch.save(save_rng_state(), tmp / f"rng_rank{dist_info.rank}.pt")
     if dist_info.is_main:
         torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
-        (tmp / "config.yaml").write_text(config_yaml)
+        (tmp / CONFIG_FILE).write_text(config_yaml)
         state = dict(trainer_state, global_step=step, world_size=dist_info.world_size)
         (tmp / "trainer_state.json").write_text(json.dumps(state, indent=2))
     barrier()  # every rank's shards are on disk before the folder becomes visible
@@ -369,7 +361,7 @@ def export_hf(
     """
     root = run_dir / EXPORT_DIR
     final = root / step_dir_name(step)
-    tmp = root / f".tmp-{step_dir_name(step)}"
+    tmp = root / f"{TMP_PREFIX}{step_dir_name(step)}"
     if dist_info.is_main:
         root.mkdir(parents=True, exist_ok=True)
         _remove_stale_temps(root)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import shutil
 import time
 from collections.abc import Callable
@@ -30,14 +29,13 @@ from typing import Any
 
 from swerl.fileio import atomic_write_text
 from swerl.text import counted
-from swerl.trainer.metrics import METRICS_FILE, MetricsSink, make_record
+from swerl.run_layout import CKPT_DIR, EXPORT_DIR, METRICS_FILE, TMP_PREFIX
+from swerl.run_layout import STEP_DIR_RE as _STEP_DIR
+from swerl.trainer.metrics import MetricsSink, make_record
 
 log = logging.getLogger(__name__)
 
-EXPORT_DIR = "exports"
-CKPT_DIR = "checkpoints"
 RECORDS_KEY = "records"
-_STEP_DIR = re.compile(r"^global_step_(\d+)$")
 
 
 def commit_step(
@@ -116,7 +114,7 @@ def missing_records(run_dir: Path, trainer_state: dict[str, Any]) -> list[dict]:
 
 def remove_stale_temps(run_dir: Path) -> list[Path]:
     """Remove the ``.tmp-*`` entries a killed save left in ``exports/`` and ``checkpoints/``."""
-    stale = [p for folder in (EXPORT_DIR, CKPT_DIR) for p in (run_dir / folder).glob(".tmp-*")]
+    stale = [p for folder in (EXPORT_DIR, CKPT_DIR) for p in (run_dir / folder).glob(f"{TMP_PREFIX}*")]
     for path in stale:
         shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
         log.info("removed the stale temporary %s", path)

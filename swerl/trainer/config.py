@@ -7,12 +7,11 @@ sampling), ``SandboxConfig``, ``AlgorithmConfig``.
 
 from __future__ import annotations
 
-import difflib
 from pathlib import Path
 from typing import Any, Literal, get_args
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from swerl.agent.config import AgentConfig
 from swerl.errors import ConfigError
@@ -20,6 +19,7 @@ from swerl.fields import set_fields
 from swerl.inference.config import InferenceConfig
 from swerl.rl.config import AlgorithmConfig
 from swerl.sandbox.types import SandboxConfig
+from swerl.text import did_you_mean
 from swerl.trainer.evaluation import EvalDuringTrainingConfig
 from swerl.trainer.task_health import QuarantineConfig
 from swerl.trainer.trackers import MlflowConfig, WandbConfig
@@ -160,11 +160,19 @@ class LoggingConfig(_Strict):
     tensorboard: bool = Field(False, description="Also write metrics to RUN_DIR/tensorboard (SummaryWriter).")
     dump_trajectories: bool = Field(False, description="Write every trajectory to RUN_DIR/trajectories/step_N.jsonl.")
     wandb: WandbConfig | None = Field(
-        None, description="Also log to Weights & Biases (offline by default: RUN_DIR/wandb); None = off."
+        None, description="Also log to Weights & Biases (offline by default: RUN_DIR/wandb); true = the defaults; "
+        "None or false = off."
     )
     mlflow: MlflowConfig | None = Field(
-        None, description="Also log to MLflow (a file store RUN_DIR/mlruns by default); None = off."
+        None, description="Also log to MLflow (a file store RUN_DIR/mlruns by default); true = the defaults; "
+        "None or false = off."
     )
+
+    @field_validator("wandb", "mlflow", mode="before")
+    @classmethod
+    def _shorthand(cls, value: object) -> object:
+        """``wandb: true`` / ``mlflow: true`` turn a tracker on with its defaults; ``false`` turns it off."""
+        return {} if value is True else None if value is False else value
 
 
 class TrainConfig(_Strict):
@@ -265,12 +273,6 @@ def _model_at(keys: list[str] | tuple) -> Any:
     return model if isinstance(model, type) and issubclass(model, BaseModel) else None
 
 
-def did_you_mean(key: str, known: list[str]) -> str:
-    """``did you mean 'x'?`` for the closest known key (difflib), else the list of known keys."""
-    close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
-    return f"did you mean {close[0]!r}?" if close else f"known keys: {', '.join(known)}"
-
-
 def _check_path(keys: list[str], raw: str) -> None:
     """Raise a one-line ConfigError when a dotted override path names no field."""
     for depth, key in enumerate(keys):
@@ -357,6 +359,25 @@ def _expected_value(loc: tuple, error_type: str) -> str | None:
     return f"expected {expected}, e.g. {shown}"
 
 
+_BOUNDS = {"greater_than_equal": ("ge", ">="), "greater_than": ("gt", ">"), "less_than_equal": ("le", "<="),
+           "less_than": ("lt", "<")}
+
+
+def _bound(loc: tuple, error: dict) -> str | None:
+    """``must be >= 1 (or null); got -1: set loop.max_steps to 1 or more`` for a value out of a
+    field's bounds; None for any other error."""
+    if error["type"] not in _BOUNDS:
+        return None
+    name, op = _BOUNDS[error["type"]]
+    limit = (error.get("ctx") or {}).get(name)
+    model = _model_at(loc[:-1])
+    field = model.model_fields.get(str(loc[-1])) if model is not None and loc else None
+    nullable = field is not None and field.default is None and not field.is_required()
+    where = ".".join(map(str, loc))
+    fix = {">=": f"{limit} or more", ">": f"more than {limit}", "<=": f"{limit} or less", "<": f"less than {limit}"}[op]
+    return f"must be {op} {limit}{' (or null)' if nullable else ''}; got {error['input']!r}: set {where} to {fix}"
+
+
 def _error_line(error: dict, path: Path, file_data: dict, overrides: list[str]) -> str:
     """One pydantic error as ``source: field: reason``, the reason naming the fix where pydantic's does not."""
     loc = tuple(error["loc"])
@@ -368,6 +389,8 @@ def _error_line(error: dict, path: Path, file_data: dict, overrides: list[str]) 
         return f"{path}: {where}: required field missing: add it to the file"
     elif (expected := _expected_value(loc, error["type"])) is not None:
         msg = f"{expected}; got {error['input']!r}"
+    elif (bound := _bound(loc, error)) is not None:
+        msg = bound
     return f"{_blame(loc, msg, path, file_data, overrides)}: {where}: {msg}"
 
 

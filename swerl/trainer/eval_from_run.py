@@ -19,13 +19,13 @@ silently overridden, so passing one with ``--from-run`` is an error.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Collection
 from pathlib import Path
 
 from swerl.agent.evaluate import EvalConfig
 from swerl.errors import ConfigError
-from swerl.selection import EXPORT_DIR, MetricsFileError, select_checkpoint
+from swerl.run_layout import CONFIG_FILE, EXPORT_DIR, STEP_DIR_RE, export_dir
+from swerl.selection import MetricsFileError, select_checkpoint
 from swerl.trainer.config import load_train_config
 
 # `swerl eval` options (Python parameter names) whose value --from-run takes from the run.
@@ -42,7 +42,7 @@ def exported_steps(run_dir: Path) -> list[int]:
     """Steps with an HF export under ``RUN_DIR/exports`` (``global_step_N`` folders), ascending."""
     found = []
     for path in (run_dir / EXPORT_DIR).glob("global_step_*"):
-        match = re.fullmatch(r"global_step_(\d+)", path.name)
+        match = STEP_DIR_RE.match(path.name)
         if match and path.is_dir():
             found.append(int(match.group(1)))
     return sorted(found)
@@ -60,17 +60,17 @@ def resolve_export(run_dir: Path, step: int | None) -> tuple[int, Path, str]:
                           "run that wrote exports (checkpointing.hf_save_interval or save_final)")
     if step is not None:
         if step not in steps:
-            raise ConfigError(f"--step {step}: no export {run_dir / EXPORT_DIR / f'global_step_{step}'}; "
+            raise ConfigError(f"--step {step}: no export {export_dir(run_dir, step)}; "
                               f"exported steps: {', '.join(map(str, steps))}")
-        return step, run_dir / EXPORT_DIR / f"global_step_{step}", "--step"
+        return step, export_dir(run_dir, step), "--step"
     try:
         chosen = select_checkpoint(run_dir).chosen
     except MetricsFileError:  # no (readable) reward records: nothing to select by
         chosen = None
     if chosen is not None:
-        return chosen.step, run_dir / EXPORT_DIR / f"global_step_{chosen.step}", (
+        return chosen.step, export_dir(run_dir, chosen.step), (
             f"selected (trailing EMA {chosen.ema:.4f} of reward/avg_raw_reward)")
-    return steps[-1], run_dir / EXPORT_DIR / f"global_step_{steps[-1]}", "latest export"
+    return steps[-1], export_dir(run_dir, steps[-1]), "latest export"
 
 
 def eval_config_from_run(
@@ -93,9 +93,9 @@ def eval_config_from_run(
     if clashing:
         raise ConfigError(f"--from-run takes the model, protocol, limits and sampling from {run_dir / 'config.yaml'}: "
                           f"drop {', '.join(sorted(clashing))} (or evaluate without --from-run)")
-    if not (run_dir / "config.yaml").is_file():
+    if not (run_dir / CONFIG_FILE).is_file():
         raise ConfigError(f"--from-run {run_dir}: no config.yaml: pass the RUN_DIR of a swerl train run")
-    run = load_train_config(run_dir / "config.yaml")
+    run = load_train_config(run_dir / CONFIG_FILE)
     step, export, why = resolve_export(run_dir, step)
     device = run.model.device if run.model.device != "auto" else run.generator.device
     inference = run.generator.model_copy(update={

@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from swerl.agent.metrics import summarize
 from swerl.agent.records import write_sample_records
+from swerl.run_layout import EVAL_DIR, step_file_name
 
 log = logging.getLogger(__name__)
 
@@ -42,9 +43,6 @@ class EvalDuringTrainingConfig(BaseModel):
     before_train: bool = Field(False, description="Also evaluate the initial policy (a record at global_step 0).")
     seed: int = Field(0, description="Evaluation seed: sample i of task t samples with a seed made from (seed, t, i) "
                       "only: the same at every step and in every run (not the training seed), so runs pair.")
-
-EVAL_DIR = "eval"
-"""``RUN_DIR/eval/step_N.jsonl``: the sample records of the evaluation at step N."""
 
 
 def is_due(cfg: EvalDuringTrainingConfig, step: int, last_step: int) -> bool:
@@ -70,7 +68,7 @@ def run_eval(cfg: EvalDuringTrainingConfig, runner: Any, tasks: list[Any], step:
     """
     started = time.monotonic()
     trajectories = runner.collect(tasks, cfg.samples, step, group_prefix=f"eval{step}/", task_seed=cfg.seed)
-    write_sample_records(run_dir / EVAL_DIR / f"step_{step}.jsonl", trajectories, global_step=step)
+    write_sample_records(run_dir / EVAL_DIR / step_file_name(step), trajectories, global_step=step)
     out = eval_metrics(trajectories, cfg.samples)
     out["timing/eval_s"] = time.monotonic() - started
     log.info("eval at step %d: pass@1 %.3f, reward %.3f over %d tasks", step, out.get("eval/pass@1", 0.0),

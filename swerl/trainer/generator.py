@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from swerl.inference.probe import probe_sampling
+from swerl.run_layout import ENGINE_LOGS_DIR, WEIGHT_SYNC_DIR
 from swerl.trainer import checkpoint as ckpt
 from swerl.trainer import distributed as dist
 from swerl.trainer.config import TrainConfig
@@ -52,7 +53,7 @@ def make_generator(
     if gen.weight_sync == "nccl":
         check_nccl_supported(on_cpu)
     gpus = None if on_cpu else [info.local_rank * gen.num_servers + k for k in range(gen.num_servers)]
-    backend = build_vllm(gen, str(model_path), run_dir / "logs" / f"rank{info.rank}", gpus=gpus)
+    backend = build_vllm(gen, str(model_path), run_dir / ENGINE_LOGS_DIR / f"rank{info.rank}", gpus=gpus)
     if gen.weight_sync == "nccl":  # GPU servers only; each rank feeds its own servers
         from swerl.inference.vllm_server import free_port
         from swerl.inference.weight_sync import NcclWeightSender
@@ -76,7 +77,7 @@ def probe_prompt(tokenizer: Any) -> list[int]:
 
 def weights_dir(config: TrainConfig, run_dir: Path) -> Path:
     """The shared folder the trainer writes weights to and every engine reloads from."""
-    return Path(config.generator.weight_sync_dir) if config.generator.weight_sync_dir else run_dir / "weight_sync"
+    return Path(config.generator.weight_sync_dir) if config.generator.weight_sync_dir else run_dir / WEIGHT_SYNC_DIR
 
 
 def write_sync_weights(model: torch.nn.Module, config: TrainConfig, run_dir: Path, info: DistInfo, version: int) -> Path:

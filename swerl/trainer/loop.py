@@ -47,6 +47,7 @@ from swerl.agent.records import write_sample_records
 from swerl.errors import ConfigError, RunFailed
 from swerl.rl.advantages import group_index
 from swerl.rl.loss import compute_advantages
+from swerl.run_layout import CONFIG_FILE, ROLLOUTS_DIR, step_file_name
 from swerl.text import counted
 from swerl.trainer import checkpoint as ckpt
 from swerl.trainer import commit
@@ -66,7 +67,6 @@ from swerl.trainer.plan import RunPlan, make_plan
 from swerl.trainer.quarantine import Quarantine
 from swerl.trainer.sampler import PromptSampler
 from swerl.trainer.shared_dir import check_shared_run_dir
-from swerl.trainer.task_health import ROLLOUTS_DIR
 from swerl.trainer.trackers import open_trackers
 from swerl.trainer.update import UpdateSettings, train_on_batch
 
@@ -331,7 +331,7 @@ def _resume(run: _Run, resume: str | None) -> bool:
         run.result.already_finished = True
         return True
     if info.is_main:
-        (run.run_dir / "config.yaml").write_text(config.to_yaml())
+        (run.run_dir / CONFIG_FILE).write_text(config.to_yaml())
     return False
 
 
@@ -342,7 +342,8 @@ def _start_rollouts(
     closing goes on ``stack``. The initial policy is evaluated on the held-out tasks when asked."""
     config, info = run.config, run.info
     trackers = open_trackers(config.logging, run.run_dir, config.model_dump(mode="json"), run.plan) if info.is_main else []
-    run.sink = MetricsSink(run.run_dir, config.logging.tensorboard, trackers) if info.is_main else None
+    run.sink = MetricsSink(run.run_dir, config.logging.tensorboard, trackers,
+                           config.model_dump(mode="json")) if info.is_main else None
     stack.enter_context(sigterm_unwinds())
     stack.callback(lambda: run.sink.close() if run.sink is not None else None)
     # Generator: every rank's own engine(s). Rollouts of step k use the weights after k - 1
@@ -402,10 +403,12 @@ def _commit(run: _Run, step: int, batch: pipeline.RolloutBatch, position: dict[s
     metrics.jsonl (rank 0 writes; ``commit.py``); then one log line."""
     config, info, run_dir, model = run.config, run.info, run.run_dir, run.model
     if info.is_main:  # every episode's sample record (the task health ledger reads them), always
-        write_sample_records(run_dir / ROLLOUTS_DIR / f"step_{step}.jsonl", batch.trajectories, global_step=step,
+        write_sample_records(run_dir / ROLLOUTS_DIR / step_file_name(step), batch.trajectories, global_step=step,
                              epoch=batch.epoch)
     if info.is_main and config.logging.dump_trajectories:
         dump_trajectories(run_dir, step, batch.trajectories, [float(a) for a in advantages])
+    if run.sink is not None:  # a few episodes for TensorBoard's text tab
+        run.sink.log_episodes(step, batch.trajectories, [float(a) for a in advantages])
     trainer_state = {"sampler": batch.sampler_state, "epoch": batch.epoch, "masked_streak": run.guard.streak,
                      "pipeline": position}
     if run.quarantine is not None:

@@ -15,10 +15,9 @@ from typing import Any
 
 from swerl.fileio import atomic_write_text
 from swerl.agent.trajectory import Trajectory
+from swerl.run_layout import METRICS_FILE, TENSORBOARD_DIR, TRAJECTORIES_DIR, step_file_name
 
 log = logging.getLogger(__name__)
-
-METRICS_FILE = "metrics.jsonl"
 
 
 def effective_reward(traj: Trajectory) -> float:
@@ -87,6 +86,49 @@ def make_record(step: int, metrics: dict[str, float]) -> dict[str, Any]:
     return {"global_step": step, **{k: metrics[k] for k in sorted(metrics)}}
 
 
+TB_EPISODES = 3
+"""Episodes per step shown in TensorBoard: the first passed, failed and masked one (then others)."""
+
+
+def _tb_config(writer: Any, config: dict[str, Any]) -> None:
+    """The resolved config as TensorBoard text (``config``, YAML) and as hparams (HPARAMS tab)."""
+    import yaml
+    from torch.utils.tensorboard.summary import hparams
+
+    from swerl.trainer.trackers import flat_config
+
+    writer.add_text("config", "```yaml\n" + yaml.safe_dump(config, sort_keys=False) + "```", 0)
+    values = {k: v if isinstance(v, (bool, int, float, str)) else json.dumps(v) for k, v in flat_config(config).items()}
+    for summary in hparams(values, {}):
+        writer.file_writer.add_summary(summary)
+    writer.flush()
+
+
+def episodes_markdown(trajs: list[Trajectory], advantages: list[float], k: int = TB_EPISODES) -> str:
+    """Markdown of up to ``k`` episodes: the first passed, failed and masked ones first; each
+    with its reward, advantage, outcome, last reply (cut to 1500 characters) and verifier tail."""
+    order = sorted(range(len(trajs)), key=lambda i: (
+        [trajs[i].outcome == "passed", trajs[i].outcome == "failed", trajs[i].failure_class == "mask"].index(True)
+        if trajs[i].outcome in ("passed", "failed") or trajs[i].failure_class == "mask" else 3, i))
+    picked, seen = [], set()
+    for i in order:  # one per kind first, then the rest in order
+        kind = (trajs[i].outcome, trajs[i].failure_class)
+        if kind not in seen:
+            picked.append(i)
+            seen.add(kind)
+    picked = (picked + [i for i in order if i not in picked])[:k]
+    parts = []
+    for i in picked:
+        t = trajs[i]
+        replies = [m.get("content", "") for m in t.messages if m.get("role") == "assistant"]
+        last = str(replies[-1])[:1500] if replies else "(no reply)"
+        tail = "\n".join(t.verifier_output_tail.splitlines()[-5:]) or t.detail or "(none)"
+        parts.append(f"**{t.task_name}** sample {t.sample_index}: reward {t.reward:g}, advantage {advantages[i]:+.4f}, "
+                     f"outcome {t.outcome} ({t.failure_class}, {t.end_reason}{', cut at the limit' if t.hit_length_limit else ''})"
+                     f"\n\n```\n{last}\n```\n\nverifier:\n```\n{tail}\n```")
+    return "\n\n---\n\n".join(parts)
+
+
 class MetricsSink:
     """Appends one JSON line per step to ``RUN_DIR/metrics.jsonl`` and, when asked, TensorBoard and
     the experiment trackers (``trainer/trackers.py``: objects with ``log(step, metrics)`` and
@@ -96,7 +138,8 @@ class MetricsSink:
     lines only. Use from rank 0.
     """
 
-    def __init__(self, run_dir: Path, tensorboard: bool = False, trackers: list[Any] | None = None) -> None:
+    def __init__(self, run_dir: Path, tensorboard: bool = False, trackers: list[Any] | None = None,
+                 config: dict[str, Any] | None = None) -> None:
         self.trackers = list(trackers or [])
         self.path = run_dir / METRICS_FILE
         self._fh = open(self.path, "a", encoding="utf-8")
@@ -104,7 +147,17 @@ class MetricsSink:
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
-            self._tb = SummaryWriter(log_dir=str(run_dir / "tensorboard"))
+            self._tb = SummaryWriter(log_dir=str(run_dir / TENSORBOARD_DIR))
+            log.info("TensorBoard: writing %s; view with `tensorboard --logdir %s`", run_dir / TENSORBOARD_DIR,
+                     run_dir / TENSORBOARD_DIR)
+            if config is not None:
+                _tb_config(self._tb, config)
+
+    def log_episodes(self, step: int, trajs: list[Trajectory], advantages: list[float]) -> None:
+        """TensorBoard text ``episodes``: a few of the step's episodes (:data:`TB_EPISODES`)."""
+        if self._tb is not None and trajs:
+            self._tb.add_text("episodes", episodes_markdown(trajs, advantages), step)
+            self._tb.flush()
 
     def log(self, step: int, metrics: dict[str, float]) -> dict[str, Any]:
         """Record ``metrics`` of ``step``; returns the written record."""
@@ -138,4 +191,4 @@ def dump_trajectories(run_dir: Path, step: int, trajs: list[Trajectory], advanta
     """Write ``RUN_DIR/trajectories/step_N.jsonl``: every trajectory with its advantage (atomic)."""
     lines = (json.dumps({"global_step": step, "advantage": adv, **traj.model_dump(mode="json")}) + "\n"
              for traj, adv in zip(trajs, advantages))
-    return atomic_write_text(run_dir / "trajectories" / f"step_{step}.jsonl", "".join(lines))
+    return atomic_write_text(run_dir / TRAJECTORIES_DIR / step_file_name(step), "".join(lines))

@@ -11,6 +11,8 @@ from typing import Any
 
 import yaml
 
+from swerl.run_layout import CONFIG_FILE
+
 KEY_METRICS = ("reward/avg_raw_reward", "reward/avg_pass_at_n", "loss/policy", "grad_norm", "eval/pass@1",
                "eval/pass@k", "eval/reward", "epoch")
 """Metrics the card lists first (those of the step that are present); the rest follow in a table."""
@@ -24,7 +26,7 @@ WALL_CLOCK_PREFIXES = ("timing/", "async/busy_")
 def _config(run_dir: Path) -> dict:
     """``RUN_DIR/config.yaml`` (the resolved TrainConfig the loop writes at start), or {}."""
     try:
-        return yaml.safe_load((run_dir / "config.yaml").read_text()) or {}
+        return yaml.safe_load((run_dir / CONFIG_FILE).read_text()) or {}
     except (OSError, yaml.YAMLError):
         return {}
 

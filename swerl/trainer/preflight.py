@@ -37,6 +37,7 @@ from swerl.trainer.plan import (
     format_bytes,
     make_plan,
     model_shape,
+    model_size,
     param_count,
 )
 
@@ -96,6 +97,7 @@ def run_preflight(cfg: TrainConfig, run_dir: Path, resume: str | None, world_siz
     check_backend(cfg)
     result = Preflight(plan=plan, num_tasks=len(tasks))
     result.notes.extend(check_cores(cfg, tasks))
+    size_memory_and_time(cfg, plan, tasks, run_dir, result)
     check_disk(cfg, plan, run_dir, model_folder, result)
     result.images = check_docker(cfg, tasks)
     return result
@@ -179,6 +181,20 @@ def check_cores(cfg: TrainConfig, tasks: list) -> list[str]:
     return [f"CPU oversubscribed: {counted(threads, 'generator thread')} + {counted(in_flight, 'episode')} in flight x {cpus:g} task "
             f"cpus = {demand:g} cores wanted on {cores} usable; lower loop.rollout_concurrency (or "
             "sandbox.concurrency), generator.num_threads, or the tasks' cpus"]
+
+
+def size_memory_and_time(cfg: TrainConfig, plan: RunPlan, tasks: list, run_dir: Path, result: Preflight) -> None:
+    """The plan's peak RAM rows (``trainer/memory.py``) and wall-time row; a note when the RAM
+    available now is short."""
+    from swerl.trainer.memory import available_ram_bytes, estimate_memory, memory_lines, ram_note, time_line
+
+    shape, num_params, _ = model_size(cfg.model.path)
+    if shape is not None and num_params is not None and tasks:
+        sandbox_mb = max(t.config.environment.memory_mb for t in tasks)
+        est = estimate_memory(cfg, shape, num_params, [t.instruction for t in tasks], sandbox_mb)
+        plan.placement.extend(memory_lines(est, cfg))
+        result.notes.extend(ram_note(est, available_ram_bytes()))
+    plan.placement.append(time_line(plan.samples_per_step, plan.total_steps, run_dir, cfg.model.path))
 
 
 def checkpoints_at_peak(cfg: TrainConfig, plan: RunPlan) -> int:

@@ -23,7 +23,6 @@ one *group* per step it was trained in. Flags (thresholds in :class:`HealthRules
 from __future__ import annotations
 
 import json
-import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,14 +31,12 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from swerl.errors import ConfigError
-
-ROLLOUTS_DIR = "rollouts"
-"""``RUN_DIR/rollouts/step_N.jsonl``: the sample records of step N's training rollouts."""
+from swerl.run_layout import ROLLOUTS_DIR, step_file_name
+from swerl.run_layout import STEP_FILE_RE as _STEP_FILE
 VERIFIER_OUTCOMES = frozenset({"no_reward_file", "bad_reward"})
 """Outcomes where the verifier, not the sandbox or the agent, failed (``swerl.sandbox.types.Outcome``)."""
 Flag = Literal["saturated", "never_solved", "infra_flaky", "verifier_suspect"]
 FLAGS: tuple[Flag, ...] = ("saturated", "never_solved", "infra_flaky", "verifier_suspect")
-_STEP_FILE = re.compile(r"^step_(\d+)\.jsonl$")
 
 
 class HealthRules(BaseModel):
@@ -180,7 +177,7 @@ def read_ledger(run_dir: Path, last_step: int | None = None) -> TaskLedger:
     for step in rollout_steps(run_dir):
         if last_step is not None and step > last_step:
             continue
-        path = run_dir / ROLLOUTS_DIR / f"step_{step}.jsonl"
+        path = run_dir / ROLLOUTS_DIR / step_file_name(step)
         records = []
         for lineno, text in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
             if text.strip():

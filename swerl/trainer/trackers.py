@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from swerl.errors import EnvironmentProblem
 from swerl.fileio import atomic_write_json
+from swerl.run_layout import MLFLOW_DIR
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +93,14 @@ class WandbTracker:
             config={**config, "plan": _plain(plan)}, settings=wandb.Settings(silent=True, console="off"),
         )
         _write_ids(run_dir, {**ids, "wandb": self.run.id})
+        self.mode, self.run_dir = cfg.mode, run_dir
+
+    def where(self) -> str:
+        """Where the run writes and how to upload or open it (one line)."""
+        if self.mode == "online":
+            return f"W&B: streaming to {self.run.url}"
+        return (f"W&B (offline): writing {self.run_dir / 'wandb'}/offline-run-*-{self.run.id}; upload with "
+                f"`wandb sync {self.run_dir / 'wandb'}/offline-run-*-{self.run.id}`")
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         """Record one step's metrics at W&B step ``step`` (the global step)."""
@@ -120,7 +129,7 @@ def _mlflow_client(cfg: MlflowConfig, run_dir: Path) -> Any:
         from mlflow.tracking import MlflowClient
     except ImportError as err:
         raise EnvironmentProblem("logging.mlflow is set but mlflow is not installed: pip install 'swerl[mlflow]'") from err
-    uri = cfg.tracking_uri or (run_dir / "mlruns").resolve().as_uri()
+    uri = cfg.tracking_uri or (run_dir / MLFLOW_DIR).resolve().as_uri()
     if uri.startswith("file:"):  # MLflow >= 3.7 refuses its file store unless this opt-out is set
         os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
     return MlflowClient(tracking_uri=uri)
@@ -132,14 +141,20 @@ def mlflow_key(key: str) -> str:
     return re.sub(r"[^0-9A-Za-z_\-. :/]", "_", key.replace("@", "_at_"))
 
 
-def _flat(node: Any, prefix: str = "") -> dict[str, str]:
-    """Nested config data as dotted-key MLflow params (values as text, cut to MLflow's 6000 chars)."""
+def flat_config(node: Any, prefix: str = "") -> dict[str, Any]:
+    """Nested config data as dotted keys to its leaves (``{"a": {"b": 1}}`` -> ``{"a.b": 1}``;
+    lists and empty mappings are leaves)."""
     if isinstance(node, dict) and node:
-        out: dict[str, str] = {}
+        out: dict[str, Any] = {}
         for key, value in node.items():
-            out.update(_flat(value, f"{prefix}{key}."))
+            out.update(flat_config(value, f"{prefix}{key}."))
         return out
-    return {prefix[:-1]: json.dumps(node)[:6000] if not isinstance(node, str) else node[:6000]}
+    return {prefix[:-1]: node}
+
+
+def _flat(node: Any) -> dict[str, str]:
+    """Nested config data as dotted-key MLflow params (values as text, cut to MLflow's 6000 chars)."""
+    return {k: v[:6000] if isinstance(v, str) else json.dumps(v)[:6000] for k, v in flat_config(node).items()}
 
 
 class MlflowTracker:
@@ -169,6 +184,13 @@ class MlflowTracker:
             self.client.update_run(self.run_id, status="RUNNING")
         self.client.log_dict(self.run_id, config, "config.json")
         self.client.log_dict(self.run_id, _plain(plan), "plan.json")
+        self.uri, self.experiment = self.client.tracking_uri, cfg.experiment
+
+    def where(self) -> str:
+        """Where the run writes and how to open it (one line)."""
+        look = (f"view with `mlflow ui --backend-store-uri {self.uri}`" if self.uri.startswith("file:")
+                else f"open {self.uri}")
+        return f"MLflow: run {self.run_id} of experiment {self.experiment!r} in {self.uri}; {look}"
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         """Record one step's metrics at MLflow step ``step`` (keys through :func:`mlflow_key`)."""
@@ -195,6 +217,8 @@ def open_trackers(logging_cfg: Any, run_dir: Path, config: dict[str, Any], plan:
         trackers.append(WandbTracker(logging_cfg.wandb, run_dir, config, plan))
     if getattr(logging_cfg, "mlflow", None) is not None:
         trackers.append(MlflowTracker(logging_cfg.mlflow, run_dir, config, plan))
+    for tracker in trackers:
+        log.info("%s", tracker.where())
     return trackers
 
 

@@ -43,7 +43,10 @@ def test_rollouts_are_grouped_and_a_broken_sandbox_is_masked(broken_task, smol_t
     def on_event(event):
         nonlocal live, peak
         events.append(event)
-        live += 1 if event.kind == "started" else -1 if event.trajectory.end_reason != "sandbox_error" else 0
+        if event.kind == "started":
+            live += 1
+        elif event.kind == "finished" and event.trajectory.end_reason != "sandbox_error":
+            live -= 1
         peak = max(peak, live)
 
     async def main():
@@ -61,6 +64,10 @@ def test_rollouts_are_grouped_and_a_broken_sandbox_is_masked(broken_task, smol_t
     assert broken.prompt_ids == trajs[0].prompt_ids  # same instruction, same first prompt
     assert sum(e.kind == "finished" for e in events) == 6 and events[-1].done == 6
     assert sum(e.kind == "started" for e in events) == 4  # the broken sandboxes never started
+    # Each started episode goes to its verifier between starting and finishing (what the heartbeat counts).
+    for key in {(e.task_name, e.sample_index) for e in events if e.kind == "started"}:
+        kinds = [e.kind for e in events if (e.task_name, e.sample_index) == key]
+        assert kinds == ["started", "verifying", "finished"], (key, kinds)
     assert peak <= 2
 
 

@@ -22,6 +22,9 @@ CASES = [
     (["sandbox", "gc", "--engine", "unix:///nowhere/docker.sock"], 3, "Docker is not reachable"),
     (["train", DEMO_YAML, "-o", "run"], 2, "run: swerl tasks import humaneval runs/humaneval-tasks"),
     (["tasks", "import", "humaneval", "he", "--limit", "0"], 2, "'--limit'"),
+    (["train", DEMO_YAML, "--set", "loop.max_steps=-1"], 2, "must be >= 1 (or null); got -1: set loop.max_steps to 1"),
+    (["train", DEMO_YAML, "--set", "algorithm.n_samples_per_prompt=1"], 2, "set n_samples_per_prompt >= 2"),
+    (["view", "/nowhere"], 2, "/nowhere does not exist"),
 ]
 
 

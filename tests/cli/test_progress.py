@@ -79,3 +79,22 @@ def test_off_a_terminal_a_bar_draws_nothing_not_even_its_last_frame():
         bar = progress.add_task("step 1/2", total=4, status="rollouts")
         progress.update(bar, completed=4, status="done")
     assert out.getvalue() == ""
+
+
+def test_the_rollout_heartbeat_counts_episodes_at_their_verifier():
+    from swerl.agent.collect import RolloutEvent
+    from swerl.agent.trajectory import Trajectory
+    from swerl.cli.progress import RolloutTally
+    from swerl.logs import PhaseClock
+
+    tally, clock = RolloutTally(), PhaseClock()
+    clock.start("rollouts", total=3, unit="episodes", scope="step 1/2")
+    for i in range(3):
+        tally.observe(RolloutEvent("started", "t", i, 0, 3))
+    tally.observe(RolloutEvent("verifying", "t", 0, 0, 3))
+    tally.observe(RolloutEvent("verifying", "t", 1, 0, 3))
+    tally.observe(RolloutEvent("finished", "t", 0, 1, 3, Trajectory(task_name="t", group_id="g", prompt_ids=[1], outcome="passed")))
+    clock.advance(1)
+    clock.note = f"{len(tally.verifying)} verifying"
+    assert tally.status() == "running 1  verifying 1  passed 1  masked 0"
+    assert clock.line() == "step 1/2 rollouts: 1/3 episodes done, 1 verifying, 0 s"

@@ -14,7 +14,8 @@ from swerl.agent.evaluate import write_eval_outputs
 from swerl.agent.trajectory import Trajectory
 from swerl.cli import app
 from swerl.errors import ConfigError
-from swerl.report.view import load_episodes, render_html, render_terminal
+from swerl.report.view import load_episodes, render_terminal
+from swerl.report.viewer import render_html
 from swerl.trainer.metrics import dump_trajectories
 
 from trainer._support import save_tiny_model_dir  # tests/ is on sys.path (rootdir-relative packages)
@@ -58,8 +59,12 @@ def test_task_and_sample_pick_the_conversation(train_run):
     render_terminal(load_episodes(train_run, step=2), console, task="magic-b", sample=3)
     text = console.export_text()
     assert "magic-b sample 3" in text and "print('MAGIC 3')" in text and "magic-a sample" not in text
-    with pytest.raises(ConfigError, match="tasks here: magic-a, magic-b"):
+    with pytest.raises(ConfigError, match="^--task nope: no such task here; known tasks: magic-a, magic-b$"):
         render_terminal(load_episodes(train_run), console, task="nope")
+    with pytest.raises(ConfigError, match=r"^--task magic-c: no such task here; did you mean 'magic-[ab]'\?$"):
+        render_terminal(load_episodes(train_run), console, task="magic-c")
+    with pytest.raises(ConfigError, match="^--task magic-b --sample 9: no such sample; magic-b has samples 0, 1, 2, 3$"):
+        render_terminal(load_episodes(train_run), console, task="magic-b", sample=9)
 
 
 def test_unknown_step_names_the_steps_there(train_run):
@@ -72,6 +77,11 @@ def test_a_run_without_dumps_says_how_to_get_them(tmp_path):
         load_episodes(tmp_path)
 
 
+def test_a_missing_folder_is_named_as_missing(tmp_path):
+    with pytest.raises(ConfigError, match=r"/nope does not exist: pass the run directory"):
+        load_episodes(tmp_path / "nope")
+
+
 def test_eval_output_folder_is_viewed_with_its_summary(tmp_path):
     trajs = [_episode("humaneval-000", i, float(i == 0)) for i in range(2)]
     write_eval_outputs(tmp_path, trajs, {"pass@1": 0.5, "reward/mean": 0.5})
@@ -81,15 +91,21 @@ def test_eval_output_folder_is_viewed_with_its_summary(tmp_path):
     render_terminal(eps, console)
     text = console.export_text()
     assert "pass@1: 0.5000" in text and "print('MAGIC 0')" in text
+    page = render_html(eps)  # the HTML viewer of an eval folder: its summary, every episode
+    assert "pass@1: 0.5000" in page and page.count('"task": "humaneval-000"') == 2
 
 
-def test_html_page_holds_every_conversation_escaped(train_run, tmp_path):
+def test_html_viewer_holds_every_step_and_conversation_escaped(train_run, tmp_path):
     out = tmp_path / "view.html"
-    result = CliRunner().invoke(app, ["view", str(train_run), "--step", "2", "--out", str(out)])
+    result = CliRunner().invoke(app, ["view", str(train_run), "--out", str(out)])
     assert result.exit_code == 0, result.output
     page = out.read_text()
-    assert page.count("<details>") == 7 and page.count("<details open>") == 1
-    assert "print(&#x27;MAGIC 3&#x27;)" in page and "Solve magic-b: write &lt;solution.py&gt;" in page
+    assert "steps 1, 2, 12 episodes in 3 groups" in page  # both dumped steps (groups by id: magic-a-g twice)
+    assert "print('MAGIC 3')" in page and "Solve magic-b: write <solution.py>" in page  # JSON data
+    assert "</solution" not in page.split('id="episodes">', 1)[1].split("</script>", 1)[0]  # cannot close the script
+    one = tmp_path / "step2.html"
+    assert CliRunner().invoke(app, ["view", str(train_run), "--step", "2", "--out", str(one)]).exit_code == 0
+    assert "step 2 (dumped steps: 1, 2), 8 episodes" in one.read_text()
 
 
 def test_records_without_a_transcript_are_decoded_with_the_runs_tokenizer(tmp_path):

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from swerl.sandbox import Outcome, SandboxConfig, SandboxManager
-from swerl.sandbox.deployment.config import EngineConfig
+from swerl.sandbox.engine_config import EngineConfig
 from swerl.sandbox.docker_api import LOCAL_ENGINE_URL
 from swerl.sandbox.deployment.gc import collect_garbage
 from swerl.sandbox.selftest import run_sandbox_test

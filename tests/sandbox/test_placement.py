@@ -8,7 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from swerl.sandbox import SandboxConfig
-from swerl.sandbox.deployment.config import EngineConfig
+from swerl.sandbox.engine_config import EngineConfig
 from swerl.sandbox.deployment.engine import Engine
 from swerl.sandbox.deployment.fleet import Fleet
 

@@ -10,7 +10,7 @@ from datetime import datetime
 import pytest
 
 from swerl.sandbox import SandboxConfig, SandboxManager
-from swerl.sandbox.deployment.config import EngineConfig
+from swerl.sandbox.engine_config import EngineConfig
 from swerl.sandbox.deployment.ramp import CreatePace
 from swerl.sandbox.docker_api import LOCAL_ENGINE_URL
 

@@ -11,7 +11,7 @@ import pytest
 
 from swerl.sandbox import Outcome, SandboxConfig
 from swerl.sandbox.deployment import images, registry
-from swerl.sandbox.deployment.config import EngineConfig
+from swerl.sandbox.engine_config import EngineConfig
 from swerl.sandbox.docker_api import LOCAL_ENGINE_URL
 from swerl.sandbox.selftest import run_sandbox_test
 from swerl.tasks import load_task

@@ -76,7 +76,7 @@ def test_unknown_yaml_field_and_bad_value_are_one_line_errors(tmp_path):
     path = write(tmp_path, "data: {tasks: x}\noptimizer: {lr: 1e-5, momentum: 0.9}\n")
     with pytest.raises(ConfigError, match=r"cfg.yaml: optimizer.momentum: unknown key; known keys: lr, "):
         load_train_config(path)
-    with pytest.raises(ConfigError, match=r"optimizer.lr: Input should be greater than 0"):
+    with pytest.raises(ConfigError, match=r"optimizer.lr: must be > 0.0; got -1: set optimizer.lr to more than 0.0$"):
         load_train_config(write(tmp_path, "data: {tasks: x}\noptimizer: {lr: -1}\n"))
     with pytest.raises(ConfigError, match=r"line \d+ invalid YAML"):
         load_train_config(write(tmp_path, "data: {tasks: x}\nloop: [\n"))

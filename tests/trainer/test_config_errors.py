@@ -39,7 +39,7 @@ def test_bad_value_from_set_blames_the_set_not_the_file():
 def test_bad_value_in_the_file_blames_the_file(tmp_path):
     cfg = tmp_path / "c.yaml"
     cfg.write_text("data: {tasks: x}\noptimizer: {lr: -1}\n")
-    assert _error(cfg, ["loop.max_steps=3"]).startswith(f"{cfg}: optimizer.lr: Input should be greater than 0")
+    assert _error(cfg, ["loop.max_steps=3"]) == f"{cfg}: optimizer.lr: must be > 0.0; got -1: set optimizer.lr to more than 0.0"
 
 
 def test_missing_required_section_is_named(tmp_path):

@@ -44,6 +44,30 @@ def test_sink_writes_one_record_per_step_with_global_step_and_tensorboard(tmp_pa
     assert list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
 
 
+def test_tensorboard_gets_the_config_as_text_and_hparams_and_a_few_episodes(tmp_path, caplog):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    caplog.set_level("INFO", logger="swerl.trainer.metrics")
+    sink = MetricsSink(tmp_path, tensorboard=True, config={"algorithm": {"use_tis": True, "lr": 1e-6}, "names": ["a"]})
+    trajs = make_trajectories(num_groups=2, group_size=3)
+    trajs[0] = trajs[0].model_copy(update={"outcome": "passed", "reward": 1.0})
+    trajs[1] = trajs[1].model_copy(update={"outcome": "failed", "reward": 0.0})
+    sink.log_episodes(1, trajs, [0.5] * len(trajs))
+    sink.close()
+    assert f"TensorBoard: writing {tmp_path / 'tensorboard'}; view with `tensorboard --logdir" in caplog.text
+    events = EventAccumulator(str(tmp_path / "tensorboard"))
+    events.Reload()
+    tags = set(events.Tags()["tensors"])
+    assert {"config/text_summary", "episodes/text_summary"} <= tags
+    assert "_hparams_/experiment" in events.PluginTagToContent("hparams")  # TensorBoard's HPARAMS tab
+    config_text = events.Tensors("config/text_summary")[0].tensor_proto.string_val[0].decode()
+    assert "use_tis: true" in config_text
+    (episodes,) = events.Tensors("episodes/text_summary")
+    text = episodes.tensor_proto.string_val[0].decode()
+    assert episodes.step == 1 and text.count("**") == 2 * 3  # three episodes, each title in bold
+    assert text.index("outcome passed") < text.index("outcome failed")  # the passed one first
+
+
 def test_trajectory_dump_has_every_trajectory_with_its_advantage(tmp_path):
     trajs = make_trajectories(num_groups=1, group_size=3)
     path = dump_trajectories(tmp_path, 4, trajs, [0.5, -0.25, -0.25])

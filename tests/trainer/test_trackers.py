@@ -9,7 +9,7 @@ import pytest
 from swerl.trainer.config import LoggingConfig, TrainConfig
 from swerl.trainer.metrics import MetricsSink
 from swerl.trainer.plan import make_plan
-from swerl.trainer.trackers import log_selection, open_trackers
+from swerl.trainer.trackers import MlflowConfig, WandbConfig, log_selection, open_trackers
 
 from ._support import train_tiny_run
 from ._wandb_file import read_wandb_run
@@ -21,12 +21,17 @@ def _wandb_runs(run_dir: Path) -> list[dict]:
     return [read_wandb_run(p) for p in sorted(run_dir.glob("wandb/offline-run-*/run-*.wandb"))]
 
 
-def test_wandb_offline_run_holds_metrics_config_plan_and_selection(tmp_path, monkeypatch):
+def test_wandb_offline_run_holds_metrics_config_plan_and_selection(tmp_path, monkeypatch, caplog):
     monkeypatch.setenv("WANDB_MODE", "offline")
+    caplog.set_level("INFO", logger="swerl.trainer.trackers")
     cfg = TrainConfig.model_validate({"data": {"tasks": "tasks/"}, "logging": {"wandb": {"project": "swerl-test"}},
                                       "loop": {"train_batch_size": 2}})
     plan = make_plan(cfg, 4)
     trackers = open_trackers(cfg.logging, tmp_path, cfg.model_dump(mode="json"), plan)
+    # One line says where it writes and how to upload: the path in it is the run's folder.
+    (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("W&B")]
+    pattern = line.rsplit("`wandb sync ", 1)[1].rstrip("`")
+    assert line.startswith("W&B (offline): writing ") and len(list(Path("/").glob(pattern.lstrip("/")))) == 1
     sink = MetricsSink(tmp_path, trackers=trackers)
     for step, reward in [(1, 0.25), (2, 0.5), (3, 0.75)]:
         sink.log(step, {"reward/avg_raw_reward": reward, "grad_norm": 1.0 / step})
@@ -47,6 +52,12 @@ def test_wandb_offline_run_holds_metrics_config_plan_and_selection(tmp_path, mon
 def test_no_tracker_unless_asked(tmp_path):
     assert open_trackers(LoggingConfig(), tmp_path, {}, {}) == []
     assert not (tmp_path / "wandb").exists()
+
+
+def test_true_turns_a_tracker_on_with_its_defaults():
+    on = LoggingConfig.model_validate({"wandb": True, "mlflow": True})
+    assert on.wandb == WandbConfig() and on.mlflow == MlflowConfig()
+    assert LoggingConfig.model_validate({"wandb": False, "mlflow": False}) == LoggingConfig()
 
 
 @pytest.mark.docker

@@ -34,11 +34,14 @@ def test_mlflow_keys_keep_slashes_and_spell_out_at():
     assert mlflow_key("reward/avg_raw_reward") == "reward/avg_raw_reward"
 
 
-def test_mlflow_store_holds_metrics_config_plan_and_selection(tmp_path):
+def test_mlflow_store_holds_metrics_config_plan_and_selection(tmp_path, caplog):
+    caplog.set_level("INFO", logger="swerl.trainer.trackers")
     cfg = TrainConfig.model_validate({"data": {"tasks": "tasks/"}, "logging": {"mlflow": {"experiment": "swerl-test"}},
                                       "loop": {"train_batch_size": 2}})
     plan = make_plan(cfg, 4)
     sink = MetricsSink(tmp_path, trackers=open_trackers(cfg.logging, tmp_path, cfg.model_dump(mode="json"), plan))
+    store = (tmp_path / "mlruns").resolve().as_uri()
+    assert f"of experiment 'swerl-test' in {store}; view with `mlflow ui --backend-store-uri {store}`" in caplog.text
     for step, reward in [(1, 0.25), (2, 0.5), (3, 0.75)]:
         sink.log(step, {"reward/avg_raw_reward": reward, "eval/pass@1": reward / 2})
     sink.close()

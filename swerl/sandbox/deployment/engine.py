@@ -19,12 +19,12 @@ from swerl.sandbox.deployment.gc import collect_garbage
 from swerl.sandbox.deployment.limits import DiskWatch, check_free_disk
 from swerl.sandbox.deployment.pool import ContainerSpec, Reaper, WarmPool
 from swerl.sandbox.deployment.ramp import CreatePace
-from swerl.sandbox.runtime.streams import Endpoint
+from swerl.sandbox.endpoint import Endpoint
 
 if TYPE_CHECKING:
     import docker
 
-    from swerl.sandbox.deployment.config import EngineConfig
+    from swerl.sandbox.engine_config import EngineConfig
     from swerl.sandbox.types import SandboxConfig
 
 log = logging.getLogger(__name__)

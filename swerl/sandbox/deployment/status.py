@@ -8,7 +8,7 @@ import shutil
 from pydantic import BaseModel, Field
 
 from swerl.errors import EnvironmentProblem
-from swerl.sandbox.deployment.config import EngineConfig
+from swerl.sandbox.engine_config import EngineConfig
 from swerl.sandbox.docker_api import DOCKER_ERRORS, LABEL_RUN, TASK_IMAGE_REPO, connect, engine_url
 
 MIB = 1 << 20

@@ -12,17 +12,26 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from swerl.errors import SandboxError
-from swerl.sandbox.types import Outcome
+from swerl.sandbox.types import ExecResult, Outcome
 
 if TYPE_CHECKING:
-    from swerl.sandbox.runtime.sandbox import Sandbox
+    from swerl.tasks.task_folder import Task
     from swerl.tasks.task_toml import HealthcheckSection
 
 
-async def wait_healthy(sb: Sandbox, check: HealthcheckSection, where: str = "[environment.healthcheck]") -> int:
+class Checked(Protocol):
+    """What a healthcheck runs in: a started :class:`~swerl.sandbox.runtime.sandbox.Sandbox`
+    (named by this interface, so the sandbox module can import this one and not the reverse)."""
+
+    task: Task
+
+    async def exec(self, command: str, timeout_s: float = ...) -> ExecResult: ...
+
+
+async def wait_healthy(sb: Checked, check: HealthcheckSection, where: str = "[environment.healthcheck]") -> int:
     """Run ``check.command`` in ``sb`` until it passes.
 
     Returns:

@@ -32,7 +32,8 @@ from collections.abc import Mapping
 
 from swerl.errors import SandboxError
 from swerl.sandbox.runtime.channel import Command, seconds_arg
-from swerl.sandbox.runtime.streams import CappedOutput, Endpoint
+from swerl.sandbox.endpoint import Endpoint
+from swerl.sandbox.runtime.streams import CappedOutput
 from swerl.sandbox.types import ExecResult
 
 log = logging.getLogger(__name__)

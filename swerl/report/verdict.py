@@ -1,0 +1,111 @@
+""""Did it learn?": the few lines a person reads first, at the end of ``swerl train`` and at the
+top of ``swerl report``.
+
+Stage: after the trainer; reads one run directory (metrics, config, held-out evaluations).
+- Training reward: the trailing EMA at the last step against step 1 (the baseline the run
+  starts from), with the 95% band of that change from the per-step episode counts
+  (:func:`swerl.report.trend.ema_change`); "rose" or "fell" only when the band excludes 0.
+- Held-out: when the run evaluated before training (``eval.before_train``) and later, the
+  latest evaluation against step 0, paired by seed and tested as ``swerl compare`` does
+  (bootstrap CI over tasks and McNemar, :func:`swerl.report.compare.learning_of_run`).
+- Groups with signal: per step, the groups whose rewards were not all equal (RLOO gives the
+  others zero advantage: no gradient).
+- The next commands to run on the run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from swerl.report.runs import Run
+from swerl.report.trend import ema_change
+from swerl.selection import DEFAULT_METRIC
+
+
+@dataclass
+class RunVerdict:
+    """What the verdict says. headline: one line. lines: the evidence. next_commands: shell lines."""
+
+    headline: str
+    lines: list[str]
+    next_commands: list[str]
+
+
+def signal_groups(run: Run) -> list[tuple[int, int, int]]:
+    """(step, groups with reward variance, groups) per step, from ``reward/num_trajectories``,
+    ``advantage/zero_variance_groups`` and ``advantage/below_min_groups`` and the run's
+    ``algorithm.n_samples_per_prompt``; [] when the run does not say."""
+    n = ((run.config.get("algorithm") or {}).get("n_samples_per_prompt")) or 0
+    out = []
+    for record in run.records:
+        rows = record.get("reward/num_trajectories")
+        if not n or rows is None or "advantage/zero_variance_groups" not in record:
+            continue
+        groups = int(round(rows / n))
+        flat = int(record["advantage/zero_variance_groups"] + record.get("advantage/below_min_groups", 0.0))
+        out.append((int(record["global_step"]), max(0, groups - flat), groups))
+    return out
+
+
+def _training_line(run: Run, span: int) -> tuple[str, str]:
+    """(headline, evidence line) of the training reward's change."""
+    steps, values = run.steps(DEFAULT_METRIC)
+    if not steps:
+        return "No training step logged a reward yet", f"{DEFAULT_METRIC}: no record"
+    counts = dict(zip(*run.steps("reward/num_trajectories")))
+    n = [counts.get(s, 1.0) for s in steps]
+    change = ema_change(values, n, span)
+    per_step = "/".join(sorted({f"{c:g}" for c in n}))
+    evidence = (f"training reward: trailing EMA (span {span}) {change.last_ema:.3f} at step {steps[-1]} vs "
+                f"{change.first:.3f} at step {steps[0]}: {change.diff:+.3f}, 95% band "
+                f"[{change.diff - change.half:+.3f}, {change.diff + change.half:+.3f}] "
+                f"({len(steps)} steps, {per_step} episodes each)")
+    if len(steps) < 2:
+        return "One step: too early to tell", evidence
+    if change.resolved():
+        word = "rose" if change.diff > 0 else "fell"
+        return f"The training reward {word} beyond its sampling noise", evidence
+    return ("No change beyond sampling noise yet: more steps or more episodes per step narrow the band "
+            f"(now ±{change.half:.3f})"), evidence
+
+
+def _signal_line(run: Run) -> str | None:
+    per_step = signal_groups(run)
+    if not per_step:
+        return None
+    shown = ", ".join(f"{s}: {k}/{g}" for s, k, g in per_step[-10:])
+    with_signal, total = sum(k for _, k, _ in per_step), sum(g for _, _, g in per_step)
+    share = f"{with_signal / total:.0%}" if total else "-"
+    return (f"groups with signal (rewards not all equal, so a gradient): {with_signal} of {total} ({share}); "
+            f"per step {shown}")
+
+
+def next_commands(run_dir: Path) -> list[str]:
+    """What to run next on ``run_dir``: the report, the episode viewer, the held-out eval."""
+    return [f"swerl report {run_dir} --out {run_dir / 'report.html'}",
+            f"swerl view {run_dir} --out {run_dir / 'view.html'}",
+            f"swerl eval TASKS --from-run {run_dir}   # the selected export on held-out tasks"]
+
+
+def run_verdict(run: Run, span: int = 5) -> RunVerdict:
+    """The verdict of one run (module docstring)."""
+    from swerl.report.compare import learning_of_run
+
+    headline, training = _training_line(run, span)
+    lines = [training]
+    held_out = learning_of_run(run.run_dir)
+    if held_out:
+        lines += [f"held-out: {v.text}" for v in held_out]
+        first = held_out[0]
+        rose = first.diff.low > 0
+        fell = first.diff.high < 0
+        headline = (f"Held-out {first.metric} {'rose' if rose else 'fell' if fell else 'did not change resolvably'} "
+                    f"from step 0 to step {first.b.rsplit('@', 1)[-1]}; {headline[0].lower()}{headline[1:]}")
+    else:
+        lines.append("held-out: no evaluation before and after training (add an eval section with before_train: "
+                     "true for a baseline on tasks the run does not train on)")
+    signal = _signal_line(run)
+    if signal:
+        lines.append(signal)
+    return RunVerdict(headline, lines, next_commands(run.run_dir))

@@ -1,0 +1,65 @@
+""""Did it learn?": the training reward's change against its noise band, the held-out change
+from step 0, the groups with signal, and the next commands; in the report and after train."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from swerl.report.report import build_report
+from swerl.report.runs import load_run
+from swerl.report.verdict import run_verdict
+
+from ._synthetic import make_run, random_passes
+
+CONFIG = {"algorithm": {"n_samples_per_prompt": 4}}
+
+
+def _with_counts(run_dir, episodes: int, flat_groups: list[float]) -> None:
+    """Add what train logs beside the reward: episodes per step, groups without variance."""
+    path = run_dir / "metrics.jsonl"
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    for record, flat in zip(records, flat_groups):
+        record.update({"reward/num_trajectories": float(episodes), "advantage/zero_variance_groups": flat,
+                       "advantage/below_min_groups": 0.0})
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def test_a_clear_rise_with_a_held_out_gain_is_called_one(tmp_path):
+    rng = np.random.default_rng(0)
+    rates = np.linspace(0.05, 0.5, 40)
+    evals = {0: random_passes(rates, 4, rng), 10: random_passes(np.minimum(rates + 0.45, 1.0), 4, rng)}
+    run_dir = make_run(tmp_path / "run", CONFIG, [0.1 + 0.06 * s for s in range(10)], evals)
+    _with_counts(run_dir, 64, [10.0] * 5 + [4.0] * 5)
+    verdict = run_verdict(load_run(run_dir))
+    assert verdict.headline.startswith("Held-out pass@1 rose from step 0 to step 10; the training reward rose")
+    assert verdict.lines[0].startswith("training reward: trailing EMA (span 5) ")
+    assert "(10 steps, 64 episodes each)" in verdict.lines[0]
+    assert verdict.lines[1].startswith("held-out: ") and "pass@1" in verdict.lines[1]
+    assert verdict.lines[-1].startswith("groups with signal (rewards not all equal, so a gradient): 90 of 160 (56%)")
+    assert verdict.next_commands[1] == f"swerl view {run_dir} --out {run_dir / 'view.html'}"
+
+
+def test_noise_is_called_noise_and_the_report_opens_with_the_verdict(tmp_path):
+    run_dir = make_run(tmp_path / "run", CONFIG, [0.125, 0.25, 0.1875], {})
+    _with_counts(run_dir, 16, [3.0, 2.0, 2.0])
+    verdict = run_verdict(load_run(run_dir))
+    assert verdict.headline.startswith("No change beyond sampling noise yet")
+    assert "held-out: no evaluation before and after training" in verdict.lines[1]
+    page = build_report([run_dir], tmp_path / "report.html").html_path.read_text()
+    assert page.index("<h2>Did it learn?</h2>") < page.index("<table>")
+    assert "No change beyond sampling noise yet" in page and f"swerl view {run_dir}" in page
+
+
+def test_train_ends_with_the_verdict_and_the_next_commands(tmp_path):
+    from rich.console import Console
+
+    from swerl.cli.train import _print_verdict
+
+    run_dir = make_run(tmp_path / "run", CONFIG, [0.125, 0.25, 0.1875], {})
+    console = Console(record=True, width=300)
+    _print_verdict(console, run_dir)
+    text = console.export_text()
+    assert text.startswith("Did it learn? No change beyond sampling noise yet")
+    assert f"next:\n  swerl report {run_dir} --out {run_dir / 'report.html'}\n" in text
