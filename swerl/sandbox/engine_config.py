@@ -42,6 +42,16 @@ class EngineConfig(BaseModel):
     runtime: str | None = Field(
         None, min_length=1, description="OCI runtime of this engine's trial containers; None = sandbox.runtime."
     )
+    max_creates_per_s: float | None = Field(
+        None, gt=0,
+        description="Most container creates a second on this engine (trials and warm-pool refills together, spaced "
+        "evenly); a step's start then ramps instead of asking for every container at once. None = no limit.",
+    )
+    warm: int | None = Field(
+        None, ge=0,
+        description="Idle started containers kept per image on this engine, refilled in the background between "
+        "steps; None = sandbox.warm_pool_size.",
+    )
 
     @model_validator(mode="after")
     def _scheme(self) -> EngineConfig:

@@ -26,13 +26,12 @@ from swerl.sandbox.runtime.cleanroom import verification_mode
 from swerl.sandbox.runtime.healthcheck import wait_healthy
 from swerl.sandbox.deployment.engine import DEFAULT_MAX_WARM, MAX_WARM_POOLS, Engine, EngineLost
 from swerl.sandbox.deployment.fleet import Fleet
-from swerl.sandbox.deployment.transfer import copy_image, has_image
+from swerl.sandbox.deployment.registry import ImageRoutes
 from swerl.sandbox.docker_api import LABEL_TASK
 from swerl.sandbox.deployment.gc import owner_labels
 from swerl.sandbox.deployment.image_cache import prune_task_images, record_use
-from swerl.sandbox.deployment.images import ensure_task_image, from_images, task_image_tag
+from swerl.sandbox.deployment.images import ensure_task_image, task_image_tag
 from swerl.sandbox.runtime.keeper import KeeperChannel
-from swerl.sandbox.deployment.limits import watch_disk
 from swerl.sandbox.types import Blame, Outcome, SandboxConfig, TrialRecord, TrialTimings, VerifierResult
 from swerl.sandbox.deployment.pool import ContainerSpec
 from swerl.sandbox.runtime.sandbox import Sandbox
@@ -73,6 +72,7 @@ class SandboxManager:
         self._slots = asyncio.Semaphore(self.config.concurrency)
         self._labels: dict[str, str] = {}
         self.fleet: Fleet | None = None
+        self.routes: ImageRoutes | None = None
 
     @property
     def engines(self) -> list[Engine]:
@@ -95,7 +95,7 @@ class SandboxManager:
         self._labels = owner_labels(self.run_id)
         fleet = Fleet([Engine(e, self.config, self._labels) for e in self.config.engine_list()], self.config.engine_probe_s)
         await fleet.open()
-        self.fleet = fleet
+        self.fleet, self.routes = fleet, ImageRoutes(self.config.registry)
         log.info("sandboxes of run %s: containers labelled swerl.run=%s (swerl sandbox gc removes them after a crash)",
                  self.run_id, self.run_id)
         return self
@@ -113,8 +113,8 @@ class SandboxManager:
 
     async def image_for(self, task: Task, engine: Engine | None = None) -> str:
         """The task's image on ``engine`` (default: the first healthy one): ``[environment]
-        docker_image``, or ``environment/`` built there (cached per engine). A ``FROM`` image
-        the engine lacks is copied from a peer engine that has it.
+        docker_image``, or ``environment/`` built there (cached per engine), or pulled from
+        ``sandbox.registry``. A ``FROM`` image the engine lacks comes from the registry or a peer.
 
         Raises:
             TaskError: bad environment folder. SandboxError: build_error.
@@ -149,17 +149,23 @@ class SandboxManager:
         return self.fleet.healthy[0]
 
     async def _built_image(self, folder: Path, build_timeout_s: float, engine: Engine) -> str:
-        """``folder`` (holding a Dockerfile) built on ``engine`` once per run, cached by content."""
+        """``folder`` (holding a Dockerfile) on ``engine`` once per run, cached by content: pulled
+        from ``sandbox.registry`` when it holds it, else built there (and pushed)."""
         key = str(folder.resolve())
         if key in engine.images:
             return engine.images[key]
-        lock = engine.image_locks.setdefault(task_image_tag(folder), asyncio.Lock())
-        async with lock:
+        assert self.fleet is not None and self.routes is not None
+        routes = self.routes
+        async with routes.lock(engine, task_image_tag(folder)):
             assert engine.call is not None and engine.client is not None
-            await self._bring_bases(folder / "Dockerfile", build_timeout_s, engine)
+            await routes.bring_bases(folder / "Dockerfile", engine, self.fleet.healthy, build_timeout_s)
+            fetch = (lambda tag: routes.pull(engine, tag, build_timeout_s)) if routes.registry else None
             tag, built = await ensure_task_image(
                 engine.call, engine.client, folder, build_timeout_s, allow_network=False, known_ids=engine.base_ids,
+                fetch=fetch,
             )
+            if built and routes.registry:
+                await routes.push(engine, tag, build_timeout_s)
         first_use = tag not in engine.images.values()
         engine.images[key] = tag
         if first_use:  # many task folders share one image (e.g. every HumanEval task): note it once
@@ -172,27 +178,6 @@ class SandboxManager:
             except SandboxError as err:  # a full cache is a nuisance, never a failed trial
                 log.warning("image cache pruning failed on %s: %s", engine.url, err)
         return tag
-
-    async def _bring_bases(self, dockerfile: Path, timeout_s: float, engine: Engine) -> None:
-        """Copy the ``FROM`` images of ``dockerfile`` that ``engine`` lacks from a healthy peer engine."""
-        assert engine.call is not None and engine.client is not None and self.fleet is not None
-        for ref in from_images(dockerfile):
-            async with engine.image_locks.setdefault(f"from:{ref}", asyncio.Lock()):  # one copy per image
-                await self._bring_base(ref, timeout_s, engine)
-
-    async def _bring_base(self, ref: str, timeout_s: float, engine: Engine) -> None:
-        """Copy ``ref`` to ``engine`` from the first healthy peer that has it (if it lacks it)."""
-        assert engine.call is not None and engine.client is not None and self.fleet is not None
-        if ref in engine.base_ids or await engine.call(has_image, engine.client, ref):
-            return
-        for peer in self.fleet.healthy:
-            if peer is engine or peer.call is None or not await peer.call(has_image, peer.client, ref):
-                continue
-            try:
-                await engine.call(copy_image, peer.client, engine.client, ref, timeout_s=timeout_s)
-            except Exception as err:  # noqa: BLE001 - the build then names the missing image
-                log.warning("could not copy %s from %s to %s: %s", ref, peer.url, engine.url, err)
-            return
 
     def _spec(self, task: Task, phase: Phase, image: str, engine: Engine) -> ContainerSpec:
         """The container of ``phase``: the agent's limits and network, or the verifier's (the
@@ -282,9 +267,8 @@ class SandboxManager:
         """Watch the sandbox's disk while the caller uses it; remove it after; turn a Docker
         failure of an engine that no longer answers into :class:`EngineLost`."""
         assert engine.call is not None and engine.client is not None and engine.reaper is not None
-        watcher = None
-        if self.config.disk_poll_s is not None:
-            watcher = asyncio.create_task(watch_disk(engine.call, engine.client, sb, self.config.disk_poll_s))
+        if engine.disk_watch is not None:
+            engine.disk_watch.add(sb)
         try:
             yield
         except SandboxError as err:
@@ -293,8 +277,8 @@ class SandboxManager:
                 raise EngineLost(f"engine {engine.url} stopped answering: {err}", outcome=outcome_of(err)) from err
             raise
         finally:
-            if watcher is not None:
-                watcher.cancel()
+            if engine.disk_watch is not None:
+                engine.disk_watch.discard(sb)
             await asyncio.shield(sb.close_shells())
             removal = engine.reaper.remove(sb.container_id)
             removal.add_done_callback(lambda t: _record_cleanup(t, timings))

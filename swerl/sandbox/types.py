@@ -174,6 +174,13 @@ class SandboxConfig(BaseModel):
         description="The Docker-API engines of the fleet; trials go to the engine with the most free slots. "
         "Empty = one local engine (docker_base_url).",
     )
+    registry: str | None = Field(
+        None, pattern=r"^[A-Za-z0-9.-]+(:[0-9]{1,5})?$",
+        description="HOST:PORT of the fleet's container registry: a task image is built once, pushed there and pulled "
+        "by each other engine on first use (as are FROM images an engine lacks). Each engine's dockerd must reach "
+        "it and trust it (plain HTTP: its insecure-registries, 127.0.0.0/8 by default; TLS: "
+        "/etc/docker/certs.d/HOST:PORT/ca.crt). None = images are copied between engines through swerl.",
+    )
     runtime: str | None = Field(
         None, min_length=1,
         description="OCI runtime of trial containers (Docker's --runtime), registered with the engine (dockerd "
@@ -209,7 +216,8 @@ class SandboxConfig(BaseModel):
         default, resolved by :func:`swerl.sandbox.docker_api.engine_url`)."""
         if self.engines:
             return list(self.engines)
-        return [EngineConfig.model_construct(url=self.docker_base_url, slots=None, tls=None, runtime=None)]
+        return [EngineConfig.model_construct(
+            url=self.docker_base_url, slots=None, tls=None, runtime=None, max_creates_per_s=None, warm=None)]
 
 
 class ExecResult(BaseModel):

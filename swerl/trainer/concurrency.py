@@ -1,6 +1,6 @@
 """The run's sandbox limits split over its ranks: ``loop.rollout_concurrency`` (or
 ``sandbox.concurrency``), ``sandbox.concurrency``, ``sandbox.warm_pool_size`` and each engine's
-``slots`` are totals for the whole run, whatever the number of trainer ranks; every rank runs its
+``slots``, ``warm`` and ``max_creates_per_s`` are totals for the whole run, whatever the number of trainer ranks; every rank runs its
 share of the episodes (``rollouts.rank_share``) with its share of these limits.
 """
 
@@ -20,8 +20,9 @@ def split_count(total: int, rank: int, world_size: int) -> int:
 def rank_sandbox(cfg: SandboxConfig, episodes: int, rank: int, world_size: int) -> tuple[SandboxConfig, int]:
     """This rank's share of the run's sandbox limits. ``episodes`` (``loop.rollout_concurrency``
     or ``sandbox.concurrency``), ``sandbox.concurrency``, ``warm_pool_size`` and every engine's
-    ``slots`` are totals over all ranks: each rank gets its :func:`split_count` of them (an engine's
-    slots are dealt from a rank that moves with the engine's index, so that engines with few slots
+    ``slots`` and ``warm`` are totals over all ranks: each rank gets its :func:`split_count` of them
+    (an engine's ``max_creates_per_s`` is divided evenly: each rank opens its own client; its
+    slots and warm containers are dealt from a rank that moves with the engine's index, so that engines with few slots
     land on different ranks; a rank with no slot on an engine leaves it out).
 
     Returns: (the rank's SandboxConfig, the episodes it keeps in flight).
@@ -35,10 +36,12 @@ def rank_sandbox(cfg: SandboxConfig, episodes: int, rank: int, world_size: int) 
             f"is below its {world_size} ranks: each rank runs its share of the episodes; raise it to >= {world_size}")
     engines = []
     for index, engine in enumerate(cfg.engines):
-        slots = engine.slots if engine.slots is None else split_count(engine.slots, (rank + index) % world_size,
-                                                                      world_size)
+        turn = (rank + index) % world_size
+        slots = engine.slots if engine.slots is None else split_count(engine.slots, turn, world_size)
+        warm = engine.warm if engine.warm is None else split_count(engine.warm, turn, world_size)
+        rate = engine.max_creates_per_s and engine.max_creates_per_s / world_size
         if slots != 0:
-            engines.append(engine.model_copy(update={"slots": slots}))
+            engines.append(engine.model_copy(update={"slots": slots, "warm": warm, "max_creates_per_s": rate}))
     if cfg.engines and not engines:
         raise ConfigError(f"sandbox.engines' slots leave rank {rank} of {world_size} without an engine: they are the "
                           f"run's totals; give the engines >= {world_size} slots together")

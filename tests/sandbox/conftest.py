@@ -20,3 +20,17 @@ def docker_client():
         pytest.fail("python:3.10-slim missing; run `swerl sandbox build-base`")
     yield client
     client.close()
+
+
+@pytest.fixture(scope="module")
+def second_engine(docker_client):
+    """A private dockerd in its own network namespace, started for a test module and stopped after it."""
+    from ._engines import PrivateEngine, can_start_private_engine
+
+    reason = can_start_private_engine()
+    if reason is not None:
+        pytest.skip(reason)
+    engine = PrivateEngine()
+    engine.start()
+    yield engine
+    engine.stop()

@@ -19,23 +19,11 @@ from swerl.sandbox.deployment.gc import collect_garbage
 from swerl.sandbox.selftest import run_sandbox_test
 from swerl.tasks import load_task
 
-from ._engines import PrivateEngine, can_start_private_engine
+from ._engines import PrivateEngine
 from ._support import containers_of, run
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 TASKS = Path(__file__).resolve().parents[1] / "fixtures" / "tasks"
-
-
-@pytest.fixture(scope="module")
-def second_engine(docker_client):
-    """A private dockerd, started for these tests and stopped after them."""
-    reason = can_start_private_engine()
-    if reason is not None:
-        pytest.skip(reason)
-    engine = PrivateEngine()
-    engine.start()
-    yield engine
-    engine.stop()
 
 
 def _fleet(second: PrivateEngine, **overrides) -> SandboxConfig:

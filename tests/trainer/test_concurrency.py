@@ -1,6 +1,6 @@
 """The run's sandbox limits are totals over its ranks: each rank gets its share of the episodes
 in flight, the sandboxes alive, the warm pool and every engine's slots, and the shares sum to
-the totals (what the plan and the docs present)."""
+the totals (what the plan and the docs present); an engine's create rate is divided evenly."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from swerl.trainer.concurrency import rank_sandbox, split_count
 
 def test_shares_sum_to_the_totals_over_any_number_of_ranks():
     cfg = SandboxConfig(concurrency=10, warm_pool_size=3,
-                        engines=[{"url": "tcp://a:2375", "slots": 6}, {"url": "tcp://b:2375", "slots": 1},
-                                 {"url": "tcp://c:2375"}])
+                        engines=[{"url": "tcp://a:2375", "slots": 6, "warm": 5, "max_creates_per_s": 8.0},
+                                 {"url": "tcp://b:2375", "slots": 1}, {"url": "tcp://c:2375"}])
     for world in (1, 2, 3, 4):
         shares = [rank_sandbox(cfg, 9, rank, world) for rank in range(world)]
         assert sum(episodes for _, episodes in shares) == 9
@@ -22,6 +22,8 @@ def test_shares_sum_to_the_totals_over_any_number_of_ranks():
         assert sum(mine.warm_pool_size for mine, _ in shares) == 3
         for url, slots in (("tcp://a:2375", 6), ("tcp://b:2375", 1)):
             assert sum(e.slots for mine, _ in shares for e in mine.engines if e.url == url) == slots
+        a = [e for mine, _ in shares for e in mine.engines if e.url == "tcp://a:2375"]
+        assert sum(e.warm for e in a) == 5 and sum(e.max_creates_per_s for e in a) == pytest.approx(8.0)
         # an engine without slots follows each rank's own concurrency: every rank keeps it
         assert all(any(e.url == "tcp://c:2375" and e.slots is None for e in mine.engines) for mine, _ in shares)
     assert [split_count(9, r, 4) for r in range(4)] == [3, 2, 2, 2]

@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING
 from swerl.errors import EnvironmentProblem, SandboxError
 from swerl.sandbox.docker_api import LABEL_PID, LABEL_RUN, DockerCaller, connect, engine_url
 from swerl.sandbox.deployment.gc import collect_garbage
-from swerl.sandbox.deployment.limits import check_free_disk
+from swerl.sandbox.deployment.limits import DiskWatch, check_free_disk
 from swerl.sandbox.deployment.pool import ContainerSpec, Reaper, WarmPool
+from swerl.sandbox.deployment.ramp import CreatePace
 from swerl.sandbox.endpoint import Endpoint
 
 if TYPE_CHECKING:
@@ -56,6 +57,7 @@ class Engine:
     Attributes:
         url: the engine URL (``unix:///...``, ``tcp://...``).
         slots: most sandboxes alive at once here; ``in_use`` counts those placed now.
+        pace: this engine's create turns (``max_creates_per_s``), shared by trials and warm pools.
         runtime: OCI runtime of its trial containers (``EngineConfig.runtime``, else
             ``SandboxConfig.runtime``); None = the engine's default.
         healthy: False while quarantined (it stopped answering); no trial is placed on it then.
@@ -70,6 +72,7 @@ class Engine:
         self.url = engine_url(config.url)
         self.slots = config.slots or sandbox.concurrency
         self.runtime = config.runtime or sandbox.runtime
+        self.pace = CreatePace(config.max_creates_per_s)
         self.in_use = 0
         self.trials = 0
         self.healthy = False
@@ -78,6 +81,7 @@ class Engine:
         self.client: docker.DockerClient | None = None
         self.call: DockerCaller | None = None
         self.reaper: Reaper | None = None
+        self.disk_watch: DiskWatch | None = None
         self.pools: dict[ContainerSpec, WarmPool] = {}
         self.images: dict[str, str] = {}
         self.base_ids: dict[str, str] = {}
@@ -103,6 +107,8 @@ class Engine:
             endpoint = Endpoint.of(self.url, self.client.api.api_version, self.config.ssl_context())
             self.call = DockerCaller(4 * self.slots + 4, cfg.docker_timeout_s, endpoint)
             self.reaper = Reaper(self.call, self.client, parallel=max(2, self.slots))
+            if cfg.disk_poll_s is not None:
+                self.disk_watch = DiskWatch(self.call, self.client, self.labels, cfg.disk_poll_s)
             await self.call(check_free_disk, self.client, cfg.min_free_disk_mb)
             if self.runtime is not None:
                 await self.call(check_runtime, self.client, self.runtime, self.url)
@@ -133,11 +139,11 @@ class Engine:
         cfg = self.sandbox
         pool = self.pools.pop(spec, None)
         if pool is None:
-            size = cfg.warm_pool_size
+            size = self.config.warm if self.config.warm is not None else cfg.warm_pool_size
             if size is None:  # enough to stay ahead of trial starts; more would only idle
                 size = min(self.slots, DEFAULT_MAX_WARM) * per_trial
             pool = WarmPool(self.call, self.client, spec, size if cfg.warm_pool else 0, self.labels, self.reaper,
-                            cfg.start_timeout_s, docker_timeout_s=cfg.docker_timeout_s)
+                            cfg.start_timeout_s, docker_timeout_s=cfg.docker_timeout_s, pace=self.pace)
         self.pools[spec] = pool  # re-insert: dict order is least -> most recently used
         while len(self.pools) > MAX_WARM_POOLS:
             self._close_pool(self.pools.pop(next(iter(self.pools))))
@@ -169,6 +175,8 @@ class Engine:
         if self.client is None or self.call is None or self.reaper is None:
             return
         limit = self.sandbox.drain_timeout_s
+        if self.disk_watch is not None:
+            await self.disk_watch.close()
         for pool in self.pools.values():
             await pool.close(limit)
         self.pools.clear()

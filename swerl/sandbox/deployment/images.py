@@ -14,6 +14,7 @@ import logging
 import os
 import re
 import subprocess
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -175,12 +176,15 @@ async def ensure_task_image(
     build_timeout_s: float,
     allow_network: bool,
     known_ids: dict[str, str] | None = None,
+    fetch: Callable[[str], Awaitable[bool]] | None = None,
 ) -> tuple[str, bool]:
     """Return the task image tag, building ``environment/`` first when it is not cached.
 
     Args:
         known_ids: ``FROM`` ref -> local image id already looked up on this engine (filled
             here); a run keeps one per engine, so each base is inspected once.
+        fetch: called with the tag when the engine lacks it (a pull from the fleet's
+            registry); True = the image is there now and needs no build.
 
     Returns:
         (tag, whether it was built now).
@@ -196,7 +200,7 @@ async def ensure_task_image(
         await call(_look_up_ids, client, unknown, known)
     base_ids = [known.get(ref, f"missing:{ref}") for ref in refs]
     tag = task_image_tag(environment_dir, base_ids)
-    if await call(has_image, client, tag):
+    if await call(has_image, client, tag) or (fetch is not None and await fetch(tag)):
         return tag, False
     log.info("building %s from %s", tag, environment_dir)
     try:

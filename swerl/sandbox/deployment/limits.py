@@ -2,17 +2,19 @@
 
 Per trial: overlay2 on ext4 (this engine) has no per-container size quota
 (``--storage-opt size`` needs xfs with project quotas), and tmpfs mounts would bound only
-the folders named, not ``/usr`` or ``/root``. So :func:`watch_disk` measures every
-``SandboxConfig.disk_poll_s`` seconds what the container's writable layer holds on disk and
-kills the container once it passes ``[environment] storage_mb``; the trial then ends as
+the folders named, not ``/usr`` or ``/root``. So one :class:`DiskWatch` per engine measures every
+``SandboxConfig.disk_poll_s`` seconds what each watched container's writable layer holds on disk
+and kills a container once it passes ``[environment] storage_mb``; the trial then ends as
 ``disk_limit``, and a control run decides whose fault it is (a container over its own budget is
 the attempt's: ``zero``). The bound is storage_mb plus what the container writes in one poll interval.
 
 What is measured is the allocated blocks (``st_blocks``, hard links once) of overlay2's upper
 folder, walked on this host (~1 ms for a trial's few files), so a sparse file of many GiB costs
 what it really costs: next to nothing. Docker's own ``SizeRw`` (``GET /containers/json?size=1``)
-adds apparent sizes, so a sparse file would pass the budget at no disk cost; it is used only when
-the engine's data root is not visible here (a remote engine).
+adds apparent sizes, so a sparse file would pass the budget at no disk cost; it is used only for
+containers whose upper folder this host cannot see (a remote engine), and then in one listing of
+the run's containers per engine and poll (not one request per sandbox: at 512 sandboxes in
+flight that would be 256 requests a second).
 
 Per run: :func:`check_free_disk` refuses to start (exit 3) when Docker's data root has less
 free space than ``SandboxConfig.min_free_disk_mb``.
@@ -44,10 +46,11 @@ log = logging.getLogger(__name__)
 MIB = 1 << 20
 
 
-def writable_layer_bytes(client: docker.DockerClient, container_id: str) -> int:
-    """Apparent bytes in the container's writable layer (Docker's ``SizeRw``; 0 when it reports none)."""
-    rows = client.api.containers(all=True, filters={"id": container_id}, size=True)
-    return int(rows[0].get("SizeRw") or 0) if rows else 0
+def writable_layer_bytes(client: docker.DockerClient, labels: dict[str, str]) -> dict[str, int]:
+    """Bytes in the writable layer (``SizeRw``; 0 when the daemon reports none) of every
+    container carrying ``labels``, by container id: one request for a whole run's containers."""
+    rows = client.api.containers(all=True, filters={"label": [f"{k}={v}" for k, v in labels.items()]}, size=True)
+    return {row["Id"]: int(row.get("SizeRw") or 0) for row in rows}
 
 
 def allocated_bytes(folder: str) -> int:
@@ -69,42 +72,83 @@ def allocated_bytes(folder: str) -> int:
     return total
 
 
-def disk_usage_reader(client: docker.DockerClient, container_id: str) -> Callable[[], int]:
-    """How the container's disk use is measured: the allocated blocks of its overlay2 upper folder
-    when this host sees it, else Docker's ``SizeRw`` (apparent sizes, a remote engine's)."""
+def local_reader(client: docker.DockerClient, container_id: str) -> Callable[[], int] | None:
+    """How this host measures the container's disk: the allocated blocks of its overlay2 upper
+    folder when this host sees it, else None (the engine's ``SizeRw`` is read instead)."""
     driver = client.api.inspect_container(container_id).get("GraphDriver") or {}
     upper = (driver.get("Data") or {}).get("UpperDir")
     if driver.get("Name") == "overlay2" and upper and os.path.isdir(upper):
         return functools.partial(allocated_bytes, upper)
-    return functools.partial(writable_layer_bytes, client, container_id)
+    return None
 
 
-async def watch_disk(call: DockerCaller, client: docker.DockerClient, sandbox: Sandbox, poll_s: float) -> None:
-    """Until cancelled: every ``poll_s`` seconds compare the disk that the sandbox's current container
-    (it changes in the clean room) holds with ``[environment] storage_mb``; past it, record why on
-    ``sandbox.disk_exceeded`` and kill the container."""
-    limit = sandbox.task.config.environment.storage_mb * MIB
-    measured: str | None = None
-    reader: Callable[[], int] | None = None
-    while True:
-        await asyncio.sleep(poll_s)
-        container_id = sandbox.container_id
-        try:
-            if reader is None or measured != container_id:
-                reader, measured = await call(disk_usage_reader, client, container_id), container_id
-            used = await call(reader)
-        except (SandboxError, docker.errors.NotFound) as err:  # the container is going away; the trial reports that itself
-            log.debug("disk watch of %s: %s", container_id[:12], err)
-            continue
-        if used > limit:
-            sandbox.disk_exceeded = (
-                f"{sandbox.task.name}: the container holds {used // MIB} MiB on disk, over [environment] storage_mb = "
-                f"{limit // MIB}; it was killed"
-            )
-            log.warning("%s", sandbox.disk_exceeded)
-            with contextlib.suppress(Exception):
-                await call(client.api.kill, container_id)
-            return
+class DiskWatch:
+    """One engine's watch of its sandboxes' disk: every ``poll_s`` seconds each watched sandbox's
+    current container (it changes in the clean room) is measured (allocated blocks where this host
+    sees its upper folder, else one ``SizeRw`` listing of the run's containers for all the others)
+    and compared with its ``[environment] storage_mb``; past it, ``sandbox.disk_exceeded`` says why
+    and the container is killed.
+
+    Args:
+        labels: the run's owner labels (every container of this process carries them).
+    """
+
+    def __init__(self, call: DockerCaller, client: docker.DockerClient, labels: dict[str, str], poll_s: float) -> None:
+        self._call, self._client, self._labels, self.poll_s = call, client, labels, poll_s
+        self._watched: set[Sandbox] = set()
+        self._readers: dict[str, Callable[[], int] | None] = {}  # container id -> its local reader
+        self._task: asyncio.Task[None] | None = None
+
+    def add(self, sandbox: Sandbox) -> None:
+        """Watch ``sandbox`` until :meth:`discard`; the polling starts with the first one."""
+        self._watched.add(sandbox)
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._poll(), name="swerl-disk-watch")
+
+    def discard(self, sandbox: Sandbox) -> None:
+        """Stop watching ``sandbox``."""
+        self._watched.discard(sandbox)
+
+    async def _usage(self, watched: list[Sandbox]) -> dict[str, int]:
+        """Bytes on disk by container id of the ``watched`` sandboxes' current containers."""
+        ids = {sb.container_id for sb in watched}
+        self._readers = {cid: r for cid, r in self._readers.items() if cid in ids}
+        for cid in ids - self._readers.keys():
+            with contextlib.suppress(SandboxError, docker.errors.NotFound):  # going away: measured next time
+                self._readers[cid] = await self._call(local_reader, self._client, cid)
+        local = {cid: r for cid, r in self._readers.items() if r is not None}
+        used = await asyncio.to_thread(lambda: {cid: reader() for cid, reader in local.items()}) if local else {}
+        if any(cid in self._readers and self._readers[cid] is None for cid in ids):
+            sizes = await self._call(writable_layer_bytes, self._client, self._labels)
+            used.update({cid: n for cid, n in sizes.items() if cid in ids and cid not in local})
+        return used
+
+    async def _poll(self) -> None:
+        while self._watched:
+            await asyncio.sleep(self.poll_s)
+            watched = list(self._watched)
+            try:
+                used_by_id = await self._usage(watched)
+            except SandboxError as err:  # the engine is busy or going away; the trials report that themselves
+                log.debug("disk watch: %s", err)
+                continue
+            for sandbox in watched:
+                used, limit = used_by_id.get(sandbox.container_id, 0), sandbox.task.config.environment.storage_mb * MIB
+                if used > limit and sandbox.disk_exceeded is None:
+                    sandbox.disk_exceeded = (
+                        f"{sandbox.task.name}: the container holds {used // MIB} MiB on disk, over "
+                        f"[environment] storage_mb = {limit // MIB}; it was killed"
+                    )
+                    log.warning("%s", sandbox.disk_exceeded)
+                    with contextlib.suppress(Exception):
+                        await self._call(self._client.api.kill, sandbox.container_id)
+
+    async def close(self) -> None:
+        """Stop polling."""
+        self._watched.clear()
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
 
 
 def check_free_disk(client: docker.DockerClient, needed_mb: int) -> None:

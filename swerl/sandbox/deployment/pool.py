@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict
 
 from swerl.errors import SandboxError
 from swerl.sandbox.docker_api import LABEL_POOL, LABEL_TASK
+from swerl.sandbox.deployment.ramp import CreatePace
 from swerl.sandbox.runtime.keeper import KeeperChannel, keeper_script_args
 from swerl.sandbox.types import Outcome
 
@@ -84,11 +85,12 @@ def create_container(
 
 async def launch(
     call: DockerCaller, client: docker.DockerClient, spec: ContainerSpec, labels: dict[str, str],
-    timeout_s: float, docker_timeout_s: float,
+    timeout_s: float, docker_timeout_s: float, pace: CreatePace | None = None,
 ) -> tuple[str, KeeperChannel]:
     """Create a container, attach to its keeper, then start it: the attach precedes the start,
     so a running trial container always has swerl's connection on its stdin and stops when it
-    closes (see :mod:`swerl.sandbox.runtime.keeper`).
+    closes (see :mod:`swerl.sandbox.runtime.keeper`). ``pace``: the engine's create turns
+    (``engines[].max_creates_per_s``), waited for before the create.
 
     Returns:
         (container id, the keeper channel).
@@ -96,6 +98,8 @@ async def launch(
     Raises:
         SandboxError: create/attach/start failed or exceeded ``timeout_s`` (the container is removed).
     """
+    if pace is not None:
+        await pace.turn()
     container_id = await call(create_container, client, spec, labels, timeout_s=timeout_s)
     channel: KeeperChannel | None = None
     try:
@@ -146,6 +150,10 @@ class Reaper:
 class WarmPool:
     """Started, never-used containers of one :class:`ContainerSpec`, refilled in the background.
 
+    Once a spec has been taken twice, every take starts a refill in the background up to
+    ``size`` idle containers, so the pool is full again when the next step starts (its first
+    ``size`` trials start at once, the rest wait for the engine's create turns).
+
     Args:
         size: idle containers to keep ready; 0 disables pre-starting (create on demand).
         labels: owner labels (run, pid) put on every container.
@@ -162,12 +170,14 @@ class WarmPool:
         start_timeout_s: float,
         parallel_starts: int = 2,
         docker_timeout_s: float = 60.0,
+        pace: CreatePace | None = None,
     ) -> None:
         self._call, self._client, self.spec, self.size = call, client, spec, size
         self._labels = {**labels, LABEL_POOL: spec.key()[:200], LABEL_TASK: "(warm pool)"}
         self._reaper = reaper
         self._start_timeout_s = start_timeout_s
         self._docker_timeout_s = docker_timeout_s
+        self._pace = pace
         self._ready: list[tuple[str, KeeperChannel]] = []
         self._filling: set[asyncio.Task[None]] = set()
         self._starts = asyncio.Semaphore(parallel_starts)
@@ -217,7 +227,7 @@ class WarmPool:
     async def _start(self, labels: dict[str, str]) -> tuple[str, KeeperChannel]:
         try:
             return await launch(
-                self._call, self._client, self.spec, labels, self._start_timeout_s, self._docker_timeout_s
+                self._call, self._client, self.spec, labels, self._start_timeout_s, self._docker_timeout_s, self._pace
             )
         except (SandboxError, docker.errors.DockerException) as err:
             raise SandboxError(f"container start failed ({self.spec.image}): {err}", outcome=Outcome.start_error) from err

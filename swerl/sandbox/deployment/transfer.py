@@ -1,6 +1,6 @@
 """Copy an image from one engine to another (``docker save | docker load`` through the SDK).
 
-Engines of a fleet share no registry on these machines, so an engine that lacks a task's
+Without a registry (``sandbox.registry``, :mod:`swerl.sandbox.deployment.registry`), an engine that lacks a task's
 ``FROM`` image (e.g. the offline ``python:3.10-slim``) gets it from a peer that has it. The
 image id is content-addressed, so the copy has the same id and task image tags (which hash
 the base ids) agree across engines.
