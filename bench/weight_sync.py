@@ -42,7 +42,7 @@ def seconds_per_sync(path: str, folder: Path, repeats: int, work: Path) -> float
 
     from swerl.inference.config import InferenceConfig
     from swerl.inference.factory import build_vllm
-    from swerl.inference.weight_sync import write_weights
+    from swerl.inference.weight_sync.disk import write_weights
 
     config = InferenceConfig(backend="vllm", dtype="bfloat16", enforce_eager=True, max_model_len=1024,
                              max_num_seqs=4, cpu_cores=["0"], kv_cache_space_gib=1,

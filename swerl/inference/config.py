@@ -13,7 +13,8 @@ ONLY_READ_BY: dict[str, tuple[str, ...]] = {
     "hf": ("device",),
     "vllm": ("vllm_mode", "num_servers", "server_urls", "cpu_cores", "kv_cache_space_gib", "server_start_timeout_s",
              "gpu_memory_utilization", "max_model_len", "max_num_seqs", "max_num_batched_tokens", "enforce_eager",
-             "enable_prefix_caching", "enable_sleep_mode", "fp32_lm_head", "weight_sync", "weight_sync_dir"),
+             "enable_prefix_caching", "enable_sleep_mode", "fp32_lm_head", "weight_sync", "weight_sync_dir",
+             "weight_sync_address"),
     "openai": ("tokenizer", "api_key_env", "openai_endpoint"),
 }
 """Fields that one backend alone reads; set with another backend, they are refused at load."""
@@ -85,7 +86,12 @@ class InferenceConfig(BaseModel):
         "a shared folder, reloaded by every engine (CPU and GPU); 'nccl' = vLLM's NCCL weight transfer (GPU servers).",
     )
     weight_sync_dir: str | None = Field(
-        None, description="vllm disk sync: the shared folder for the new weights; None = RUN_DIR/weight_sync."
+        None, description="vllm disk sync: the folder every engine reads the new weights from (one run's own: folders "
+        "of older versions in it are removed); None = RUN_DIR/weight_sync."
+    )
+    weight_sync_address: str | None = Field(
+        None, description="vllm nccl sync: the address the servers' workers reach a trainer rank at (its rendezvous); "
+        "None = 127.0.0.1 for servers swerl starts on the node, this host's name for server_urls."
     )
     logprob_diff_limit: float = Field(
         0.1,
@@ -122,6 +128,8 @@ class InferenceConfig(BaseModel):
             if stray:
                 raise ValueError(f"inference.{stray[0]} is only read by backend {backend!r}, not {self.backend!r}: "
                                  "remove it")
+        if self.weight_sync_address and self.weight_sync != "nccl":
+            raise ValueError("inference.weight_sync_address is only read with weight_sync=nccl: remove it")
         stray = set_fields(self, SERVERS_ONLY) if self.backend == "vllm" and self.vllm_mode == "inprocess" else []
         if stray:
             raise ValueError(f"inference.{stray[0]} is only read with vllm_mode=servers: remove it or set vllm_mode=servers")

@@ -78,9 +78,10 @@ def engine_cores(config: InferenceConfig, available: list[int]) -> list[str | No
     return [str(available[k]) if k < len(available) else None for k in range(config.num_engines)]
 
 
-def build_vllm(config: InferenceConfig, model_path: str, log_dir: Path, gpus: list[int] | None = None) -> Any:
+def build_vllm(config: InferenceConfig, model_path: str, log_dir: Path, gpus: list[str] | None = None) -> Any:
     """vLLM engines for one rank: an in-process ``VLLMBackend``, or an ``EnginePool`` over the servers
-    named in ``server_urls`` or started here (one per core set on CPU, one per GPU in ``gpus``).
+    named in ``server_urls`` or started here (one per core set on CPU, one per GPU id in ``gpus``,
+    default the visible GPUs ``0..num_servers-1``; see ``gpu_placement.server_gpus``).
 
     Raises:
         EnvironmentProblem: vLLM missing, or a server that did not start (its log is named).
@@ -103,7 +104,7 @@ def build_vllm(config: InferenceConfig, model_path: str, log_dir: Path, gpus: li
         on_cpu = not torch.cuda.is_available()
         count = config.num_servers
         cores = engine_cores(config, sorted(os.sched_getaffinity(0))) if on_cpu else [None] * count
-        gpu_ids = [None] * count if on_cpu else (gpus or list(range(count)))[:count]
+        gpu_ids: list[str | None] = [None] * count if on_cpu else list(gpus or [str(k) for k in range(count)])[:count]
         servers = start_servers(config, model_path, log_dir, cores, gpu_ids)
         urls = [server.url for server in servers]
     engines = [VLLMServerBackend(url, tokenizer, max_concurrency=config.max_num_seqs, timeout_s=config.request_timeout_s)

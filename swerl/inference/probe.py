@@ -7,6 +7,8 @@ should be ~0 in fp32 (HF) and small in bf16 (vLLM). A large gap means stale or w
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from torch import nn
 
@@ -41,16 +43,16 @@ def probe_sampling(temperature: float, max_new_tokens: int, seed: int = 1234) ->
 
 
 def logprob_gap(
-    backend: GenerationBackend,
+    engines: Sequence[GenerationBackend],
     model: nn.Module,
     prompt: list[int],
     sampling: SamplingParams,
     max_mean_abs_diff: float | None = None,
 ) -> dict[str, float]:
-    """Sample ``prompt`` on every engine of ``backend`` and compare its mu with ``model``'s log-probs.
+    """Sample ``prompt`` on each of ``engines`` and compare its mu with ``model``'s log-probs.
 
     Args:
-        backend: a backend, or a pool with ``.engines`` (each engine is probed on its own).
+        engines: the engines to probe, each on its own (a rank's owned engines; may be empty).
         max_mean_abs_diff: the limit on any engine's mean |mu - logp|, nats; None = no check.
 
     Returns:
@@ -61,7 +63,7 @@ def logprob_gap(
         InferenceError: an engine returned no log-probs, or its mean gap exceeds ``max_mean_abs_diff``.
     """
     diffs = []
-    for index, engine in enumerate(getattr(backend, "engines", [backend])):
+    for index, engine in enumerate(engines):
         generation = engine.generate([prompt], sampling)[0]
         if generation.logprobs is None:
             raise InferenceError("logprob probe: the backend returned no log-probs")

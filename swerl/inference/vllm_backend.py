@@ -325,6 +325,9 @@ class VLLMBackend:
                 log.error("vLLM generate failed with requests left in the engine; retiring it: %s", self._retired)
             raise
 
+    def check_reload_api(self) -> None:
+        """Nothing to check in process: ``collective_rpc`` and the worker extension came with the build."""
+
     def reload_weights(self, weights_dir: str, version: int, repack_tied: bool = True) -> None:
         """Load the safetensors folder ``weights_dir`` in place, re-pack tied heads, reset the prefix cache.
 

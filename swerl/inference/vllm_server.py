@@ -35,6 +35,8 @@ from swerl.logs import phase
 log = logging.getLogger(__name__)
 
 SERVED_NAME = "swerl-policy"
+RELOAD_ROUTES = ("/collective_rpc", "/reset_prefix_cache")
+"""Dev routes a disk reload drives (``VLLM_SERVER_DEV_MODE=1``)."""
 
 
 def free_port() -> int:
@@ -72,11 +74,12 @@ def server_command(config: InferenceConfig, model_path: str, port: int) -> list[
     return argv
 
 
-def server_env(config: InferenceConfig, cores: str | None, gpu: int | None, base: dict[str, str]) -> dict[str, str]:
+def server_env(config: InferenceConfig, cores: str | None, gpu: str | None, base: dict[str, str]) -> dict[str, str]:
     """Environment of one server: dev routes on, hub offline, swerl importable, its cores or GPU.
 
     Args:
-        cores: CPU only, ``VLLM_CPU_OMP_THREADS_BIND`` (e.g. ``"0"``). gpu: GPU only, its index.
+        cores: CPU only, ``VLLM_CPU_OMP_THREADS_BIND`` (e.g. ``"0"``). gpu: GPU only, its id as the
+            parent's ``CUDA_VISIBLE_DEVICES`` names it (``swerl.inference.gpu_placement``).
     """
     env = dict(base)
     env.update({"VLLM_SERVER_DEV_MODE": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"})
@@ -85,7 +88,7 @@ def server_env(config: InferenceConfig, cores: str | None, gpu: int | None, base
     if gpu is None:
         env.update(cpu_engine_env(config, cores))
     else:
-        env["CUDA_VISIBLE_DEVICES"] = str(gpu)
+        env["CUDA_VISIBLE_DEVICES"] = gpu
     return env
 
 
@@ -148,7 +151,7 @@ class ServerProcess:
 
 
 def start_servers(
-    config: InferenceConfig, model_path: str, log_dir: Path, cores: list[str | None], gpus: list[int | None]
+    config: InferenceConfig, model_path: str, log_dir: Path, cores: list[str | None], gpus: list[str | None]
 ) -> list[ServerProcess]:
     """Start one server per entry of ``cores``/``gpus`` (all at once), wait until every one is healthy.
 
@@ -287,11 +290,67 @@ class VLLMServerBackend:
         """One-time worker setup after start: AMX tiles on CPU (bf16 SIGILL otherwise)."""
         self.collective_rpc("swerl_init_amx")
 
+    def routes(self) -> set[str]:
+        """The paths the server serves (its ``GET /openapi.json``), e.g. ``/collective_rpc``.
+
+        Raises:
+            InferenceError: the server does not answer.
+        """
+        try:
+            response = self._session.get(f"{self.url}/openapi.json", timeout=self.timeout_s)
+            response.raise_for_status()
+        except requests.RequestException as err:
+            raise InferenceError(f"vLLM server: GET {self.url}/openapi.json failed: {err}") from err
+        return set(response.json().get("paths", {}))
+
+    def require_routes(self, needed: tuple[str, ...], purpose: str) -> None:
+        """Raise unless the server serves every path of ``needed`` (checked once, at start).
+
+        Raises:
+            EnvironmentProblem: the first missing route, what needs it, and the fix.
+        """
+        missing = [path for path in needed if path not in self.routes()]
+        if missing:
+            raise EnvironmentProblem(
+                f"vLLM server {self.url} has no {missing[0]} route, which {purpose} needs; fix: start it with "
+                "VLLM_SERVER_DEV_MODE=1 and swerl's flags (swerl.inference.vllm_server.server_command), on a vLLM "
+                "version that has the route"
+            )
+
+    def check_reload_api(self) -> None:
+        """The routes a disk reload drives exist (dev mode on)."""
+        self.require_routes(RELOAD_ROUTES, "generator.weight_sync=disk")
+
+    def worker_count(self) -> int:
+        """Workers of the server's model (tensor x pipeline parallel size; ``GET /get_world_size``)."""
+        try:
+            response = self._session.get(f"{self.url}/get_world_size", params={"include_dp": "false"},
+                                         timeout=self.timeout_s)
+            response.raise_for_status()
+        except requests.RequestException as err:
+            raise InferenceError(f"vLLM server: GET {self.url}/get_world_size failed: {err}") from err
+        return int(response.json()["world_size"])
+
+    def reset_prefix_cache(self, attempts: int = 5, wait_s: float = 0.2) -> None:
+        """Drop every prefix-cache block (computed with old weights); retried while blocks are held.
+
+        Raises:
+            InferenceError: the server still answered ``{"success": false}`` after ``attempts`` tries
+                (requests running: a sync that did not drain them).
+        """
+        for attempt in range(attempts):
+            answer = self.post("reset_prefix_cache")
+            if answer.get("success", True):  # older vLLMs answer 200 with no body
+                return
+            time.sleep(wait_s * (attempt + 1))
+        raise InferenceError(f"vLLM server {self.url} refused to reset its prefix cache {attempts} times (requests "
+                             "still running?); the new weights would reuse KV blocks of the old ones")
+
     def reload_weights(self, weights_dir: str, version: int, repack_tied: bool = True) -> None:
         """Reload the safetensors folder (a path the server can read), re-pack tied heads, reset the
-        prefix cache, and set ``weight_version``."""
+        prefix cache (checked), and set ``weight_version``."""
         self.collective_rpc("swerl_reload_weights", weights_path=str(weights_dir), repack_tied=repack_tied)
-        self.post("reset_prefix_cache")
+        self.reset_prefix_cache()
         self.weight_version = version
 
     def close(self) -> None:

@@ -189,6 +189,12 @@ class TrainConfig(_Strict):
             raise ValueError(
                 "generator.weight_sync=nccl sends weights to vLLM servers: set generator.vllm_mode=servers or weight_sync=disk"
             )
+        from swerl.trainer.colocation import colocation_problem
+
+        # device auto: the GPU half is checked again once the run knows its device (trainer/generator.py)
+        problem = colocation_problem(self.generator, self.loop.max_staleness_steps, self.model.device == "cuda")
+        if problem is not None:
+            raise ValueError(problem)
         ignored = {"device": "the generator runs on model.device"}
         if self.generator.backend == "hf":
             ignored["dtype"] = "generator.backend=hf samples with the trained module itself, in its dtype"

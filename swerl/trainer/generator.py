@@ -1,22 +1,29 @@
-"""The trainer's side of generation: build this rank's generator, push the new weights to it after
-every optimizer step, and run the parity probe that proves the engine samples from them.
+"""The trainer's side of generation: build this rank's generator (its engines and the weight sync
+their type calls for), publish the new weights to it after every optimizer step, and run the parity
+probe that proves the engines sample from them.
 
-Every rank owns a generator (its HF module, its in-process vLLM engine, or its vLLM servers), so
-with data parallelism every rank generates its share of a step's episodes. Weight sync paths and
-the probe are described in ``docs/inference.md``.
+Every rank generates its share of a step's episodes with its own engines (its HF module, its
+in-process vLLM engine, its vLLM servers) or with servers all ranks share (``server_urls``), each
+of which then has one owner rank that reloads and probes it. Weight sync and the probe are
+described in ``docs/inference.md``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from swerl.inference.probe import logprob_gap, probe_sampling
-from swerl.trainer import checkpoint as ckpt
+from swerl.inference.engine_pool import EnginePool
+from swerl.inference.hf import HFBackend
+from swerl.inference.weight_sync.base import Staged, WeightSync, owned_indices
 from swerl.trainer import distributed as dist
 from swerl.trainer.config import TrainConfig
 from swerl.trainer.distributed import DistInfo
@@ -26,38 +33,66 @@ log = logging.getLogger(__name__)
 PROBE_MESSAGES = [{"role": "user", "content": "Write a Python function that returns the sum of a list of numbers."}]
 
 
+@dataclass
+class Generator:
+    """This rank's generation engines and the way trained weights reach them.
+
+    Attributes:
+        backend: what episodes sample from (``HFBackend``, ``VLLMBackend`` or an ``EnginePool``).
+        sync: the :class:`WeightSync` for ``backend``'s type (``attach_sync``).
+        sleeps_during_update: a colocated in-process vLLM engine on GPU with sleep mode: it sleeps
+            (``sync.sleep_level``) while the trainer updates and :meth:`WeightSync.apply` wakes it.
+        owns_backend: :func:`close_generator` closes the backend (False: someone else's engines).
+    """
+
+    backend: Any
+    sync: WeightSync
+    sleeps_during_update: bool = False
+    owns_backend: bool = True
+
+    def sleep_for_update(self) -> None:
+        """Free the GPU memory of a colocated engine before the update (no-op otherwise)."""
+        if self.sleeps_during_update:
+            self.backend.sleep(self.sync.sleep_level)
+
+
+def local_world_size() -> int:
+    """Trainer ranks on this node (torchrun's ``LOCAL_WORLD_SIZE``; 1 without torchrun)."""
+    return int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+
+
 def make_generator(
     config: TrainConfig, model: torch.nn.Module, tokenizer: Any, model_path: Path, run_dir: Path, info: DistInfo
-) -> Any:
-    """This rank's rollout backend.
+) -> Generator:
+    """This rank's generator.
 
-    ``hf``: generates with the live policy module (no weight copy). ``vllm``: an in-process engine, or
-    this rank's servers (on GPU, local rank k starts its servers on GPUs ``k*num_servers ...``; on
-    CPU the trainer then keeps only the cores the servers do not use).
+    ``hf``: generates with the live policy module (no weight copy). ``vllm``: an in-process engine,
+    this rank's servers (on GPU on GPUs of their own, after the node's trainer GPUs among the visible
+    ones; on CPU the trainer then keeps only the cores the servers do not use), or the shared
+    ``server_urls``.
 
     Raises:
-        ConfigError: ``weight_sync=nccl`` on CPU. EnvironmentProblem: vLLM missing or a server down.
+        ConfigError: ``weight_sync=nccl`` on CPU, or a colocated engine with async rollouts on GPU.
+        EnvironmentProblem: vLLM missing, a server down or lacking a route, too few GPUs.
     """
     gen = config.generator
     if gen.backend == "hf":
-        from swerl.inference.hf import HFBackend
-
         if gen.num_threads is not None:  # CPU: leave cores to the sandboxes' verifiers
             torch.set_num_threads(gen.num_threads)
-        return HFBackend(model, tokenizer, seed=gen.seed)
+        return attach_sync(HFBackend(model, tokenizer, seed=gen.seed), config, model, run_dir, info)
     from swerl.inference.factory import build_vllm, engine_cores, parse_cores
-    from swerl.inference.weight_sync import check_nccl_supported
+    from swerl.inference.gpu_placement import server_gpus, visible_gpus
+    from swerl.inference.weight_sync.nccl import check_nccl_supported
 
     on_cpu = info.device.type == "cpu"
     if gen.weight_sync == "nccl":
         check_nccl_supported(on_cpu)
-    gpus = None if on_cpu else [info.local_rank * gen.num_servers + k for k in range(gen.num_servers)]
+    check_colocation(config, on_cpu)
+    gpus = None
+    if not on_cpu and gen.vllm_mode == "servers" and not gen.server_urls:
+        visible = visible_gpus(os.environ.get("CUDA_VISIBLE_DEVICES"), torch.cuda.device_count())
+        gpus = server_gpus(visible, info.local_rank, local_world_size(), gen.num_servers)
     backend = build_vllm(gen, str(model_path), run_dir / "logs" / f"rank{info.rank}", gpus=gpus)
-    if gen.weight_sync == "nccl":  # GPU servers only; each rank feeds its own servers
-        from swerl.inference.vllm_server import free_port
-        from swerl.inference.weight_sync import NcclWeightSender
-
-        backend.nccl_senders = [NcclWeightSender(e.url, model, 0, 2, free_port()) for e in backend.engines]
     if on_cpu and gen.vllm_mode == "servers" and not gen.server_urls:
         available = sorted(os.sched_getaffinity(0))
         taken = {core for cores in engine_cores(gen, available) if cores for core in parse_cores(cores)}
@@ -65,7 +100,77 @@ def make_generator(
         os.sched_setaffinity(0, rest)
         torch.set_num_threads(len(rest))
         log.info("trainer on cores %s; vLLM servers on %s", rest, sorted(taken))
-    return backend
+    return attach_sync(backend, config, model, run_dir, info)
+
+
+def check_colocation(config: TrainConfig, on_cpu: bool) -> None:
+    """Refuse, on GPU, an in-process engine (it shares the rank's GPU) with async rollouts: it would
+    have to generate while the trainer updates on the same GPU (``auto`` devices resolve here).
+
+    Raises:
+        ConfigError: one line naming the two fields and the fixes.
+    """
+    from swerl.errors import ConfigError
+    from swerl.trainer.colocation import colocation_problem
+
+    problem = colocation_problem(config.generator, config.loop.max_staleness_steps, on_gpu=not on_cpu)
+    if problem is not None:
+        raise ConfigError(problem)
+
+
+def attach_sync(backend: Any, config: TrainConfig, model: torch.nn.Module, run_dir: Path, info: DistInfo,
+                owns_backend: bool = True) -> Generator:
+    """``backend`` with the weight sync its type calls for (checked against the engines' APIs).
+
+    ``HFBackend`` -> ``ModuleShare``; ``VLLMBackend`` or ``EnginePool`` -> ``DiskReload`` (or
+    ``NcclBroadcast`` with ``weight_sync=nccl``). Servers named in ``server_urls`` are shared by
+    every rank: server i is reloaded and probed by rank ``i % W`` only.
+
+    Raises:
+        TypeError: a backend no sync is written for. EnvironmentProblem: an engine lacks an API.
+    """
+    from swerl.inference.vllm_backend import VLLMBackend
+
+    gen = config.generator
+    if isinstance(backend, HFBackend):
+        from swerl.inference.weight_sync.module_share import ModuleShare
+
+        return Generator(backend, ModuleShare(backend), owns_backend=owns_backend)
+    if not isinstance(backend, (VLLMBackend, EnginePool)):
+        raise TypeError(f"no weight sync for a generator backend of type {type(backend).__name__}")
+    engines = backend.engines if isinstance(backend, EnginePool) else [backend]
+    shared = bool(gen.server_urls) and info.world_size > 1
+    owned = owned_indices(len(engines), info.rank, info.world_size, shared)
+    dtype = getattr(torch, gen.resolved_dtype())
+    if gen.weight_sync == "nccl":
+        from swerl.inference.vllm_server import free_port
+        from swerl.inference.weight_sync.nccl import NcclBroadcast
+
+        sync: WeightSync = NcclBroadcast(engines, owned, model, dtype, sync_address(config),
+                                         [free_port() for _ in owned], shared)
+    else:
+        from swerl.inference.weight_sync.disk import DiskReload
+
+        sync = DiskReload(engines, owned, weights_dir(config, run_dir), dtype, shared)
+    sync.check()
+    sleeps = isinstance(backend, VLLMBackend) and not backend.on_cpu and gen.enable_sleep_mode
+    return Generator(backend, sync, sleeps_during_update=sleeps, owns_backend=owns_backend)
+
+
+def sync_address(config: TrainConfig) -> str:
+    """Where vLLM servers reach this rank's NCCL rendezvous: ``generator.weight_sync_address``, else
+    loopback for servers swerl starts on this node, this host's name for ``server_urls``."""
+    import socket
+
+    gen = config.generator
+    if gen.weight_sync_address:
+        return gen.weight_sync_address
+    return socket.getfqdn() if gen.server_urls else "127.0.0.1"
+
+
+def weights_dir(config: TrainConfig, run_dir: Path) -> Path:
+    """The shared folder the trainer writes weights to and every engine reloads from."""
+    return Path(config.generator.weight_sync_dir) if config.generator.weight_sync_dir else run_dir / "weight_sync"
 
 
 def probe_prompt(tokenizer: Any) -> list[int]:
@@ -74,97 +179,94 @@ def probe_prompt(tokenizer: Any) -> list[int]:
                                               return_dict=False))
 
 
-def weights_dir(config: TrainConfig, run_dir: Path) -> Path:
-    """The shared folder the trainer writes weights to and every engine reloads from."""
-    return Path(config.generator.weight_sync_dir) if config.generator.weight_sync_dir else run_dir / "weight_sync"
-
-
-def write_sync_weights(model: torch.nn.Module, config: TrainConfig, run_dir: Path, info: DistInfo, version: int) -> Path:
-    """vLLM ``disk`` sync, first half: rank 0 writes the trainer's weights as one safetensors file
-    (engine dtype, atomically) to :func:`weights_dir`; every rank waits for it.
-
-    Returns:
-        the folder the engines reload (pass it to :func:`sync_generator` as ``written``).
-    """
-    from swerl.inference.weight_sync import write_weights
-
-    state = ckpt.full_model_state_dict(model)  # collective under FSDP
-    folder = weights_dir(config, run_dir)
-    if info.is_main:
-        write_weights(state, folder, getattr(torch, config.generator.resolved_dtype()), version)
-    dist.barrier()
-    return folder
-
-
-def sync_generator(
-    backend: Any, model: torch.nn.Module, config: TrainConfig, run_dir: Path, info: DistInfo, version: int,
-    written: Path | None = None,
+def publish_weights(
+    generator: Generator, model: torch.nn.Module, config: TrainConfig, info: DistInfo, version: int
 ) -> dict[str, float]:
-    """Give every engine the trainer's current weights as policy ``version``, then probe parity.
-
-    HF: the module is shared, only the version moves. vLLM ``disk``: rank 0 writes one safetensors
-    file (engine dtype) to :func:`weights_dir`, all ranks wait, each rank's engines reload it;
-    ``written`` is that folder when :func:`write_sync_weights` already wrote ``version`` there.
+    """Give this rank's engines the trainer's current weights as policy ``version``, then probe
+    parity; every rank calls it at the same step, with no request of its own in flight (the
+    synchronous loop, a resume). The rollout pipeline calls the two halves itself: ``sync.stage``
+    while the engines generate, :func:`apply_weights` once its requests are drained.
 
     Returns:
         the probe's metrics (``inference/logprob_diff_mean``, ``inference/logprob_diff_max``) plus
-        ``timing/weight_sync_s``, averaged/maxed over ranks.
+        ``timing/weight_sync_s`` (stage + apply, seconds).
 
     Raises:
         InferenceError: the probe's mean gap exceeds ``generator.logprob_diff_limit`` (stops the run).
     """
-    import time
-
-    start = time.monotonic()
-    if getattr(backend, "model", None) is model:
-        backend.set_model(model)
-        backend.weight_version = version
-    elif getattr(backend, "nccl_senders", None):
-        for sender, engine in zip(backend.nccl_senders, backend.engines, strict=True):
-            sender.send()
-            engine.post("reset_prefix_cache")
-        backend.weight_version = version
-    else:
-        folder = written if written is not None else write_sync_weights(model, config, run_dir, info, version)
-        backend.reload_weights(str(folder), version)
-    sync_s = time.monotonic() - start
-    return {**probe_parity(backend, model, config, info), "timing/weight_sync_s": sync_s}
+    return apply_weights(generator, generator.sync.stage(model, version), model, config, info)
 
 
-def probe_parity(backend: Any, model: torch.nn.Module, config: TrainConfig, info: DistInfo) -> dict[str, float]:
-    """Parity probe on this rank's engines (fixed prompt and seed, top-p 1, top-k off), reduced over
-    ranks: mean of the means, max of the maxima.
+def apply_weights(generator: Generator, staged: Staged, model: torch.nn.Module, config: TrainConfig,
+                  info: DistInfo) -> dict[str, float]:
+    """The engines take ``staged`` and are probed (no request of this rank in flight). Shared servers
+    (``drain_all_ranks``) wait until every rank has drained before any reload, so no request of
+    any rank straddles it. Returns and raises as :func:`publish_weights`."""
+    t0 = time.monotonic()
+    with _all_ranks_drained(generator.sync.drain_all_ranks):
+        generator.sync.apply(staged)
+    applied = time.monotonic() - t0
+    return {**probe_parity(generator, model, config, info), "timing/weight_sync_s": staged.stage_s + applied}
+
+
+@contextlib.contextmanager
+def _all_ranks_drained(needed: bool) -> Iterator[None]:
+    """Barriers around a reload of engines other ranks also send requests to."""
+    if needed:
+        dist.barrier()
+    yield
+    if needed:
+        dist.barrier()
+
+
+def probe_parity(generator: Generator, model: torch.nn.Module, config: TrainConfig, info: DistInfo) -> dict[str, float]:
+    """Parity probe on the engines this rank owns (fixed prompt and seed, top-p 1, top-k off),
+    reduced over ranks: the token-weighted mean of the means, the max of the maxima. A rank that
+    owns no engine, or whose engines sampled no token, contributes nothing; every rank reaches the
+    gather whatever happened locally, so one rank's failure stops all of them instead of hanging them.
 
     Raises:
-        InferenceError: on every rank, when any rank's engine is above ``generator.logprob_diff_limit``.
+        InferenceError: on every rank, when any rank's engine is above ``generator.logprob_diff_limit``
+            or its probe failed (that rank re-raises its own error).
     """
     from swerl.errors import InferenceError
+    from swerl.inference.probe import logprob_gap, probe_sampling
 
     sampling = probe_sampling(config.agent.temperature, config.generator.probe_tokens)
-    was_training = model.training
+    was_training, error = model.training, None
     model.eval()
     try:
-        local: dict[str, float] | str = logprob_gap(backend, model, probe_prompt(backend.tokenizer), sampling,
+        local: dict[str, float] | str = logprob_gap(generator.sync.probe_engines(), model,
+                                                    probe_prompt(generator.backend.tokenizer), sampling,
                                                     config.generator.logprob_diff_limit)
-    except InferenceError as err:
-        local = str(err)
+    except Exception as err:  # noqa: BLE001 - gathered so that no rank waits for this one forever
+        error, local = err, f"{type(err).__name__}: {err}" if not isinstance(err, InferenceError) else str(err)
     finally:
         model.train(was_training)
     results = [local]
     if dist.is_distributed():
         results = [None] * info.world_size
         torch.distributed.all_gather_object(results, local)
+    if error is not None and not isinstance(error, InferenceError):
+        raise error
     for rank, result in enumerate(results):
         if isinstance(result, str):
             raise InferenceError(f"rank {rank}: {result}")
-    return {
-        "inference/logprob_diff_mean": sum(r["inference/logprob_diff_mean"] for r in results) / len(results),
-        "inference/logprob_diff_max": max(r["inference/logprob_diff_max"] for r in results),
-    }
+    return reduce_probes(results)
 
 
-def close_generator(backend: Any) -> None:
-    """Stop what the generator owns (servers swerl started, in-process engines)."""
-    close = getattr(backend, "close", None)
-    if close is not None and getattr(backend, "model", None) is None:
-        close()
+def reduce_probes(results: list[dict[str, float]]) -> dict[str, float]:
+    """Every rank's probe metrics -> the run's: mean weighted by probe tokens, max of maxima."""
+    tokens = sum(r["inference/probe_tokens"] for r in results)
+    mean = sum(r["inference/logprob_diff_mean"] * r["inference/probe_tokens"] for r in results) / tokens if tokens else 0.0
+    return {"inference/logprob_diff_mean": mean,
+            "inference/logprob_diff_max": max(r["inference/logprob_diff_max"] for r in results)}
+
+
+def close_generator(generator: Generator) -> None:
+    """Release the sync and stop what the generator owns (servers swerl started, in-process engines)."""
+    from swerl.inference.vllm_backend import VLLMBackend
+
+    generator.sync.close()
+    if generator.owns_backend and isinstance(generator.backend, (VLLMBackend, EnginePool)):
+        generator.backend.close()

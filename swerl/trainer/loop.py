@@ -55,7 +55,7 @@ from swerl.trainer.config import TrainConfig
 from swerl.trainer.evaluation import is_due, run_eval
 from swerl.trainer import pipeline
 from swerl.trainer.busy import BusyClock
-from swerl.trainer.generator import close_generator, make_generator, probe_parity, sync_generator
+from swerl.trainer.generator import close_generator, make_generator, probe_parity, publish_weights
 from swerl.trainer.masked_guard import MaskedGuard
 from swerl.trainer.metrics import MetricsSink, dump_trajectories, effective_reward, rollout_metrics
 from swerl.trainer.model import compute_dtype, load_policy
@@ -332,18 +332,18 @@ def _start_rollouts(
     run.sink = MetricsSink(run.run_dir, config.logging.tensorboard, trackers) if info.is_main else None
     stack.enter_context(sigterm_unwinds())
     stack.callback(lambda: run.sink.close() if run.sink is not None else None)
-    # Generator: every rank's own engine(s). Rollouts of step k use the weights after k - 1
-    # steps (weight version k - 1); a resumed run pushes the checkpoint's weights first.
-    backend = make_generator(config, run.model, run.tokenizer, run.model_path, run.run_dir, info)
-    stack.callback(close_generator, backend)
+    # Generator: every rank's engine(s) and their weight sync. Rollouts of step k use the weights
+    # after k - 1 steps (weight version k - 1); a resumed run pushes the checkpoint's weights first.
+    generator = make_generator(config, run.model, run.tokenizer, run.model_path, run.run_dir, info)
+    stack.callback(close_generator, generator)
     run.model.eval()
     if run.ckpt_path is not None:
-        sync_generator(backend, run.model, config, run.run_dir, info, version=run.start_step)
+        publish_weights(generator, run.model, config, info, version=run.start_step)
     else:
-        probe_parity(backend, run.model, config, info)
+        probe_parity(generator, run.model, config, info)
     # Rollouts: batch s collected now (k = 0) or ahead of the trainer by a producer (k >= 1).
     rollouts = stack.enter_context(pipeline.open_rollouts(pipeline.Context(
-        config, run.tasks, run.sampler, backend, run.model, run.run_dir, info, run.clock,
+        config, run.tasks, run.sampler, generator, run.model, run.run_dir, info, run.clock,
         lambda at, ev: run.emit(TrainEvent("rollout", at, ev))), run.start_step, run.plan.total_steps))
     if info.is_main and config.eval is not None and config.eval.before_train and run.start_step == 0:
         run.model.eval()  # the initial policy on the held-out tasks: a record at global_step 0

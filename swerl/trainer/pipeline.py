@@ -34,10 +34,11 @@ from typing import Any
 import torch
 
 from swerl.agent.trajectory import Trajectory
+from swerl.inference.weight_sync.module_share import ModuleCopy, ModuleShare
 from swerl.trainer.busy import BusyClock, MeteredBackend
 from swerl.trainer.config import TrainConfig
 from swerl.trainer.distributed import DistInfo
-from swerl.trainer.generator import probe_parity, sync_generator, write_sync_weights
+from swerl.trainer.generator import Generator, apply_weights, probe_parity, publish_weights
 from swerl.trainer.rollouts import RolloutRunner, gather_trajectories, rank_share
 from swerl.trainer.sampler import PromptSampler
 
@@ -93,7 +94,7 @@ class Context:
     config: TrainConfig
     tasks: list[Any]
     sampler: PromptSampler
-    backend: Any
+    generator: Generator
     model: torch.nn.Module
     run_dir: Path
     info: DistInfo
@@ -131,7 +132,7 @@ class InlineRollouts:
 
     def __init__(self, ctx: Context, start_step: int) -> None:
         self.ctx = ctx
-        self.metered = MeteredBackend(ctx.backend, ctx.clock)
+        self.metered = MeteredBackend(ctx.generator.backend, ctx.clock)
         self.runner = ctx.runner(self.metered)
 
     def __enter__(self) -> "InlineRollouts":
@@ -148,6 +149,7 @@ class InlineRollouts:
         t0 = time.monotonic()
         ctx.model.eval()
         local = ctx.collect_local(self.runner, step, indices, lambda ev: ctx.emit_rollout(step, ev))
+        ctx.generator.sleep_for_update()  # a colocated engine frees the GPU for the update; the sync wakes it
         trajs = group_batch(gather_trajectories(local))
         waited = time.monotonic() - t0
         metrics = {"timing/rollout_s": waited, "timing/wait_for_rollouts_s": waited, "rollout/buffer_depth": 0.0,
@@ -158,7 +160,7 @@ class InlineRollouts:
         """Give the generator the weights after ``step`` steps (then the parity probe)."""
         ctx = self.ctx
         with ctx.clock.busy("update"):
-            return sync_generator(ctx.backend, ctx.model, ctx.config, ctx.run_dir, ctx.info, version=step)
+            return publish_weights(ctx.generator, ctx.model, ctx.config, ctx.info, version=step)
 
     def position(self) -> dict[str, Any]:
         """The pipeline's part of a checkpoint's trainer state."""
@@ -176,13 +178,14 @@ class PipelinedRollouts:
         self.ctx = ctx
         self.k = max_staleness
         self.next_step, self.last_step = start_step + 1, last_step
-        generator = ctx.backend
-        if getattr(generator, "model", None) is ctx.model:  # HF on the live module: generate on a copy
+        self.generator = ctx.generator
+        if isinstance(ctx.generator.sync, ModuleShare):  # HF on the live module: generate on a copy
             from swerl.inference.hf import HFBackend
 
-            generator = HFBackend(copy.deepcopy(ctx.model).eval(), ctx.backend.tokenizer,
-                                  seed=ctx.config.generator.seed, weight_version=start_step)
-        self.metered = MeteredBackend(generator, ctx.clock)
+            copy_backend = HFBackend(copy.deepcopy(ctx.model).eval(), ctx.generator.backend.tokenizer,
+                                     seed=ctx.config.generator.seed, weight_version=start_step)
+            self.generator = Generator(copy_backend, ModuleCopy(copy_backend), owns_backend=False)
+        self.metered = MeteredBackend(self.generator.backend, ctx.clock)
         self.runner = ctx.runner(self.metered)  # held-out eval, in the trainer's thread
         self._published = start_step  # the newest version handed to the generator
         self._ready: dict[int, RolloutBatch] = {}
@@ -274,57 +277,43 @@ class PipelinedRollouts:
     def publish(self, step: int) -> dict[str, float]:
         """Push the weights after ``step`` steps to the producer's generator between two requests,
         then admit the batches this version allows."""
-        ctx = self.ctx
-        if self.metered.inner is ctx.backend:  # the run's own engines (vLLM)
-            metrics = self._publish_to_engines(step)
-        else:
-            with ctx.clock.busy("update"):
+        if isinstance(self.generator.sync, ModuleCopy):
+            with self.ctx.clock.busy("update"):
                 metrics = self._publish_to_copy(step)
+        else:
+            metrics = self._publish_to_engines(step)
         with self._cond:
             self._published = step
             self._cond.notify_all()
         return metrics
 
     def _publish_to_engines(self, step: int) -> dict[str, float]:
-        """vLLM: write the new weights while the engines keep generating (``disk`` sync), wait for
-        the generate call in progress (one batch of turns, not the episodes: each episode's next
-        turn is a new request), then reload every engine and probe parity while no request runs.
-        The wait is ``timing/weight_sync_wait_s``; writing, reloading and probing are busy as
-        ``update`` (``timing/weight_sync_s``)."""
+        """vLLM: stage the new weights while the engines keep generating (a ``disk`` write), wait
+        until no request of this rank is in flight (turns, not episodes: each episode's next turn is
+        a new request), then apply and probe while none runs. The wait is
+        ``timing/weight_sync_wait_s``; staging, applying and probing are busy as ``update``."""
         ctx = self.ctx
+        with ctx.clock.busy("update"):
+            staged = self.generator.sync.stage(ctx.model, step)
         t0 = time.monotonic()
-        written = None
-        if not getattr(ctx.backend, "nccl_senders", None):
+        with self.metered.exclusive():
+            waited = time.monotonic() - t0
             with ctx.clock.busy("update"):
-                written = write_sync_weights(ctx.model, ctx.config, ctx.run_dir, ctx.info, step)
-        wrote = time.monotonic() - t0
-        with self.metered.exclusive() as generator:
-            waited = time.monotonic() - t0 - wrote
-            with ctx.clock.busy("update"):
-                metrics = sync_generator(generator, ctx.model, ctx.config, ctx.run_dir, ctx.info, step, written)
-        return {**metrics, "timing/weight_sync_s": metrics["timing/weight_sync_s"] + wrote,
-                "timing/weight_sync_wait_s": waited}
+                metrics = apply_weights(self.generator, staged, ctx.model, ctx.config, ctx.info)
+        return {**metrics, "timing/weight_sync_wait_s": waited}
 
     def _publish_to_copy(self, step: int) -> dict[str, float]:
         """The HF copy: copy the weights in now and probe parity when no generate call runs; else
-        stage a snapshot that the next generate call applies first (the trainer does not wait)."""
-        ctx = self.ctx
+        have the next generate call apply the snapshot first (the trainer does not wait)."""
+        ctx, sync = self.ctx, self.generator.sync
         t0 = time.monotonic()
-        with self.metered.exclusive(blocking=False) as generator:
-            if generator is not None:
-                with torch.no_grad():
-                    generator.model.load_state_dict(ctx.model.state_dict())
-                generator.weight_version = step
-                return {**probe_parity(generator, ctx.model, ctx.config, ctx.info),
+        staged = sync.stage(ctx.model, step)
+        with self.metered.exclusive(blocking=False) as backend:
+            if backend is not None:
+                sync.apply(staged)
+                return {**probe_parity(self.generator, ctx.model, ctx.config, ctx.info),
                         "timing/weight_sync_s": time.monotonic() - t0}
-        snapshot = {name: tensor.detach().clone() for name, tensor in ctx.model.state_dict().items()}
-
-        def apply(backend: Any) -> None:
-            with torch.no_grad():
-                backend.model.load_state_dict(snapshot)
-            backend.weight_version = step
-
-        self.metered.stage(apply)
+        self.metered.stage(lambda backend: sync.apply(staged))
         return {"timing/weight_sync_s": time.monotonic() - t0}
 
     def position(self) -> dict[str, Any]:

@@ -229,6 +229,20 @@ def _generator_lines(cfg: TrainConfig, ranks: int, in_flight: int) -> list[tuple
     return lines
 
 
+def _gpu_phase_lines(cfg: TrainConfig, ranks: tuple[int, ...]) -> list[tuple[str, str]]:
+    """GPU memory of each phase (rollouts, update) on the smallest rank count sized (``colocation.py``)."""
+    from swerl.trainer.colocation import gpu_phase_lines
+
+    n = model_size(cfg.model.path)[1]
+    state = n * TRAIN_BYTES_PER_PARAM / (ranks[0] if cfg.model.fsdp else 1) if n else None
+    total = None
+    if cfg.model.device != "cpu":
+        import torch
+
+        total = torch.cuda.get_device_properties(0).total_memory if torch.cuda.is_available() else None
+    return gpu_phase_lines(cfg, n, state, total)
+
+
 def placement(cfg: TrainConfig, in_flight: int, world_size: int = 1) -> list[tuple[str, str]]:
     """What each node runs for ``cfg`` launched on ``world_size`` processes, and the numbers that
     size it (docs/scaling.md)."""
@@ -236,6 +250,7 @@ def placement(cfg: TrainConfig, in_flight: int, world_size: int = 1) -> list[tup
     return [
         *_trainer_lines(cfg, ranks),
         *_generator_lines(cfg, max(ranks), in_flight),
+        *_gpu_phase_lines(cfg, ranks),
         ("episodes in flight", f"{in_flight} (loop.rollout_concurrency or sandbox.concurrency)"),
         ("sandbox cores / memory", f"{in_flight} containers x task.toml cpus/memory_mb (default 1 core, 2048 MiB) "
          f"= {in_flight} cores, {math.ceil(in_flight * 2048 / 1024)} GiB on the Docker hosts"),

@@ -21,7 +21,7 @@ import torch
 
 from swerl.inference.base import SamplingParams
 from swerl.inference.probe import logprob_gap, probe_sampling
-from swerl.inference.weight_sync import write_weights
+from swerl.inference.weight_sync.disk import write_weights
 from swerl.logs import set_phase_display
 from vllm_support import engine_config
 
@@ -61,7 +61,7 @@ def test_generation_returns_ids_logprobs_and_version_reproducibly(engine, prompt
     nucleus = engine.generate([prompt], SamplingParams(temperature=0.7, top_p=0.95, top_k=20, max_new_tokens=16))[0]
     assert len(nucleus.logprobs) == len(nucleus.token_ids) > 0
     assert first.finish_reason in ("stop", "length") and first.weight_version == engine.weight_version
-    metrics = logprob_gap(engine, trainer_model, prompt, PROBE, max_mean_abs_diff=LIMIT)
+    metrics = logprob_gap([engine], trainer_model, prompt, PROBE, max_mean_abs_diff=LIMIT)
     assert metrics["inference/probe_tokens"] > 0 and metrics["inference/logprob_diff_mean"] < LIMIT
 
 
@@ -97,10 +97,10 @@ def test_weight_sync_changes_output_and_the_probe_follows_it(engine, prompt, tra
         engine.reload_weights(str(write_weights(trained.state_dict(), tmp_path / "v1", torch.bfloat16, 1)), version=1)
         after = engine.generate([prompt], greedy)[0]
         assert after.weight_version == 1 and after.token_ids != before.token_ids
-        assert logprob_gap(engine, trained, prompt, PROBE, LIMIT)["inference/logprob_diff_mean"] < LIMIT
+        assert logprob_gap([engine], trained, prompt, PROBE, LIMIT)["inference/logprob_diff_mean"] < LIMIT
         # The engine now holds other weights than the original trainer model: the probe stops the run.
         with pytest.raises(Exception, match="stale or half-applied"):
-            logprob_gap(engine, trainer_model, prompt, PROBE, LIMIT)
+            logprob_gap([engine], trainer_model, prompt, PROBE, LIMIT)
     finally:
         engine.reload_weights(str(write_weights(trainer_model.state_dict(), tmp_path / "v0", torch.bfloat16, 0)), 0)
     assert engine.generate([prompt], greedy)[0].token_ids == before.token_ids
@@ -117,9 +117,9 @@ def test_a_sync_that_moves_only_the_tied_embedding_reaches_the_lm_head(engine, p
     try:
         engine.reload_weights(str(write_weights(trained.state_dict(), tmp_path / "embed", torch.bfloat16, 1)), 1)
         to_new, to_old = head_errors(engine, [state[embed].bfloat16(), old.bfloat16()])
-        moved = logprob_gap(engine, trained, prompt, PROBE)["inference/logprob_diff_mean"]
+        moved = logprob_gap([engine], trained, prompt, PROBE)["inference/logprob_diff_mean"]
         with pytest.raises(Exception, match="stale or half-applied"):
-            logprob_gap(engine, trainer_model, prompt, PROBE, LIMIT)
+            logprob_gap([engine], trainer_model, prompt, PROBE, LIMIT)
     finally:
         engine.reload_weights(str(write_weights(trainer_model.state_dict(), tmp_path / "v0", torch.bfloat16, 0)), 0)
     assert to_new < 0.01 < to_old  # bf16 rounding is ~0.2 %; the old embedding is far off
@@ -149,7 +149,7 @@ def test_two_servers_each_generate_their_share_and_sync(servers, prompt, trainer
     try:
         servers.reload_weights(str(write_weights(trained.state_dict(), tmp_path / "v1", torch.bfloat16, 1)), 1)
         assert servers.weight_version == 1 and all(r.weight_version == 1 for r in servers.generate([prompt] * 2, sampling))
-        assert logprob_gap(servers, trained, prompt, PROBE, LIMIT)["inference/logprob_diff_mean"] < LIMIT
+        assert logprob_gap(servers.engines, trained, prompt, PROBE, LIMIT)["inference/logprob_diff_mean"] < LIMIT
     finally:
         servers.reload_weights(str(write_weights(trainer_model.state_dict(), tmp_path / "v0", torch.bfloat16, 0)), 0)
 

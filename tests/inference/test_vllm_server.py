@@ -12,7 +12,8 @@ from swerl.inference.config import InferenceConfig
 from swerl.inference.engine_pool import EnginePool, split_evenly
 from swerl.inference.factory import engine_cores, parse_cores
 from swerl.inference.vllm_server import completion_request, generation_from_choice, server_command, server_env
-from swerl.inference.weight_sync import check_nccl_supported, untied_state_dict, write_weights
+from swerl.inference.weight_sync.disk import untied_state_dict, write_weights
+from swerl.inference.weight_sync.nccl import check_nccl_supported
 
 
 def test_completion_request_is_token_in_token_out_with_explicit_sampling() -> None:
@@ -46,7 +47,7 @@ def test_server_command_and_env_loopback_dev_mode_own_cores() -> None:
     env = server_env(config, "1", None, {"PATH": "/bin"})
     assert env["VLLM_SERVER_DEV_MODE"] == "1" and env["HF_HUB_OFFLINE"] == "1"
     assert env["VLLM_CPU_OMP_THREADS_BIND"] == "1" and env["VLLM_CPU_KVCACHE_SPACE"] == "2"
-    assert server_env(config, None, 3, {})["CUDA_VISIBLE_DEVICES"] == "3"
+    assert server_env(config, None, "GPU-5e1f", {})["CUDA_VISIBLE_DEVICES"] == "GPU-5e1f"  # as the parent names it
 
 
 def test_split_evenly_contiguous_first_shares_larger() -> None:

@@ -23,9 +23,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from swerl.inference.weight_sync import write_weights
+from swerl.inference.weight_sync.disk import write_weights
 from swerl.tasks.load import load_tasks
 from swerl.trainer.config import TrainConfig
+from swerl.trainer.generator import attach_sync
 from swerl.trainer.sampler import PromptSampler
 
 from .test_loop import TASKS, records
@@ -79,9 +80,11 @@ def run_pipeline(backend, cfg: TrainConfig, run_dir) -> None:
         time.sleep(1.5)  # batch s + 1 is then sampled while step s trains: staleness 1
         return real_update(*args, **kwargs)
 
+    def session_generator(config, model, tokenizer, model_path, run_dir, info):
+        return attach_sync(backend, config, model, run_dir, info, owns_backend=False)  # the session owns them
+
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(loop, "make_generator", lambda *args, **kwargs: backend)
-        mp.setattr(loop, "close_generator", lambda backend: None)  # the session owns the engines
+        mp.setattr(loop, "make_generator", session_generator)
         mp.setattr(loop, "train_on_batch", slow_update)
         result = loop.train(cfg, run_dir)
     assert result.steps_trained == STEPS and backend.weight_version == STEPS
