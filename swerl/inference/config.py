@@ -20,6 +20,9 @@ ONLY_READ_BY: dict[str, tuple[str, ...]] = {
 """Fields that one backend alone reads; set with another backend, they are refused at load."""
 SERVERS_ONLY: tuple[str, ...] = ("num_servers", "server_urls", "server_start_timeout_s")
 """vllm fields read by the server pool only (not by an in-process engine)."""
+BATCHER_ONLY: tuple[str, ...] = ("max_batch_size", "batch_wait_s")
+"""Fields of the async batcher, which vllm does without (continuous batching: each request goes to
+the engine as it comes, ``max_num_seqs`` bounds them)."""
 
 
 class InferenceConfig(BaseModel):
@@ -47,8 +50,11 @@ class InferenceConfig(BaseModel):
         description="hf on CPU: torch intra-op threads for the whole process (None = leave torch's setting); "
         "1 is ~10x faster than 2 on a 2-core machine busy with sandboxes (bench/generation_throughput.py).",
     )
-    max_batch_size: int = Field(8, ge=1, description="Most prompts per backend call (async batcher).")
-    batch_wait_s: float = Field(0.05, ge=0, description="How long the batcher waits to fill a batch, seconds.")
+    max_batch_size: int = Field(
+        8, ge=1, description="hf: most prompts per generate call (async batcher); openai: requests in flight. "
+        "vllm batches continuously (max_num_seqs)."
+    )
+    batch_wait_s: float = Field(0.05, ge=0, description="hf: how long the batcher waits to fill a batch, seconds.")
 
     vllm_mode: Literal["inprocess", "servers"] = Field(
         "inprocess",
@@ -128,6 +134,10 @@ class InferenceConfig(BaseModel):
             if stray:
                 raise ValueError(f"inference.{stray[0]} is only read by backend {backend!r}, not {self.backend!r}: "
                                  "remove it")
+        stray = set_fields(self, BATCHER_ONLY) if self.backend == "vllm" else []
+        if stray:
+            raise ValueError(f"inference.{stray[0]} is not read by backend 'vllm' (continuous batching: every request "
+                             "goes to the engine as it comes, max_num_seqs bounds them): remove it")
         if self.weight_sync_address and self.weight_sync != "nccl":
             raise ValueError("inference.weight_sync_address is only read with weight_sync=nccl: remove it")
         stray = set_fields(self, SERVERS_ONLY) if self.backend == "vllm" and self.vllm_mode == "inprocess" else []

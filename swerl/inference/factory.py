@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from swerl.inference.base import GenerationBackend
-from swerl.inference.batcher import AsyncBatcher
+from swerl.inference.batcher import AsyncBatcher, RequestStream, make_front
 from swerl.inference.config import InferenceConfig
 
 log = logging.getLogger(__name__)
@@ -114,9 +114,10 @@ def build_vllm(config: InferenceConfig, model_path: str, log_dir: Path, gpus: li
     return EnginePool(engines, tokenizer, on_close=lambda: [server.stop() for server in servers])
 
 
-def make_batcher(backend: GenerationBackend, config: InferenceConfig) -> AsyncBatcher:
-    """The async batcher in front of ``backend`` with the config's batch size and wait."""
-    return AsyncBatcher(backend, max_batch_size=config.max_batch_size, max_wait_s=config.batch_wait_s)
+def make_batcher(backend: GenerationBackend, config: InferenceConfig) -> AsyncBatcher | RequestStream:
+    """The async front of ``backend`` (``batcher.make_front``): continuous for vLLM, else batches of the
+    config's size and wait."""
+    return make_front(backend, config.max_batch_size, config.batch_wait_s)
 
 
 def _openai_tokenizer(config: InferenceConfig) -> Any:

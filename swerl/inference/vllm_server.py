@@ -18,7 +18,7 @@ import socket
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,7 @@ import requests
 import requests.adapters
 
 from swerl.errors import EnvironmentProblem, InferenceError
-from swerl.inference.base import Generation, SamplingParams
+from swerl.inference.base import ContinuousBackend, Generation, SamplingParams
 from swerl.inference.config import InferenceConfig
 from swerl.inference.vllm_backend import cpu_engine_env
 from swerl.inference.vllm_worker import EXTENSION_QUALNAME
@@ -228,8 +228,9 @@ def generation_from_choice(choice: dict[str, Any], weight_version: int) -> Gener
     )
 
 
-class VLLMServerBackend:
-    """``GenerationBackend`` over one vLLM server (started by swerl or named by URL).
+class VLLMServerBackend(ContinuousBackend):
+    """A generation backend over one vLLM server (started by swerl or named by URL): every request
+    is sent as it comes (:meth:`submit`), the server batches those in flight.
 
     Args:
         url: server root, e.g. ``http://127.0.0.1:8000`` (no ``/v1``).
@@ -266,6 +267,13 @@ class VLLMServerBackend:
                 choices[futures[future]] = future.result()["choices"][0]
                 clock.advance()
         return [generation_from_choice(choice, version) for choice in choices]
+
+    def submit(self, prompt: list[int], sampling: SamplingParams) -> Future[Generation]:
+        """Send one request now (the server batches what is in flight); its future. The generation
+        carries the version the server held when it was sent (weight syncs drain requests first)."""
+        body, version = completion_request(prompt, sampling, sampling.seed), self.weight_version
+        return self._pool.submit(lambda: generation_from_choice(self.post("v1/completions", body)["choices"][0],
+                                                                version))
 
     def post(self, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
         """``POST url/path`` with a JSON body; the JSON answer ({} when empty).
@@ -331,7 +339,7 @@ class VLLMServerBackend:
             raise InferenceError(f"vLLM server: GET {self.url}/get_world_size failed: {err}") from err
         return int(response.json()["world_size"])
 
-    def reset_prefix_cache(self, attempts: int = 5, wait_s: float = 0.2) -> None:
+    def reset_prefix_cache(self, attempts: int = 5, wait_s: float = 0.1) -> None:
         """Drop every prefix-cache block (computed with old weights); retried while blocks are held.
 
         Raises:

@@ -11,10 +11,10 @@ Batch s is always the sampler's s-th batch of prompts (the plan's order), every 
   once the generator holds weight version >= s - 1 - k, so every turn of batch s is sampled by a
   version the trainer has not moved more than k steps past when it trains on it
   (staleness = (s - 1) - oldest turn's version <= k). Nothing finished is ever discarded.
-  Weights reach the producer's generator between two generate calls (``MeteredBackend``): an HF
-  copy takes them at once when idle, else at its next call; vLLM engines reload them (and are
-  probed) once the call in progress returns. In-flight episodes continue with the new version,
-  recorded per turn.
+  Weights reach the producer's generator between requests (``busy.metered``): an HF copy takes
+  them at once when idle, else at its next generate call; vLLM engines (each turn one request,
+  continuous batching) reload them once the requests in flight have finished, new ones held back
+  meanwhile, and are probed. In-flight episodes continue with the new version, recorded per turn.
 
 A checkpoint stores the sampler position of the last TRAINED batch; batches the producer had
 collected or started beyond it were never trained and are collected again after a resume.
@@ -35,7 +35,7 @@ import torch
 
 from swerl.agent.trajectory import Trajectory
 from swerl.inference.weight_sync.module_share import ModuleCopy, ModuleShare
-from swerl.trainer.busy import BusyClock, MeteredBackend
+from swerl.trainer.busy import BusyClock, metered
 from swerl.trainer.config import TrainConfig
 from swerl.trainer.distributed import DistInfo
 from swerl.trainer.generator import Generator, apply_weights, probe_parity, publish_weights
@@ -132,7 +132,7 @@ class InlineRollouts:
 
     def __init__(self, ctx: Context, start_step: int) -> None:
         self.ctx = ctx
-        self.metered = MeteredBackend(ctx.generator.backend, ctx.clock)
+        self.metered = metered(ctx.generator.backend, ctx.clock)
         self.runner = ctx.runner(self.metered)
 
     def __enter__(self) -> "InlineRollouts":
@@ -171,7 +171,7 @@ class PipelinedRollouts:
     """``k >= 1``: a producer thread collects batches ahead of the trainer within the staleness bound.
 
     The producer generates with its own weights: an HF copy of the policy (the trainer's module
-    changes under it), or the run's vLLM engines; both behind a ``MeteredBackend``.
+    changes under it), or the run's vLLM engines; both behind a metered, gated front (``busy.py``).
     """
 
     def __init__(self, ctx: Context, start_step: int, last_step: int, max_staleness: int) -> None:
@@ -185,7 +185,7 @@ class PipelinedRollouts:
             copy_backend = HFBackend(copy.deepcopy(ctx.model).eval(), ctx.generator.backend.tokenizer,
                                      seed=ctx.config.generator.seed, weight_version=start_step)
             self.generator = Generator(copy_backend, ModuleCopy(copy_backend), owns_backend=False)
-        self.metered = MeteredBackend(self.generator.backend, ctx.clock)
+        self.metered = metered(self.generator.backend, ctx.clock)
         self.runner = ctx.runner(self.metered)  # held-out eval, in the trainer's thread
         self._published = start_step  # the newest version handed to the generator
         self._ready: dict[int, RolloutBatch] = {}

@@ -180,3 +180,57 @@ def test_generate_from_fresh_threads_while_torch_runs_on_fewer_threads_than_core
     for result in results:
         assert not isinstance(result, Exception), result
         assert len(result) == 2 and all(0 < len(g.token_ids) <= 4 and len(g.logprobs) == len(g.token_ids) for g in result)
+
+
+def test_requests_join_the_running_batch_and_a_sleeping_engine_wakes_on_its_sync(engine, prompt, trainer_model,
+                                                                                  tmp_path) -> None:
+    """Continuous batching in process: a short request submitted beside a long one returns first and
+    one sent while the long one runs joins it; then the colocated engine's update cycle: sleep
+    (level 2), no generation while asleep, the sync's reload wakes it and it samples as before."""
+    long = SamplingParams(temperature=0.0, max_new_tokens=64, stop_token_ids=[])
+    short = SamplingParams(temperature=0.0, max_new_tokens=2)
+    first_long, first_short = engine.submit(prompt, long), engine.submit(prompt, short)
+    assert len(first_short.result(timeout=300).token_ids) <= 2 and not first_long.done()
+    joined = engine.submit(prompt, short)  # sent while the long request is being decoded
+    assert len(joined.result(timeout=300).token_ids) <= 2 and not first_long.done()
+    greedy = first_long.result(timeout=300)
+    assert greedy.token_ids == engine.generate([prompt], long)[0].token_ids  # batching does not change greedy ids
+
+    from swerl.inference.weight_sync.disk import DiskReload
+    from swerl.trainer.generator import Generator
+
+    generator = Generator(engine, DiskReload([engine], [0], tmp_path, torch.bfloat16), sleeps_during_update=True,
+                          owns_backend=False)
+    generator.sleep_for_update()
+    try:
+        assert engine.state.name == "asleep_l2_weights_invalid"
+        with pytest.raises(Exception, match="asleep_l2_weights_invalid; wake it"):
+            engine.submit(prompt, short)
+        generator.sync.apply(generator.sync.stage(trainer_model, version=0))  # rewrites every weight, wakes it
+    finally:
+        if engine.state.name != "awake":
+            engine.reload_weights(str(write_weights(trainer_model.state_dict(), tmp_path / "v0", torch.bfloat16, 0)), 0)
+    assert engine.state.name == "awake" and engine.generate([prompt], long)[0].token_ids == greedy.token_ids
+
+
+def test_shared_servers_are_reloaded_by_their_owner_once_every_rank_drained(servers, model_path, tmp_path) -> None:
+    """Two gloo ranks both generating on the suite's two servers (``server_urls``): after a step,
+    server i is reloaded and probed by rank i only (one reload per server, not one per rank), and
+    not before rank 1's long turn on server 0 has finished (it carries the old version)."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    worker = Path(__file__).with_name("shared_servers_worker.py")
+    urls = [engine.url for engine in servers.engines]
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                           str(worker), str(tmp_path), str(model_path), *urls], capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rank0, rank1 = json.loads((tmp_path / "result.json").read_text())
+    assert rank0["owned"] == urls[:1] and rank1["owned"] == urls[1:]
+    assert [a - b for a, b in zip(rank0["after"], rank0["before"])] == [1, 1]  # each server reloaded once
+    assert rank1["long_version"] == 0 and rank0["applied_at"] >= rank1["drained_at"]
+    assert rank0["versions"] == rank1["versions"] == [1, 1]
+    assert all(r["metrics"]["inference/logprob_diff_mean"] < LIMIT for r in (rank0, rank1))

@@ -27,7 +27,8 @@ SMOLLM2_135M = {"hidden_size": 576, "num_hidden_layers": 30, "num_attention_head
 
 def test_fsdp_is_accepted_on_cpu_and_offload_needs_it():
     cfg = load_train_config(DEMO_YAML, ["model.fsdp=true", "generator.backend=vllm", "generator.max_model_len=1024",
-                                         "generator.num_threads=null"])
+                                         "generator.num_threads=null", "generator.max_batch_size=8",
+                                         "generator.batch_wait_s=0.05"])  # HF batcher fields at their defaults
     assert cfg.model.fsdp and cfg.model.device == "cpu"
     with pytest.raises(ConfigError, match="model.cpu_offload needs model.fsdp"):
         load_train_config(DEMO_YAML, ["model.cpu_offload=true"])

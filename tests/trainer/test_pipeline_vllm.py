@@ -54,7 +54,7 @@ def vllm_config(model_path, mode: str) -> TrainConfig:
                   "limits": {"max_new_tokens_per_turn": 8, "context_window_tokens": 512, "max_turns": 1}},
         "sandbox": {"concurrency": 4},
         "generator": {"backend": "vllm", **ENGINES[mode], "dtype": "bfloat16", "max_model_len": 1024,
-                      "max_batch_size": 4, "batch_wait_s": 0.5, "logprob_diff_limit": LIMIT, "probe_tokens": 16},
+                      "logprob_diff_limit": LIMIT, "probe_tokens": 16},
         "algorithm": {"n_samples_per_prompt": 2, "min_group_size": 2, "use_tis": True, "max_seq_len": 512},
         "optimizer": {"lr": 1e-6},
         "loop": {"train_batch_size": 2, "epochs": 2, "max_steps": STEPS, "micro_batch_size": 4,
