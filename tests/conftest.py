@@ -45,11 +45,12 @@ def trainer_model(model_path):  # noqa: ANN201
 
 @pytest.fixture(scope="session")
 def engine(model_path):  # noqa: ANN201
-    """One in-process vLLM engine (bf16) on the default model for the whole session."""
+    """One in-process vLLM engine (bf16) on the default model for the whole session; sleep mode on
+    (read on GPU only: on CPU vLLM's sleep is a no-op) so the sleep/wake cycle runs on either."""
     from swerl.inference.vllm_backend import VLLMBackend
     from vllm_support import engine_config
 
-    backend = VLLMBackend(engine_config(), str(model_path))
+    backend = VLLMBackend(engine_config(enable_sleep_mode=True), str(model_path))
     yield backend
     backend.close()
 

@@ -29,7 +29,9 @@ def eval_cmd(
     served_model: Annotated[Optional[str], typer.Option(
         help="openai: the model name the server expects.", rich_help_panel=_MODEL_PANEL)] = None,
     device: Annotated[str, typer.Option(help="hf: torch device.", rich_help_panel=_MODEL_PANEL)] = "cpu",
-    batch_size: Annotated[int, typer.Option(min=1, help="Most prompts per generate call.", rich_help_panel=_MODEL_PANEL)] = 16,
+    batch_size: Annotated[int, typer.Option(min=1, help="Most prompts per generate call (hf; openai: requests in flight; "
+                                            "vllm batches continuously, up to max_num_seqs).",
+                                            rich_help_panel=_MODEL_PANEL)] = 16,
     threads: Annotated[Optional[int], typer.Option(
         min=1, help="hf on CPU: torch threads (default: CPU count - 1, leaving a core to the sandboxes).",
         rich_help_panel=_MODEL_PANEL)] = None,
@@ -131,7 +133,8 @@ def _eval_config(p: dict):  # noqa: ANN202 - EvalConfig, imported lazily
                                  "context_window_tokens": p["context_window"], "agent_timeout_s": p["agent_timeout"]}},
             "inference": {"backend": kind, "model": p["served_model"] if is_url else model,
                           "tokenizer": p["tokenizer"], "base_url": model if is_url else None, "device": device,
-                          "max_batch_size": p["batch_size"], "num_threads": p["threads"] or (
+                          **({} if kind == "vllm" else {"max_batch_size": p["batch_size"]}),
+                          "num_threads": p["threads"] or (
                               max(1, (os.cpu_count() or 2) - 1) if device == "cpu" else None)},
         })
     except ValidationError as err:

@@ -96,8 +96,9 @@ class InferenceConfig(BaseModel):
         "of older versions in it are removed); None = RUN_DIR/weight_sync."
     )
     weight_sync_address: str | None = Field(
-        None, description="vllm nccl sync: the address the servers' workers reach a trainer rank at (its rendezvous); "
-        "None = 127.0.0.1 for servers swerl starts on the node, this host's name for server_urls."
+        None, description="vllm nccl sync: the address at which the servers' workers reach this node's trainer ranks "
+        "(their rendezvous; set per node, e.g. --set generator.weight_sync_address=$(hostname -i)); None = 127.0.0.1 "
+        "for servers swerl starts on the node, this host's name for server_urls."
     )
     logprob_diff_limit: float = Field(
         0.1,

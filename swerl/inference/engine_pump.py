@@ -83,10 +83,9 @@ class RequestPump:
                     if not queued and not self._in_flight:
                         self._running = False
                         return
+                for request_id, prompt, params, future in queued:
+                    self._add(engine, request_id, prompt, params, future)
                 try:
-                    for request_id, prompt, params, future in queued:
-                        self._in_flight[request_id] = future
-                        engine.add_request(request_id, prompt, params)
                     finished = [out for out in engine.step() if out.finished]
                 except Exception as err:  # noqa: BLE001 - every waiting caller gets it
                     self._fail(engine, err)
@@ -95,6 +94,15 @@ class RequestPump:
                     self._resolve(output)
                 done += len(finished)
                 clock.advance(done)
+
+    def _add(self, engine: Any, request_id: str, prompt: Any, params: Any, future: Future[Generation]) -> None:
+        """Add one request; one vLLM refuses (e.g. a prompt past ``max_model_len``) fails alone."""
+        try:
+            engine.add_request(request_id, prompt, params)
+        except Exception as err:  # noqa: BLE001 - delivered to this request's caller
+            future.set_exception(err)
+            return
+        self._in_flight[request_id] = future
 
     def _resolve(self, output: Any) -> None:
         future = self._in_flight.pop(output.request_id, None)

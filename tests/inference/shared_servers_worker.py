@@ -27,7 +27,7 @@ from swerl.trainer.generator import apply_weights, attach_sync
 def main(out: Path, model_path: str, urls: list[str]) -> None:
     info = distributed.init_distributed("cpu")
     config = TrainConfig(model={"path": model_path, "device": "cpu"}, data={"tasks": "unused"},
-                         agent={"temperature": 0.7, "limits": {"context_window_tokens": 512}},
+                         agent={"temperature": 0.7, "limits": {"context_window_tokens": 512, "max_new_tokens_per_turn": 64}},
                          generator={"backend": "vllm", "vllm_mode": "servers", "server_urls": urls, "dtype": "bfloat16",
                                     "max_model_len": 1024, "probe_tokens": 8})
     tokenizer = AutoTokenizer.from_pretrained(model_path)

@@ -193,6 +193,9 @@ def test_requests_join_the_running_batch_and_a_sleeping_engine_wakes_on_its_sync
     assert len(first_short.result(timeout=300).token_ids) <= 2 and not first_long.done()
     joined = engine.submit(prompt, short)  # sent while the long request is being decoded
     assert len(joined.result(timeout=300).token_ids) <= 2 and not first_long.done()
+    too_long = engine.submit([1] * 2000, short)  # past max_model_len (1024): vLLM refuses it, and it alone
+    with pytest.raises(Exception, match="(?i)longer than|maximum|max_model_len"):
+        too_long.result(timeout=300)
     greedy = first_long.result(timeout=300)
     assert greedy.token_ids == engine.generate([prompt], long)[0].token_ids  # batching does not change greedy ids
 
