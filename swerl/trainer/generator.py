@@ -220,34 +220,61 @@ def probe_parity(generator: Generator, model: torch.nn.Module, config: TrainConf
     owns no engine, or whose engines sampled no token, contributes nothing; every rank reaches the
     gather whatever happened locally, so one rank's failure stops all of them instead of hanging them.
 
+    Every rank samples on its own engines, then the samples' ids are gathered and, under FSDP,
+    every rank re-scores ALL ranks' samples (one forward each, on ``info.device``, even for an
+    empty or failed sample): a forward of a sharded model is a collective, so every rank must run
+    as many, whatever its engines returned. Results travel over the gloo group.
+
     Raises:
-        InferenceError: on every rank, when any rank's engine is above ``generator.logprob_diff_limit``
-            or its probe failed (that rank re-raises its own error).
+        InferenceError: on every rank, when any rank's engine failed or is above
+            ``generator.logprob_diff_limit``. A probe that failed otherwise (a bug) re-raises its own
+            error on its rank after the gather; the other ranks stop with an InferenceError naming it.
     """
     from swerl.errors import InferenceError
-    from swerl.inference.probe import logprob_gap, probe_sampling
+    from swerl.inference.probe import gap_metrics, probe_sampling, sample_engines
 
     sampling = probe_sampling(config.agent.temperature, config.generator.probe_tokens)
+    prompt = probe_prompt(generator.backend.tokenizer)
     was_training, error = model.training, None
     model.eval()
     try:
-        local: dict[str, float] | str = logprob_gap(generator.sync.probe_engines(), model,
-                                                    probe_prompt(generator.backend.tokenizer), sampling,
-                                                    config.generator.logprob_diff_limit)
-    except Exception as err:  # noqa: BLE001 - gathered so that no rank waits for this one forever
-        error, local = err, f"{type(err).__name__}: {err}" if not isinstance(err, InferenceError) else str(err)
+        try:
+            samples = sample_engines(generator.sync.probe_engines(), prompt, sampling)
+        except Exception as err:  # noqa: BLE001 - gathered so that no rank waits for this one forever
+            error, samples = err, [f"logprob probe: {type(err).__name__}: {err}"]
+        rescored = rescore_everywhere(model, prompt, samples, sampling, info, config.model.fsdp)
+        local: dict[str, float] | str = gap_metrics(samples, rescored, config.generator.logprob_diff_limit)
+    except InferenceError as err:
+        local = str(err)
     finally:
         model.train(was_training)
-    results = [local]
-    if dist.is_distributed():
-        results = [None] * info.world_size
-        torch.distributed.all_gather_object(results, local)
-    if error is not None and not isinstance(error, InferenceError):
+    results = dist.all_gather_objects(local)
+    if error is not None:
         raise error
     for rank, result in enumerate(results):
         if isinstance(result, str):
             raise InferenceError(f"rank {rank}: {result}")
     return reduce_probes(results)
+
+
+def rescore_everywhere(model: torch.nn.Module, prompt: list[int], samples: list, sampling: Any, info: DistInfo,
+                       fsdp: bool) -> list[torch.Tensor]:
+    """The trainer's log-probs of this rank's probe samples, computed on ``info.device``.
+
+    Under FSDP a forward is a collective, so the samples' ids are gathered and every rank runs one
+    forward per sample of EVERY rank (a failed or empty sample is still forwarded, with no token),
+    keeping its own; replicated, each rank scores only its own.
+
+    Returns: one (T_i,) float32 tensor per entry of ``samples`` (empty for a failed sample).
+    """
+    from swerl.inference.base import Generation
+    from swerl.inference.probe import rescore
+
+    ids = [[] if isinstance(sample, str) else sample.token_ids for sample in samples]
+    every = dist.all_gather_objects(ids) if fsdp else [ids]
+    by_rank = [[rescore(model, prompt, Generation(token_ids=t, logprobs=None, finish_reason="stop"), sampling,
+                        info.device) for t in rank_ids] for rank_ids in every]
+    return by_rank[info.rank if fsdp else 0]
 
 
 def reduce_probes(results: list[dict[str, float]]) -> dict[str, float]:

@@ -53,7 +53,7 @@ def test_shared_engines_are_applied_only_once_every_rank_drained_and_the_probe_g
     (_, applied_0), (entered_1, _) = result["times"]
     assert applied_0 >= entered_1  # rank 0 waited for the rank that drained a second late
     assert result["metrics"]["inference/logprob_diff_max"] < 1e-4  # rank 0's engine only; rank 1 had none
-    assert result["errors"][0].startswith("InferenceError: rank 1: RuntimeError: engine exploded")
+    assert result["errors"][0].startswith("InferenceError: rank 1: engine 0: logprob probe: RuntimeError: engine exploded")
     assert result["errors"][1] == "RuntimeError: engine exploded"  # the failing rank keeps its own error
 
 

@@ -118,3 +118,31 @@ def test_skipping_rows_without_signal_changes_nothing():
         assert met_skip[key] == pytest.approx(met_all[key], rel=1e-5, abs=1e-8), key
     for a, b in zip(m_all.parameters(), m_skip.parameters()):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [None, torch.bfloat16])
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_forward_logprobs_equals_the_full_logits_graph_bit_for_bit(dtype, temperature, monkeypatch):
+    """The model's log-probs, entropies and every parameter gradient (fp32 model, and bf16 autocast)
+    equal those of the plain graph over the full (n, L, V) float32 logits (the pre-chunking path)."""
+    from swerl.rl import logprobs
+    from swerl.rl.logprobs import next_token_logprobs_unchunked
+
+    monkeypatch.setattr(logprobs, "CHUNK_BYTES", 3 * 16 * 4)  # 3 positions per chunk of the 16-id vocabulary
+
+    mb = collate([row_from_trajectory(t, 1.0) for t in make_trajectories(num_groups=1, group_size=3, seed=6)])
+    results = []
+    for chunked in (True, False):
+        model = build_tiny_model(16, 0)
+        if chunked:
+            lp, ent = forward_logprobs(model, mb, temperature, with_entropy=True, compute_dtype=dtype)
+        else:
+            with torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None):
+                logits = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask, use_cache=False).logits
+            lp, ent = next_token_logprobs_unchunked(logits, mb.input_ids, temperature, with_entropy=True)
+        ((lp * mb.loss_mask).sum() + 0.1 * (ent * mb.loss_mask).sum()).backward()
+        results.append((lp.detach(), ent.detach(), [p.grad.clone() for p in model.parameters()]))
+    (lp_c, ent_c, grads_c), (lp_r, ent_r, grads_r) = results
+    assert torch.equal(lp_c, lp_r) and torch.equal(ent_c, ent_r)
+    assert all(torch.equal(a, b) for a, b in zip(grads_c, grads_r))
+    assert any(g.abs().max() > 0 for g in grads_c)
