@@ -101,12 +101,16 @@ class HFBackend:
 
     @classmethod
     def from_pretrained(
-        cls, path_or_gguf: str | Path | None = None, dtype: str = "float32", device: str = "cpu", seed: int = 0
+        cls, path_or_gguf: str | Path | None = None, dtype: str = "float32", device: str = "cpu", seed: int = 0,
+        adapter: str | Path | None = None,
     ) -> HFBackend:
-        """Load an HF folder or GGUF file (None = the default SmolLM2 model, see ``models``).
+        """Load an HF folder or GGUF file (None = the default SmolLM2 model, see ``models``), with the
+        peft LoRA ``adapter`` folder merged into its weights when given (``merge_and_unload``: the
+        same function as the adapter on top, at the base's speed).
 
         Raises:
-            ConfigError: unknown dtype or model path. EnvironmentProblem: default model missing.
+            ConfigError: unknown dtype or model path, or an adapter folder peft cannot load.
+            EnvironmentProblem: default model missing.
         """
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -116,6 +120,8 @@ class HFBackend:
             raise ConfigError(f"inference dtype {dtype!r} is unknown; fix: use one of {sorted(DTYPES)}")
         folder = resolve_model(path_or_gguf)
         model = AutoModelForCausalLM.from_pretrained(folder, dtype=DTYPES[dtype]).to(device)
+        if adapter is not None:
+            model = _merge_adapter(model, Path(adapter))
         model.eval()
         tokenizer = AutoTokenizer.from_pretrained(folder)
         return cls(model, tokenizer, seed=seed)
@@ -288,6 +294,22 @@ class HFBackend:
         return Generation(
             token_ids=ids[:keep], logprobs=row_logprobs, finish_reason=reason, weight_version=self.weight_version
         )
+
+
+def _merge_adapter(model: nn.Module, adapter: Path) -> nn.Module:
+    """``model`` with the peft LoRA adapter folder ``adapter`` merged into its weights.
+
+    Raises:
+        ConfigError: ``adapter`` is not a peft adapter folder, or its modules are not in ``model``.
+    """
+    from peft import PeftModel
+
+    if not (adapter / "adapter_config.json").is_file():
+        raise ConfigError(f"{adapter}: no adapter_config.json; fix: pass the folder PeftModel.save_pretrained wrote")
+    try:
+        return PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
+    except (ValueError, KeyError, RuntimeError) as err:
+        raise ConfigError(f"cannot apply the LoRA adapter {adapter}: {err}; fix: pass an adapter of this base model") from err
 
 
 def _left_pad(prompts: list[list[int]], pad_id: int, device: torch.device) -> tuple[Tensor, Tensor]:

@@ -37,6 +37,8 @@ log = logging.getLogger(__name__)
 SERVED_NAME = "swerl-policy"
 RELOAD_ROUTES = ("/collective_rpc", "/reset_prefix_cache")
 """Dev routes a disk reload drives (``VLLM_SERVER_DEV_MODE=1``)."""
+ADAPTER_ROUTES = ("/v1/load_lora_adapter", "/v1/unload_lora_adapter")
+"""Routes an adapter sync drives (``--enable-lora`` and ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``)."""
 
 
 def free_port() -> int:
@@ -46,8 +48,10 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def server_command(config: InferenceConfig, model_path: str, port: int) -> list[str]:
-    """argv of one vLLM OpenAI server on ``127.0.0.1:port`` serving ``model_path`` as ``swerl-policy``.
+def server_command(config: InferenceConfig, model_path: str, port: int, max_lora_rank: int | None = None) -> list[str]:
+    """argv of one vLLM OpenAI server on ``127.0.0.1:port`` serving ``model_path`` as ``swerl-policy``
+    (with ``max_lora_rank``: LoRA on, one adapter slot of at least that rank; ``server_env`` then
+    turns on the runtime adapter routes).
 
     The ``vllm`` console script of the CPU build fails (``PackageNotFoundError``), so the module runs.
     """
@@ -71,11 +75,17 @@ def server_command(config: InferenceConfig, model_path: str, port: int) -> list[
         argv.append("--enforce-eager")
     if not config.enable_prefix_caching:
         argv.append("--no-enable-prefix-caching")
+    if max_lora_rank is not None:
+        from swerl.inference.vllm_backend import lora_slot_rank
+
+        argv += ["--enable-lora", "--max-lora-rank", str(lora_slot_rank(max_lora_rank)), "--max-loras", "1"]
     return argv
 
 
-def server_env(config: InferenceConfig, cores: str | None, gpu: str | None, base: dict[str, str]) -> dict[str, str]:
-    """Environment of one server: dev routes on, hub offline, swerl importable, its cores or GPU.
+def server_env(config: InferenceConfig, cores: str | None, gpu: str | None, base: dict[str, str],
+               lora: bool = False) -> dict[str, str]:
+    """Environment of one server: dev routes on (and the runtime LoRA routes with ``lora``), hub
+    offline, swerl importable, its cores or GPU.
 
     Args:
         cores: CPU only, ``VLLM_CPU_OMP_THREADS_BIND`` (e.g. ``"0"``). gpu: GPU only, its id as the
@@ -83,6 +93,8 @@ def server_env(config: InferenceConfig, cores: str | None, gpu: str | None, base
     """
     env = dict(base)
     env.update({"VLLM_SERVER_DEV_MODE": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"})
+    if lora:
+        env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
     swerl_root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (swerl_root, base.get("PYTHONPATH", "")) if p)
     if gpu is None:
@@ -151,9 +163,11 @@ class ServerProcess:
 
 
 def start_servers(
-    config: InferenceConfig, model_path: str, log_dir: Path, cores: list[str | None], gpus: list[str | None]
+    config: InferenceConfig, model_path: str, log_dir: Path, cores: list[str | None], gpus: list[str | None],
+    max_lora_rank: int | None = None,
 ) -> list[ServerProcess]:
-    """Start one server per entry of ``cores``/``gpus`` (all at once), wait until every one is healthy.
+    """Start one server per entry of ``cores``/``gpus`` (all at once), wait until every one is healthy
+    (for LoRA adapters up to ``max_lora_rank`` when given).
 
     Raises:
         EnvironmentProblem: a server died or timed out (the others are stopped).
@@ -162,10 +176,10 @@ def start_servers(
     try:
         for index, (core_set, gpu) in enumerate(zip(cores, gpus, strict=True)):
             port = free_port()
-            argv = server_command(config, model_path, port)
+            argv = server_command(config, model_path, port, max_lora_rank)
             if gpu is not None:
                 argv += ["--gpu-memory-utilization", str(config.gpu_memory_utilization)]
-            env = server_env(config, core_set, gpu, dict(os.environ))
+            env = server_env(config, core_set, gpu, dict(os.environ), lora=max_lora_rank is not None)
             servers.append(ServerProcess(argv, env, port, log_dir / f"vllm-server-{index}.log"))
             log.info("starting vLLM server %s (cores %s, gpu %s)", servers[-1].url, core_set, gpu)
         deadline = time.monotonic() + config.server_start_timeout_s
@@ -178,11 +192,13 @@ def start_servers(
     return servers
 
 
-def completion_request(prompt: list[int], sampling: SamplingParams, seed: int | None) -> dict[str, Any]:
+def completion_request(prompt: list[int], sampling: SamplingParams, seed: int | None,
+                       model: str = SERVED_NAME) -> dict[str, Any]:
     """Body of ``POST /v1/completions``: token ids in, token ids and the sampled log-prob out; every
-    sampling field explicit (penalties and min_p off, so mu is temperature + top-k + top-p only)."""
+    sampling field explicit (penalties and min_p off, so mu is temperature + top-k + top-p only).
+    ``model`` is the served base or a loaded LoRA adapter's name."""
     body: dict[str, Any] = {
-        "model": SERVED_NAME,
+        "model": model,
         "prompt": list(prompt),
         "max_tokens": sampling.max_new_tokens,
         "temperature": sampling.temperature,
@@ -240,12 +256,14 @@ class VLLMServerBackend(ContinuousBackend):
 
     Attributes:
         weight_version: version of the weights the server holds (settable, e.g. on resume).
+        adapter: the name of the LoRA adapter requests sample with (None: the base).
     """
 
     def __init__(self, url: str, tokenizer: Any = None, max_concurrency: int = 64, timeout_s: float = 600.0) -> None:
         self.url = url.rstrip("/").removesuffix("/v1")
         self.tokenizer = tokenizer
         self.weight_version = 0
+        self.adapter: str | None = None
         self.timeout_s = timeout_s
         self._session = requests.Session()
         adapter = requests.adapters.HTTPAdapter(pool_connections=1, pool_maxsize=max_concurrency)
@@ -258,7 +276,8 @@ class VLLMServerBackend(ContinuousBackend):
         """Sample one continuation per prompt, concurrently; same order as ``prompts``. A phase
         (``vLLM generate URL: 3/8 requests done, 12 s``) counts the requests answered."""
         row_seeds = seeds if seeds is not None else [sampling.seed] * len(prompts)
-        bodies = [completion_request(p, sampling, s) for p, s in zip(prompts, row_seeds, strict=True)]
+        bodies = [completion_request(p, sampling, s, self.adapter or SERVED_NAME)
+                  for p, s in zip(prompts, row_seeds, strict=True)]
         version = self.weight_version
         choices: list[dict[str, Any]] = [{} for _ in bodies]
         with phase(f"vLLM generate {self.url}", total=len(bodies), unit="requests") as clock:
@@ -271,7 +290,8 @@ class VLLMServerBackend(ContinuousBackend):
     def submit(self, prompt: list[int], sampling: SamplingParams) -> Future[Generation]:
         """Send one request now (the server batches what is in flight); its future. The generation
         carries the version the server held when it was sent (weight syncs drain requests first)."""
-        body, version = completion_request(prompt, sampling, sampling.seed), self.weight_version
+        body = completion_request(prompt, sampling, sampling.seed, self.adapter or SERVED_NAME)
+        version = self.weight_version
         return self._pool.submit(lambda: generation_from_choice(self.post("v1/completions", body)["choices"][0],
                                                                 version))
 
@@ -288,7 +308,12 @@ class VLLMServerBackend(ContinuousBackend):
             raise InferenceError(f"vLLM server: POST {url} failed: {err.__class__.__name__}: {err}") from err
         if response.status_code != 200:
             raise InferenceError(f"vLLM server: POST {url} -> HTTP {response.status_code}: {response.text[:300]}")
-        return response.json() if response.content else {}
+        if not response.content:
+            return {}
+        try:
+            return response.json()
+        except ValueError:  # the adapter routes answer plain text ("Success: ...")
+            return {"text": response.text}
 
     def collective_rpc(self, method: str, **kwargs: Any) -> list[Any]:
         """Run a worker(-extension) method on every worker of the server; its results."""
@@ -353,6 +378,27 @@ class VLLMServerBackend(ContinuousBackend):
             time.sleep(wait_s * (attempt + 1))
         raise InferenceError(f"vLLM server {self.url} refused to reset its prefix cache {attempts} times (requests "
                              "still running?); the new weights would reuse KV blocks of the old ones")
+
+    def check_adapter_api(self) -> None:
+        """The runtime adapter routes exist (``--enable-lora`` with ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``)."""
+        self.require_routes(ADAPTER_ROUTES, "model.lora (runtime adapter loading)")
+
+    def load_adapter(self, name: str, path: str, version: int) -> None:
+        """Load the peft adapter folder ``path`` (a path the server can read) as adapter ``name``
+        (``POST /v1/load_lora_adapter``), sample every later request with it, then unload the previous one.
+
+        Raises:
+            InferenceError: the server refused the adapter (status and text quoted).
+        """
+        self.post("v1/load_lora_adapter", {"lora_name": name, "lora_path": str(path)})
+        previous = self.adapter
+        self.use_adapter(name, version)
+        if previous is not None and previous != name:
+            self.post("v1/unload_lora_adapter", {"lora_name": previous})
+
+    def use_adapter(self, name: str, version: int) -> None:
+        """Sample with adapter ``name``, which another rank loaded, as ``version`` (shared servers)."""
+        self.adapter, self.weight_version = name, version
 
     def reload_weights(self, weights_dir: str, version: int, repack_tied: bool = True) -> None:
         """Reload the safetensors folder (a path the server can read), re-pack tied heads, reset the

@@ -28,6 +28,21 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class LoraConfig(_Strict):
+    """LoRA adapters (peft): the base weights stay frozen, only the adapters train and hold AdamW state."""
+
+    rank: int = Field(16, ge=1, le=512, description="Adapter rank r (vLLM serves ranks up to 512).")
+    alpha: float = Field(32.0, gt=0, description="Scale numerator: the adapter's output is multiplied by alpha / rank.")
+    dropout: float = Field(
+        0.0, ge=0, lt=1, description="Dropout on the adapter's input while training; > 0 makes the trainer's "
+        "log-probs differ from the sampler's by noise that TIS then sees (0 keeps them equal)."
+    )
+    target_modules: Literal["all-linear"] | list[str] = Field(
+        "all-linear", description="Linear layers that get adapters: 'all-linear' (every linear of the decoder "
+        "but the LM head) or names such as [q_proj, k_proj, v_proj, o_proj]."
+    )
+
+
 class ModelConfig(_Strict):
     """The policy being trained."""
 
@@ -47,6 +62,11 @@ class ModelConfig(_Strict):
     )
     cpu_offload: bool = Field(
         False, description="With fsdp: keep sharded parameters, gradients and optimizer state in host memory (CPUOffloadPolicy)."
+    )
+    lora: LoraConfig | None = Field(
+        None, description="Train LoRA adapters on the frozen base (peft) instead of every weight; None = full "
+        "fine-tuning. With bfloat16 the frozen base is held in bf16 (adapters fp32); the weight sync, checkpoints "
+        "and exports then carry the adapters only (docs/lora.md)."
     )
 
     @model_validator(mode="after")
@@ -132,6 +152,10 @@ class CheckpointConfig(_Strict):
         default_factory=list, description="Checkpoint steps keep_last never deletes (e.g. the one select-checkpoint chose)."
     )
     hf_save_interval: int = Field(0, ge=0, description="Write an HF export every N steps under exports/ (0 = only at the end).")
+    export_merged: bool = Field(
+        False, description="model.lora: also write the base with the adapters merged in (an HF folder, merged/ inside "
+        "each export); the export itself is the peft adapter folder."
+    )
     save_final: bool = Field(True, description="Also checkpoint and export the last step.")
 
 
@@ -180,6 +204,9 @@ class TrainConfig(_Strict):
             raise ValueError("generator.backend=openai cannot receive trained weights: use hf or vllm")
         if self.generator.model is not None and self.generator.model != self.model.path:
             raise ValueError("generator.model must be unset (the generator samples from model.path): remove it")
+        if self.generator.lora_adapter is not None:
+            raise ValueError("generator.lora_adapter must be unset: swerl train syncs its own adapters (model.lora); "
+                             "to start from an adapter, merge it into model.path first")
         if self.generator.backend == "vllm" and self.generator.max_model_len < self.agent.limits.context_window_tokens:
             raise ValueError(
                 f"generator.max_model_len={self.generator.max_model_len} is below agent.limits.context_window_tokens="
@@ -211,6 +238,11 @@ class TrainConfig(_Strict):
                 f"algorithm.kl_loss_coef={self.algorithm.kl_loss_coef} would be ignored: the trainer has no KL term "
                 "(use_kl_loss must be false without a reference policy); remove it or set 0"
             )
+        if self.model.lora is not None and self.generator.weight_sync == "nccl":
+            raise ValueError("model.lora syncs the adapters through a folder the engines load (tens of MB): set "
+                             "generator.weight_sync=disk")
+        if self.checkpointing.export_merged and self.model.lora is None:
+            raise ValueError("checkpointing.export_merged merges LoRA adapters, and model.lora is off: remove it")
         if self.model.fsdp and self.generator.backend == "hf":
             raise ValueError(
                 "model.fsdp with generator.backend=hf: every rank generates with its own module, a sharded one cannot; use generator.backend=vllm"
