@@ -9,7 +9,8 @@ export. What is taken from the run:
 - ``agent``: protocol, limits (turns, tokens per turn, context window, timeouts), temperature,
   top-p, top-k, seed, prefill, thinking: the whole ``agent`` section;
 - ``generator``: backend (hf or vllm), batch size, threads, vLLM settings; the model is the
-  export, on ``model.device`` in ``model.dtype`` (unless ``generator.dtype`` is set);
+  export, on ``model.device`` in ``model.dtype`` (unless ``generator.dtype`` is set); a LoRA run's
+  export is its adapter, sampled on top of the run's ``model.path``;
 - ``sandbox.concurrency`` (unless ``--concurrency`` is given).
 
 A flag of ``swerl eval`` that sets one of these (``--temperature``, ``--model``, ...) would be
@@ -29,7 +30,7 @@ from swerl.trainer.config import load_train_config
 
 # `swerl eval` options (Python parameter names) whose value --from-run takes from the run.
 RUN_FLAGS = {
-    "model": "--model", "backend": "--backend", "tokenizer": "--tokenizer", "served_model": "--served-model",
+    "model": "--model", "lora": "--lora", "backend": "--backend", "tokenizer": "--tokenizer", "served_model": "--served-model",
     "device": "--device", "batch_size": "--batch-size", "threads": "--threads", "protocol": "--protocol",
     "prefill": "--prefill", "temperature": "--temperature", "top_p": "--top-p",
     "max_new_tokens": "--max-new-tokens", "max_turns": "--max-turns", "context_window": "--context-window",
@@ -97,8 +98,10 @@ def eval_config_from_run(
     run = load_train_config(run_dir / "config.yaml")
     step, export, why = resolve_export(run_dir, step)
     device = run.model.device if run.model.device != "auto" else run.generator.device
+    weights = {"model": str(export)} if run.model.lora is None else {"model": run.model.path,
+                                                                       "lora_adapter": str(export)}
     inference = run.generator.model_copy(update={
-        "model": str(export), "device": device, "dtype": run.generator.dtype or run.model.dtype,
+        **weights, "device": device, "dtype": run.generator.dtype or run.model.dtype,
     })
     config = EvalConfig(
         tasks=tasks, samples=samples, limit=limit, out_dir=out_dir, resume=resume,
