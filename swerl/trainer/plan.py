@@ -138,6 +138,36 @@ def param_count(shape: dict) -> int:
     return layers * (attn + mlp + 2 * d) + embed + d
 
 
+def lora_param_count(shape: dict, targets: str | list[str], rank: int) -> int:
+    """Adapter parameters of a Llama/Qwen-style decoder: r x (in + out) per targeted linear
+    (``all-linear``: q, k, v, o, gate, up, down of every layer; ``lm_head`` only when named)."""
+    d, heads, inter = shape["hidden_size"], shape["num_attention_heads"], shape["intermediate_size"]
+    head_dim = shape.get("head_dim") or d // heads
+    kv = shape.get("num_key_value_heads", heads)
+    dims = {"q_proj": (d, heads * head_dim), "k_proj": (d, kv * head_dim), "v_proj": (d, kv * head_dim),
+            "o_proj": (heads * head_dim, d), "gate_proj": (d, inter), "up_proj": (d, inter), "down_proj": (inter, d)}
+    names = list(dims) if targets == "all-linear" else [name for name in targets if name in dims]
+    head = rank * (d + shape["vocab_size"]) if targets != "all-linear" and "lm_head" in targets else 0
+    return shape["num_hidden_layers"] * sum(rank * sum(dims[name]) for name in names) + head
+
+
+def trained_params(cfg: TrainConfig, shape: dict, n: int) -> int:
+    """Parameters that train, hold AdamW state and are checkpointed: all ``n``, or the LoRA adapters."""
+    lora = cfg.model.lora
+    return n if lora is None else lora_param_count(shape, lora.target_modules, lora.rank)
+
+
+def stored_bytes(cfg: TrainConfig, shape: dict, n: int) -> tuple[int, int]:
+    """(bytes of one checkpoint, bytes of one export): DCP of fp32 trained weights + AdamW m and v,
+    and fp32 safetensors of every weight, or the fp32 adapter (+ the merged weights with
+    ``checkpointing.export_merged``)."""
+    trained = trained_params(cfg, shape, n)
+    export = trained if cfg.model.lora is not None else n
+    if cfg.checkpointing.export_merged:
+        export += n
+    return trained * CHECKPOINT_BYTES_PER_PARAM, export * EXPORT_BYTES_PER_PARAM
+
+
 def kv_bytes_per_token(shape: dict, dtype_bytes: int = 2) -> int:
     """K and V of one token over all layers, bf16."""
     heads = shape["num_attention_heads"]
@@ -179,16 +209,37 @@ def _trainer_lines(cfg: TrainConfig, ranks: tuple[int, ...]) -> list[tuple[str, 
                          "no parameter count yet)")]
     what = "" if label == "model.path" else f" ({label})"
     count = f"{n / 1e9:.2f} B" if n >= 1e9 else f"{n / 1e6:.1f} M"
-    state = n * TRAIN_BYTES_PER_PARAM
+    state = state_bytes(cfg, shape, n, 1)
     if ranks == (1,):
-        sized = f" = {format_bytes(state)} (fp32 weights, gradients, AdamW m and v)"
+        sized = f" = {format_bytes(state)}"
     else:
-        sized = ": " + ", ".join(f"{w} ranks {format_bytes(state / (w if m.fsdp else 1))}" for w in ranks)
+        sized = ": " + ", ".join(f"{w} ranks {format_bytes(state_bytes(cfg, shape, n, w))}" for w in ranks)
     offload = " (+ host RAM with cpu_offload)" if m.cpu_offload else ""
     shards = " written by every rank, on a file system every rank sees" if ranks != (1,) else ""
-    return [*lines, ("trainer state / rank", f"{count} params{what} x {TRAIN_BYTES_PER_PARAM} B{sized}{offload}"),
-            ("checkpoint / export", f"{format_bytes(n * CHECKPOINT_BYTES_PER_PARAM)} DCP (fp32 weights + AdamW "
-             f"state){shards} / {format_bytes(n * EXPORT_BYTES_PER_PARAM)} fp32 safetensors")]
+    checkpoint, export = stored_bytes(cfg, shape, n)
+    if m.lora is None:
+        kinds = " (fp32 weights, gradients, AdamW m and v)" if ranks == (1,) else ""
+        return [*lines, ("trainer state / rank", f"{count} params{what} x {TRAIN_BYTES_PER_PARAM} B{sized}{kinds}"
+                         f"{offload}"),
+                ("checkpoint / export", f"{format_bytes(checkpoint)} DCP (fp32 weights + AdamW state){shards} / "
+                 f"{format_bytes(export)} fp32 safetensors")]
+    adapters = trained_params(cfg, shape, n)
+    base = 2 if m.dtype == "bfloat16" else 4
+    merged = f" + merged weights {format_bytes(n * EXPORT_BYTES_PER_PARAM)}" if cfg.checkpointing.export_merged else ""
+    return [*lines, ("trainer state / rank", f"{count} frozen params{what} x {base} B ({m.dtype} base) + "
+                     f"{adapters / 1e6:.1f} M LoRA params (r={m.lora.rank}) x {TRAIN_BYTES_PER_PARAM} B{sized}{offload}"),
+            ("checkpoint / export", f"{format_bytes(checkpoint)} DCP (adapters + AdamW state){shards} / "
+             f"{format_bytes(adapters * EXPORT_BYTES_PER_PARAM)} fp32 peft adapter{merged}")]
+
+
+def state_bytes(cfg: TrainConfig, shape: dict, n: int, ranks: int) -> float:
+    """Trainer state on one of ``ranks`` ranks, bytes: 16 B per trained parameter (fp32 weight,
+    gradient, AdamW m and v) plus a LoRA run's frozen base (bf16 with bf16 compute, else fp32),
+    divided by the ranks under FSDP."""
+    m = cfg.model
+    frozen = 0 if m.lora is None else n * (2 if m.dtype == "bfloat16" else 4)
+    total = trained_params(cfg, shape, n) * TRAIN_BYTES_PER_PARAM + frozen
+    return total / (ranks if m.fsdp else 1)
 
 
 def _vllm_where(cfg: TrainConfig, ranks: int) -> str:
@@ -204,13 +255,28 @@ def _vllm_where(cfg: TrainConfig, ranks: int) -> str:
     return f"{counted(gen.num_servers, 'vLLM server')} {each} started by swerl, on {hardware}"
 
 
+def _sync_lines(cfg: TrainConfig) -> list[tuple[str, str]]:
+    """What one weight sync ships to each engine: every weight in the engine dtype, or the adapter."""
+    shape, n, _ = model_size(cfg.model.path)
+    if shape is None or n is None:
+        return []
+    engine_bytes = 2 if cfg.generator.resolved_dtype() == "bfloat16" else 4
+    full = n * engine_bytes
+    if cfg.model.lora is None:
+        return [("weight sync / step", f"{format_bytes(full)} {cfg.generator.resolved_dtype()} weights per engine")]
+    adapter = trained_params(cfg, shape, n) * engine_bytes
+    return [("weight sync / step", f"{format_bytes(adapter)} LoRA adapter per engine "
+             f"({full / adapter:.0f}x less than the {format_bytes(full)} of every weight)")]
+
+
 def _generator_lines(cfg: TrainConfig, ranks: int, in_flight: int) -> list[tuple[str, str]]:
     """The generator's backend and placement, and the KV cache the episodes in flight need at full context."""
     m, gen = cfg.model, cfg.generator
     if gen.backend == "vllm":
         dtype = gen.resolved_dtype()
         lines = [("generator", f"{_vllm_where(cfg, ranks)} ({dtype}, max_model_len {gen.max_model_len:,}, "
-                  f"max_num_seqs {gen.max_num_seqs}); weights synced every step")]
+                  f"max_num_seqs {gen.max_num_seqs}); {'LoRA adapter' if m.lora else 'weights'} synced every step"),
+                 *_sync_lines(cfg)]
         holds = (f"in the {gen.kv_cache_space_gib} GiB per engine vLLM reserves (generator.kv_cache_space_gib)"
                  if m.device == "cpu" else "over the generator GPUs")
     else:
@@ -233,8 +299,8 @@ def _gpu_phase_lines(cfg: TrainConfig, ranks: tuple[int, ...]) -> list[tuple[str
     """GPU memory of each phase (rollouts, update) on the smallest rank count sized (``colocation.py``)."""
     from swerl.trainer.colocation import gpu_phase_lines
 
-    n = model_size(cfg.model.path)[1]
-    state = n * TRAIN_BYTES_PER_PARAM / (ranks[0] if cfg.model.fsdp else 1) if n else None
+    shape, n, _ = model_size(cfg.model.path)
+    state = state_bytes(cfg, shape, n, ranks[0]) if n and shape else None
     total = None
     if cfg.model.device != "cpu":
         import torch
