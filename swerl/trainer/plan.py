@@ -195,7 +195,8 @@ def _trainer_lines(cfg: TrainConfig, ranks: tuple[int, ...]) -> list[tuple[str, 
     m = cfg.model
     shape, n, label = model_size(m.path)
     mode = "FSDP2 fully_shard over all ranks" if m.fsdp else "replicated, gradients all-reduced"
-    master = "" if m.dtype == "float32" else ", fp32 master weights"
+    master = "" if m.dtype == "float32" else (", fp32 master weights" if m.lora is None else
+                                              ", bf16 frozen base, fp32 LoRA adapters")
     if ranks == RANK_COUNTS:
         layout = (f"torchrun --nnodes N --nproc_per_node GPUs/node: one rank per GPU, {mode}, {m.dtype} compute"
                   f"{master}")
