@@ -339,6 +339,12 @@ class VLLMBackend(ContinuousBackend):
         self._thread.call(self._swap_adapter, request)
         self.adapter, self.weight_version = request, version
 
+    def unload_adapter(self) -> None:
+        """Drop the adapter: later requests sample with the base (no request may be in flight)."""
+        if self.adapter is not None:
+            self._thread.call(self.llm.llm_engine.remove_lora, self.adapter.lora_int_id)
+            self.adapter = None
+
     def _swap_adapter(self, request: Any) -> None:
         if not self.state.weights_on_gpu:
             self.llm.wake_up(tags=["weights"])

@@ -396,6 +396,12 @@ class VLLMServerBackend(ContinuousBackend):
         if previous is not None and previous != name:
             self.post("v1/unload_lora_adapter", {"lora_name": previous})
 
+    def unload_adapter(self) -> None:
+        """Drop the adapter this client samples with (``POST /v1/unload_lora_adapter``): later requests use the base."""
+        if self.adapter is not None:
+            name, self.adapter = self.adapter, None
+            self.post("v1/unload_lora_adapter", {"lora_name": name})
+
     def use_adapter(self, name: str, version: int) -> None:
         """Sample with adapter ``name``, which another rank loaded, as ``version`` (shared servers)."""
         self.adapter, self.weight_version = name, version

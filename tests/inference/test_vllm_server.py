@@ -61,6 +61,10 @@ def test_server_command_and_env_loopback_dev_mode_own_cores() -> None:
     assert env["VLLM_SERVER_DEV_MODE"] == "1" and env["HF_HUB_OFFLINE"] == "1"
     assert env["VLLM_CPU_OMP_THREADS_BIND"] == "1" and env["VLLM_CPU_KVCACHE_SPACE"] == "2"
     assert server_env(config, None, "GPU-5e1f", {})["CUDA_VISIBLE_DEVICES"] == "GPU-5e1f"  # as the parent names it
+    assert "--enable-lora" not in argv and "VLLM_ALLOW_RUNTIME_LORA_UPDATING" not in env
+    lora = server_command(config, "/m", 8123, max_lora_rank=32)
+    assert lora[lora.index("--enable-lora") + 1:][:4] == ["--max-lora-rank", "32", "--max-loras", "1"]
+    assert server_env(config, "1", None, {}, lora=True)["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True"
 
 
 def test_split_evenly_contiguous_first_shares_larger() -> None:
