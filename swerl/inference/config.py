@@ -40,8 +40,8 @@ class InferenceConfig(BaseModel):
         None, description="HF folder or .gguf file (None = default SmolLM2-135M-Instruct); openai: the served name."
     )
     lora_adapter: str | None = Field(
-        None, description="A peft LoRA adapter folder to sample with, on top of model (hf: merged into the weights "
-        "at load; vllm: LoRA on, every request with the adapter). swerl train supplies its own adapters: leave unset."
+        None, description="A peft LoRA adapter folder to sample with, on top of model (hf: loaded onto it with "
+        "peft; vllm: LoRA on, every request with the adapter). swerl train supplies its own adapters: leave unset."
     )
     dtype: Literal["float32", "bfloat16", "float16"] | None = Field(
         None, description="Weights dtype; None = float32 for hf, bfloat16 for vllm (must equal the trainer's)."

@@ -105,8 +105,8 @@ class HFBackend:
         adapter: str | Path | None = None,
     ) -> HFBackend:
         """Load an HF folder or GGUF file (None = the default SmolLM2 model, see ``models``), with the
-        peft LoRA ``adapter`` folder merged into its weights when given (``merge_and_unload``: the
-        same function as the adapter on top, at the base's speed).
+        peft LoRA ``adapter`` folder on top when given (the adapters injected into its linears, as
+        the trainer samples them; not merged: a bf16 merge would round small adapter deltas away).
 
         Raises:
             ConfigError: unknown dtype or model path, or an adapter folder peft cannot load.
@@ -121,7 +121,7 @@ class HFBackend:
         folder = resolve_model(path_or_gguf)
         model = AutoModelForCausalLM.from_pretrained(folder, dtype=DTYPES[dtype]).to(device)
         if adapter is not None:
-            model = _merge_adapter(model, Path(adapter))
+            model = _with_adapter(model, Path(adapter))
         model.eval()
         tokenizer = AutoTokenizer.from_pretrained(folder)
         return cls(model, tokenizer, seed=seed)
@@ -296,8 +296,9 @@ class HFBackend:
         )
 
 
-def _merge_adapter(model: nn.Module, adapter: Path) -> nn.Module:
-    """``model`` with the peft LoRA adapter folder ``adapter`` merged into its weights.
+def _with_adapter(model: nn.Module, adapter: Path) -> nn.Module:
+    """``model`` with the peft LoRA adapter folder ``adapter`` injected into its linears (the
+    transformers model inside the peft wrapper: its ``generate`` samples with the adapter).
 
     Raises:
         ConfigError: ``adapter`` is not a peft adapter folder, or its modules are not in ``model``.
@@ -307,7 +308,7 @@ def _merge_adapter(model: nn.Module, adapter: Path) -> nn.Module:
     if not (adapter / "adapter_config.json").is_file():
         raise ConfigError(f"{adapter}: no adapter_config.json; fix: pass the folder PeftModel.save_pretrained wrote")
     try:
-        return PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
+        return PeftModel.from_pretrained(model, str(adapter)).get_base_model()
     except (ValueError, KeyError, RuntimeError) as err:
         raise ConfigError(f"cannot apply the LoRA adapter {adapter}: {err}; fix: pass an adapter of this base model") from err
 
