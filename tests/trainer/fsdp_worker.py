@@ -137,6 +137,7 @@ def lora_checkpoint_case(out: Path, info: distributed.DistInfo) -> None:
     ckpt.load_checkpoint(ckpt.resolve_resume(out / "run_lora", "latest"), model2, opt2, sched2, info)
     got = adam_steps(model2, opt2, sched2, [2, 3], info, True)
     got_state = adapter_state(model2)
+    ckpt.export_hf(out / "run_lora", 3, model2, None, info, merged=True, max_shard_bytes=20_000)  # gathered shards
     if info.is_main:
         torch.save({"expected": (expected, expected_state), "2to2": (got, got_state)}, out / "ckpt_lora.pt")
 

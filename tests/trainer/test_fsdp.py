@@ -113,6 +113,21 @@ def test_lora_checkpoint_resumes_on_two_ranks_bit_for_bit(fsdp_run):
     assert saved and all("lora_" in key for key in saved)  # the frozen base is not in the checkpoint
 
 
+def test_a_sharded_lora_export_is_the_gathered_adapter_and_its_merged_weights(fsdp_run):
+    from peft import PeftModel
+
+    _, got_state = torch.load(fsdp_run / "ckpt_lora.pt", weights_only=False)["2to2"]
+    export = fsdp_run / "run_lora" / "exports" / "global_step_3"
+    policy = W.lora_model_for(ONE, sharded=False)
+    policy.load_state_dict(got_state, strict=False)  # the 2-rank run's adapters, in one process
+    loaded = PeftModel.from_pretrained(W.build_tiny_model(16, seed=0), export)
+    assert all(torch.equal(v, loaded.state_dict()[k]) for k, v in got_state.items())
+    merged = (W.build_tiny_model(16, seed=0).__class__).from_pretrained(export / "merged")
+    ids = torch.tensor([[1, 5, 7, 9, 11]])
+    with torch.no_grad():
+        torch.testing.assert_close(merged(ids).logits, policy(ids).logits, rtol=1e-5, atol=1e-5)
+
+
 def test_sharded_checkpoint_resumes_on_two_ranks_bit_for_bit(fsdp_run):
     results = torch.load(fsdp_run / "ckpt.pt", weights_only=False)
     (expected, expected_state), (got, got_state) = results["expected"], results["2to2"]
