@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from swerl.cli import app
 from swerl.errors import ConfigError, RunFailed
+from swerl.selection import select_checkpoint
 from swerl.trainer import checkpoint as ckpt
 from swerl.trainer.config import TrainConfig
 from swerl.trainer.loop import train
@@ -84,6 +85,8 @@ def test_resume_reproduces_the_uninterrupted_run(tmp_path, tiny_model_dir, lora)
     assert sorted(p.name for p in (full / "exports").iterdir()) == ["global_step_1", "global_step_2", "global_step_3"]
     weights = {"adapter_model.safetensors", "adapter_config.json"} if lora else {"model.safetensors", "config.json"}
     assert weights <= {p.name for p in (full / "exports" / "global_step_3").iterdir()}
+    chosen = select_checkpoint(full, span=2, interval=1).chosen  # over adapter exports too
+    assert chosen is not None and weights <= {p.name for p in Path(chosen.export_path).iterdir()}
     assert len((full / "trajectories" / "step_2.jsonl").read_text().splitlines()) == 8
     assert list((full / "tensorboard").glob("events.*"))
 
