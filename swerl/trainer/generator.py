@@ -10,11 +10,9 @@ described in ``docs/inference.md``.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -212,24 +210,21 @@ def publish_weights(
 def apply_weights(generator: Generator, staged: Staged, model: torch.nn.Module, config: TrainConfig,
                   info: DistInfo) -> dict[str, float]:
     """The engines take ``staged`` and are probed (no request of this rank in flight). Shared servers
-    (``drain_all_ranks``) wait until every rank has drained before any reload, so no request of
-    any rank straddles it. Returns and raises as :func:`publish_weights`."""
+    (``drain_all_ranks``) wait until every rank has drained before any reload, and until every
+    reload is done before any rank sends again, so no request of any rank straddles one; that
+    first wait is ``timing/weight_sync_wait_s`` (seconds). Returns and raises as :func:`publish_weights`."""
+    shared = generator.sync.drain_all_ranks
     t0 = time.monotonic()
-    with _all_ranks_drained(generator.sync.drain_all_ranks):
-        generator.sync.apply(staged)
-    applied = time.monotonic() - t0
-    return {**probe_parity(generator, model, config, info), "timing/weight_sync_s": staged.stage_s + applied,
-            "inference/weight_sync_bytes": float(staged.num_bytes)}
-
-
-@contextlib.contextmanager
-def _all_ranks_drained(needed: bool) -> Iterator[None]:
-    """Barriers around a reload of engines other ranks also send requests to."""
-    if needed:
+    if shared:
         dist.barrier()
-    yield
-    if needed:
+    waited = time.monotonic() - t0
+    generator.sync.apply(staged)
+    if shared:
         dist.barrier()
+    applied = time.monotonic() - t0 - waited
+    metrics = {**probe_parity(generator, model, config, info), "timing/weight_sync_s": staged.stage_s + applied,
+               "inference/weight_sync_bytes": float(staged.num_bytes)}
+    return {**metrics, "timing/weight_sync_wait_s": waited} if shared else metrics
 
 
 def probe_parity(generator: Generator, model: torch.nn.Module, config: TrainConfig, info: DistInfo) -> dict[str, float]:

@@ -302,7 +302,7 @@ class PipelinedRollouts:
             waited = time.monotonic() - t0
             with ctx.clock.busy("update"):
                 metrics = apply_weights(self.generator, staged, ctx.model, ctx.config, ctx.info)
-        return {**metrics, "timing/weight_sync_wait_s": waited}
+        return {**metrics, "timing/weight_sync_wait_s": waited + metrics.get("timing/weight_sync_wait_s", 0.0)}
 
     def _publish_to_copy(self, step: int) -> dict[str, float]:
         """The HF copy: copy the weights in now and probe parity when no generate call runs; else

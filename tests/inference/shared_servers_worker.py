@@ -34,7 +34,7 @@ def main(out: Path, model_path: str, urls: list[str]) -> None:
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).eval()
     pool = EnginePool([VLLMServerBackend(url, tokenizer, max_concurrency=8) for url in urls], tokenizer)
     generator = attach_sync(pool, config, model, out / "run", info, owns_backend=False)
-    counts = lambda: [engine.collective_rpc("swerl_reload_count")[0] for engine in pool.engines]  # noqa: E731
+    counts = lambda: [int(engine.collective_rpc("swerl_reload_count")[0]) for engine in pool.engines]  # noqa: E731
     before = counts()
     tdist.barrier()
     front = metered(pool, BusyClock())

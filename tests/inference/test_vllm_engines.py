@@ -237,6 +237,7 @@ def test_shared_servers_are_reloaded_by_their_owner_once_every_rank_drained(serv
     assert rank1["long_version"] == 0 and rank0["applied_at"] >= rank1["drained_at"]
     assert rank0["versions"] == rank1["versions"] == [1, 1]
     assert all(r["metrics"]["inference/logprob_diff_mean"] < LIMIT for r in (rank0, rank1))
+    assert rank0["metrics"]["timing/weight_sync_wait_s"] > rank1["metrics"]["timing/weight_sync_wait_s"]  # rank 0 waited
 
 
 # ---- LoRA: the adapter sync on both engine kinds ------------------------------------------------
