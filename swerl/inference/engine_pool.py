@@ -97,6 +97,13 @@ class EnginePool(ContinuousBackend):
         for future in futures:
             future.result()
 
+    def load_adapter(self, name: str, path: str, version: int) -> None:
+        """Every engine loads the LoRA adapter folder ``path`` as ``name`` and samples with it (a
+        user's adapter for an eval; training syncs go through ``weight_sync.adapter.AdapterSync``)."""
+        futures = [self._threads.submit(e.load_adapter, name, path, version) for e in self.engines]
+        for future in futures:
+            future.result()
+
     def close(self) -> None:
         """Close every engine, then run ``on_close``."""
         for engine in self.engines:

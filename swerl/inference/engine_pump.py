@@ -42,22 +42,23 @@ class RequestPump:
                  convert: Callable[[Any], Generation]) -> None:
         self._thread, self._engine, self._convert = thread, engine, convert
         self._lock = threading.Lock()
-        self._queued: list[tuple[str, Any, Any, Future[Generation]]] = []
+        self._queued: list[tuple[str, Any, Any, Any, Future[Generation]]] = []
         self._in_flight: dict[str, Future[Generation]] = {}
         self._running = False
         self._stopping = False
         self._ids = itertools.count()
         self.retired: str | None = None
 
-    def submit(self, prompt: Any, params: Any) -> Future[Generation]:
-        """Queue one request (a ``TokensPrompt`` and its ``vllm.SamplingParams``); its future."""
+    def submit(self, prompt: Any, params: Any, lora_request: Any = None) -> Future[Generation]:
+        """Queue one request (a ``TokensPrompt``, its ``vllm.SamplingParams`` and the ``LoRARequest``
+        of the adapter it samples with, None = the base); its future."""
         future: Future[Generation] = Future()
         with self._lock:
             if self.retired is not None or self._stopping:
                 why = self.retired or "the engine is closing"
                 future.set_exception(InferenceError(f"the vLLM engine takes no more requests ({why})"))
                 return future
-            self._queued.append((f"swerl-{next(self._ids)}", prompt, params, future))
+            self._queued.append((f"swerl-{next(self._ids)}", prompt, params, lora_request, future))
             start, self._running = not self._running, True
         if start:
             self._thread.submit(self._run)
@@ -83,8 +84,8 @@ class RequestPump:
                     if not queued and not self._in_flight:
                         self._running = False
                         return
-                for request_id, prompt, params, future in queued:
-                    self._add(engine, request_id, prompt, params, future)
+                for request_id, prompt, params, lora_request, future in queued:
+                    self._add(engine, request_id, prompt, params, lora_request, future)
                 try:
                     finished = [out for out in engine.step() if out.finished]
                 except Exception as err:  # noqa: BLE001 - every waiting caller gets it
@@ -95,10 +96,11 @@ class RequestPump:
                 done += len(finished)
                 clock.advance(done)
 
-    def _add(self, engine: Any, request_id: str, prompt: Any, params: Any, future: Future[Generation]) -> None:
+    def _add(self, engine: Any, request_id: str, prompt: Any, params: Any, lora_request: Any,
+             future: Future[Generation]) -> None:
         """Add one request; one vLLM refuses (e.g. a prompt past ``max_model_len``) fails alone."""
         try:
-            engine.add_request(request_id, prompt, params)
+            engine.add_request(request_id, prompt, params, lora_request=lora_request)
         except Exception as err:  # noqa: BLE001 - delivered to this request's caller
             future.set_exception(err)
             return

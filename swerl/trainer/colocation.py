@@ -71,8 +71,9 @@ def gpu_phase_lines(cfg: TrainConfig, n_params: int | None, state_per_rank: floa
                 ("GPU memory, update", trainer)]
     engine = f"vLLM {share} ({weights} + KV cache)"
     if gen.vllm_mode == "inprocess":
-        asleep = ("vLLM asleep: weights and KV cache freed, re-written by the weight sync" if gen.enable_sleep_mode
-                  else f"vLLM still holds {share} (generator.enable_sleep_mode=false)")
+        level1 = "vLLM asleep at level 1: weights in host RAM (a LoRA sync never rewrites the base), KV cache freed"
+        asleep = ((level1 if cfg.model.lora else "vLLM asleep: weights and KV cache freed, re-written by the weight "
+                   "sync") if gen.enable_sleep_mode else f"vLLM still holds {share} (generator.enable_sleep_mode=false)")
         return [("GPU memory, rollouts (colocated)", f"{engine} + trainer state {state}"),
                 ("GPU memory, update (colocated)", f"{trainer} + {asleep}")]
     gpus = (f"{gen.num_servers} GPU(s) of their own per rank" if not gen.server_urls

@@ -73,11 +73,14 @@ def make_generator(
         ConfigError: ``weight_sync=nccl`` on CPU, or a colocated engine with async rollouts on GPU.
         EnvironmentProblem: vLLM missing, a server down or lacking a route, too few GPUs.
     """
+    from swerl.trainer.lora import hf_module
+
     gen = config.generator
     if gen.backend == "hf":
         if gen.num_threads is not None:  # CPU: leave cores to the sandboxes' verifiers
             torch.set_num_threads(gen.num_threads)
-        return attach_sync(HFBackend(model, tokenizer, seed=gen.seed), config, model, run_dir, info)
+        # the transformers model inside a peft policy generates WITH its live adapters
+        return attach_sync(HFBackend(hf_module(model), tokenizer, seed=gen.seed), config, model, run_dir, info)
     from swerl.inference.factory import build_vllm, engine_cores, parse_cores
     from swerl.inference.gpu_placement import server_gpus, visible_gpus
     from swerl.inference.weight_sync.nccl import check_nccl_supported
@@ -90,7 +93,8 @@ def make_generator(
     if not on_cpu and gen.vllm_mode == "servers" and not gen.server_urls:
         visible = visible_gpus(os.environ.get("CUDA_VISIBLE_DEVICES"), torch.cuda.device_count())
         gpus = server_gpus(visible, info.local_rank, local_world_size(), gen.num_servers)
-    backend = build_vllm(gen, str(model_path), run_dir / "logs" / f"rank{info.rank}", gpus=gpus)
+    lora_rank = config.model.lora.rank if config.model.lora is not None else None
+    backend = build_vllm(gen, str(model_path), run_dir / "logs" / f"rank{info.rank}", gpus=gpus, max_lora_rank=lora_rank)
     if on_cpu and gen.vllm_mode == "servers" and not gen.server_urls:
         available = sorted(os.sched_getaffinity(0))
         taken = {core for cores in engine_cores(gen, available) if cores for core in parse_cores(cores)}
@@ -120,9 +124,10 @@ def attach_sync(backend: Any, config: TrainConfig, model: torch.nn.Module, run_d
                 owns_backend: bool = True) -> Generator:
     """``backend`` with the weight sync its type calls for (checked against the engines' APIs).
 
-    ``HFBackend`` -> ``ModuleShare``; ``VLLMBackend`` or ``EnginePool`` -> ``DiskReload`` (or
-    ``NcclBroadcast`` with ``weight_sync=nccl``). Servers named in ``server_urls`` are shared by
-    every rank: server i is reloaded and probed by rank ``i % W`` only.
+    ``HFBackend`` -> ``ModuleShare``; ``VLLMBackend`` or ``EnginePool`` -> ``AdapterSync`` for a LoRA
+    policy (a ``peft.PeftModel``), else ``DiskReload`` (or ``NcclBroadcast`` with ``weight_sync=nccl``).
+    Servers named in ``server_urls`` are shared by every rank: server i is reloaded and probed by
+    rank ``i % W`` only.
 
     Raises:
         TypeError: a backend no sync is written for. EnvironmentProblem: an engine lacks an API.
@@ -140,11 +145,17 @@ def attach_sync(backend: Any, config: TrainConfig, model: torch.nn.Module, run_d
     shared = bool(gen.server_urls) and info.world_size > 1
     owned = owned_indices(len(engines), info.rank, info.world_size, shared)
     dtype = getattr(torch, gen.resolved_dtype())
-    if gen.weight_sync == "nccl":
-        from swerl.inference.vllm_server import free_port
+    from swerl.trainer.lora import is_lora
+
+    if is_lora(model):
+        from swerl.inference.weight_sync.adapter import AdapterSync
+
+        sync: WeightSync = AdapterSync(engines, owned, weights_dir(config, run_dir), dtype, None, shared)
+    elif gen.weight_sync == "nccl":
+        from swerl.inference.server_process import free_port
         from swerl.inference.weight_sync.nccl import NcclBroadcast
 
-        sync: WeightSync = NcclBroadcast(engines, owned, model, dtype, sync_address(config),
+        sync = NcclBroadcast(engines, owned, model, dtype, sync_address(config),
                                          [free_port() for _ in owned], shared)
     else:
         from swerl.inference.weight_sync.disk import DiskReload
@@ -187,7 +198,8 @@ def publish_weights(
 
     Returns:
         the probe's metrics (``inference/logprob_diff_mean``, ``inference/logprob_diff_max``) plus
-        ``timing/weight_sync_s`` (stage + apply, seconds).
+        ``timing/weight_sync_s`` (stage + apply, seconds) and ``inference/weight_sync_bytes`` (bytes of
+        the version shipped to one engine: 0 for the live HF module, the adapters with LoRA).
 
     Raises:
         InferenceError: the probe's mean gap exceeds ``generator.logprob_diff_limit`` (stops the run).
@@ -210,7 +222,8 @@ def apply_weights(generator: Generator, staged: Staged, model: torch.nn.Module, 
     if shared:
         dist.barrier()
     applied = time.monotonic() - t0 - waited
-    metrics = {**probe_parity(generator, model, config, info), "timing/weight_sync_s": staged.stage_s + applied}
+    metrics = {**probe_parity(generator, model, config, info), "timing/weight_sync_s": staged.stage_s + applied,
+               "inference/weight_sync_bytes": float(staged.num_bytes)}
     return {**metrics, "timing/weight_sync_wait_s": waited} if shared else metrics
 
 

@@ -413,7 +413,8 @@ def _commit(run: _Run, step: int, batch: pipeline.RolloutBatch, position: dict[s
     record = commit.commit_step(
         step, metrics, t_step,
         export=(lambda: ckpt.export_hf(run_dir, step, model, run.tokenizer, info, metrics=metrics,
-                                       dtype=getattr(torch, config.model.dtype)))
+                                       dtype=getattr(torch, config.model.dtype),
+                                       merged=config.checkpointing.export_merged))
         if step in run.plan.export_steps else None,
         checkpoint=(lambda recs: ckpt.save_checkpoint(
             run_dir, step, model, run.optimizer, run.scheduler, {**trainer_state, commit.RECORDS_KEY: recs},

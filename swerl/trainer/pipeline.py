@@ -184,10 +184,12 @@ class PipelinedRollouts:
         self.generator = ctx.generator
         if isinstance(ctx.generator.sync, ModuleShare):  # HF on the live module: generate on a copy
             from swerl.inference.hf import HFBackend
+            from swerl.trainer.lora import hf_module
 
-            copy_backend = HFBackend(copy.deepcopy(ctx.model).eval(), ctx.generator.backend.tokenizer,
+            policy_copy = copy.deepcopy(ctx.model).eval()
+            copy_backend = HFBackend(hf_module(policy_copy), ctx.generator.backend.tokenizer,
                                      seed=ctx.config.generator.seed, weight_version=start_step)
-            self.generator = Generator(copy_backend, ModuleCopy(copy_backend), owns_backend=False)
+            self.generator = Generator(copy_backend, ModuleCopy(copy_backend, policy_copy), owns_backend=False)
         self.metered = metered(self.generator.backend, ctx.clock)
         self.runner = ctx.runner(self.metered)  # held-out eval, in the trainer's thread
         self._published = start_step  # the newest version handed to the generator
@@ -315,9 +317,10 @@ class PipelinedRollouts:
             if backend is not None:
                 sync.apply(staged)
                 return {**probe_parity(self.generator, ctx.model, ctx.config, ctx.info),
-                        "timing/weight_sync_s": time.monotonic() - t0}
+                        "timing/weight_sync_s": time.monotonic() - t0,
+                        "inference/weight_sync_bytes": float(staged.num_bytes)}
         self.metered.stage(lambda backend: sync.apply(staged))
-        return {"timing/weight_sync_s": time.monotonic() - t0}
+        return {"timing/weight_sync_s": time.monotonic() - t0, "inference/weight_sync_bytes": float(staged.num_bytes)}
 
     def position(self) -> dict[str, Any]:
         """The pipeline's part of a checkpoint's trainer state (informative: a resume re-collects

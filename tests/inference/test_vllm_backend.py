@@ -81,6 +81,17 @@ def test_engine_kwargs_cpu_in_process_has_no_gpu_knobs() -> None:
     assert cpu_engine_env(InferenceConfig(backend="vllm"), "1")["VLLM_CPU_OMP_THREADS_BIND"] == "1"
 
 
+def test_engine_kwargs_with_lora_take_one_adapter_slot_of_an_accepted_rank() -> None:
+    from swerl.inference.vllm_backend import lora_slot_rank
+
+    assert "enable_lora" not in engine_kwargs(InferenceConfig(backend="vllm"), "/m", on_cpu=True)
+    kwargs = engine_kwargs(InferenceConfig(backend="vllm"), "/m", on_cpu=True, max_lora_rank=12)
+    assert kwargs["enable_lora"] is True and kwargs["max_lora_rank"] == 16 and kwargs["max_loras"] == 1
+    assert [lora_slot_rank(r) for r in (1, 2, 8, 9, 300, 512)] == [1, 8, 8, 16, 320, 512]
+    with pytest.raises(ConfigError, match="above 512"):
+        lora_slot_rank(513)
+
+
 def test_engine_kwargs_fp32_lm_head_override() -> None:
     kwargs = engine_kwargs(InferenceConfig(backend="vllm", fp32_lm_head=True), "/m", on_cpu=True)
     assert kwargs["hf_overrides"] == {"head_dtype": "float32"}

@@ -1,5 +1,4 @@
-"""Server and pool plumbing without a vLLM server: request bodies, response parsing, argv and env
-of a started server, how a batch is split over engines, which cores each engine gets, weight
+"""Server and pool plumbing without a vLLM server: request bodies, response parsing, how a batch is split over engines, which cores each engine gets, weight
 files, the checks of a server's answers (prefix-cache reset, routes) and of the NCCL sync's API."""
 
 from __future__ import annotations
@@ -18,13 +17,7 @@ from swerl.inference.base import ContinuousBackend, Generation, SamplingParams
 from swerl.inference.config import InferenceConfig
 from swerl.inference.engine_pool import EnginePool, split_evenly
 from swerl.inference.factory import engine_cores, parse_cores
-from swerl.inference.vllm_server import (
-    VLLMServerBackend,
-    completion_request,
-    generation_from_choice,
-    server_command,
-    server_env,
-)
+from swerl.inference.vllm_server import VLLMServerBackend, completion_request, generation_from_choice
 from swerl.inference.weight_sync.disk import untied_state_dict, write_weights
 from swerl.inference.weight_sync.nccl import cast_source, check_nccl_supported, check_transfer_api, sender_rank
 
@@ -47,20 +40,6 @@ def test_choice_parsing_keeps_ids_and_logprobs_and_refuses_gaps() -> None:
         generation_from_choice({**choice, "logprobs": {"token_logprobs": [None, -0.1]}}, 0)
     with pytest.raises(InferenceError, match="abort"):
         generation_from_choice({**choice, "finish_reason": "abort"}, 0)
-
-
-def test_server_command_and_env_loopback_dev_mode_own_cores() -> None:
-    config = InferenceConfig(backend="vllm", vllm_mode="servers", enforce_eager=True, kv_cache_space_gib=2)
-    argv = server_command(config, "/m", 8123)
-    assert argv[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
-    flags = dict(zip(argv[3::], argv[4::]))
-    assert flags["--host"] == "127.0.0.1" and flags["--port"] == "8123"
-    assert flags["--logprobs-mode"] == "processed_logprobs" and "--enforce-eager" in argv
-    assert flags["--worker-extension-cls"] == "swerl.inference.vllm_worker.SwerlWorkerExtension"
-    env = server_env(config, "1", None, {"PATH": "/bin"})
-    assert env["VLLM_SERVER_DEV_MODE"] == "1" and env["HF_HUB_OFFLINE"] == "1"
-    assert env["VLLM_CPU_OMP_THREADS_BIND"] == "1" and env["VLLM_CPU_KVCACHE_SPACE"] == "2"
-    assert server_env(config, None, "GPU-5e1f", {})["CUDA_VISIBLE_DEVICES"] == "GPU-5e1f"  # as the parent names it
 
 
 def test_split_evenly_contiguous_first_shares_larger() -> None:

@@ -55,7 +55,7 @@ def test_owner_sends_others_gather_and_every_server_carries_the_version(monkeypa
     assert infos[1] == (0, "10.0.0.7", 29601, 2)  # owner of server 1: vLLM's sender, 1 + its 1 worker
     assert infos[0][0] == 1  # server 0 is another rank's: this rank only joins the gathers
     assert servers[1].checked == [(TRANSFER_ROUTES, "generator.weight_sync=nccl")] and servers[0].checked == []
-    assert sync.drain_all_ranks and sync.stage(model, 3) == Staged(3)
+    assert sync.drain_all_ranks and sync.stage(model, 3) == Staged(3, num_bytes=2 * 8)  # 8 parameters in bf16
     sync.apply(Staged(3))
     assert [s.walked for s in made] == [[["weight", "bias"]], [["weight", "bias"]]]  # one walk per server
     assert [s.resets for s in servers] == [0, 1] and [s.weight_version for s in servers] == [3, 3]

@@ -8,10 +8,7 @@ generator backend it built (``swerl.trainer.generator.attach_sync``), never by p
 | ``ModuleCopy`` | ``HFBackend`` on its own copy (the rollout producer) | a state-dict snapshot, copied in place |
 | ``DiskReload`` | ``VLLMBackend``, an ``EnginePool`` of servers | bf16 safetensors shards, a fresh folder per version |
 | ``NcclBroadcast`` | an ``EnginePool`` of GPU servers | bf16 tensors over one NCCL group per server |
-
-A LoRA adapter sync is one more subclass: ``stage`` writes the PEFT folder of the version, ``apply``
-points the engines at it (a ``LoRARequest`` in process, ``POST /v1/load_lora_adapter`` on servers)
-and ``sleep_level`` is 1 (the base weights must survive a colocated engine's sleep).
+| ``AdapterSync`` | ``VLLMBackend``, an ``EnginePool`` of servers, with ``model.lora`` | the peft adapter folder, a new adapter per version |
 
 Every rank makes the same calls in the same order, once per optimizer step:
 
@@ -42,11 +39,14 @@ class Staged:
         version: the policy version (the optimizer steps taken) the engines will hold.
         folder: where the weights were written (disk, adapters); None when nothing is written.
         stage_s: seconds the stage took on this rank (writing, gathering), for the metrics.
+        num_bytes: bytes of the version as shipped to one engine (every weight in the engine dtype, or
+            the adapters); 0 when nothing travels. ``inference/weight_sync_bytes``.
     """
 
     version: int
     folder: Path | None = None
     stage_s: float = 0.0
+    num_bytes: int = 0
 
 
 def owned_indices(num_engines: int, rank: int, world_size: int, shared: bool) -> list[int]:

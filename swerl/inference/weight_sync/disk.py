@@ -18,7 +18,7 @@ import re
 import secrets
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -111,33 +111,52 @@ def version_folder(root: Path, version: int, token: str) -> Path:
     return root / f"v{version:06d}-{token}"
 
 
-def write_version(model: torch.nn.Module, root: Path, version: int, dtype: torch.dtype, token: str) -> Path:
+def write_version(model: torch.nn.Module, root: Path, version: int, dtype: torch.dtype, token: str) -> tuple[Path, int]:
     """Collective: every rank writes its shard of ``model``'s weights for ``version`` (module docstring).
 
     Returns:
-        the version's folder, complete on every rank when this returns.
+        (the version's folder, complete on every rank when this returns; bytes of the whole version).
     """
     from safetensors.torch import save_file
 
+    def fill(tmp: Path, rank: int, world: int) -> int:
+        mine, total = {}, 0
+        for index, name, tensor in iter_engine_tensors(model, dtype):
+            total += tensor.numel() * tensor.element_size()
+            if index % world == rank:
+                mine[name] = tensor.to("cpu").contiguous()
+        metadata = {"format": "pt", "weight_version": str(version)}
+        save_file(mine, str(tmp / f"model-{rank + 1:05d}-of-{world:05d}.safetensors"), metadata=metadata)
+        return total
+
+    return publish_folder(root, version, token, fill)
+
+
+def publish_folder(root: Path, version: int, token: str, fill: Callable[[Path, int, int], int]) -> tuple[Path, int]:
+    """Collective: the fresh folder of ``version`` under ``root``, filled by ``fill(tmp, rank, world)``
+    on every rank (it returns the bytes of the version), renamed by rank 0 once every rank has filled
+    it; the folders of older versions are removed (every rank applied them before this stage).
+
+    Returns:
+        (the version's folder, complete on every rank when this returns; what ``fill`` returned).
+    """
     rank, world = (tdist.get_rank(), tdist.get_world_size()) if _distributed() else (0, 1)
-    final, tmp = version_folder(root, version, token), root / f".tmp-{version_folder(root, version, token).name}"
+    final = version_folder(root, version, token)
+    tmp = root / f".tmp-{final.name}"
     if rank == 0:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
     _barrier()
-    mine = {name: tensor.to("cpu").contiguous()
-            for index, name, tensor in iter_engine_tensors(model, dtype) if index % world == rank}
-    metadata = {"format": "pt", "weight_version": str(version)}
-    save_file(mine, str(tmp / f"model-{rank + 1:05d}-of-{world:05d}.safetensors"), metadata=metadata)
+    num_bytes = fill(tmp, rank, world)
     _barrier()
     if rank == 0:
         shutil.rmtree(final, ignore_errors=True)
         tmp.rename(final)
-        for old in root.iterdir():  # every rank applied the previous version before this stage
+        for old in root.iterdir():
             if old != final and VERSION_NAME.match(old.name):
                 shutil.rmtree(old, ignore_errors=True)
     _barrier()
-    return final
+    return final, num_bytes
 
 
 def run_token() -> str:
@@ -173,8 +192,8 @@ class DiskReload(WeightSync):
 
     def stage(self, model: torch.nn.Module, version: int) -> Staged:
         start = time.monotonic()
-        folder = write_version(model, self.root, version, self.dtype, self._token)
-        return Staged(version, folder, time.monotonic() - start)
+        folder, num_bytes = write_version(model, self.root, version, self.dtype, self._token)
+        return Staged(version, folder, time.monotonic() - start, num_bytes)
 
     def apply(self, staged: Staged) -> None:
         assert staged.folder is not None

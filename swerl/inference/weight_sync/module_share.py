@@ -35,23 +35,33 @@ class ModuleShare(WeightSync):
 class ModuleCopy(WeightSync):
     """``HFBackend`` generating with its own copy of the policy (``copy.deepcopy`` of the module).
 
-    :meth:`stage` snapshots the trainer's state dict (a clone: the trainer's tensors change at its
-    next step), :meth:`apply` copies it into the backend's module in place.
+    :meth:`stage` snapshots the trainer's trainable parameters (a clone: the trainer's tensors change
+    at its next step; frozen ones, a LoRA base, never change), :meth:`apply` copies them in place
+    into ``module``, the copy the backend generates with (or wraps: a peft copy whose base it samples).
+
+    Args:
+        backend: the backend on the copy. module: the copy, named as the trainer's policy
+            (default ``backend.model``).
     """
 
-    def __init__(self, backend: HFBackend) -> None:
+    def __init__(self, backend: HFBackend, module: torch.nn.Module | None = None) -> None:
         self.backend = backend
+        self.module = module if module is not None else backend.model
         self._snapshots: dict[int, dict[str, torch.Tensor]] = {}
 
     def stage(self, model: torch.nn.Module, version: int) -> Staged:
         start = time.monotonic()
-        self._snapshots = {version: {name: t.detach().clone() for name, t in model.state_dict().items()}}
-        return Staged(version, stage_s=time.monotonic() - start)
+        snapshot = {name: p.detach().clone() for name, p in model.named_parameters() if p.requires_grad}
+        self._snapshots = {version: snapshot}
+        num_bytes = sum(t.numel() * t.element_size() for t in snapshot.values())
+        return Staged(version, stage_s=time.monotonic() - start, num_bytes=num_bytes)
 
     def apply(self, staged: Staged) -> None:
         snapshot = self._snapshots.pop(staged.version)
+        targets = dict(self.module.named_parameters())
         with torch.no_grad():
-            self.backend.model.load_state_dict(snapshot)
+            for name, tensor in snapshot.items():
+                targets[name].copy_(tensor)
         self.backend.weight_version = staged.version
 
     def probe_engines(self) -> list:

@@ -113,6 +113,7 @@ class NcclBroadcast(WeightSync):
     def __init__(self, engines: list[VLLMServerBackend], owned: list[int], model: torch.nn.Module,
                  dtype: torch.dtype, address: str, ports: list[int], shared: bool = False) -> None:
         self.engines, self.owned, self.drain_all_ranks = list(engines), list(owned), shared
+        self.num_bytes = sum(p.numel() for p in model.parameters()) * torch.empty((), dtype=dtype).element_size()
         self.check()
         from vllm.distributed.weight_transfer.clients import HTTPVLLMWeightSyncClient
         from vllm.distributed.weight_transfer.factory import WeightTransferTrainerFactory
@@ -134,7 +135,7 @@ class NcclBroadcast(WeightSync):
             self.engines[index].require_routes(TRANSFER_ROUTES, "generator.weight_sync=nccl")
 
     def stage(self, model: torch.nn.Module, version: int) -> Staged:
-        return Staged(version)
+        return Staged(version, num_bytes=self.num_bytes)
 
     def apply(self, staged: Staged) -> None:
         """Collective: every rank walks the parameters once per server; owners send, then reset."""
