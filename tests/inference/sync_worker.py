@@ -1,11 +1,13 @@
 """Worker of ``test_weight_sync.py``, launched once by ``torchrun --nproc_per_node 2`` (gloo, CPU):
 the disk sync's per-rank bf16 shards of a replicated and of an FSDP2-sharded tiny model, a sync
 whose engines other ranks share (no rank applies before every rank has drained), and the parity
-probe's gather when one rank owns no engine and when one rank's probe fails. Rank 0 writes what
+probe's gather when one rank owns no engine and when one rank's probe fails, and the NCCL sync's
+weight source walked over the FSDP2-sharded model. Rank 0 writes what
 the test checks to OUT/result.json; the shards stay under OUT."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import sys
 import time
@@ -62,8 +64,24 @@ def shards(out: Path, name: str) -> None:
     model = build_tiny_model(len(tokenizer), seed=3)
     write_version(model, out / f"{name}-replicated", 5, torch.bfloat16, "a1b2c3")
     shard_model(model, info, bf16=False)
+    if importlib.util.find_spec("vllm") is not None:  # the source is vLLM's class
+        nccl_source_walk(model, out, info.rank)
     write_version(model, out / f"{name}-sharded", 6, torch.bfloat16, "a1b2c3")
     write_version(model, out / f"{name}-sharded", 7, torch.bfloat16, "a1b2c3")  # v6 goes: a fresh folder per version
+
+
+def nccl_source_walk(model: torch.nn.Module, out: Path, rank: int) -> None:
+    """What the NCCL sync sends of an FSDP2-sharded model: its weight source's metadata, then one
+    walk on every rank (each parameter cast to bf16 on its shard, then all-gathered); rank 0 saves
+    both to OUT/nccl_source.pt, with the dtype of the sharded parameters after the walk."""
+    from swerl.inference.weight_sync.nccl import cast_source
+
+    source = cast_source(model, torch.bfloat16)
+    meta = [(m.name, m.dtype, tuple(m.shape)) for m in source.metadata()]
+    walked = {name: tensor.clone() for name, tensor in source}
+    kept = {type(p).__name__ + ":" + str(p.dtype) for p in model.parameters()}
+    if rank == 0:
+        torch.save({"meta": meta, "walked": walked, "kept": kept}, out / "nccl_source.pt")
 
 
 def drained_then_probed(out: Path) -> dict:

@@ -3,7 +3,7 @@ torchrun launch, ``sync_worker.py``): every rank writes its own bf16 shard of th
 before the gather, into a fresh folder per version, for a replicated and an FSDP2-sharded model
 alike; a sync of shared engines starts on no rank before every rank has drained; the probe's
 gather neither hangs nor dilutes when one rank owns no engine, and stops every rank when one
-rank's probe fails."""
+rank's probe fails; the NCCL sync's weight source walks an FSDP2-sharded model in bf16."""
 
 from __future__ import annotations
 
@@ -46,6 +46,21 @@ def test_each_rank_writes_its_bf16_shard_into_a_fresh_folder_per_version(two_ran
         written = {**parts[0], **parts[1]}
         assert written.keys() == expected.keys()
         assert all(written[k].dtype == torch.bfloat16 and torch.equal(written[k], expected[k]) for k in expected)
+
+
+def test_the_nccl_source_of_a_sharded_model_gathers_bf16_full_weights_on_every_rank(two_ranks) -> None:
+    """What the NCCL sync broadcasts (vLLM's transfer itself needs CUDA): one bf16 tensor per
+    parameter at its full shape, in metadata order, equal to the fp32 weights cast; the shards
+    stay fp32 DTensors (the cast is a copy made before each gather)."""
+    pytest.importorskip("vllm")
+    model = build_tiny_model(len(build_tiny_tokenizer()), seed=3)
+    result = torch.load(two_ranks / "nccl_source.pt", weights_only=False)
+    params = dict(model.named_parameters())
+    assert [name for name, _, _ in result["meta"]] == list(params) == list(result["walked"])
+    assert all(dtype == torch.bfloat16 and shape == tuple(params[name].shape) for name, dtype, shape in result["meta"])
+    for name, tensor in result["walked"].items():
+        assert tensor.dtype == torch.bfloat16 and torch.equal(tensor, params[name].detach().to(torch.bfloat16)), name
+    assert result["kept"] == {"DTensor:torch.float32"}
 
 
 def test_shared_engines_are_applied_only_once_every_rank_drained_and_the_probe_gathers(two_ranks) -> None:
