@@ -127,10 +127,10 @@ def model_folder(root: Path, layers: int, smoke: bool, seed: int = 0) -> tuple[P
     return folder, model
 
 
-def write_new_weights(model: torch.nn.Module, root: Path, dtype: torch.dtype) -> tuple[Path, float]:
+def write_new_weights(model: torch.nn.Module, root: Path, dtype: torch.dtype) -> tuple[Path, int, float]:
     """Move every weight by 0.1 of its mean |w| (a training step's worth: the samples change) and
     write them with swerl's disk sync (``write_version``: cast to ``dtype`` first, one shard per
-    rank, a fresh folder per version); returns the folder and the seconds spent writing."""
+    rank, a fresh folder per version); returns the folder, its bytes and the seconds spent writing."""
     from swerl.inference.weight_sync.disk import write_version
 
     gen = torch.Generator().manual_seed(1)
@@ -138,8 +138,8 @@ def write_new_weights(model: torch.nn.Module, root: Path, dtype: torch.dtype) ->
         for p in model.parameters():
             p.add_(0.1 * p.abs().mean() * torch.randn(p.shape, generator=gen))
     t0 = time.perf_counter()
-    folder = write_version(model, root, 1, dtype, "0c0c0c")
-    return folder, time.perf_counter() - t0
+    folder, nbytes = write_version(model, root, 1, dtype, "0c0c0c")
+    return folder, nbytes, time.perf_counter() - t0
 
 
 def gap_nats(output, prompt: list[int], model: torch.nn.Module, temperature: float) -> float:
@@ -197,8 +197,7 @@ def step_engine(args, machine: str) -> list[str]:
             ok = freed > 0 and list(again.token_ids) == list(first.token_ids)
             out.append(line("PASS" if ok else "FAIL", "vllm_sleep_wake", f"sleep(1) freed {freed / 2**30:.1f} GiB; "
                             f"wake_up() sampled {'the same' if ok else 'OTHER'} {len(first.token_ids)} tokens", machine))
-        new, write_s = write_new_weights(model, Path(tmp) / "sync", torch.float32 if smoke else torch.bfloat16)
-        nbytes = sum(f.stat().st_size for f in new.glob("*.safetensors"))
+        new, nbytes, write_s = write_new_weights(model, Path(tmp) / "sync", torch.float32 if smoke else torch.bfloat16)
         freed2 = 0
         if not smoke:
             free = torch.cuda.mem_get_info()[0]
