@@ -1,10 +1,12 @@
 """Generation throughput by backend on the default model (SmolLM2-135M-Instruct): the same 16
 HumanEval chat prompts, one batch, T=0.7, 128 new tokens, per-request seeds, one CPU core.
 
-Prints one line per mode, ``<mode>: <value> tokens/s`` (generated tokens / wall seconds of the
-batch, after a warm-up call). Modes: ``hf-fp32``, ``hf-bf16`` (transformers generate),
-``vllm-inprocess`` (``vllm.LLM`` in this process), ``vllm-server`` (one vLLM OpenAI server that
-this script starts). A figure, not a test; run it alone (``flock /tmp/swerl-heavy.lock ...``).
+Prints the machine line, then one line per mode, ``<mode>: <value> tokens/s`` (generated tokens /
+wall seconds of the batch, after a warm-up call). Modes: ``hf-fp32``, ``hf-bf16`` (transformers
+generate), ``vllm-inprocess`` (``vllm.LLM`` in this process), ``vllm-server`` (one vLLM OpenAI
+server that this script starts), ``vllm-inprocess-lora`` / ``vllm-server-lora`` (the same engines
+built with LoRA, every request with a rank-16 adapter on every linear: vLLM's CPU build then runs
+its Punica CPU kernels and no torch.compile). A figure, not a test; run it alone (``flock /tmp/swerl-heavy.lock ...``).
 Usage: python bench/generation_throughput.py [--modes hf-fp32,vllm-server] [--core 0] [--eager]
 """
 
@@ -16,7 +18,26 @@ import tempfile
 import time
 from pathlib import Path
 
-MODES = ("hf-fp32", "hf-bf16", "vllm-inprocess", "vllm-server")
+MODES = ("hf-fp32", "hf-bf16", "vllm-inprocess", "vllm-server", "vllm-inprocess-lora", "vllm-server-lora")
+LORA_RANK = 16
+
+
+def random_adapter(path: Path, out: Path) -> Path:
+    """A rank-16 peft adapter on every linear of the model at ``path``, B drawn small (a trained-looking adapter)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from swerl.inference.weight_sync.adapter import write_adapter
+    from swerl.trainer.config import LoraConfig
+    from swerl.trainer.lora import add_adapters
+
+    model = add_adapters(AutoModelForCausalLM.from_pretrained(path), LoraConfig(rank=LORA_RANK, alpha=2.0 * LORA_RANK))
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 1e-3)
+    write_adapter(model, out, torch.bfloat16, str(path))
+    return out
 
 
 def humaneval_prompts(tokenizer, count: int) -> list[list[int]]:
@@ -51,10 +72,14 @@ def run_mode(mode: str, path: Path, prompts, sampling, args) -> float:
                      sampling)
     config = InferenceConfig(backend="vllm", dtype=args.vllm_dtype, max_model_len=2048, max_num_seqs=len(prompts),
                              enforce_eager=args.eager, cpu_cores=[str(args.core)], kv_cache_space_gib=1,
-                             vllm_mode="inprocess" if mode == "vllm-inprocess" else "servers")
+                             vllm_mode="inprocess" if mode.startswith("vllm-inprocess") else "servers")
     from swerl.inference.factory import build_vllm
 
-    backend = build_vllm(config, str(path), Path(tempfile.gettempdir()) / "swerl-bench")
+    lora = mode.endswith("-lora")
+    work = Path(tempfile.mkdtemp(prefix="swerl-bench-"))
+    backend = build_vllm(config, str(path), work, max_lora_rank=LORA_RANK if lora else None)
+    if lora:
+        backend.load_adapter("bench-adapter", str(random_adapter(path, work / "adapter")), 0)
     try:
         return timed(backend, prompts, sampling)
     finally:
@@ -76,6 +101,9 @@ def main() -> None:
     from swerl.inference.base import SamplingParams
     from swerl.inference.model_files import resolve_model
 
+    from continuous_batching import machine
+
+    print(machine(), flush=True)
     os.sched_setaffinity(0, {args.core})
     torch.set_num_threads(1)
     path = resolve_model(None)

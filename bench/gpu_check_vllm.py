@@ -4,14 +4,16 @@ weights, the tests' word-level tokenizer, no download). Each step prints one lin
 ``PASS|FAIL|SKIP <step>: <value> | <machine>``:
 
 1. ``vllm_api``: the installed vLLM is in swerl's range (>=0.26,<0.34) and has every call swerl's
-   engines, servers and weight sync make (a missing one names itself).
+   engines, servers, continuous batching (``LLMEngine.add_request``/``step``) and weight syncs
+   (disk reload; NCCL transfer classes) make (a missing one names itself).
 2. ``vllm_sleep_wake`` (CUDA): sleep(level=1) frees GPU memory, wake_up() samples the same tokens.
 3. ``vllm_reload_after_sleep``: sleep(level=2), wake_up(tags=["weights"]), reload_weights from a
    new safetensors folder, wake_up(tags=["kv_cache"]), reset_prefix_cache: the engine samples from
    the new weights (parity with the trainer's fp32 re-scoring under the probe's limit). On CPU
    (no sleep mode in vLLM's CPU build) the reload alone.
-4. ``weight_sync_cost``: writing the new weights (bf16 safetensors) and reloading them, seconds
-   and GB/s, scaled to the seed's 16.4 GB of bf16 weights.
+4. ``weight_sync_cost``: writing the new weights with swerl's disk sync (bf16 safetensors into a
+   fresh folder per version) and reloading them, seconds and GB/s, scaled to the seed's 16.4 GB
+   of bf16 weights.
 5. ``vllm_tests``: ``pytest -m vllm tests/inference`` on this machine (CUDA only; the suite runs
    them on CPU).
 
@@ -50,10 +52,16 @@ API = [
     ("vllm.entrypoints.openai.api_server", None, "vLLM servers"),
     ("vllm.model_executor.layers.vocab_parallel_embedding", "ParallelLMHead", "re-pack of tied heads (worker)"),
     ("vllm.platforms", "current_platform", "worker extension"),
+    ("vllm.sampling_params", "RequestOutputKind", "continuous batching (final outputs only)"),
     ("vllm.distributed.weight_transfer.base", "ModuleSource", "NCCL weight sync"),
+    ("vllm.distributed.weight_transfer.base", "ParamMeta", "NCCL weight sync (bf16 cast before the gather)"),
     ("vllm.distributed.weight_transfer.factory", "WeightTransferTrainerFactory", "NCCL weight sync"),
+    ("vllm.distributed.weight_transfer.clients", "HTTPVLLMWeightSyncClient", "NCCL weight sync to servers"),
+    ("vllm.distributed.weight_transfer.nccl_engine", "NCCLTrainerInitInfo", "NCCL weight sync rendezvous"),
 ]
 LLM_METHODS = ["generate", "sleep", "wake_up", "collective_rpc", "reset_prefix_cache", "get_tokenizer"]
+ENGINE_METHODS = ["add_request", "step", "has_unfinished_requests", "abort_request"]
+"""``LLMEngine`` calls of swerl's continuous batching (``swerl/inference/engine_pump.py``)."""
 
 
 def line(status: str, step: str, value: str, machine: str) -> str:
@@ -80,6 +88,8 @@ def step_api(machine: str) -> str:
         except (ImportError, AttributeError) as err:
             missing.append(f"{module}{'.' + attr if attr else ''} ({use}: {type(err).__name__})")
     missing += [f"LLM.{m}" for m in LLM_METHODS if not hasattr(vllm.LLM, m)]
+    engine_class = getattr(importlib.import_module("vllm.engine.llm_engine"), "LLMEngine", None)
+    missing += [f"LLMEngine.{m} (continuous batching)" for m in ENGINE_METHODS if not hasattr(engine_class, m)]
     if hasattr(vllm.LLM, "wake_up") and "tags" not in inspect.signature(vllm.LLM.wake_up).parameters:
         missing.append("LLM.wake_up(tags=...)")
     try:
@@ -90,7 +100,8 @@ def step_api(machine: str) -> str:
     except (ImportError, AttributeError) as err:
         missing.append(f"GPUModelRunner.reload_weights ({type(err).__name__})")
     value = f"vllm {vllm.__version__}: " + (f"missing {'; '.join(missing)}" if missing else
-                                             f"{len(API)} modules, LLM.{'/'.join(LLM_METHODS)}, reload_weights(weights_path)")
+                                             f"{len(API)} modules, LLM.{'/'.join(LLM_METHODS)}, LLMEngine.{'/'.join(ENGINE_METHODS)}, "
+                                             "reload_weights(weights_path)")
     return line("FAIL" if missing else "PASS", "vllm_api", value, machine)
 
 
@@ -116,20 +127,19 @@ def model_folder(root: Path, layers: int, smoke: bool, seed: int = 0) -> tuple[P
     return folder, model
 
 
-def write_new_weights(model: torch.nn.Module, folder: Path, dtype: torch.dtype) -> float:
+def write_new_weights(model: torch.nn.Module, root: Path, dtype: torch.dtype) -> tuple[Path, int, float]:
     """Move every weight by 0.1 of its mean |w| (a training step's worth: the samples change) and
-    write them as ``dtype`` safetensors to ``folder``; returns the seconds spent writing."""
-    from safetensors.torch import save_file
+    write them with swerl's disk sync (``write_version``: cast to ``dtype`` first, one shard per
+    rank, a fresh folder per version); returns the folder, its bytes and the seconds spent writing."""
+    from swerl.inference.weight_sync.disk import write_version
 
     gen = torch.Generator().manual_seed(1)
     with torch.no_grad():
         for p in model.parameters():
             p.add_(0.1 * p.abs().mean() * torch.randn(p.shape, generator=gen))
-    folder.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    save_file({k: v.detach().to(dtype).contiguous() for k, v in model.state_dict().items()},
-              str(folder / "model.safetensors"), metadata={"format": "pt"})
-    return time.perf_counter() - t0
+    folder, nbytes = write_version(model, root, 1, dtype, "0c0c0c")
+    return folder, nbytes, time.perf_counter() - t0
 
 
 def gap_nats(output, prompt: list[int], model: torch.nn.Module, temperature: float) -> float:
@@ -187,8 +197,7 @@ def step_engine(args, machine: str) -> list[str]:
             ok = freed > 0 and list(again.token_ids) == list(first.token_ids)
             out.append(line("PASS" if ok else "FAIL", "vllm_sleep_wake", f"sleep(1) freed {freed / 2**30:.1f} GiB; "
                             f"wake_up() sampled {'the same' if ok else 'OTHER'} {len(first.token_ids)} tokens", machine))
-        write_s = write_new_weights(model, Path(tmp) / "v1", torch.float32 if smoke else torch.bfloat16)
-        nbytes = (Path(tmp) / "v1" / "model.safetensors").stat().st_size
+        new, nbytes, write_s = write_new_weights(model, Path(tmp) / "sync", torch.float32 if smoke else torch.bfloat16)
         freed2 = 0
         if not smoke:
             free = torch.cuda.mem_get_info()[0]
@@ -196,7 +205,7 @@ def step_engine(args, machine: str) -> list[str]:
             freed2 = torch.cuda.mem_get_info()[0] - free
             llm.wake_up(tags=["weights"])
         t0 = time.perf_counter()
-        llm.collective_rpc("reload_weights", kwargs={"weights_path": str(Path(tmp) / "v1")})
+        llm.collective_rpc("reload_weights", kwargs={"weights_path": str(new)})
         reload_s = time.perf_counter() - t0
         if not smoke:
             llm.wake_up(tags=["kv_cache"])

@@ -1,5 +1,6 @@
 """Policy-update throughput of the default model (SmolLM2-135M-Instruct) on CPU, fp32 vs bf16 vs
-FSDP2 on 2 gloo ranks, next to this machine's measured matmul peak in each precision.
+FSDP2 on 2 gloo ranks vs LoRA (rank 16 on every linear, fp32 or bf16 base), next to this machine's
+measured matmul peak in each precision.
 
 One update = what the demo's trainer does per micro-batch of a step: pi_old forward, then the
 forward/backward of ``compute_policy_loss`` and an AdamW step (``update.train_on_batch``), on
@@ -11,7 +12,10 @@ N = parameters that multiply (the tied LM head counted once). Prints one line pe
 against the fp32 HF generator (live fp32 module, as in the demo) with unchanged weights.
 
 bf16 modes are skipped (one line saying so) where the measured bf16 matmul peak is below fp32's.
+LoRA modes print tokens/s and peak RSS only (their backward skips the frozen weights' gradients,
+so the full fine-tuning FLOP count does not apply).
 Usage: .venv/bin/python bench/update_throughput.py [--steps 2] [--rows 4] [--no-fsdp] [--no-tis] [--force-bf16]
+       [--modes fp32,lora_fp32]
 Run it alone (under the CPU lock on a shared machine): it is a figure, not a test.
 """
 
@@ -75,7 +79,8 @@ def flops_per_token(model: torch.nn.Module) -> float:
 
 def worker(mode: str, steps: int, num_rows: int) -> dict:
     from swerl.trainer import distributed
-    from swerl.trainer.config import ModelConfig, load_train_config
+    from swerl.trainer.config import LoraConfig, ModelConfig, load_train_config
+    from swerl.trainer.lora import hf_module
     from swerl.trainer.model import compute_dtype, load_policy
     from swerl.trainer.optim import build_optimizer
     from swerl.trainer.update import UpdateSettings, train_on_batch
@@ -83,7 +88,9 @@ def worker(mode: str, steps: int, num_rows: int) -> dict:
     torch.set_num_threads(1)
     cfg = load_train_config(Path(__file__).parent.parent / "examples" / "humaneval-smollm2-cpu.yaml")
     sharded = mode.startswith("fsdp2")
-    model_cfg = ModelConfig(device="cpu", dtype="bfloat16" if mode.endswith("bf16") else "float32", fsdp=sharded)
+    lora = LoraConfig(rank=16, alpha=32.0) if mode.startswith("lora") else None
+    model_cfg = ModelConfig(device="cpu", dtype="bfloat16" if mode.endswith("bf16") else "float32", fsdp=sharded,
+                            lora=lora)
     info = distributed.init_distributed("cpu")
     model, tokenizer, _ = load_policy(model_cfg, info)
     optimizer, scheduler = build_optimizer(model, cfg.optimizer, 100)
@@ -98,7 +105,7 @@ def worker(mode: str, steps: int, num_rows: int) -> dict:
         train_on_batch(model, optimizer, scheduler, rows, cfg.algorithm, settings, info)
         times.append(time.perf_counter() - t0)
     out = {"seconds": min(times[1:] or times), "tokens": len(rows) * (PROMPT_TOKENS + RESPONSE_TOKENS),
-           "flops_per_token": flops_per_token(getattr(model, "module", model)),
+           "flops_per_token": flops_per_token(hf_module(model)),
            "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "rank": info.rank}
     distributed.destroy()
     return out
@@ -155,16 +162,23 @@ def main() -> None:
     parser.add_argument("--no-tis", action="store_true")
     parser.add_argument("--tis-samples", type=int, default=4, help="completions sampled for the TIS check")
     parser.add_argument("--force-bf16", action="store_true", help="run bf16 modes even where bf16 matmul is slow")
+    parser.add_argument("--modes", help="comma-separated subset of fp32, bf16, fsdp2_2ranks_fp32, fsdp2_2ranks_bf16, "
+                        "lora_fp32, lora_bf16 (default: all, less fsdp with --no-fsdp)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         print("RESULT " + json.dumps(worker(args.worker, args.steps, args.rows)), flush=True)
         return
+    from continuous_batching import machine
+
+    print(machine())
     torch.set_num_threads(1)
     peaks = {"fp32": matmul_peak_gflops(torch.float32), "bf16": matmul_peak_gflops(torch.bfloat16)}
     print(f"matmul_peak_fp32_1thread: {peaks['fp32']:.0f} GFLOP/s")
     print(f"matmul_peak_bf16_1thread: {peaks['bf16']:.0f} GFLOP/s")
-    modes = ["fp32", "bf16"] + ([] if args.no_fsdp else ["fsdp2_2ranks_fp32", "fsdp2_2ranks_bf16"])
+    modes = ["fp32", "bf16"] + ([] if args.no_fsdp else ["fsdp2_2ranks_fp32", "fsdp2_2ranks_bf16"]) + [
+        "lora_fp32", "lora_bf16"]
+    modes = args.modes.split(",") if args.modes else modes
     slow_bf16 = peaks["bf16"] < peaks["fp32"] and not args.force_bf16
     speed = {}
     for mode in modes:
@@ -178,12 +192,16 @@ def main() -> None:
         gflops = tokens_s * r["flops_per_token"] / 1e9
         peak = peaks["bf16" if mode.endswith("bf16") else "fp32"] * r["ranks"]
         print(f"{mode}_update_tokens_per_s: {tokens_s:.1f} tokens/s")
-        print(f"{mode}_update_gflops: {gflops:.1f} GFLOP/s ({100 * gflops / peak:.1f}% of {peak:.0f} GFLOP/s matmul peak)")
+        if not mode.startswith("lora"):
+            print(f"{mode}_update_gflops: {gflops:.1f} GFLOP/s ({100 * gflops / peak:.1f}% of {peak:.0f} GFLOP/s "
+                  "matmul peak)")
         print(f"{mode}_update_s: {r['seconds']:.2f} s per update of {r['tokens']} tokens")
         print(f"{mode}_peak_rss: {r['rss_mib']:.0f} MiB" + (" per rank" if r["ranks"] > 1 else ""))
-    if "bf16" in speed:
+    if "lora_fp32" in speed and "fp32" in speed:
+        print(f"lora_fp32_speedup_over_full_fp32: {speed['lora_fp32'] / speed['fp32']:.2f} x")
+    if "bf16" in speed and "fp32" in speed:
         print(f"bf16_speedup_over_fp32: {speed['bf16'] / speed['fp32']:.2f} x")
-    else:
+    elif "fp32" in speed:
         print(f"bf16_speedup_over_fp32: {peaks['bf16'] / peaks['fp32']:.3f} x (matmul peaks; update not run)")
     if not args.no_tis:
         print(f"tis_ratio_mean_bf16_trainer_vs_fp32_hf_generator: {tis_check(args.tis_samples):.4f} ratio "

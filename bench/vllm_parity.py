@@ -42,7 +42,7 @@ def main() -> None:
     from swerl.inference.factory import build_vllm
     from swerl.inference.model_files import resolve_model
     from swerl.inference.probe import probe_sampling
-    from swerl.inference.weight_sync import write_weights
+    from swerl.inference.weight_sync.disk import write_weights
     from swerl.trainer.generator import probe_prompt
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling bench module

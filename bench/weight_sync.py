@@ -1,12 +1,16 @@
-"""Seconds per weight sync by path and model size (what the trainer pays after every optimizer step).
+"""Seconds and bytes per weight sync by path and model size (what the trainer pays after every
+optimizer step), full fine-tuning vs LoRA.
 
-A sync = write the trainer's state dict as one safetensors file (engine dtype) + every engine
-reloads it in place (+ tied-head re-pack) + prefix-cache reset. Paths: ``disk-inprocess``
-(``vllm.LLM`` in this process), ``disk-server`` (one vLLM server over HTTP). ``nccl`` needs CUDA
-GPUs and is reported as unavailable on CPU. Sizes: the default SmolLM2-135M and a random-weight
-Llama built from a config (``--big-layers`` layers of width 1024, ~0.4B params at 24).
-Prints ``<path>-<size>: <seconds> s/sync`` (median of ``--repeats``). Run alone, under the lock.
-Usage: python bench/weight_sync.py [--paths disk-inprocess,disk-server] [--repeats 3]
+A full sync = write the trainer's state dict as one safetensors file (engine dtype) + every engine
+reloads it in place (+ tied-head re-pack) + prefix-cache reset. A LoRA sync = write the peft
+adapter folder (rank 16 on every linear, bf16) + the engine loads it as a new adapter (``AdapterSync``).
+Paths: ``disk-inprocess`` / ``adapter-inprocess`` (``vllm.LLM`` in this process), ``disk-server`` /
+``adapter-server`` (one vLLM server over HTTP). ``nccl`` needs CUDA GPUs and is reported as
+unavailable on CPU. Sizes: the default SmolLM2-135M and a random-weight Llama built from a config
+(``--big-layers`` layers of width 1024, ~0.4B params at 24).
+Prints the machine line, then ``<path>-<size>: <seconds> s/sync, <MB> MB/sync`` (median of
+``--repeats``). Run alone, under the lock.
+Usage: python bench/weight_sync.py [--paths disk-inprocess,adapter-inprocess] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -37,33 +41,49 @@ def big_model_folder(root: Path, layers: int) -> Path:
     return folder
 
 
-def seconds_per_sync(path: str, folder: Path, repeats: int, work: Path) -> float:
+LORA_RANK = 16
+
+
+def seconds_per_sync(path: str, folder: Path, repeats: int, work: Path) -> tuple[float, int]:
+    """(median seconds, bytes) of one sync along ``path`` of the model in ``folder``."""
     from transformers import AutoModelForCausalLM
 
     from swerl.inference.config import InferenceConfig
     from swerl.inference.factory import build_vllm
-    from swerl.inference.weight_sync import write_weights
+    from swerl.inference.weight_sync.adapter import write_adapter
+    from swerl.inference.weight_sync.disk import write_weights
+    from swerl.trainer.config import LoraConfig
+    from swerl.trainer.lora import add_adapters
 
+    lora = path.startswith("adapter")
     config = InferenceConfig(backend="vllm", dtype="bfloat16", enforce_eager=True, max_model_len=1024,
                              max_num_seqs=4, cpu_cores=["0"], kv_cache_space_gib=1,
-                             vllm_mode="inprocess" if path == "disk-inprocess" else "servers")
+                             vllm_mode="inprocess" if path.endswith("inprocess") else "servers")
     trainer = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
-    engine = build_vllm(config, str(folder), work / "logs")
-    times = []
+    if lora:
+        trainer = add_adapters(trainer, LoraConfig(rank=LORA_RANK, alpha=2.0 * LORA_RANK))
+    engine = build_vllm(config, str(folder), work / "logs", max_lora_rank=LORA_RANK if lora else None)
+    times, num_bytes = [], 0
     try:
         for version in range(1, repeats + 1):
             start = time.perf_counter()
-            out = write_weights(trainer.state_dict(), work / "sync", torch.bfloat16, version)
-            engine.reload_weights(str(out), version)
+            if lora:
+                out = work / "sync" / f"v{version}"
+                num_bytes = write_adapter(trainer, out, torch.bfloat16, str(folder))
+                engine.load_adapter(f"bench-v{version}", str(out), version)
+            else:
+                out = write_weights(trainer.state_dict(), work / "sync", torch.bfloat16, version)
+                num_bytes = (out / "model.safetensors").stat().st_size
+                engine.reload_weights(str(out), version)
             times.append(time.perf_counter() - start)
     finally:
         engine.close()
-    return statistics.median(times)
+    return statistics.median(times), num_bytes
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--paths", default="disk-inprocess,disk-server,nccl")
+    parser.add_argument("--paths", default="disk-inprocess,adapter-inprocess,disk-server,adapter-server,nccl")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--big-layers", type=int, default=24, help="0 = only the default model")
     parser.add_argument("--one", nargs=2, metavar=("PATH", "FOLDER"), help=argparse.SUPPRESS)
@@ -71,10 +91,14 @@ def main() -> None:
     if args.one:  # one engine per process: a second in-process vLLM engine in one process is not supported
         path, folder = args.one
         work = Path(tempfile.mkdtemp(prefix="swerl-bench-sync-"))
-        print(f"{seconds_per_sync(path, Path(folder), args.repeats, work):.3f}")
+        seconds, num_bytes = seconds_per_sync(path, Path(folder), args.repeats, work)
+        print(f"{seconds:.3f} {num_bytes}")
         return
+    from continuous_batching import machine
+
     from swerl.inference.model_files import resolve_model
 
+    print(machine(), flush=True)
     work = Path(tempfile.mkdtemp(prefix="swerl-bench-sync-"))
     sizes = {"135M": resolve_model(None)}
     if args.big_layers:
@@ -91,7 +115,8 @@ def main() -> None:
             result = subprocess.run(argv, capture_output=True, text=True, check=False)
             if result.returncode != 0:
                 raise SystemExit(f"{path}-{size} failed:\n{result.stderr[-2000:]}")
-            print(f"{path}-{size}: {result.stdout.split()[-1]} s/sync", flush=True)
+            seconds, num_bytes = result.stdout.split()[-2:]
+            print(f"{path}-{size}: {float(seconds):.3f} s/sync, {int(num_bytes) / 1e6:.1f} MB/sync", flush=True)
 
 
 def _num_params(folder: Path) -> int:

@@ -7,8 +7,9 @@ it with their vocabulary and special tokens.
 
 The vLLM fixtures (``model_path``, ``trainer_model``, ``engine``, ``servers``) are shared so that
 the engine tests and the pipeline tests use ONE in-process engine and ONE pool of two servers (a
-start costs ~20-40 s on 2 cores); only tests marked ``vllm`` use them. A test that reloads their
-weights puts the default model's back (version 0) before it ends. The servers are processes that
+start costs ~20-40 s on 2 cores); only tests marked ``vllm`` use them. Both are built for LoRA
+adapters too (the LoRA tests load adapters into them). A test that reloads their weights puts the
+default model's back (version 0) before it ends; one that loads an adapter unloads it. The servers are processes that
 idle at ~16% CPU each: their users run back to back (``pytest_collection_modifyitems``) and the
 pool stops after the last of them (``pytest_runtest_teardown``), not at the end of the session.
 """
@@ -45,11 +46,13 @@ def trainer_model(model_path):  # noqa: ANN201
 
 @pytest.fixture(scope="session")
 def engine(model_path):  # noqa: ANN201
-    """One in-process vLLM engine (bf16) on the default model for the whole session."""
+    """One in-process vLLM engine (bf16) on the default model for the whole session; sleep mode on
+    (read on GPU only: on CPU vLLM's sleep is a no-op) so the sleep/wake cycle runs on either; built
+    for LoRA adapters (rank <= LORA_RANK) so the adapter tests need no engine of their own."""
     from swerl.inference.vllm_backend import VLLMBackend
-    from vllm_support import engine_config
+    from vllm_support import LORA_RANK, engine_config
 
-    backend = VLLMBackend(engine_config(), str(model_path))
+    backend = VLLMBackend(engine_config(enable_sleep_mode=True), str(model_path), max_lora_rank=LORA_RANK)
     yield backend
     backend.close()
 
@@ -63,10 +66,10 @@ class _ServerPool:
     def get(cls, model_path, tmp_path_factory):  # noqa: ANN001, ANN206 - EnginePool, imported lazily
         if cls.pool is None:
             from swerl.inference.factory import build_vllm
-            from vllm_support import engine_config
+            from vllm_support import LORA_RANK, engine_config
 
             cls.pool = build_vllm(engine_config(vllm_mode="servers", num_servers=2, cpu_cores=["0", "1"]),
-                                  str(model_path), tmp_path_factory.mktemp("vllm-servers"))
+                                  str(model_path), tmp_path_factory.mktemp("vllm-servers"), max_lora_rank=LORA_RANK)
         return cls.pool
 
     @classmethod
@@ -78,8 +81,8 @@ class _ServerPool:
 
 @pytest.fixture
 def servers(model_path, tmp_path_factory):  # noqa: ANN201
-    """Two vLLM OpenAI servers (bf16) that swerl starts, on cores 0 and 1, behind one ``EnginePool``;
-    shared by every test that names this fixture, and stopped after the last of them."""
+    """Two vLLM OpenAI servers (bf16, LoRA on) that swerl starts, on cores 0 and 1, behind one
+    ``EnginePool``; shared by every test that names this fixture, and stopped after the last of them."""
     return _ServerPool.get(model_path, tmp_path_factory)
 
 

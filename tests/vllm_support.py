@@ -11,6 +11,10 @@ ENGINE_FIELDS = dict(backend="vllm", dtype="bfloat16", enforce_eager=True, max_m
                      max_num_batched_tokens=1024, kv_cache_space_gib=1)
 
 
+LORA_RANK = 8
+"""The session's engines take LoRA adapters up to this rank (the LoRA tests train rank 8)."""
+
+
 def engine_config(**overrides) -> InferenceConfig:
     """The tests' :class:`InferenceConfig` for a vLLM engine, with ``overrides`` applied."""
     return InferenceConfig(**{**ENGINE_FIELDS, **overrides})

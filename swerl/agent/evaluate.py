@@ -187,14 +187,15 @@ class EvalConfig(BaseModel):
 
 
 def model_label(config: InferenceConfig) -> str:
-    """How the evaluated model is reported: the default model is named as such."""
+    """How the evaluated model is reported: the default model is named as such, a LoRA adapter after its base."""
+    adapter = f" + LoRA {config.lora_adapter}" if config.lora_adapter else ""
     if config.model is None and config.backend != "openai":
         from swerl.inference.model_files import DEFAULT_MODEL_NAME
 
-        return f"default: {DEFAULT_MODEL_NAME}"
+        return f"default: {DEFAULT_MODEL_NAME}{adapter}"
     if config.backend == "openai":
         return f"{config.model or 'default'} @ {config.base_url}"
-    return str(config.model)
+    return f"{config.model}{adapter}"
 
 
 async def _run_async(tasks: list[Any], backend: Any, config: EvalConfig,

@@ -25,6 +25,12 @@ TokenizerOption = Annotated[Optional[str], typer.Option(
     help="openai: local HF folder or .gguf with the served model's tokenizer.", rich_help_panel=_MODEL_PANEL)]
 ServedModelOption = Annotated[Optional[str], typer.Option(
     help="openai: the model name the server expects.", rich_help_panel=_MODEL_PANEL)]
+LoraOption = Annotated[Optional[Path], typer.Option(
+    help="A peft LoRA adapter folder (a LoRA run's export) to sample with, on top of --model (hf: the adapter "
+         "on the loaded model; vllm: LoRA on, every request with it).", rich_help_panel=_MODEL_PANEL)]
+BatchSizeOption = Annotated[int, typer.Option(
+    min=1, help="Most prompts per generate call (hf; openai: requests in flight; vllm batches continuously, "
+                "up to max_num_seqs).", rich_help_panel=_MODEL_PANEL)]
 ThreadsOption = Annotated[Optional[int], typer.Option(
     min=1, help="hf on CPU: torch threads (default: CPU count - 1, leaving a core to the sandboxes).",
     rich_help_panel=_MODEL_PANEL)]
@@ -40,11 +46,12 @@ def eval_cmd(
     ctx: typer.Context,
     tasks: Annotated[Path, typer.Argument(help="Folder of task folders, one task folder, or a .parquet/.jsonl dataset.")],
     model: ModelOption = None,
+    lora: LoraOption = None,
     backend: BackendOption = None,
     tokenizer: TokenizerOption = None,
     served_model: ServedModelOption = None,
     device: Annotated[str, typer.Option(help="hf: torch device.", rich_help_panel=_MODEL_PANEL)] = "cpu",
-    batch_size: Annotated[int, typer.Option(min=1, help="Most prompts per generate call.", rich_help_panel=_MODEL_PANEL)] = 16,
+    batch_size: BatchSizeOption = 16,
     threads: ThreadsOption = None,
     samples: Annotated[int, typer.Option("--samples", "-k", min=1, help="Samples per task (pass@1 and pass@k).")] = 1,
     limit: Annotated[Optional[int], typer.Option(min=1, help="Evaluate only the first N tasks.")] = None,
@@ -119,6 +126,10 @@ def _check_inputs(config) -> None:  # noqa: ANN001 - EvalConfig
         raise ConfigError(f"{config.tasks}: no such file or folder; pass a task folder or a .parquet/.jsonl dataset")
     if config.inference.backend == "openai":
         return
+    adapter = config.inference.lora_adapter
+    if adapter is not None and not (Path(adapter) / "adapter_config.json").is_file():
+        raise ConfigError(f"--lora {adapter}: no adapter_config.json there; pass a peft adapter folder (a LoRA run's "
+                          "exports/global_step_N)")
     spec = config.inference.model
     if spec is None:
         default_gguf_path()
@@ -150,8 +161,10 @@ def _eval_config(p: dict):  # noqa: ANN202 - EvalConfig, imported lazily
                       "limits": {"max_new_tokens_per_turn": p["max_new_tokens"], "max_turns": p["max_turns"],
                                  "context_window_tokens": p["context_window"], "agent_timeout_s": p["agent_timeout"]}},
             "inference": {"backend": kind, "model": p["served_model"] if is_url else model,
+                          "lora_adapter": str(p["lora"]) if p["lora"] is not None else None,
                           "tokenizer": p["tokenizer"], "base_url": model if is_url else None, "device": device,
-                          "max_batch_size": p["batch_size"], "num_threads": p["threads"] or (
+                          **({} if kind == "vllm" else {"max_batch_size": p["batch_size"]}),
+                          "num_threads": p["threads"] or (
                               max(1, (os.cpu_count() or 2) - 1) if device == "cpu" else None)},
         })
     except ValidationError as err:

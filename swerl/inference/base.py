@@ -3,6 +3,8 @@ log-probs, a finish reason and the weight version out (``docs/inference.md``).""
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+from concurrent.futures import Future
 from typing import Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -47,3 +49,28 @@ class GenerationBackend(Protocol):
     def generate(self, prompts: list[list[int]], sampling: SamplingParams) -> list[Generation]:
         """Sample one continuation per prompt (prompt = list of token ids); same order as ``prompts``."""
         ...
+
+
+class ContinuousBackend(ABC):
+    """A backend that schedules requests itself (vLLM's continuous batching): each request is
+    submitted the moment an episode needs its turn, and its future resolves when THAT request
+    finishes. No batch barrier: a short turn never waits for a long one, and the engine decodes
+    every request in flight (up to its ``max_num_seqs``) in each step. Async callers go through
+    ``inference.batcher.RequestStream``; :meth:`generate` is the blocking form.
+    """
+
+    @abstractmethod
+    def submit(self, prompt: list[int], sampling: SamplingParams) -> Future[Generation]:
+        """Queue one request (prompt = token ids; ``sampling.seed`` is its seed); returns at once.
+
+        The future raises ``InferenceError`` (or the engine's error) when the request fails.
+        """
+
+    def generate(self, prompts: list[list[int]], sampling: SamplingParams,
+                 seeds: list[int | None] | None = None) -> list[Generation]:
+        """Submit every prompt (with ``seeds[i]`` overriding ``sampling.seed``), wait for all; prompt order."""
+        row_seeds = seeds if seeds is not None else [sampling.seed] * len(prompts)
+        futures = [self.submit(list(prompt), sampling if seed == sampling.seed else
+                               sampling.model_copy(update={"seed": seed}))
+                   for prompt, seed in zip(prompts, row_seeds, strict=True)]
+        return [future.result() for future in futures]

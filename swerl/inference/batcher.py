@@ -1,10 +1,15 @@
-"""Async front of a synchronous backend: concurrent episodes' requests -> batched ``generate`` calls.
+"""Async fronts of a backend for concurrent episodes (many on one asyncio loop, each awaiting one
+turn at a time):
 
-Many episodes run concurrently on one asyncio loop; each awaits one turn at a time. The
-batcher queues those requests, groups the ones with equal sampling settings (seeds may
-differ when the backend takes per-row seeds), and runs one batch at a time in a worker
-thread (``asyncio.to_thread``) so the event loop never stalls while the model computes.
-A failing batch raises in its own callers only.
+- :class:`RequestStream` for a ``ContinuousBackend`` (vLLM in process or servers): every request
+  goes to the engine the moment its episode asks, and comes back when it finishes; the engine
+  batches what is in flight. No batch barrier.
+- :class:`AsyncBatcher` for a batch backend (HF ``generate``): it queues requests, groups the
+  ones with equal sampling settings (seeds may differ when the backend takes per-row seeds), and
+  runs one batch at a time in a worker thread (``asyncio.to_thread``) so the event loop never
+  stalls while the model computes. A failing batch raises in its own callers only.
+
+``make_front`` picks the one for the backend's type.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from swerl.errors import InferenceError
-from swerl.inference.base import Generation, GenerationBackend, SamplingParams
+from swerl.inference.base import ContinuousBackend, Generation, GenerationBackend, SamplingParams
 
 log = logging.getLogger(__name__)
 
@@ -171,3 +176,55 @@ class AsyncBatcher:
             if not request.future.done():
                 request.future.set_result(result)
         self._in_flight = []
+
+
+class RequestStream:
+    """Async front of a ``ContinuousBackend``: each ``generate`` is one request submitted at once.
+
+    Args:
+        backend: the engine(s); they schedule what is in flight themselves.
+
+    Attributes:
+        in_flight: requests submitted and not finished (for tests and the bench).
+        max_in_flight: the most requests in flight at once so far.
+    """
+
+    def __init__(self, backend: ContinuousBackend) -> None:
+        self.backend = backend
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self._closed = False
+
+    async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> Generation:
+        """Sample one continuation of ``prompt_ids`` (token ids).
+
+        Raises:
+            InferenceError: the stream is closed, or from the backend for this request.
+        """
+        if self._closed:
+            raise InferenceError("RequestStream.generate called after close()")
+        future = self.backend.submit(list(prompt_ids), sampling)
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            return await asyncio.wrap_future(future)
+        finally:
+            self.in_flight -= 1
+
+    async def close(self) -> None:
+        """Refuse new requests (those in flight finish in the engine). Idempotent."""
+        self._closed = True
+
+    async def __aenter__(self) -> RequestStream:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+def make_front(backend: GenerationBackend, max_batch_size: int, max_wait_s: float) -> RequestStream | AsyncBatcher:
+    """The async front for ``backend``'s type: a :class:`RequestStream` for a ``ContinuousBackend``,
+    else an :class:`AsyncBatcher` of up to ``max_batch_size`` prompts waiting ``max_wait_s`` seconds."""
+    if isinstance(backend, ContinuousBackend):
+        return RequestStream(backend)
+    return AsyncBatcher(backend, max_batch_size=max_batch_size, max_wait_s=max_wait_s)

@@ -13,12 +13,16 @@ ONLY_READ_BY: dict[str, tuple[str, ...]] = {
     "hf": ("device",),
     "vllm": ("vllm_mode", "num_servers", "server_urls", "cpu_cores", "kv_cache_space_gib", "server_start_timeout_s",
              "gpu_memory_utilization", "max_model_len", "max_num_seqs", "max_num_batched_tokens", "enforce_eager",
-             "enable_prefix_caching", "enable_sleep_mode", "fp32_lm_head", "weight_sync", "weight_sync_dir"),
+             "enable_prefix_caching", "enable_sleep_mode", "fp32_lm_head", "weight_sync", "weight_sync_dir",
+             "weight_sync_address"),
     "openai": ("tokenizer", "api_key_env", "openai_endpoint"),
 }
 """Fields that one backend alone reads; set with another backend, they are refused at load."""
 SERVERS_ONLY: tuple[str, ...] = ("num_servers", "server_urls", "server_start_timeout_s")
 """vllm fields read by the server pool only (not by an in-process engine)."""
+BATCHER_ONLY: tuple[str, ...] = ("max_batch_size", "batch_wait_s")
+"""Fields of the async batcher, which vllm does without (continuous batching: each request goes to
+the engine as it comes, ``max_num_seqs`` bounds them)."""
 
 
 class InferenceConfig(BaseModel):
@@ -35,6 +39,10 @@ class InferenceConfig(BaseModel):
     model: str | None = Field(
         None, description="HF folder or .gguf file (None = default SmolLM2-135M-Instruct); openai: the served name."
     )
+    lora_adapter: str | None = Field(
+        None, description="A peft LoRA adapter folder to sample with, on top of model (hf: loaded onto it with "
+        "peft; vllm: LoRA on, every request with the adapter). swerl train supplies its own adapters: leave unset."
+    )
     dtype: Literal["float32", "bfloat16", "float16"] | None = Field(
         None, description="Weights dtype; None = float32 for hf, bfloat16 for vllm (must equal the trainer's)."
     )
@@ -46,8 +54,11 @@ class InferenceConfig(BaseModel):
         description="hf on CPU: torch intra-op threads for the whole process (None = leave torch's setting); "
         "1 is ~10x faster than 2 on a 2-core machine busy with sandboxes (bench/generation_throughput.py).",
     )
-    max_batch_size: int = Field(8, ge=1, description="Most prompts per backend call (async batcher).")
-    batch_wait_s: float = Field(0.05, ge=0, description="How long the batcher waits to fill a batch, seconds.")
+    max_batch_size: int = Field(
+        8, ge=1, description="hf: most prompts per generate call (async batcher); openai: requests in flight. "
+        "vllm batches continuously (max_num_seqs)."
+    )
+    batch_wait_s: float = Field(0.05, ge=0, description="hf: how long the batcher waits to fill a batch, seconds.")
 
     vllm_mode: Literal["inprocess", "servers"] = Field(
         "inprocess",
@@ -85,7 +96,13 @@ class InferenceConfig(BaseModel):
         "a shared folder, reloaded by every engine (CPU and GPU); 'nccl' = vLLM's NCCL weight transfer (GPU servers).",
     )
     weight_sync_dir: str | None = Field(
-        None, description="vllm disk sync: the shared folder for the new weights; None = RUN_DIR/weight_sync."
+        None, description="vllm disk sync: the folder every engine reads the new weights from (one run's own: folders "
+        "of older versions in it are removed); None = RUN_DIR/weight_sync."
+    )
+    weight_sync_address: str | None = Field(
+        None, description="vllm nccl sync: the address at which the servers' workers reach this node's trainer ranks "
+        "(their rendezvous; set per node, e.g. --set generator.weight_sync_address=$(hostname -i)); None = 127.0.0.1 "
+        "for servers swerl starts on the node, this host's name for server_urls."
     )
     logprob_diff_limit: float = Field(
         0.1,
@@ -115,6 +132,9 @@ class InferenceConfig(BaseModel):
             raise ValueError(
                 f"inference.cpu_cores lists {len(self.cpu_cores)} core sets for {self.num_engines} engines: add one per engine"
             )
+        if self.backend == "openai" and self.lora_adapter:
+            raise ValueError("inference.lora_adapter is applied by backends hf and vllm; an openai server serves its "
+                             "own adapters: remove it and name the adapter as the model")
         if self.backend == "vllm" and self.dtype == "float16":
             raise ValueError("inference.dtype float16 is not supported with vllm; fix: use bfloat16 (trainer dtype)")
         for backend, names in ONLY_READ_BY.items():
@@ -122,6 +142,12 @@ class InferenceConfig(BaseModel):
             if stray:
                 raise ValueError(f"inference.{stray[0]} is only read by backend {backend!r}, not {self.backend!r}: "
                                  "remove it")
+        stray = set_fields(self, BATCHER_ONLY) if self.backend == "vllm" else []
+        if stray:
+            raise ValueError(f"inference.{stray[0]} is not read by backend 'vllm' (continuous batching: every request "
+                             "goes to the engine as it comes, max_num_seqs bounds them): remove it")
+        if self.weight_sync_address and self.weight_sync != "nccl":
+            raise ValueError("inference.weight_sync_address is only read with weight_sync=nccl: remove it")
         stray = set_fields(self, SERVERS_ONLY) if self.backend == "vllm" and self.vllm_mode == "inprocess" else []
         if stray:
             raise ValueError(f"inference.{stray[0]} is only read with vllm_mode=servers: remove it or set vllm_mode=servers")

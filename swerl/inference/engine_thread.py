@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 R = TypeVar("R")
@@ -51,6 +51,10 @@ class EngineThread:
         if threading.get_ident() == self._ident:
             return fn(*args, **kwargs)
         return self._pool.submit(fn, *args, **kwargs).result()
+
+    def submit(self, fn: Callable[..., R], *args: Any, **kwargs: Any) -> Future[R]:
+        """Queue ``fn(*args, **kwargs)`` on the owner thread and return at once (its future)."""
+        return self._pool.submit(fn, *args, **kwargs)
 
     def close(self) -> None:
         """Finish the queued calls and end the thread; later calls raise ``RuntimeError``."""

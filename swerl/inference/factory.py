@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from swerl.inference.base import GenerationBackend
-from swerl.inference.batcher import AsyncBatcher
+from swerl.inference.batcher import AsyncBatcher, RequestStream, make_front
 from swerl.inference.config import InferenceConfig
 
 log = logging.getLogger(__name__)
@@ -40,11 +40,10 @@ def build_backend(config: InferenceConfig) -> GenerationBackend:
 
             torch.set_num_threads(config.num_threads)
         dtype = config.resolved_dtype()
-        return HFBackend.from_pretrained(config.model, dtype=dtype, device=config.device, seed=config.seed)
+        return HFBackend.from_pretrained(config.model, dtype=dtype, device=config.device, seed=config.seed,
+                                         adapter=config.lora_adapter)
     if config.backend == "vllm":
-        from swerl.inference.model_files import resolve_model
-
-        return build_vllm(config, str(resolve_model(config.model)), Path(tempfile.gettempdir()) / "swerl-vllm-logs")
+        return build_vllm_with_adapter(config)
     from swerl.inference.openai_backend import OpenAIBackend
 
     assert config.base_url is not None  # checked by InferenceConfig
@@ -57,6 +56,31 @@ def build_backend(config: InferenceConfig) -> GenerationBackend:
         timeout_s=config.request_timeout_s,
         max_concurrency=config.max_batch_size,
     )
+
+
+def build_vllm_with_adapter(config: InferenceConfig) -> Any:
+    """vLLM engines on ``config.model``, sampling with ``config.lora_adapter`` when it is set (the
+    engines are built for its rank and load it as version 0).
+
+    Raises:
+        ConfigError: the adapter folder is not a peft adapter (no readable ``adapter_config.json``).
+    """
+    from swerl.errors import ConfigError
+    from swerl.inference.model_files import resolve_model
+    from swerl.inference.weight_sync.adapter import adapter_rank
+
+    rank = None
+    if config.lora_adapter is not None:
+        try:
+            rank = adapter_rank(config.lora_adapter)
+        except ValueError as err:
+            raise ConfigError(f"{err}; fix: pass the folder PeftModel.save_pretrained wrote") from None
+    backend = build_vllm(config, str(resolve_model(config.model)), Path(tempfile.gettempdir()) / "swerl-vllm-logs",
+                         max_lora_rank=rank)
+    if config.lora_adapter is not None:
+        adapter = str(Path(config.lora_adapter).resolve())
+        backend.load_adapter(f"swerl-lora-{Path(adapter).name}", adapter, 0)
+    return backend
 
 
 def parse_cores(spec: str) -> set[int]:
@@ -78,9 +102,12 @@ def engine_cores(config: InferenceConfig, available: list[int]) -> list[str | No
     return [str(available[k]) if k < len(available) else None for k in range(config.num_engines)]
 
 
-def build_vllm(config: InferenceConfig, model_path: str, log_dir: Path, gpus: list[int] | None = None) -> Any:
+def build_vllm(config: InferenceConfig, model_path: str, log_dir: Path, gpus: list[str] | None = None,
+               max_lora_rank: int | None = None) -> Any:
     """vLLM engines for one rank: an in-process ``VLLMBackend``, or an ``EnginePool`` over the servers
-    named in ``server_urls`` or started here (one per core set on CPU, one per GPU in ``gpus``).
+    named in ``server_urls`` or started here (one per core set on CPU, one per GPU id in ``gpus``,
+    default the visible GPUs ``0..num_servers-1``; see ``gpu_placement.server_gpus``); with
+    ``max_lora_rank``, built for LoRA adapters up to that rank.
 
     Raises:
         EnvironmentProblem: vLLM missing, or a server that did not start (its log is named).
@@ -90,11 +117,12 @@ def build_vllm(config: InferenceConfig, model_path: str, log_dir: Path, gpus: li
     if config.vllm_mode == "inprocess":
         from swerl.inference.vllm_backend import VLLMBackend
 
-        return VLLMBackend(config, model_path)
+        return VLLMBackend(config, model_path, max_lora_rank=max_lora_rank)
     from transformers import AutoTokenizer
 
     from swerl.inference.engine_pool import EnginePool
-    from swerl.inference.vllm_server import VLLMServerBackend, start_servers
+    from swerl.inference.server_process import start_servers
+    from swerl.inference.vllm_server import VLLMServerBackend
 
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     servers: list[Any] = []
@@ -103,8 +131,8 @@ def build_vllm(config: InferenceConfig, model_path: str, log_dir: Path, gpus: li
         on_cpu = not torch.cuda.is_available()
         count = config.num_servers
         cores = engine_cores(config, sorted(os.sched_getaffinity(0))) if on_cpu else [None] * count
-        gpu_ids = [None] * count if on_cpu else (gpus or list(range(count)))[:count]
-        servers = start_servers(config, model_path, log_dir, cores, gpu_ids)
+        gpu_ids: list[str | None] = [None] * count if on_cpu else list(gpus or [str(k) for k in range(count)])[:count]
+        servers = start_servers(config, model_path, log_dir, cores, gpu_ids, max_lora_rank)
         urls = [server.url for server in servers]
     engines = [VLLMServerBackend(url, tokenizer, max_concurrency=config.max_num_seqs, timeout_s=config.request_timeout_s)
                for url in urls]
@@ -113,9 +141,10 @@ def build_vllm(config: InferenceConfig, model_path: str, log_dir: Path, gpus: li
     return EnginePool(engines, tokenizer, on_close=lambda: [server.stop() for server in servers])
 
 
-def make_batcher(backend: GenerationBackend, config: InferenceConfig) -> AsyncBatcher:
-    """The async batcher in front of ``backend`` with the config's batch size and wait."""
-    return AsyncBatcher(backend, max_batch_size=config.max_batch_size, max_wait_s=config.batch_wait_s)
+def make_batcher(backend: GenerationBackend, config: InferenceConfig) -> AsyncBatcher | RequestStream:
+    """The async front of ``backend`` (``batcher.make_front``): continuous for vLLM, else batches of the
+    config's size and wait."""
+    return make_front(backend, config.max_batch_size, config.batch_wait_s)
 
 
 def _openai_tokenizer(config: InferenceConfig) -> Any:

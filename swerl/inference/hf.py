@@ -101,12 +101,16 @@ class HFBackend:
 
     @classmethod
     def from_pretrained(
-        cls, path_or_gguf: str | Path | None = None, dtype: str = "float32", device: str = "cpu", seed: int = 0
+        cls, path_or_gguf: str | Path | None = None, dtype: str = "float32", device: str = "cpu", seed: int = 0,
+        adapter: str | Path | None = None,
     ) -> HFBackend:
-        """Load an HF folder or GGUF file (None = the default SmolLM2 model, see ``models``).
+        """Load an HF folder or GGUF file (None = the default SmolLM2 model, see ``models``), with the
+        peft LoRA ``adapter`` folder on top when given (the adapters injected into its linears, as
+        the trainer samples them; not merged: a bf16 merge would round small adapter deltas away).
 
         Raises:
-            ConfigError: unknown dtype or model path. EnvironmentProblem: default model missing.
+            ConfigError: unknown dtype or model path, or an adapter folder peft cannot load.
+            EnvironmentProblem: default model missing.
         """
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -116,6 +120,8 @@ class HFBackend:
             raise ConfigError(f"inference dtype {dtype!r} is unknown; fix: use one of {sorted(DTYPES)}")
         folder = resolve_model(path_or_gguf)
         model = AutoModelForCausalLM.from_pretrained(folder, dtype=DTYPES[dtype]).to(device)
+        if adapter is not None:
+            model = _with_adapter(model, Path(adapter))
         model.eval()
         tokenizer = AutoTokenizer.from_pretrained(folder)
         return cls(model, tokenizer, seed=seed)
@@ -288,6 +294,23 @@ class HFBackend:
         return Generation(
             token_ids=ids[:keep], logprobs=row_logprobs, finish_reason=reason, weight_version=self.weight_version
         )
+
+
+def _with_adapter(model: nn.Module, adapter: Path) -> nn.Module:
+    """``model`` with the peft LoRA adapter folder ``adapter`` injected into its linears (the
+    transformers model inside the peft wrapper: its ``generate`` samples with the adapter).
+
+    Raises:
+        ConfigError: ``adapter`` is not a peft adapter folder, or its modules are not in ``model``.
+    """
+    from peft import PeftModel
+
+    if not (adapter / "adapter_config.json").is_file():
+        raise ConfigError(f"{adapter}: no adapter_config.json; fix: pass the folder PeftModel.save_pretrained wrote")
+    try:
+        return PeftModel.from_pretrained(model, str(adapter)).get_base_model()
+    except (ValueError, KeyError, RuntimeError) as err:
+        raise ConfigError(f"cannot apply the LoRA adapter {adapter}: {err}; fix: pass an adapter of this base model") from err
 
 
 def _left_pad(prompts: list[list[int]], pad_id: int, device: torch.device) -> tuple[Tensor, Tensor]:

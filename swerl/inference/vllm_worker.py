@@ -70,4 +70,9 @@ class SwerlWorkerExtension:
         """
         self.reload_weights(weights_path=weights_path)
         repacked = repack_tied_heads(self.get_model()) if repack_tied in (True, "true", "True", "1") else []
+        self._swerl_reloads = self.swerl_reload_count() + 1
         return {"repacked": repacked}
+
+    def swerl_reload_count(self) -> int:
+        """Weight reloads this worker has done since it started (one per owner per step; a diagnostic)."""
+        return int(getattr(self, "_swerl_reloads", 0))

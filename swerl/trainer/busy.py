@@ -13,7 +13,10 @@ import inspect
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from typing import Any
+
+from swerl.inference.base import ContinuousBackend
 
 Interval = tuple[float, float]
 
@@ -65,18 +68,27 @@ class BusyClock:
     @contextlib.contextmanager
     def busy(self, phase: str) -> Iterator[None]:
         """Mark ``phase`` busy for the duration of the block (nested or concurrent use allowed)."""
-        token = object()
-        with self._lock:
-            self._open.setdefault(phase, {})[id(token)] = time.monotonic()
+        token = self.begin(phase)
         try:
             yield
         finally:
-            now = time.monotonic()
-            with self._lock:
-                began = self._open[phase].pop(id(token))
-                done = self._done.setdefault(phase, [])
-                done.append((began, now))
-                self._done[phase] = [iv for iv in done if iv[1] >= now - self.keep_s]
+            self.end(phase, token)
+
+    def begin(self, phase: str) -> object:
+        """Open a busy interval of ``phase`` now (any thread); pass the token to :meth:`end`."""
+        token = object()
+        with self._lock:
+            self._open.setdefault(phase, {})[id(token)] = time.monotonic()
+        return token
+
+    def end(self, phase: str, token: object) -> None:
+        """Close the interval :meth:`begin` opened (any thread)."""
+        now = time.monotonic()
+        with self._lock:
+            began = self._open[phase].pop(id(token))
+            done = self._done.setdefault(phase, [])
+            done.append((began, now))
+            self._done[phase] = [iv for iv in done if iv[1] >= now - self.keep_s]
 
     def _union(self, phase: str, start: float, end: float) -> list[Interval]:
         with self._lock:
@@ -100,67 +112,167 @@ class BusyClock:
         return {f"async/busy_{phase}": s / span for phase, s in self.seconds(start, end).items()}
 
 
-class MeteredBackend:
-    """A generation backend whose calls are timed as ``generation`` and serialized by a lock.
-
-    The lock makes a weight update (:meth:`exclusive`) wait for the running generate call and
-    keeps the next one waiting until the update is applied; or the update is staged
-    (:meth:`stage`) and the next generate call applies it first. Either way weights change
-    BETWEEN requests, and episodes in flight simply continue with the new version. Every other attribute (tokenizer,
-    ``weight_version``, ``engines`` ...) is the wrapped backend's.
-    """
+class _Metered:
+    """What both metered fronts share: the wrapped backend, the clock, the request gate and a staged
+    update. Many requests may be in flight at once; a weight update (:meth:`exclusive`) waits until
+    none is and holds new ones back until it ends. Every other attribute (tokenizer,
+    ``weight_version``, ``engines`` ...) is the wrapped backend's."""
 
     def __init__(self, backend: Any, clock: BusyClock) -> None:
         self.inner = backend
         self.clock = clock
-        self._lock = threading.Lock()
+        self._gate = threading.Condition()
+        self._in_flight = 0
+        self._updating = False
         self._staged: Callable[[Any], None] | None = None
         self._staged_lock = threading.Lock()
-        if "seeds" not in inspect.signature(backend.generate).parameters:
-            self.generate = self._generate_plain  # the batcher then never passes per-row seeds
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
-    def generate(self, prompts: list[list[int]], sampling: Any, seeds: list[int | None] | None = None) -> list[Any]:
-        """The wrapped backend's ``generate`` (same arguments and results)."""
-        with self._lock, self.clock.busy("generation"):
-            self._apply_staged()
-            if seeds is None:
-                return self.inner.generate(prompts, sampling)
-            return self.inner.generate(prompts, sampling, seeds=seeds)
-
-    def _generate_plain(self, prompts: list[list[int]], sampling: Any) -> list[Any]:
-        with self._lock, self.clock.busy("generation"):
-            self._apply_staged()
-            return self.inner.generate(prompts, sampling)
-
     @contextlib.contextmanager
     def exclusive(self, blocking: bool = True) -> Iterator[Any]:
-        """Hold off generate calls for the block (a weight update); yields the wrapped backend, or
-        None when ``blocking`` is False and a generate call is running."""
-        if not self._lock.acquire(blocking=blocking):
+        """Hold new requests back and wait for those in flight (a weight update); yields the wrapped
+        backend, or None when ``blocking`` is False and a request is in flight. A staged update is
+        dropped: what the block applies supersedes it."""
+        if not self._hold(blocking):
             yield None
             return
         try:
-            self._apply_staged(drop=True)  # superseded by what the block applies
+            self._apply_staged(drop=True)
             yield self.inner
         finally:
-            self._lock.release()
+            self._release()
+
+    def _hold(self, blocking: bool) -> bool:
+        """Close the gate once no request is in flight; False (gate left open) when not ``blocking``
+        and one is."""
+        with self._gate:
+            if not blocking and (self._in_flight or self._updating):
+                return False
+            self._gate.wait_for(lambda: not self._updating)
+            self._updating = True
+            self._gate.wait_for(lambda: self._in_flight == 0)
+        return True
+
+    def _release(self) -> None:
+        with self._gate:
+            self._updating = False
+            self._gate.notify_all()
 
     def stage(self, apply: Callable[[Any], None]) -> None:
-        """Have ``apply(backend)`` run before the next generate call (or :meth:`apply_staged`);
-        a later stage replaces an unapplied one."""
+        """Have ``apply(backend)`` run before the next request (or :meth:`apply_staged`); a later
+        stage replaces an unapplied one."""
         with self._staged_lock:
             self._staged = apply
 
     def apply_staged(self) -> None:
-        """Apply a staged update now (waits for a running generate call)."""
-        with self._lock:
-            self._apply_staged()
+        """Apply a staged update now, waiting for the requests in flight (no-op when none is staged)."""
+        with self._staged_lock:
+            staged = self._staged is not None
+        if staged and self._hold(True):
+            try:
+                self._apply_staged()
+            finally:
+                self._release()
 
     def _apply_staged(self, drop: bool = False) -> None:
         with self._staged_lock:
             apply, self._staged = self._staged, None
         if apply is not None and not drop:
             apply(self.inner)
+
+
+class MeteredBackend(_Metered):
+    """A batch backend (HF) whose ``generate`` calls are timed as ``generation`` and gated.
+
+    A weight update either waits for the running call (:meth:`exclusive`) or is staged
+    (:meth:`stage`) and applied by the next call first. Either way weights change BETWEEN calls,
+    and episodes in flight continue with the new version.
+    """
+
+    def __init__(self, backend: Any, clock: BusyClock) -> None:
+        super().__init__(backend, clock)
+        if "seeds" not in inspect.signature(backend.generate).parameters:
+            self.generate = self._generate_plain  # the batcher then never passes per-row seeds
+
+    @contextlib.contextmanager
+    def _call(self) -> Iterator[None]:
+        with self._gate:
+            self._gate.wait_for(lambda: not self._updating and self._in_flight == 0)
+            self._in_flight += 1
+        try:
+            self._apply_staged()
+            yield
+        finally:
+            with self._gate:
+                self._in_flight -= 1
+                self._gate.notify_all()
+
+    def generate(self, prompts: list[list[int]], sampling: Any, seeds: list[int | None] | None = None) -> list[Any]:
+        """The wrapped backend's ``generate`` (same arguments and results), one call at a time."""
+        with self._call(), self.clock.busy("generation"):
+            if seeds is None:
+                return self.inner.generate(prompts, sampling)
+            return self.inner.generate(prompts, sampling, seeds=seeds)
+
+    def _generate_plain(self, prompts: list[list[int]], sampling: Any) -> list[Any]:
+        with self._call(), self.clock.busy("generation"):
+            return self.inner.generate(prompts, sampling)
+
+
+class MeteredStream(_Metered, ContinuousBackend):
+    """A continuous backend (vLLM) whose requests are gated and timed: ``generation`` is busy while
+    any request is in flight. :meth:`submit` never blocks: a request arriving during a weight update
+    is held and sent when the update ends, so the producer's event loop keeps running."""
+
+    def __init__(self, backend: ContinuousBackend, clock: BusyClock) -> None:
+        super().__init__(backend, clock)
+        self._held: list[tuple[list[int], Any, Future]] = []
+
+    def submit(self, prompt: list[int], sampling: Any) -> Future:
+        """The wrapped backend's ``submit``, or held until the weight update in progress ends."""
+        outer: Future = Future()
+        with self._gate:
+            if self._updating:
+                self._held.append((prompt, sampling, outer))
+                return outer
+            self._in_flight += 1
+        self._forward(prompt, sampling, outer)
+        return outer
+
+    def _forward(self, prompt: list[int], sampling: Any, outer: Future) -> None:
+        """Send one admitted request; ``outer`` gets its result, the gate and the clock its end."""
+        token = self.clock.begin("generation")
+
+        def finished(inner: Future) -> None:
+            self.clock.end("generation", token)
+            with self._gate:
+                self._in_flight -= 1
+                self._gate.notify_all()
+            error = inner.exception()
+            outer.set_exception(error) if error is not None else outer.set_result(inner.result())
+
+        try:
+            self.inner.submit(prompt, sampling).add_done_callback(finished)
+        except BaseException as err:  # noqa: BLE001 - the request's own caller gets it
+            failed: Future = Future()
+            failed.set_exception(err)
+            finished(failed)
+
+    def _release(self) -> None:
+        """Open the gate and send the requests held while it was closed."""
+        with self._gate:
+            self._updating = False
+            held, self._held = self._held, []
+            self._in_flight += len(held)
+            self._gate.notify_all()
+        for prompt, sampling, outer in held:
+            self._forward(prompt, sampling, outer)
+
+
+def metered(backend: Any, clock: BusyClock) -> MeteredBackend | MeteredStream:
+    """The metered front for ``backend``'s type: :class:`MeteredStream` for a ``ContinuousBackend``."""
+    if isinstance(backend, ContinuousBackend):
+        return MeteredStream(backend, clock)
+    return MeteredBackend(backend, clock)

@@ -25,7 +25,6 @@ at most ``max_shard_bytes`` as it goes.
 
 from __future__ import annotations
 
-import copy
 import json
 import logging
 import shutil
@@ -37,6 +36,7 @@ from typing import Any
 
 import torch
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
     get_model_state_dict,
@@ -51,11 +51,15 @@ from swerl.logs import phase
 from swerl.run_layout import CKPT_DIR, CONFIG_FILE, EXPORT_DIR, LATEST_FILE, TMP_PREFIX, step_dir_name
 from swerl.run_layout import STEP_DIR_RE as _STEP_RE
 from swerl.trainer.distributed import DistInfo, barrier, is_distributed
+from swerl.trainer.hf_folder import untied_state, write_hf_folder
 from swerl.trainer.model_card import finish_export
 
 log = logging.getLogger(__name__)
 
 _FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
+_TRAINED = StateDictOptions(ignore_frozen_params=True)
+"""What a checkpoint holds of the model: the parameters that train (every one, or the LoRA adapters:
+a frozen base comes from ``model.path`` again at resume) and the buffers."""
 STATE_DIR = "state"  # the DCP folder of model + optimizer shards
 
 
@@ -110,7 +114,7 @@ def iter_full_state(model: torch.nn.Module, dtype: torch.dtype | None = None,
         keep: False on ranks that only take part in the gathers: the gathered tensor is dropped
             there (yielded as None), never copied to the host.
     """
-    for name, value in _untied_state(model):
+    for name, value in untied_state(model):
         if dtype is not None and value.is_floating_point():
             value = value.to(dtype)  # a DTensor casts its local shard: no communication
         if hasattr(value, "full_tensor"):
@@ -128,26 +132,7 @@ def _state_nbytes(model: torch.nn.Module, dtype: torch.dtype | None = None) -> l
         cast = dtype is not None and value.is_floating_point()
         return torch.empty(0, dtype=dtype if cast else value.dtype).element_size()
 
-    return [(name, value.numel() * itemsize(value)) for name, value in _untied_state(model)]
-
-
-def _untied_state(model: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
-    """The state dict without tensors tied to an earlier one (same storage, shape and dtype).
-
-    ``state_dict()`` detaches every entry into a new tensor object, so a tied weight (SmolLM2's
-    ``lm_head.weight`` is ``embed_tokens.weight``) is recognised by its storage, not its ``id``;
-    safetensors refuses shared storage.
-    """
-    seen: set[tuple[int, tuple[int, ...], torch.dtype]] = set()
-    out = []
-    for name, value in model.state_dict().items():
-        local = value.to_local() if hasattr(value, "to_local") else value
-        key = (local.data_ptr(), tuple(value.shape), value.dtype)
-        if local.numel() and key in seen:
-            continue
-        seen.add(key)
-        out.append((name, value))
-    return out
+    return [(name, value.numel() * itemsize(value)) for name, value in untied_state(model)]
 
 
 @phase("checkpoint save")
@@ -178,7 +163,7 @@ def save_checkpoint(
     root = run_dir / CKPT_DIR
     final = root / step_dir_name(step)
     tmp = root / f"{TMP_PREFIX}{step_dir_name(step)}"
-    model_sd, optim_sd = get_state_dict(model, optimizer)  # this rank's shards (DTensors under FSDP)
+    model_sd, optim_sd = get_state_dict(model, optimizer, options=_TRAINED)  # this rank's shards (DTensors under FSDP)
     if dist_info.is_main:
         root.mkdir(parents=True, exist_ok=True)
         _remove_stale_temps(root)
@@ -271,11 +256,18 @@ def load_checkpoint(
     saved_world = int(state.get("world_size", 1))
     if saved_world != dist_info.world_size:
         log.info("resharding %s from %d to %d ranks", path, saved_world, dist_info.world_size)
-    model_sd, optim_sd = get_state_dict(model, optimizer)  # initializes empty AdamW state to load into
+    model_sd, optim_sd = get_state_dict(model, optimizer, options=_TRAINED)  # initializes empty AdamW state
     target = {"model": model_sd, "optimizer": optim_sd}
     with _quiet_no_dist():
-        dcp.load(target, checkpoint_id=path / STATE_DIR, no_dist=not is_distributed())
-    set_state_dict(model, optimizer, model_state_dict=target["model"], optim_state_dict=target["optimizer"])
+        try:
+            dcp.load(target, checkpoint_id=path / STATE_DIR, no_dist=not is_distributed())
+        except CheckpointException as err:  # a BaseException: DCP wraps each rank's error in it
+            if "Missing key" not in str(err):
+                raise
+            raise ConfigError(f"{path}: the checkpoint lacks weights this policy trains (a LoRA checkpoint resumed as "
+                              "full fine-tuning, or another model.lora): resume with the run's own config.yaml") from err
+    set_state_dict(model, optimizer, model_state_dict=target["model"], optim_state_dict=target["optimizer"],
+                   options=StateDictOptions(ignore_frozen_params=True, strict=False))
     scheduler.load_state_dict(torch.load(path / "scheduler.pt", weights_only=False))
     rng_file = path / f"rng_rank{dist_info.rank}.pt"
     if not rng_file.is_file():
@@ -303,52 +295,11 @@ def read_model_state(path: Path) -> dict[str, torch.Tensor]:
     return {key.removeprefix("model."): value for key, value in empty.items()}
 
 
-def _shard_plan(sizes: list[tuple[str, int]], max_shard_bytes: int) -> list[list[str]]:
-    """Consecutive names grouped into shards of at most ``max_shard_bytes`` (a bigger tensor gets its own)."""
-    shards: list[list[str]] = [[]]
-    used = 0
-    for name, nbytes in sizes:
-        if shards[-1] and used + nbytes > max_shard_bytes:
-            shards.append([])
-            used = 0
-        shards[-1].append(name)
-        used += nbytes
-    return shards
-
-
-def _write_safetensors_streaming(folder: Path, model: torch.nn.Module, is_main: bool, max_shard_bytes: int,
-                                 dtype: torch.dtype) -> None:
-    """Gather the model tensor by tensor (cast to ``dtype`` first); only rank 0 keeps each one, on
-    the host, and writes each safetensors shard when it is full."""
-    from safetensors.torch import save_file
-
-    sizes = _state_nbytes(model, dtype)
-    plan = _shard_plan(sizes, max_shard_bytes)
-    names = ["model.safetensors"] if len(plan) == 1 else [
-        f"model-{i + 1:05d}-of-{len(plan):05d}.safetensors" for i in range(len(plan))]
-    where = {name: file for file, shard in zip(names, plan) for name in shard}
-    stream = iter_full_state(model, dtype, keep=is_main)
-    weight_map: dict[str, str] = {}
-    for file, shard in zip(names, plan):
-        tensors = {}
-        for _ in shard:
-            name, tensor = next(stream)
-            if is_main:
-                tensors[name] = tensor.contiguous()
-                weight_map[name] = where[name]
-        if is_main:
-            save_file(tensors, str(folder / file), metadata={"format": "pt"})
-        del tensors
-    if is_main and len(plan) > 1:
-        total = sum(n for _, n in sizes)
-        index = {"metadata": {"total_size": total}, "weight_map": weight_map}
-        (folder / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
-
-
 @phase("export")
 def export_hf(
     run_dir: Path, step: int, model: torch.nn.Module, tokenizer: Any, dist_info: DistInfo,
     *, max_shard_bytes: int = 5 * 2**30, metrics: dict[str, Any] | None = None, dtype: torch.dtype = torch.float32,
+    merged: bool = False,
 ) -> Path:
     """Write an HF folder (safetensors, config, tokenizer, chat template, model card ``README.md``
     with ``metrics`` and ``RUN_DIR/config.yaml``) to ``exports/global_step_N``, files 0644, folders 0755.
@@ -356,9 +307,12 @@ def export_hf(
     Every rank calls it (sharded tensors are cast to ``dtype``, then gathered collectively, one
     at a time); only rank 0 copies them to the host and writes shards of at most
     ``max_shard_bytes`` as they fill, so no rank holds more than one shard of full tensors.
-    ``config.json`` names ``dtype``.
+    ``config.json`` names ``dtype``. A LoRA policy exports its peft adapter folder instead, and
+    with ``merged`` also the merged weights in ``merged/`` (``lora_export.write_lora_export``).
     Returns: the export folder.
     """
+    from swerl.trainer.lora import hf_module, is_lora
+
     root = run_dir / EXPORT_DIR
     final = root / step_dir_name(step)
     tmp = root / f"{TMP_PREFIX}{step_dir_name(step)}"
@@ -366,16 +320,15 @@ def export_hf(
         root.mkdir(parents=True, exist_ok=True)
         _remove_stale_temps(root)
         tmp.mkdir()
-    _write_safetensors_streaming(tmp, model, dist_info.is_main, max_shard_bytes, dtype)
+    if is_lora(model):
+        from swerl.trainer.lora_export import write_lora_export
+
+        write_lora_export(tmp, model, tokenizer, dist_info.is_main, max_shard_bytes, merged)
+    else:
+        write_hf_folder(tmp, _state_nbytes(model, dtype), iter_full_state(model, dtype, keep=dist_info.is_main),
+                        model, tokenizer, dist_info.is_main, max_shard_bytes, dtype)
     if dist_info.is_main:
-        unwrapped = getattr(model, "module", model)
-        config = copy.deepcopy(unwrapped.config)
-        config.dtype = dtype
-        config.save_pretrained(tmp)
-        if getattr(unwrapped, "generation_config", None) is not None:
-            unwrapped.generation_config.save_pretrained(tmp)
-        if tokenizer is not None:
-            tokenizer.save_pretrained(tmp)
+        unwrapped = hf_module(getattr(model, "module", model))
         finish_export(tmp, run_dir, step, unwrapped.config, metrics)
         replace_dir(tmp, final)  # re-saving a step (after a resume) swaps the old folder out
         log.info("exported %s", final)

@@ -2,7 +2,8 @@
 ``--set a.b=v`` overrides, validated once here; the run plan that ``--dry-run`` prints.
 
 Sub-configs of other stages are reused as they are: ``AgentConfig`` (protocol, limits,
-sampling), ``SandboxConfig``, ``AlgorithmConfig``.
+sampling), ``SandboxConfig``, ``AlgorithmConfig``; the policy's section (``ModelConfig``,
+``LoraConfig``) lives in ``model_config.py`` and is importable from here.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from swerl.agent.config import AgentConfig
 from swerl.errors import ConfigError
@@ -21,57 +22,12 @@ from swerl.rl.config import AlgorithmConfig
 from swerl.sandbox.types import SandboxConfig
 from swerl.text import did_you_mean
 from swerl.trainer.evaluation import EvalDuringTrainingConfig
+from swerl.trainer.model_config import LoraConfig, ModelConfig, StrictModel  # noqa: F401 - LoraConfig re-exported
 from swerl.trainer.task_health import QuarantineConfig
 from swerl.trainer.trackers import MlflowConfig, WandbConfig
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class ModelConfig(_Strict):
-    """The policy being trained."""
-
-    path: str | None = Field(
-        None, description="HF folder or GGUF file of the initial policy; None = the default SmolLM2-135M-Instruct."
-    )
-    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="Training device; auto = CUDA when present.")
-    dtype: Literal["float32", "bfloat16"] = Field(
-        "float32",
-        description="Compute dtype of trainer forwards/backwards (bf16: autocast when replicated, FSDP2 "
-        "MixedPrecisionPolicy when sharded); master weights, gradients, AdamW state, log-softmax and loss stay fp32.",
-    )
-    gradient_checkpointing: bool = Field(False, description="Recompute activations in backward (less memory, ~30% slower).")
-    fsdp: bool = Field(
-        False, description="Shard parameters, gradients and AdamW state with FSDP2 fully_shard over all ranks "
-        "(CUDA/NCCL or CPU/gloo); else replicate + all-reduce."
-    )
-    cpu_offload: bool = Field(
-        False, description="With fsdp: keep sharded parameters, gradients and optimizer state in host memory (CPUOffloadPolicy)."
-    )
-    reference_cpu_offload: bool = Field(
-        False, description="With algorithm.use_kl_loss: keep the frozen reference policy in host memory (FSDP: its shards, "
-        "CPUOffloadPolicy; replicated: moved to the device for each step's reference forwards)."
-    )
-
-    grad_sync: Literal["last_micro_batch", "every_micro_batch"] = Field(
-        "last_micro_batch",
-        description="With fsdp: when gradients are reduce-scattered. last_micro_batch: once per optimizer step (each "
-        "rank holds the unsharded fp32 gradients of the whole model, 4 B/parameter, between micro-batches); "
-        "every_micro_batch: after each micro-batch (gradients stay sharded; one reduce-scatter per micro-batch).",
-    )
-
-    @model_validator(mode="after")
-    def _offload_needs_fsdp(self) -> "ModelConfig":
-        if self.cpu_offload and not self.fsdp:
-            raise ValueError("model.cpu_offload needs model.fsdp=true (it offloads FSDP shards): set both or neither")
-        if self.grad_sync != "last_micro_batch" and not self.fsdp:
-            raise ValueError("model.grad_sync applies to FSDP shards (a replicated model all-reduces once per "
-                             "optimizer step): remove it or set model.fsdp=true")
-        return self
-
-
-class DataConfig(_Strict):
+class DataConfig(StrictModel):
     """Where the tasks come from and in which order they are visited."""
 
     tasks: str = Field(..., description="Task source: a folder of Harbor task folders, or a .parquet/.jsonl of rows.")
@@ -90,7 +46,7 @@ class DataConfig(_Strict):
     seed: int | None = Field(None, description="Prompt-order seed; None = the top-level seed.")
 
 
-class OptimizerConfig(_Strict):
+class OptimizerConfig(StrictModel):
     """AdamW and its learning-rate schedule."""
 
     lr: float = Field(1e-6, gt=0, description="Peak learning rate.")
@@ -106,7 +62,7 @@ class OptimizerConfig(_Strict):
     )
 
 
-class LoopConfig(_Strict):
+class LoopConfig(StrictModel):
     """How many prompts, samples and optimizer steps a run takes."""
 
     train_batch_size: int = Field(4, ge=1, description="Prompts per training step (each sampled algorithm.n_samples_per_prompt times).")
@@ -144,7 +100,7 @@ class LoopConfig(_Strict):
         return self
 
 
-class CheckpointConfig(_Strict):
+class CheckpointConfig(StrictModel):
     """When full-state checkpoints and HF exports are written."""
 
     ckpt_interval: int = Field(1, ge=0, description="Save the full training state every N steps (0 = only at the end).")
@@ -155,10 +111,14 @@ class CheckpointConfig(_Strict):
         default_factory=list, description="Checkpoint steps keep_last never deletes (e.g. the one select-checkpoint chose)."
     )
     hf_save_interval: int = Field(0, ge=0, description="Write an HF export every N steps under exports/ (0 = only at the end).")
+    export_merged: bool = Field(
+        False, description="model.lora: also write the base with the adapters merged in (an HF folder, merged/ inside "
+        "each export); the export itself is the peft adapter folder."
+    )
     save_final: bool = Field(True, description="Also checkpoint and export the last step.")
 
 
-class LoggingConfig(_Strict):
+class LoggingConfig(StrictModel):
     """What the run writes besides checkpoints."""
 
     tensorboard: bool = Field(False, description="Also write metrics to RUN_DIR/tensorboard (SummaryWriter).")
@@ -179,7 +139,7 @@ class LoggingConfig(_Strict):
         return {} if value is True else None if value is False else value
 
 
-class TrainConfig(_Strict):
+class TrainConfig(StrictModel):
     """Everything ``swerl train`` needs; see ``examples/*.yaml``."""
 
     model: ModelConfig = Field(default_factory=ModelConfig, description="The policy being trained.")
@@ -213,6 +173,9 @@ class TrainConfig(_Strict):
             raise ValueError("generator.backend=openai cannot receive trained weights: use hf or vllm")
         if self.generator.model is not None and self.generator.model != self.model.path:
             raise ValueError("generator.model must be unset (the generator samples from model.path): remove it")
+        if self.generator.lora_adapter is not None:
+            raise ValueError("generator.lora_adapter must be unset: swerl train syncs its own adapters (model.lora); "
+                             "to start from an adapter, merge it into model.path first")
         if self.generator.backend == "vllm" and self.generator.max_model_len < self.agent.limits.context_window_tokens:
             raise ValueError(
                 f"generator.max_model_len={self.generator.max_model_len} is below agent.limits.context_window_tokens="
@@ -222,6 +185,12 @@ class TrainConfig(_Strict):
             raise ValueError(
                 "generator.weight_sync=nccl sends weights to vLLM servers: set generator.vllm_mode=servers or weight_sync=disk"
             )
+        from swerl.trainer.colocation import colocation_problem
+
+        # device auto: the GPU half is checked again once the run knows its device (trainer/generator.py)
+        problem = colocation_problem(self.generator, self.loop.max_staleness_steps, self.model.device == "cuda")
+        if problem is not None:
+            raise ValueError(problem)
         ignored = {"device": "the generator runs on model.device"}
         if self.generator.backend == "hf":
             ignored["dtype"] = "generator.backend=hf samples with the trained module itself, in its dtype"
@@ -233,6 +202,14 @@ class TrainConfig(_Strict):
         if self.model.reference_cpu_offload and not self.algorithm.use_kl_loss:
             raise ValueError("model.reference_cpu_offload would be ignored: there is a reference policy only with "
                              "algorithm.use_kl_loss=true; remove it")
+        if self.model.lora is not None and self.model.reference_cpu_offload:
+            raise ValueError("model.reference_cpu_offload would be ignored: under model.lora the reference is the policy "
+                             "with its adapters off (no copy to offload); remove it")
+        if self.model.lora is not None and self.generator.weight_sync == "nccl":
+            raise ValueError("model.lora syncs the adapters through a folder the engines load (tens of MB): set "
+                             "generator.weight_sync=disk")
+        if self.checkpointing.export_merged and self.model.lora is None:
+            raise ValueError("checkpointing.export_merged merges LoRA adapters, and model.lora is off: remove it")
         if self.model.fsdp and self.generator.backend == "hf":
             raise ValueError(
                 "model.fsdp with generator.backend=hf: every rank generates with its own module, a sharded one cannot; use generator.backend=vllm"

@@ -10,7 +10,8 @@ export. What is taken from the run:
   top-p, top-k, prefill, thinking: the whole ``agent`` section (its training ``seed`` is not used:
   evaluation samples with ``--seed``, the evaluation seed, as ``eval.seed`` does during training);
 - ``generator``: backend (hf or vllm), batch size, threads, vLLM settings; the model is the
-  export, on ``model.device`` in ``model.dtype`` (unless ``generator.dtype`` is set);
+  export, on ``model.device`` in ``model.dtype`` (unless ``generator.dtype`` is set); a LoRA run's
+  export is its adapter, sampled on top of the run's ``model.path``;
 - ``sandbox.concurrency`` (unless ``--concurrency`` is given).
 
 A flag of ``swerl eval`` that sets one of these (``--temperature``, ``--model``, ...) would be
@@ -30,7 +31,7 @@ from swerl.trainer.config import load_train_config
 
 # `swerl eval` options (Python parameter names) whose value --from-run takes from the run.
 RUN_FLAGS = {
-    "model": "--model", "backend": "--backend", "tokenizer": "--tokenizer", "served_model": "--served-model",
+    "model": "--model", "lora": "--lora", "backend": "--backend", "tokenizer": "--tokenizer", "served_model": "--served-model",
     "device": "--device", "batch_size": "--batch-size", "threads": "--threads", "protocol": "--protocol",
     "prefill": "--prefill", "temperature": "--temperature", "top_p": "--top-p",
     "max_new_tokens": "--max-new-tokens", "max_turns": "--max-turns", "context_window": "--context-window",
@@ -98,8 +99,10 @@ def eval_config_from_run(
     run = load_train_config(run_dir / CONFIG_FILE)
     step, export, why = resolve_export(run_dir, step)
     device = run.model.device if run.model.device != "auto" else run.generator.device
+    weights = {"model": str(export)} if run.model.lora is None else {"model": run.model.path,
+                                                                       "lora_adapter": str(export)}
     inference = run.generator.model_copy(update={
-        "model": str(export), "device": device, "dtype": run.generator.dtype or run.model.dtype,
+        **weights, "device": device, "dtype": run.generator.dtype or run.model.dtype,
     })
     config = EvalConfig(
         tasks=tasks, samples=samples, seed=seed, limit=limit, out_dir=out_dir, resume=resume,

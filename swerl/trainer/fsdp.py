@@ -34,7 +34,8 @@ def shard_model(
     """Apply ``fully_shard`` to every decoder layer and the root; returns the same module.
 
     Args:
-        model: an HF causal LM on the rank's device, fp32 (``model.model.layers`` are the units).
+        model: an HF causal LM on the rank's device, fp32 (``model.model.layers`` are the units), or its
+            peft wrapper (frozen base and trainable adapters share each unit; only the adapters get gradients).
         dist_info: the rank layout (the process group must be initialized).
         bf16: compute in bfloat16 (params cast per unit), reduce gradients in float32.
         cpu_offload: keep sharded params/grads/optimizer state on the host (``CPUOffloadPolicy``).
@@ -44,9 +45,10 @@ def shard_model(
     mp = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if bf16
           else MixedPrecisionPolicy())
     offload = CPUOffloadPolicy(pin_memory=dist_info.device.type == "cuda") if cpu_offload else OffloadPolicy()
+    from swerl.trainer.lora import hf_module
+
     mesh = device_mesh(dist_info)
-    layers = getattr(getattr(model, "model", model), "layers", [])
-    for layer in layers:
+    for layer in hf_module(model).model.layers:
         fully_shard(layer, mesh=mesh, mp_policy=mp, offload_policy=offload)
     fully_shard(model, mesh=mesh, mp_policy=mp, offload_policy=offload)
     return model

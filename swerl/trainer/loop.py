@@ -58,7 +58,7 @@ from swerl.trainer.config import TrainConfig
 from swerl.trainer.evaluation import is_due, run_eval
 from swerl.trainer import pipeline
 from swerl.trainer.busy import BusyClock
-from swerl.trainer.generator import close_generator, make_generator, probe_parity, sync_generator
+from swerl.trainer.generator import close_generator, make_generator, probe_parity, publish_weights
 from swerl.trainer.masked_guard import MaskedGuard
 from swerl.trainer.metrics import MetricsSink, dump_trajectories, effective_reward, record_flagged, rollout_metrics
 from swerl.trainer.model import compute_dtype, load_policy
@@ -66,7 +66,7 @@ from swerl.trainer.nonfinite import NonFiniteStreak
 from swerl.trainer.optim import build_optimizer
 from swerl.trainer.plan import RunPlan, make_plan
 from swerl.trainer.quarantine import Quarantine
-from swerl.trainer.reference import ReferencePolicy, load_reference
+from swerl.trainer.reference import ReferencePolicy, make_reference
 from swerl.trainer.sampler import PromptSampler
 from swerl.trainer.shared_dir import check_shared_run_dir
 from swerl.trainer.trackers import open_trackers
@@ -286,7 +286,7 @@ def _prepare(
     model, tokenizer, model_path = load_policy(config.model, info)
     optimizer, scheduler = build_optimizer(model, config.optimizer, max(plan.total_optimizer_steps, 1))
     settings = _update_settings(config, tokenizer)
-    reference = load_reference(config.model, model_path, info, settings.temperature, settings.compute_dtype) \
+    reference = make_reference(config.model, model, model_path, info, settings.temperature, settings.compute_dtype) \
         if config.algorithm.use_kl_loss else None
     return _Run(config, run_dir, info, emit, tasks, held_out, sampler, plan, model, tokenizer, model_path, optimizer,
                 scheduler, settings, ckpt_path, reference, quarantine=quarantine)
@@ -353,18 +353,18 @@ def _start_rollouts(
                            config.model_dump(mode="json")) if info.is_main else None
     stack.enter_context(sigterm_unwinds())
     stack.callback(lambda: run.sink.close() if run.sink is not None else None)
-    # Generator: every rank's own engine(s). Rollouts of step k use the weights after k - 1
-    # steps (weight version k - 1); a resumed run pushes the checkpoint's weights first.
-    backend = make_generator(config, run.model, run.tokenizer, run.model_path, run.run_dir, info)
-    stack.callback(close_generator, backend)
+    # Generator: every rank's engine(s) and their weight sync. Rollouts of step k use the weights
+    # after k - 1 steps (weight version k - 1); a resumed run pushes the checkpoint's weights first.
+    generator = make_generator(config, run.model, run.tokenizer, run.model_path, run.run_dir, info)
+    stack.callback(close_generator, generator)
     run.model.eval()
     if run.ckpt_path is not None:
-        sync_generator(backend, run.model, config, run.run_dir, info, version=run.start_step)
+        publish_weights(generator, run.model, config, info, version=run.start_step)
     else:
-        probe_parity(backend, run.model, config, info)
+        probe_parity(generator, run.model, config, info)
     # Rollouts: batch s collected now (k = 0) or ahead of the trainer by a producer (k >= 1).
     rollouts = stack.enter_context(pipeline.open_rollouts(pipeline.Context(
-        config, run.tasks, run.sampler, backend, run.model, run.run_dir, info, run.clock,
+        config, run.tasks, run.sampler, generator, run.model, run.run_dir, info, run.clock,
         lambda at, ev: run.emit(TrainEvent("rollout", at, ev))), run.start_step, run.plan.total_steps))
     if info.is_main and config.eval is not None and config.eval.before_train and run.start_step == 0:
         run.model.eval()  # the initial policy on the held-out tasks: a record at global_step 0
@@ -425,7 +425,8 @@ def _commit(run: _Run, step: int, batch: pipeline.RolloutBatch, position: dict[s
     record = commit.commit_step(
         step, metrics, t_step,
         export=(lambda: ckpt.export_hf(run_dir, step, model, run.tokenizer, info, metrics=metrics,
-                                       dtype=getattr(torch, config.model.dtype)))
+                                       dtype=getattr(torch, config.model.dtype),
+                                       merged=config.checkpointing.export_merged))
         if step in run.plan.export_steps else None,
         checkpoint=(lambda recs: ckpt.save_checkpoint(
             run_dir, step, model, run.optimizer, run.scheduler, {**trainer_state, commit.RECORDS_KEY: recs},

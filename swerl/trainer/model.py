@@ -1,10 +1,12 @@
 """The policy the trainer optimizes: loaded from an HF folder or GGUF (converted once), put on the
-rank's device, optionally gradient-checkpointed and FSDP-sharded.
+rank's device, optionally wrapped with LoRA adapters (``lora.py``), gradient-checkpointed and
+FSDP-sharded.
 
 Under ``torchrun`` only rank 0 reads the weights (one fp32 copy in its host RAM); the other ranks
-build the model on the ``meta`` device (no memory), every rank shards it (FSDP2) or keeps it whole
-(replicated), allocates its part on its device, and rank 0 broadcasts the weights into it
-(``set_model_state_dict(..., broadcast_from_rank0=True)``, as FSDP2 users do: torchtitan, verl).
+build the model on the ``meta`` device (no memory), every rank adds the same adapters, shards it
+(FSDP2) or keeps it whole (replicated), allocates its part on its device, and rank 0 broadcasts
+the weights, adapters included, into it (``set_model_state_dict(..., broadcast_from_rank0=True)``,
+as FSDP2 users do: torchtitan, verl).
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ log = logging.getLogger(__name__)
 def load_policy(cfg: ModelConfig, dist_info: DistInfo) -> tuple[torch.nn.Module, Any, Path]:
     """Load the initial policy and its tokenizer.
 
-    Returns: (model in fp32 on ``dist_info.device``, sharded as ``cfg`` says, tokenizer, resolved HF folder).
+    Returns: (model in fp32 on ``dist_info.device``, sharded as ``cfg`` says (a ``peft.PeftModel``
+        with ``cfg.lora``), tokenizer, resolved HF folder).
     Raises: ConfigError / EnvironmentProblem from ``resolve_model`` (bad path, missing default).
     """
     from transformers import AutoTokenizer
@@ -37,6 +40,10 @@ def load_policy(cfg: ModelConfig, dist_info: DistInfo) -> tuple[torch.nn.Module,
     model = load_causal_lm(path, cfg, dist_info)
     n_params = sum(p.numel() for p in model.parameters())
     log.info("policy %s: %.1fM parameters on %s", path, n_params / 1e6, dist_info.device)
+    if cfg.lora is not None:
+        from swerl.trainer.lora import describe
+
+        log.info("%s", describe(cfg.lora, model))
     return model, tokenizer, path
 
 
@@ -67,8 +74,8 @@ def _load_from_rank0(path: Path, cfg: ModelConfig, dist_info: DistInfo) -> torch
         with torch.device("meta"):
             model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path), dtype=torch.float32)
         _copy_generation_config(model, path)
+    model = _checkpointing_and_adapters(model, cfg)  # rank 0's random adapter init is the one broadcast
     full_state = model.state_dict() if dist_info.is_main else {}  # rank 0's host tensors, kept for the broadcast
-    _checkpointing(model, cfg)
     if cfg.fsdp:
         from swerl.trainer.fsdp import shard_model
 
@@ -98,17 +105,31 @@ def _copy_generation_config(model: torch.nn.Module, path: Path) -> None:
         model.generation_config = GenerationConfig.from_pretrained(path)
 
 
-def _checkpointing(model: torch.nn.Module, cfg: ModelConfig) -> None:
+def _checkpointing_and_adapters(model: torch.nn.Module, cfg: ModelConfig) -> torch.nn.Module:
+    """Gradient checkpointing, then ``cfg.lora``'s adapters (the frozen base cast to bf16 first under
+    bf16 compute); returns the policy (the peft wrapper with LoRA)."""
     if cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.config.use_cache = False
+    if cfg.lora is not None:
+        from swerl.trainer.lora import add_adapters
+
+        if cfg.dtype == "bfloat16":
+            model.to(torch.bfloat16)
+        model = add_adapters(model, cfg.lora)
+    return model
 
 
 def prepare_policy(model: torch.nn.Module, cfg: ModelConfig, dist_info: DistInfo) -> torch.nn.Module:
-    """Put an fp32 HF causal LM on the rank's device, gradient-checkpoint it and FSDP-shard it
-    as ``cfg`` says; returns the same module (also used on models built from a config)."""
+    """Put an fp32 HF causal LM on the rank's device, add LoRA adapters, gradient-checkpoint it and
+    FSDP-shard it as ``cfg`` says; returns the policy (the same module, or its peft wrapper with
+    ``cfg.lora``; also used on models built from a config).
+
+    With ``cfg.lora`` and bfloat16 compute the frozen base is cast to bf16 before the adapters (fp32)
+    are added: a weight that never steps needs no fp32 master copy (half the memory of the base).
+    """
     model.to(dist_info.device)
-    _checkpointing(model, cfg)
+    model = _checkpointing_and_adapters(model, cfg)
     if cfg.fsdp:
         from swerl.trainer.fsdp import shard_model
 

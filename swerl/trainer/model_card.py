@@ -35,19 +35,38 @@ def _value(value: Any) -> str:
     return f"{value:.4g}" if isinstance(value, float) and math.isfinite(value) else str(value)
 
 
+def what_folder_holds(config: dict) -> list[str]:
+    """The card's paragraph on what the export folder is: full HF weights, or a peft LoRA adapter
+    (and whether ``merged/`` holds the merged weights)."""
+    lora = (config.get("model") or {}).get("lora")
+    if not lora:
+        return ["This folder holds the full weights (HF safetensors): `AutoModelForCausalLM.from_pretrained(FOLDER)`."]
+    merged = (config.get("checkpointing") or {}).get("export_merged")
+    targets = lora.get("target_modules", "all-linear")
+    lines = [f"This folder is a **peft LoRA adapter** (rank {lora.get('rank')}, alpha {lora.get('alpha')}, on "
+             f"{targets if isinstance(targets, str) else ', '.join(targets)}) for the base model above, not full "
+             "weights: `PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(BASE), FOLDER)`, vLLM with "
+             "`--enable-lora` and this folder as a LoRA module, or `swerl eval TASKS --model BASE --lora FOLDER`."]
+    lines.append("`merged/` holds the base with this adapter merged in (an HF folder, fp32)." if merged else
+                 "No merged weights were written (checkpointing.export_merged is off).")
+    return lines
+
+
 def model_card(step: int, metrics: dict[str, Any] | None, config: dict) -> str:
-    """The README.md text of an export at ``step``: YAML front matter (library, base model), metrics, config."""
+    """The README.md text of an export at ``step``: YAML front matter (library, base model), what the
+    folder holds (full weights or a LoRA adapter), metrics, config."""
     base = (config.get("model") or {}).get("path") or DEFAULT_BASE
     # Wall-clock figures differ between a run and its resumed twin; the card keeps what resume reproduces.
     metrics = {k: v for k, v in (metrics or {}).items() if not k.startswith(WALL_CLOCK_PREFIXES)}
-    front = yaml.safe_dump({"library_name": "transformers", "base_model": base, "tags": ["swerl", "rl", "rloo"]},
+    library = "peft" if (config.get("model") or {}).get("lora") else "transformers"
+    front = yaml.safe_dump({"library_name": library, "base_model": base, "tags": ["swerl", "rl", "rloo"]},
                            sort_keys=False)
     algo = config.get("algorithm") or {}
     lines = [f"---\n{front}---", f"# swerl export: global step {step}", "",
              f"Policy trained with swerl (RL of coding agents in Docker sandboxes) from `{base}`: "
              f"{algo.get('advantage_estimator', '?')} advantages, {algo.get('policy_loss', '?')} policy loss, "
              f"{algo.get('loss_reduction', '?')} reduction, {algo.get('n_samples_per_prompt', '?')} samples per prompt.",
-             "", "## Metrics at this step", ""]
+             "", *what_folder_holds(config), "", "## Metrics at this step", ""]
     ordered = [k for k in KEY_METRICS if k in metrics] + sorted(k for k in metrics if k not in KEY_METRICS)
     if ordered:
         lines += ["| metric | value |", "|---|---|", *(f"| `{k}` | {_value(metrics[k])} |" for k in ordered)]

@@ -11,10 +11,10 @@ Batch s is always the sampler's s-th batch of prompts (the plan's order), every 
   once the generator holds weight version >= s - 1 - k, so every turn of batch s is sampled by a
   version the trainer has not moved more than k steps past when it trains on it
   (staleness = (s - 1) - oldest turn's version <= k). Nothing finished is ever discarded.
-  Weights reach the producer's generator between two generate calls (``MeteredBackend``): an HF
-  copy takes them at once when idle, else at its next call; vLLM engines reload them (and are
-  probed) once the call in progress returns. In-flight episodes continue with the new version,
-  recorded per turn.
+  Weights reach the producer's generator between requests (``busy.metered``): an HF copy takes
+  them at once when idle, else at its next generate call; vLLM engines (each turn one request,
+  continuous batching) reload them once the requests in flight have finished, new ones held back
+  meanwhile, and are probed. In-flight episodes continue with the new version, recorded per turn.
 
 A checkpoint stores the sampler position of the last TRAINED batch; batches the producer had
 collected or started beyond it were never trained and are collected again after a resume.
@@ -34,11 +34,12 @@ from typing import Any
 import torch
 
 from swerl.agent.trajectory import Trajectory
-from swerl.trainer.busy import BusyClock, MeteredBackend
+from swerl.inference.weight_sync.module_share import ModuleCopy, ModuleShare
+from swerl.trainer.busy import BusyClock, metered
 from swerl.trainer.config import TrainConfig
 from swerl.trainer.distributed import DistInfo
-from swerl.trainer.generator import probe_parity, sync_generator, write_sync_weights
 from swerl.trainer.concurrency import rank_sandbox
+from swerl.trainer.generator import Generator, apply_weights, probe_parity, publish_weights
 from swerl.trainer.rollouts import RolloutRunner, gather_trajectories, rank_share
 from swerl.trainer.sampler import PromptSampler
 
@@ -94,7 +95,7 @@ class Context:
     config: TrainConfig
     tasks: list[Any]
     sampler: PromptSampler
-    backend: Any
+    generator: Generator
     model: torch.nn.Module
     run_dir: Path
     info: DistInfo
@@ -134,7 +135,7 @@ class InlineRollouts:
 
     def __init__(self, ctx: Context, start_step: int) -> None:
         self.ctx = ctx
-        self.metered = MeteredBackend(ctx.backend, ctx.clock)
+        self.metered = metered(ctx.generator.backend, ctx.clock)
         self.runner = ctx.runner(self.metered)
 
     def __enter__(self) -> "InlineRollouts":
@@ -151,6 +152,7 @@ class InlineRollouts:
         t0 = time.monotonic()
         ctx.model.eval()
         local = ctx.collect_local(self.runner, step, indices, lambda ev: ctx.emit_rollout(step, ev))
+        ctx.generator.sleep_for_update()  # a colocated engine frees the GPU for the update; the sync wakes it
         trajs = group_batch(gather_trajectories(local))
         waited = time.monotonic() - t0
         metrics = {"timing/rollout_s": waited, "timing/wait_for_rollouts_s": waited, "rollout/buffer_depth": 0.0,
@@ -161,7 +163,7 @@ class InlineRollouts:
         """Give the generator the weights after ``step`` steps (then the parity probe)."""
         ctx = self.ctx
         with ctx.clock.busy("update"):
-            return sync_generator(ctx.backend, ctx.model, ctx.config, ctx.run_dir, ctx.info, version=step)
+            return publish_weights(ctx.generator, ctx.model, ctx.config, ctx.info, version=step)
 
     def position(self) -> dict[str, Any]:
         """The pipeline's part of a checkpoint's trainer state."""
@@ -172,20 +174,23 @@ class PipelinedRollouts:
     """``k >= 1``: a producer thread collects batches ahead of the trainer within the staleness bound.
 
     The producer generates with its own weights: an HF copy of the policy (the trainer's module
-    changes under it), or the run's vLLM engines; both behind a ``MeteredBackend``.
+    changes under it), or the run's vLLM engines; both behind a metered, gated front (``busy.py``).
     """
 
     def __init__(self, ctx: Context, start_step: int, last_step: int, max_staleness: int) -> None:
         self.ctx = ctx
         self.k = max_staleness
         self.next_step, self.last_step = start_step + 1, last_step
-        generator = ctx.backend
-        if getattr(generator, "model", None) is ctx.model:  # HF on the live module: generate on a copy
+        self.generator = ctx.generator
+        if isinstance(ctx.generator.sync, ModuleShare):  # HF on the live module: generate on a copy
             from swerl.inference.hf import HFBackend
+            from swerl.trainer.lora import hf_module
 
-            generator = HFBackend(copy.deepcopy(ctx.model).eval(), ctx.backend.tokenizer,
-                                  seed=ctx.config.generator.seed, weight_version=start_step)
-        self.metered = MeteredBackend(generator, ctx.clock)
+            policy_copy = copy.deepcopy(ctx.model).eval()
+            copy_backend = HFBackend(hf_module(policy_copy), ctx.generator.backend.tokenizer,
+                                     seed=ctx.config.generator.seed, weight_version=start_step)
+            self.generator = Generator(copy_backend, ModuleCopy(copy_backend, policy_copy), owns_backend=False)
+        self.metered = metered(self.generator.backend, ctx.clock)
         self.runner = ctx.runner(self.metered)  # held-out eval, in the trainer's thread
         self._published = start_step  # the newest version handed to the generator
         self._ready: dict[int, RolloutBatch] = {}
@@ -277,58 +282,45 @@ class PipelinedRollouts:
     def publish(self, step: int) -> dict[str, float]:
         """Push the weights after ``step`` steps to the producer's generator between two requests,
         then admit the batches this version allows."""
-        ctx = self.ctx
-        if self.metered.inner is ctx.backend:  # the run's own engines (vLLM)
-            metrics = self._publish_to_engines(step)
-        else:
-            with ctx.clock.busy("update"):
+        if isinstance(self.generator.sync, ModuleCopy):
+            with self.ctx.clock.busy("update"):
                 metrics = self._publish_to_copy(step)
+        else:
+            metrics = self._publish_to_engines(step)
         with self._cond:
             self._published = step
             self._cond.notify_all()
         return metrics
 
     def _publish_to_engines(self, step: int) -> dict[str, float]:
-        """vLLM: write the new weights while the engines keep generating (``disk`` sync), wait for
-        the generate call in progress (one batch of turns, not the episodes: each episode's next
-        turn is a new request), then reload every engine and probe parity while no request runs.
-        The wait is ``timing/weight_sync_wait_s``; writing, reloading and probing are busy as
-        ``update`` (``timing/weight_sync_s``)."""
+        """vLLM: stage the new weights while the engines keep generating (a ``disk`` write), wait
+        until no request of this rank is in flight (turns, not episodes: each episode's next turn is
+        a new request), then apply and probe while none runs. The wait is
+        ``timing/weight_sync_wait_s``; staging, applying and probing are busy as ``update``."""
         ctx = self.ctx
+        with ctx.clock.busy("update"):
+            staged = self.generator.sync.stage(ctx.model, step)
         t0 = time.monotonic()
-        written = None
-        if not getattr(ctx.backend, "nccl_senders", None):
+        with self.metered.exclusive():
+            waited = time.monotonic() - t0
             with ctx.clock.busy("update"):
-                written = write_sync_weights(ctx.model, ctx.config, ctx.run_dir, ctx.info, step)
-        wrote = time.monotonic() - t0
-        with self.metered.exclusive() as generator:
-            waited = time.monotonic() - t0 - wrote
-            with ctx.clock.busy("update"):
-                metrics = sync_generator(generator, ctx.model, ctx.config, ctx.run_dir, ctx.info, step, written)
-        return {**metrics, "timing/weight_sync_s": metrics["timing/weight_sync_s"] + wrote,
-                "timing/weight_sync_wait_s": waited}
+                metrics = apply_weights(self.generator, staged, ctx.model, ctx.config, ctx.info)
+        return {**metrics, "timing/weight_sync_wait_s": waited + metrics.get("timing/weight_sync_wait_s", 0.0)}
 
     def _publish_to_copy(self, step: int) -> dict[str, float]:
         """The HF copy: copy the weights in now and probe parity when no generate call runs; else
-        stage a snapshot that the next generate call applies first (the trainer does not wait)."""
-        ctx = self.ctx
+        have the next generate call apply the snapshot first (the trainer does not wait)."""
+        ctx, sync = self.ctx, self.generator.sync
         t0 = time.monotonic()
-        with self.metered.exclusive(blocking=False) as generator:
-            if generator is not None:
-                with torch.no_grad():
-                    generator.model.load_state_dict(ctx.model.state_dict())
-                generator.weight_version = step
-                return {**probe_parity(generator, ctx.model, ctx.config, ctx.info),
-                        "timing/weight_sync_s": time.monotonic() - t0}
-        snapshot = {name: tensor.detach().clone() for name, tensor in ctx.model.state_dict().items()}
-
-        def apply(backend: Any) -> None:
-            with torch.no_grad():
-                backend.model.load_state_dict(snapshot)
-            backend.weight_version = step
-
-        self.metered.stage(apply)
-        return {"timing/weight_sync_s": time.monotonic() - t0}
+        staged = sync.stage(ctx.model, step)
+        with self.metered.exclusive(blocking=False) as backend:
+            if backend is not None:
+                sync.apply(staged)
+                return {**probe_parity(self.generator, ctx.model, ctx.config, ctx.info),
+                        "timing/weight_sync_s": time.monotonic() - t0,
+                        "inference/weight_sync_bytes": float(staged.num_bytes)}
+        self.metered.stage(lambda backend: sync.apply(staged))
+        return {"timing/weight_sync_s": time.monotonic() - t0, "inference/weight_sync_bytes": float(staged.num_bytes)}
 
     def position(self) -> dict[str, Any]:
         """The pipeline's part of a checkpoint's trainer state (informative: a resume re-collects

@@ -5,15 +5,14 @@
 
 from __future__ import annotations
 
-import json
 import math
-from pathlib import Path
 
 from pydantic import BaseModel
 
 from swerl.text import counted
 from swerl.trainer.concurrency import rank_sandbox, split_count
 from swerl.trainer.config import TrainConfig
+from swerl.trainer.model_size import kv_bytes_per_token, lora_param_count, model_size
 
 
 class RunPlan(BaseModel):
@@ -69,84 +68,20 @@ def format_bytes(num_bytes: float) -> str:
     return f"{num_bytes / 1e3:.0f} kB"
 
 
-def model_shape(path: str | None) -> dict | None:
-    """The HF ``config.json`` of ``model.path`` when it is a readable folder (no model load), else None."""
-    if path is None or not (Path(path) / "config.json").is_file():
-        return None
-    try:
-        return json.loads((Path(path) / "config.json").read_text())
-    except (OSError, ValueError):
-        return None
+def trained_params(cfg: TrainConfig, shape: dict, n: int) -> int:
+    """Parameters that train, hold AdamW state and are checkpointed: all ``n``, or the LoRA adapters."""
+    lora = cfg.model.lora
+    return n if lora is None else lora_param_count(shape, lora.target_modules, lora.rank)
 
 
-def model_folder_now(path: str | None) -> tuple[Path | None, str]:
-    """The HF folder ``model.path`` stands for right now, converting nothing, and what it is.
-
-    Returns: (folder or None, label): an HF folder as given; the cached conversion of a ``.gguf``
-    or of the default model (``model.path: null``) once converted, else None with a label saying
-    that the first run converts it. No weights are read.
-    """
-    from swerl.errors import SwerlError
-    from swerl.inference.model_files import converted_dir, default_gguf_path
-
-    if path is not None and not path.endswith(".gguf"):
-        return Path(path), "model.path"
-    name = "default model" if path is None else f"{Path(path).name}"
-    try:
-        gguf = default_gguf_path() if path is None else Path(path).expanduser()
-        folder = converted_dir(gguf) if gguf.is_file() else None
-    except (SwerlError, OSError):
-        return None, f"{name} not installed"
-    if folder is None or not (folder / "config.json").is_file():
-        return None, f"{name}, converted at the first run"
-    return folder, name
-
-
-def exact_param_count(folder: Path) -> int | None:
-    """Parameters stored in the ``*.safetensors`` files of ``folder``, from their JSON headers
-    (8-byte little-endian length, then ``{name: {dtype, shape, data_offsets}}``); no tensor is
-    read. None when the folder has no safetensors file or a header is unreadable."""
-    files = sorted(folder.glob("*.safetensors"))
-    if not files:
-        return None
-    total = 0
-    try:
-        for file in files:
-            with open(file, "rb") as handle:
-                header = json.loads(handle.read(int.from_bytes(handle.read(8), "little")))
-            total += sum(math.prod(t["shape"]) for name, t in header.items() if name != "__metadata__")
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    return total
-
-
-def model_size(path: str | None) -> tuple[dict | None, int | None, str]:
-    """(HF config, parameter count, label) of ``model.path`` now: the count from the safetensors
-    headers, else from the config (:func:`param_count`); (None, None, why) when no folder is there yet."""
-    folder, label = model_folder_now(path)
-    shape = model_shape(str(folder)) if folder is not None else None
-    if shape is None:
-        return None, None, label if folder is None else f"{folder} not readable now"
-    return shape, exact_param_count(folder) or param_count(shape), label
-
-
-def param_count(shape: dict) -> int:
-    """Parameters of a Llama/Qwen-style decoder from its config (embeddings, attention, MLP, norms)."""
-    d, layers, vocab = shape["hidden_size"], shape["num_hidden_layers"], shape["vocab_size"]
-    heads = shape["num_attention_heads"]
-    head_dim = shape.get("head_dim") or d // heads
-    kv = shape.get("num_key_value_heads", heads)
-    attn = d * heads * head_dim * 2 + d * kv * head_dim * 2
-    mlp = 3 * d * shape["intermediate_size"]
-    embed = vocab * d * (1 if shape.get("tie_word_embeddings") else 2)
-    return layers * (attn + mlp + 2 * d) + embed + d
-
-
-def kv_bytes_per_token(shape: dict, dtype_bytes: int = 2) -> int:
-    """K and V of one token over all layers, bf16."""
-    heads = shape["num_attention_heads"]
-    head_dim = shape.get("head_dim") or shape["hidden_size"] // heads
-    return 2 * shape["num_hidden_layers"] * shape.get("num_key_value_heads", heads) * head_dim * dtype_bytes
+def stored_bytes(cfg: TrainConfig, shape: dict, n: int) -> tuple[int, int]:
+    """(bytes of one checkpoint, bytes of one export): DCP of fp32 trained weights + AdamW m and v;
+    safetensors of every weight in the compute dtype (:func:`export_bytes_per_param`), or a LoRA
+    run's fp32 adapter (+ its fp32 merged weights with ``checkpointing.export_merged``)."""
+    trained = trained_params(cfg, shape, n)
+    if cfg.model.lora is None:
+        return trained * CHECKPOINT_BYTES_PER_PARAM, n * export_bytes_per_param(cfg)
+    return trained * CHECKPOINT_BYTES_PER_PARAM, 4 * (trained + (n if cfg.checkpointing.export_merged else 0))
 
 
 def _device_words(device: str, ranks: int) -> str:
@@ -169,7 +104,8 @@ def _trainer_lines(cfg: TrainConfig, ranks: tuple[int, ...]) -> list[tuple[str, 
     m = cfg.model
     shape, n, label = model_size(m.path)
     mode = "FSDP2 fully_shard over all ranks" if m.fsdp else "replicated, gradients all-reduced"
-    master = "" if m.dtype == "float32" else ", fp32 master weights"
+    master = "" if m.dtype == "float32" else (", fp32 master weights" if m.lora is None else
+                                              ", bf16 frozen base, fp32 LoRA adapters")
     if ranks == RANK_COUNTS:
         layout = (f"torchrun --nnodes N --nproc_per_node GPUs/node: one rank per GPU, {mode}, {m.dtype} compute"
                   f"{master}")
@@ -183,22 +119,44 @@ def _trainer_lines(cfg: TrainConfig, ranks: tuple[int, ...]) -> list[tuple[str, 
                          "no parameter count yet)")]
     what = "" if label == "model.path" else f" ({label})"
     count = f"{n / 1e9:.2f} B" if n >= 1e9 else f"{n / 1e6:.1f} M"
-    state = n * TRAIN_BYTES_PER_PARAM
+    state = state_bytes(cfg, shape, n, 1)
     if ranks == (1,):
-        sized = f" = {format_bytes(state)} (fp32 weights, gradients, AdamW m and v)"
+        sized = f" = {format_bytes(state)}"
     else:
-        sized = ": " + ", ".join(f"{w} ranks {format_bytes(state / (w if m.fsdp else 1))}" for w in ranks)
+        sized = ": " + ", ".join(f"{w} ranks {format_bytes(state_bytes(cfg, shape, n, w))}" for w in ranks)
     offload = " (+ host RAM with cpu_offload)" if m.cpu_offload else ""
     if m.fsdp and m.grad_sync == "last_micro_batch" and ranks != (1,):
         offload += (f" + {format_bytes(4 * n)} unsharded fp32 gradients between micro-batches on every rank "
                     "(model.grad_sync=last_micro_batch; every_micro_batch keeps them sharded)")
     shards = " written by every rank, on a file system every rank sees" if ranks != (1,) else ""
-    return [*lines, ("trainer state / rank", f"{count} params{what} x {TRAIN_BYTES_PER_PARAM} B{sized}{offload}"),
+    checkpoint, export = stored_bytes(cfg, shape, n)
+    if m.lora is None:
+        kinds = " (fp32 weights, gradients, AdamW m and v)" if ranks == (1,) else ""
+        return [*lines, ("trainer state / rank", f"{count} params{what} x {TRAIN_BYTES_PER_PARAM} B{sized}{kinds}"
+                         f"{offload}"),
+                *_reference_lines(cfg, n, ranks),
+                ("update activations / rank", _activation_words(cfg, shape)),
+                ("checkpoint / export", f"{format_bytes(checkpoint)} DCP (fp32 weights + AdamW state){shards} / "
+                 f"{format_bytes(export)} {'fp32' if m.dtype == 'float32' else m.dtype} safetensors")]
+    adapters = trained_params(cfg, shape, n)
+    base = 2 if m.dtype == "bfloat16" else 4
+    merged = f" + fp32 merged weights {format_bytes(n * 4)}" if cfg.checkpointing.export_merged else ""
+    return [*lines, ("trainer state / rank", f"{count} frozen params{what} x {base} B ({m.dtype} base) + "
+                     f"{adapters / 1e6:.1f} M LoRA params (r={m.lora.rank}) x {TRAIN_BYTES_PER_PARAM} B{sized}{offload}"),
             *_reference_lines(cfg, n, ranks),
             ("update activations / rank", _activation_words(cfg, shape)),
-            ("checkpoint / export", f"{format_bytes(n * CHECKPOINT_BYTES_PER_PARAM)} DCP (fp32 weights + AdamW "
-             f"state){shards} / {format_bytes(n * export_bytes_per_param(cfg))} {'fp32' if m.dtype == 'float32' else m.dtype} "
-             "safetensors")]
+            ("checkpoint / export", f"{format_bytes(checkpoint)} DCP (adapters + AdamW state){shards} / "
+             f"{format_bytes(adapters * 4)} fp32 peft adapter{merged}")]
+
+
+def state_bytes(cfg: TrainConfig, shape: dict, n: int, ranks: int) -> float:
+    """Trainer state on one of ``ranks`` ranks, bytes: 16 B per trained parameter (fp32 weight,
+    gradient, AdamW m and v) plus a LoRA run's frozen base (bf16 with bf16 compute, else fp32),
+    divided by the ranks under FSDP."""
+    m = cfg.model
+    frozen = 0 if m.lora is None else n * (2 if m.dtype == "bfloat16" else 4)
+    total = trained_params(cfg, shape, n) * TRAIN_BYTES_PER_PARAM + frozen
+    return total / (ranks if m.fsdp else 1)
 
 
 def _activation_words(cfg: TrainConfig, shape: dict) -> str:
@@ -223,6 +181,9 @@ def _reference_lines(cfg: TrainConfig, n: int, ranks: tuple[int, ...]) -> list[t
     """The KL term's frozen reference policy (fp32 weights, no gradients or optimizer state)."""
     if not cfg.algorithm.use_kl_loss:
         return []
+    if cfg.model.lora is not None:
+        return [("reference policy / rank", f"the policy with its LoRA adapters off for the {cfg.algorithm.kl_estimator} "
+                 "KL term: no second copy; one more forward per row and step")]
     size = n * REFERENCE_BYTES_PER_PARAM
     per_rank = format_bytes(size) if not cfg.model.fsdp or ranks == (1,) else ", ".join(
         f"{w} ranks {format_bytes(size / w)}" for w in ranks)
@@ -244,13 +205,28 @@ def _vllm_where(cfg: TrainConfig, ranks: int) -> str:
     return f"{counted(gen.num_servers, 'vLLM server')} {each} started by swerl, on {hardware}"
 
 
+def _sync_lines(cfg: TrainConfig) -> list[tuple[str, str]]:
+    """What one weight sync ships to each engine: every weight in the engine dtype, or the adapter."""
+    shape, n, _ = model_size(cfg.model.path)
+    if shape is None or n is None:
+        return []
+    engine_bytes = 2 if cfg.generator.resolved_dtype() == "bfloat16" else 4
+    full = n * engine_bytes
+    if cfg.model.lora is None:
+        return [("weight sync / step", f"{format_bytes(full)} {cfg.generator.resolved_dtype()} weights per engine")]
+    adapter = trained_params(cfg, shape, n) * engine_bytes
+    return [("weight sync / step", f"{format_bytes(adapter)} LoRA adapter per engine "
+             f"({full / adapter:.0f}x less than the {format_bytes(full)} of every weight)")]
+
+
 def _generator_lines(cfg: TrainConfig, ranks: int, in_flight: int) -> list[tuple[str, str]]:
     """The generator's backend and placement, and the KV cache the episodes in flight need at full context."""
     m, gen = cfg.model, cfg.generator
     if gen.backend == "vllm":
         dtype = gen.resolved_dtype()
         lines = [("generator", f"{_vllm_where(cfg, ranks)} ({dtype}, max_model_len {gen.max_model_len:,}, "
-                  f"max_num_seqs {gen.max_num_seqs}); weights synced every step")]
+                  f"max_num_seqs {gen.max_num_seqs}); {'LoRA adapter' if m.lora else 'weights'} synced every step"),
+                 *_sync_lines(cfg)]
         holds = (f"in the {gen.kv_cache_space_gib} GiB per engine vLLM reserves (generator.kv_cache_space_gib)"
                  if m.device == "cpu" else "over the generator GPUs")
     else:
@@ -267,6 +243,19 @@ def _generator_lines(cfg: TrainConfig, ranks: int, in_flight: int) -> list[tuple
         lines.append(("KV cache, all episodes at full context", f"{format_bytes(in_flight * window * per_token)} "
                       f"{dtype} ({in_flight} x {window:,} tokens x {per_token / 1024:g} KiB) {holds}"))
     return lines
+
+
+def _gpu_phase_lines(cfg: TrainConfig, ranks: tuple[int, ...]) -> list[tuple[str, str]]:
+    """GPU memory of each phase (rollouts, update) on the smallest rank count sized (``colocation.py``)."""
+
+    shape, n, _ = model_size(cfg.model.path)
+    state = state_bytes(cfg, shape, n, ranks[0]) if n and shape else None
+    total = None
+    if cfg.model.device != "cpu":
+        import torch
+
+        total = torch.cuda.get_device_properties(0).total_memory if torch.cuda.is_available() else None
+    return gpu_phase_lines(cfg, n, state, total)
 
 
 def _in_flight_words(in_flight: int, ranks: tuple[int, ...]) -> str:
@@ -289,6 +278,7 @@ def placement(cfg: TrainConfig, in_flight: int, world_size: int = 1) -> list[tup
     return [
         *_trainer_lines(cfg, ranks),
         *_generator_lines(cfg, max(ranks), in_flight),
+        *_gpu_phase_lines(cfg, ranks),
         ("episodes in flight", _in_flight_words(in_flight, ranks)),
         ("sandbox cores / memory", f"{in_flight} containers x task.toml cpus/memory_mb (default 1 core, 2048 MiB) "
          f"= {in_flight} cores, {math.ceil(in_flight * 2048 / 1024)} GiB on the Docker hosts"),
@@ -362,3 +352,44 @@ def make_plan(cfg: TrainConfig, num_tasks: int | None, world_size: int = 1) -> R
         placement=placement(cfg, loop.rollout_concurrency or cfg.sandbox.concurrency, world_size) + pipeline_lines(cfg),
         notes=notes,
     )
+
+
+BF16_BYTES = 2
+
+
+def _bytes(num: float) -> str:
+    return f"{num / 1e9:.1f} GB"
+
+
+def gpu_phase_lines(cfg: TrainConfig, n_params: int | None, state_per_rank: float | None,
+                    gpu_total_bytes: int | None) -> list[tuple[str, str]]:
+    """Dry-run lines: the GPU memory of one trainer GPU during rollouts and during the update, and
+    of a generation GPU when engines have their own. Empty on CPU.
+
+    Args:
+        n_params: the policy's parameters (None when unknown).
+        state_per_rank: trainer state bytes per rank (fp32 weights, gradients, AdamW; None when unknown).
+        gpu_total_bytes: one GPU's memory when a GPU is at hand, else None (shown as fractions).
+    """
+    gen = cfg.generator
+    if cfg.model.device == "cpu":
+        return []
+    state = _bytes(state_per_rank) if state_per_rank is not None else "16 B/parameter / W"
+    weights = f"{_bytes(n_params * BF16_BYTES)} bf16 weights" if n_params else "bf16 weights"
+    share = f"{gen.gpu_memory_utilization:g} of the GPU" + (
+        f" = {_bytes(gen.gpu_memory_utilization * gpu_total_bytes)}" if gpu_total_bytes else "")
+    trainer = f"trainer state {state} + activations"
+    if gen.backend != "vllm":
+        return [("GPU memory, rollouts", f"trainer state {state} + the KV cache of HF generate (live module)"),
+                ("GPU memory, update", trainer)]
+    engine = f"vLLM {share} ({weights} + KV cache)"
+    if gen.vllm_mode == "inprocess":
+        level1 = "vLLM asleep at level 1: weights in host RAM (a LoRA sync never rewrites the base), KV cache freed"
+        asleep = ((level1 if cfg.model.lora else "vLLM asleep: weights and KV cache freed, re-written by the weight "
+                   "sync") if gen.enable_sleep_mode else f"vLLM still holds {share} (generator.enable_sleep_mode=false)")
+        return [("GPU memory, rollouts (colocated)", f"{engine} + trainer state {state}"),
+                ("GPU memory, update (colocated)", f"{trainer} + {asleep}")]
+    gpus = (f"{gen.num_servers} GPU(s) of their own per rank" if not gen.server_urls
+            else f"{len(gen.server_urls)} running server(s)")
+    return [("GPU memory, trainer GPU", f"{trainer}, in both phases (generation elsewhere)"),
+            ("GPU memory, generation GPUs", f"{gpus}: {engine}, generating during the update too")]

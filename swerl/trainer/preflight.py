@@ -29,17 +29,8 @@ from pathlib import Path
 from swerl.errors import ConfigError, EnvironmentProblem
 from swerl.text import counted
 from swerl.trainer.config import TrainConfig
-from swerl.trainer.plan import (
-    CHECKPOINT_BYTES_PER_PARAM,
-    RunPlan,
-    exact_param_count,
-    export_bytes_per_param,
-    format_bytes,
-    make_plan,
-    model_shape,
-    model_size,
-    param_count,
-)
+from swerl.trainer.model_size import exact_param_count, model_shape, model_size, param_count
+from swerl.trainer.plan import RunPlan, format_bytes, make_plan, stored_bytes
 
 log = logging.getLogger(__name__)
 
@@ -206,10 +197,11 @@ def checkpoints_at_peak(cfg: TrainConfig, plan: RunPlan) -> int:
     return kept
 
 
-def disk_needed(cfg: TrainConfig, plan: RunPlan, num_params: int) -> int:
-    """Peak bytes of the run's checkpoints (:func:`checkpoints_at_peak`) and every export."""
-    return num_params * (checkpoints_at_peak(cfg, plan) * CHECKPOINT_BYTES_PER_PARAM
-                         + len(plan.export_steps) * export_bytes_per_param(cfg))
+def disk_needed(cfg: TrainConfig, plan: RunPlan, num_params: int, shape: dict) -> int:
+    """Peak bytes of the run's checkpoints (:func:`checkpoints_at_peak`) and every export (a LoRA
+    run's: adapters, ``plan.stored_bytes``)."""
+    checkpoint, export = stored_bytes(cfg, shape, num_params)
+    return checkpoints_at_peak(cfg, plan) * checkpoint + len(plan.export_steps) * export
 
 
 def check_disk(cfg: TrainConfig, plan: RunPlan, run_dir: Path, model_folder: Path | None, result: Preflight) -> None:
@@ -224,7 +216,7 @@ def check_disk(cfg: TrainConfig, plan: RunPlan, run_dir: Path, model_folder: Pat
                             "not checked")
         return
     num_params = exact_param_count(model_folder) or param_count(shape)
-    result.disk_needed_bytes = need = disk_needed(cfg, plan, num_params)
+    result.disk_needed_bytes = need = disk_needed(cfg, plan, num_params, shape)
     if need > result.disk_free_bytes:
         raise ConfigError(
             f"{run_dir}: the plan keeps {format_bytes(need)} of checkpoints and exports but {existing} has "

@@ -7,11 +7,8 @@ replicated or FSDP2-sharded like the policy, optionally kept in host memory betw
 
 A variant is one small subclass: the forward (``forward_logprobs`` at the sampling temperature,
 no grad) is the base class's, a variant names the module and the context it runs in. Under LoRA
-the reference is the policy itself with its adapters off (no second copy)::
-
-    class AdaptersOffReference(ReferencePolicy):
-        def forward_context(self):
-            return adapters_off(self.module)  # swerl.trainer.lora; self.module is the policy
+the reference is :class:`AdaptersOffReference`: the policy itself with its adapters off (the frozen
+base is the initial policy; no second copy). :func:`make_reference` picks by ``model.lora``.
 """
 
 from __future__ import annotations
@@ -67,6 +64,26 @@ class ReferencePolicy:
         return contextlib.nullcontext()
 
 
+class AdaptersOffReference(ReferencePolicy):
+    """A LoRA policy's frozen base as the reference: ``module`` is the policy (a peft model), run
+    with its adapters off (``swerl.trainer.lora.adapters_off``); it holds no weights of its own."""
+
+    def forward_context(self) -> contextlib.AbstractContextManager:
+        from swerl.trainer.lora import adapters_off
+
+        return adapters_off(self.module)
+
+
+def make_reference(cfg: ModelConfig, policy: torch.nn.Module, path: Path, dist_info: DistInfo, temperature: float,
+                   compute_dtype: torch.dtype | None) -> ReferencePolicy:
+    """The KL term's reference for ``cfg``: the LoRA policy with its adapters off
+    (:class:`AdaptersOffReference`), else a frozen copy loaded from ``path`` (:func:`load_reference`)."""
+    if cfg.lora is not None:
+        log.info("reference policy: the LoRA policy with its adapters off (no second copy)")
+        return AdaptersOffReference(policy, temperature, compute_dtype)
+    return load_reference(cfg, path, dist_info, temperature, compute_dtype)
+
+
 class FrozenReference(ReferencePolicy):
     """A frozen copy of the initial policy (its parameters never require grad).
 
@@ -111,7 +128,7 @@ def load_reference(cfg: ModelConfig, path: Path, dist_info: DistInfo, temperatur
     Returns: a FrozenReference.
     """
     offload = cfg.reference_cpu_offload
-    placed = cfg.model_copy(update={"gradient_checkpointing": False, "cpu_offload": offload})
+    placed = cfg.model_copy(update={"gradient_checkpointing": False, "cpu_offload": offload, "lora": None})
     with torch.random.fork_rng(devices=[dist_info.device] if dist_info.device.type == "cuda" else []):
         module = load_causal_lm(path, placed, dist_info)
     if cfg.fsdp:

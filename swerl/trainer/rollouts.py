@@ -1,8 +1,9 @@
 """The generation phase of each training step, run on EVERY rank: each rank takes a contiguous
 share of the step's prompts (groups stay whole on one rank), runs their episodes with its own
 generator, and the trajectories are all-gathered so every rank trains on the same batch. One event
-loop, one ``SandboxManager`` (warm pools survive across steps) and an async batcher in front of the
-rank's generation backend, for the whole run.
+loop and one ``SandboxManager`` (warm pools survive across steps) for the whole run; in front of the
+rank's generation backend an async front per collection (vLLM: each turn submitted as it comes;
+HF: batched).
 
 Episodes run concurrently (bounded by ``concurrency``): while one episode's verifier runs in its
 container, other episodes keep generating. Each step's group ids are prefixed ``step{N}/`` so
@@ -20,7 +21,7 @@ from swerl.agent.config import AgentConfig
 from swerl.agent.policy import BackendPolicy
 from swerl.agent.collect import RolloutEvent, collect_rollouts
 from swerl.agent.trajectory import Trajectory
-from swerl.inference.batcher import AsyncBatcher
+from swerl.inference.batcher import make_front
 from swerl.sandbox.types import SandboxConfig
 
 log = logging.getLogger(__name__)
@@ -152,7 +153,7 @@ class RolloutRunner:
         self, tasks: list[Any], n_samples: int, prefix: str, first_index: int,
         on_event: Callable[[RolloutEvent], None] | None, task_seed: int | None,
     ) -> list[Trajectory]:
-        async with AsyncBatcher(self.backend, self.max_batch_size, self.batch_wait_s) as batcher:
+        async with make_front(self.backend, self.max_batch_size, self.batch_wait_s) as batcher:
             policy = BackendPolicy(batcher, self.tokenizer)
             return await collect_rollouts(
                 tasks, n_samples, policy, self._manager, self.agent_cfg,

@@ -1,14 +1,16 @@
-"""AsyncBatcher with a real tiny HF backend: batches form, results match direct calls, errors stay local."""
+"""AsyncBatcher with a real tiny HF backend: batches form, results match direct calls, errors stay local.
+RequestStream (continuous backends): every turn goes out at once and comes back when it finishes."""
 
 from __future__ import annotations
 
 import asyncio
+from concurrent.futures import Future
 
 import pytest
 
 from swerl.errors import InferenceError
-from swerl.inference.base import SamplingParams
-from swerl.inference.batcher import AsyncBatcher
+from swerl.inference.base import ContinuousBackend, Generation, SamplingParams
+from swerl.inference.batcher import AsyncBatcher, RequestStream, make_front
 from swerl.inference.hf import HFBackend
 
 GREEDY = SamplingParams(temperature=0.0, max_new_tokens=6)
@@ -121,3 +123,45 @@ def test_batcher_survives_successive_event_loops(backend: HFBackend) -> None:
     second = asyncio.run(batcher.generate(prompt(0), GREEDY))  # e.g. one asyncio.run per training step
     assert first.token_ids == second.token_ids
     asyncio.run(batcher.close())
+
+
+class ManualEngine(ContinuousBackend):
+    """A continuous engine whose requests finish when the test says so (in any order)."""
+
+    def __init__(self) -> None:
+        self.requests: list[tuple[list[int], Future]] = []
+
+    def submit(self, prompt, sampling) -> Future:
+        self.requests.append((prompt, Future()))
+        return self.requests[-1][1]
+
+    def finish(self, index: int, token: int) -> None:
+        self.requests[index][1].set_result(Generation(token_ids=[token], logprobs=[-0.5], finish_reason="stop"))
+
+
+def test_a_request_stream_sends_each_turn_at_once_and_returns_it_when_it_finishes(backend: HFBackend) -> None:
+    engine = ManualEngine()
+    assert isinstance(make_front(engine, 8, 10.0), RequestStream)  # chosen by type: no batch, no wait
+    assert isinstance(make_front(backend, 8, 10.0), AsyncBatcher)
+
+    async def main() -> list:
+        stream = RequestStream(engine)
+        order: list[int] = []
+
+        async def turn(index: int) -> None:
+            order.append((await stream.generate(prompt(index), GREEDY)).token_ids[0])
+
+        tasks = [asyncio.create_task(turn(i)) for i in range(3)]
+        await asyncio.sleep(0.05)
+        assert len(engine.requests) == 3 and stream.in_flight == 3  # all sent, none waits for a batch
+        engine.finish(2, 12)  # the last one sent finishes first: its episode moves on at once
+        await asyncio.sleep(0.05)
+        assert order == [12] and stream.in_flight == 2
+        late = asyncio.create_task(turn(3))  # a request arriving meanwhile joins those in flight
+        await asyncio.sleep(0.05)
+        engine.finish(3, 13), engine.finish(0, 10), engine.finish(1, 11)
+        await asyncio.gather(*tasks, late)
+        return order, stream.max_in_flight
+
+    order, most = asyncio.run(main())
+    assert order == [12, 13, 10, 11] and most == 3

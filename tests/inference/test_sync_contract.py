@@ -1,10 +1,12 @@
 """The trainer's sync + parity probe (``swerl.trainer.generator``) against engines that honour the
 vLLM engine contract by reading the safetensors folder into their own copy of the model: a
-faithful engine agrees with the trainer after a sync; one that ignores the folder stops the run."""
+faithful engine agrees with the trainer after a sync; one that ignores the folder stops the run.
+The sync is chosen by the backend's type, never by its attributes."""
 
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import pytest
 import torch
@@ -15,7 +17,9 @@ from swerl.inference.engine_pool import EnginePool
 from swerl.inference.hf import HFBackend
 from swerl.trainer.config import TrainConfig
 from swerl.trainer.distributed import DistInfo
-from swerl.trainer.generator import sync_generator
+from swerl.inference.weight_sync.disk import DiskReload
+from swerl.inference.weight_sync.module_share import ModuleShare
+from swerl.trainer.generator import attach_sync, publish_weights
 
 
 class DiskEngine:
@@ -29,9 +33,13 @@ class DiskEngine:
         return [g.model_copy(update={"weight_version": self.weight_version})
                 for g in self.hf.generate(prompts, sampling, seeds=seeds)]
 
+    def check_reload_api(self) -> None:
+        pass
+
     def reload_weights(self, folder, version, repack_tied=True):
         if self.faithful:
-            self.hf.model.load_state_dict(load_file(f"{folder}/model.safetensors"), strict=False)
+            for shard in sorted(Path(folder).glob("*.safetensors")):
+                self.hf.model.load_state_dict(load_file(shard), strict=False)
         self.weight_version = version
 
 
@@ -49,10 +57,25 @@ def train_a_little(model: torch.nn.Module) -> None:
 
 def test_faithful_engines_agree_after_a_sync_and_carry_the_version(tiny_model, tiny_tokenizer, tmp_path) -> None:
     pool = EnginePool([DiskEngine(tiny_model, tiny_tokenizer), DiskEngine(tiny_model, tiny_tokenizer)], tiny_tokenizer)
+    generator = attach_sync(pool, config(), tiny_model, tmp_path, DistInfo())
+    assert isinstance(generator.sync, DiskReload) and generator.sync.probe_engines() == pool.engines
     train_a_little(tiny_model)
-    metrics = sync_generator(pool, tiny_model, config(), tmp_path, DistInfo(), version=3)
+    metrics = publish_weights(generator, tiny_model, config(), DistInfo(), version=3)
     assert metrics["inference/logprob_diff_max"] < 1e-4 and metrics["timing/weight_sync_s"] >= 0
-    assert pool.weight_version == 3 and (tmp_path / "weight_sync" / "model.safetensors").is_file()
+    folders = list((tmp_path / "weight_sync").iterdir())
+    assert pool.weight_version == 3 and [f.name[:8] for f in folders] == ["v000003-"]
+    assert [p.name for p in folders[0].iterdir()] == ["model-00001-of-00001.safetensors"]
+    publish_weights(generator, tiny_model, config(), DistInfo(), version=4)  # a fresh folder; the old one goes
+    assert [f.name[:8] for f in (tmp_path / "weight_sync").iterdir()] == ["v000004-"]
+
+
+def test_the_hf_backend_gets_the_module_share_and_other_types_none(tiny_model, tiny_tokenizer, tmp_path) -> None:
+    generator = attach_sync(HFBackend(tiny_model, tiny_tokenizer), config(), tiny_model, tmp_path, DistInfo())
+    assert isinstance(generator.sync, ModuleShare) and not generator.sleeps_during_update
+    assert publish_weights(generator, tiny_model, config(), DistInfo(), 2)["inference/logprob_diff_max"] < 1e-5
+    assert generator.backend.weight_version == 2
+    with pytest.raises(TypeError, match="no weight sync for a generator backend of type DiskEngine"):
+        attach_sync(DiskEngine(tiny_model, tiny_tokenizer), config(), tiny_model, tmp_path, DistInfo())
 
 
 def test_an_engine_that_keeps_old_weights_stops_the_run(tiny_model, tiny_tokenizer, tmp_path) -> None:
@@ -60,4 +83,5 @@ def test_an_engine_that_keeps_old_weights_stops_the_run(tiny_model, tiny_tokeniz
                       tiny_tokenizer)
     train_a_little(tiny_model)
     with pytest.raises(InferenceError, match=r"rank 0: logprob probe: engine 1 \(weight version 3\)"):
-        sync_generator(pool, tiny_model, config(), tmp_path, DistInfo(), version=3)
+        publish_weights(attach_sync(pool, config(), tiny_model, tmp_path, DistInfo()), tiny_model, config(),
+                        DistInfo(), version=3)

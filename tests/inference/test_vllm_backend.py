@@ -19,7 +19,6 @@ from swerl.errors import ConfigError, EnvironmentProblem, InferenceError
 from swerl.inference.base import SamplingParams
 from swerl.inference.config import InferenceConfig
 from swerl.inference.vllm_backend import (
-    EngineState,
     VLLMBackend,
     check_alloc_conf,
     cpu_engine_env,
@@ -80,6 +79,17 @@ def test_engine_kwargs_cpu_in_process_has_no_gpu_knobs() -> None:
     env = cpu_engine_env(InferenceConfig(backend="vllm", kv_cache_space_gib=1), None)
     assert env == {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind", "HF_HUB_OFFLINE": "1"}
     assert cpu_engine_env(InferenceConfig(backend="vllm"), "1")["VLLM_CPU_OMP_THREADS_BIND"] == "1"
+
+
+def test_engine_kwargs_with_lora_take_one_adapter_slot_of_an_accepted_rank() -> None:
+    from swerl.inference.vllm_backend import lora_slot_rank
+
+    assert "enable_lora" not in engine_kwargs(InferenceConfig(backend="vllm"), "/m", on_cpu=True)
+    kwargs = engine_kwargs(InferenceConfig(backend="vllm"), "/m", on_cpu=True, max_lora_rank=12)
+    assert kwargs["enable_lora"] is True and kwargs["max_lora_rank"] == 16 and kwargs["max_loras"] == 1
+    assert [lora_slot_rank(r) for r in (1, 2, 8, 9, 300, 512)] == [1, 8, 8, 16, 320, 512]
+    with pytest.raises(ConfigError, match="above 512"):
+        lora_slot_rank(513)
 
 
 def test_engine_kwargs_fp32_lm_head_override() -> None:
@@ -160,34 +170,6 @@ def test_rng_state_round_trip_undoes_reseeding() -> None:
     random.seed(0), np.random.seed(0), torch.manual_seed(0)  # what engine construction does
     restore_rng_state(state)
     assert (random.random(), np.random.rand(), torch.rand(1).item()) == expected
-
-
-def test_state_machine_level2_needs_full_load_before_kv_and_generation() -> None:
-    asleep = EngineState().sleep(2)
-    assert asleep.name == "asleep_l2_weights_invalid" and not asleep.can_generate
-    with pytest.raises(InferenceError, match="discarded weights"):
-        asleep.wake(["weights", "kv_cache"])
-    weights = asleep.wake(["weights"])
-    assert weights.name == "waking" and not weights.can_generate
-    awake = weights.loaded_all_weights().wake(["kv_cache"])
-    assert awake.name == "awake" and awake.can_generate
-
-
-def test_state_machine_level1_wakes_directly() -> None:
-    asleep = EngineState().sleep(1)
-    assert asleep.name == "asleep_l1"
-    assert asleep.wake(["weights", "kv_cache"]).can_generate
-
-
-def test_state_machine_refuses_invalid_transitions() -> None:
-    with pytest.raises(InferenceError, match="level must be 1 or 2"):
-        EngineState().sleep(3)
-    with pytest.raises(InferenceError, match="not awake"):
-        EngineState().sleep(1).sleep(1)
-    with pytest.raises(InferenceError, match="wake tags=\\['weights'\\] first"):
-        EngineState().sleep(2).loaded_all_weights()
-    with pytest.raises(InferenceError, match="unknown wake tags"):
-        EngineState().wake(["everything"])
 
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vllm is installed here")

@@ -21,7 +21,7 @@ import torch
 
 from swerl.inference.base import SamplingParams
 from swerl.inference.probe import logprob_gap, probe_sampling
-from swerl.inference.weight_sync import write_weights
+from swerl.inference.weight_sync.disk import write_weights
 from swerl.logs import set_phase_display
 from vllm_support import engine_config
 
@@ -61,7 +61,7 @@ def test_generation_returns_ids_logprobs_and_version_reproducibly(engine, prompt
     nucleus = engine.generate([prompt], SamplingParams(temperature=0.7, top_p=0.95, top_k=20, max_new_tokens=16))[0]
     assert len(nucleus.logprobs) == len(nucleus.token_ids) > 0
     assert first.finish_reason in ("stop", "length") and first.weight_version == engine.weight_version
-    metrics = logprob_gap(engine, trainer_model, prompt, PROBE, max_mean_abs_diff=LIMIT)
+    metrics = logprob_gap([engine], trainer_model, prompt, PROBE, max_mean_abs_diff=LIMIT)
     assert metrics["inference/probe_tokens"] > 0 and metrics["inference/logprob_diff_mean"] < LIMIT
 
 
@@ -97,10 +97,10 @@ def test_weight_sync_changes_output_and_the_probe_follows_it(engine, prompt, tra
         engine.reload_weights(str(write_weights(trained.state_dict(), tmp_path / "v1", torch.bfloat16, 1)), version=1)
         after = engine.generate([prompt], greedy)[0]
         assert after.weight_version == 1 and after.token_ids != before.token_ids
-        assert logprob_gap(engine, trained, prompt, PROBE, LIMIT)["inference/logprob_diff_mean"] < LIMIT
+        assert logprob_gap([engine], trained, prompt, PROBE, LIMIT)["inference/logprob_diff_mean"] < LIMIT
         # The engine now holds other weights than the original trainer model: the probe stops the run.
         with pytest.raises(Exception, match="stale or half-applied"):
-            logprob_gap(engine, trainer_model, prompt, PROBE, LIMIT)
+            logprob_gap([engine], trainer_model, prompt, PROBE, LIMIT)
     finally:
         engine.reload_weights(str(write_weights(trainer_model.state_dict(), tmp_path / "v0", torch.bfloat16, 0)), 0)
     assert engine.generate([prompt], greedy)[0].token_ids == before.token_ids
@@ -117,9 +117,9 @@ def test_a_sync_that_moves_only_the_tied_embedding_reaches_the_lm_head(engine, p
     try:
         engine.reload_weights(str(write_weights(trained.state_dict(), tmp_path / "embed", torch.bfloat16, 1)), 1)
         to_new, to_old = head_errors(engine, [state[embed].bfloat16(), old.bfloat16()])
-        moved = logprob_gap(engine, trained, prompt, PROBE)["inference/logprob_diff_mean"]
+        moved = logprob_gap([engine], trained, prompt, PROBE)["inference/logprob_diff_mean"]
         with pytest.raises(Exception, match="stale or half-applied"):
-            logprob_gap(engine, trainer_model, prompt, PROBE, LIMIT)
+            logprob_gap([engine], trainer_model, prompt, PROBE, LIMIT)
     finally:
         engine.reload_weights(str(write_weights(trainer_model.state_dict(), tmp_path / "v0", torch.bfloat16, 0)), 0)
     assert to_new < 0.01 < to_old  # bf16 rounding is ~0.2 %; the old embedding is far off
@@ -149,7 +149,7 @@ def test_two_servers_each_generate_their_share_and_sync(servers, prompt, trainer
     try:
         servers.reload_weights(str(write_weights(trained.state_dict(), tmp_path / "v1", torch.bfloat16, 1)), 1)
         assert servers.weight_version == 1 and all(r.weight_version == 1 for r in servers.generate([prompt] * 2, sampling))
-        assert logprob_gap(servers, trained, prompt, PROBE, LIMIT)["inference/logprob_diff_mean"] < LIMIT
+        assert logprob_gap(servers.engines, trained, prompt, PROBE, LIMIT)["inference/logprob_diff_mean"] < LIMIT
     finally:
         servers.reload_weights(str(write_weights(trainer_model.state_dict(), tmp_path / "v0", torch.bfloat16, 0)), 0)
 
@@ -180,3 +180,160 @@ def test_generate_from_fresh_threads_while_torch_runs_on_fewer_threads_than_core
     for result in results:
         assert not isinstance(result, Exception), result
         assert len(result) == 2 and all(0 < len(g.token_ids) <= 4 and len(g.logprobs) == len(g.token_ids) for g in result)
+
+
+def test_requests_join_the_running_batch_and_a_sleeping_engine_wakes_on_its_sync(engine, prompt, trainer_model,
+                                                                                  tmp_path) -> None:
+    """Continuous batching in process: a short request submitted beside a long one returns first and
+    one sent while the long one runs joins it; then the colocated engine's update cycle: sleep
+    (level 2), no generation while asleep, the sync's reload wakes it and it samples as before."""
+    long = SamplingParams(temperature=0.0, max_new_tokens=64, stop_token_ids=[])
+    short = SamplingParams(temperature=0.0, max_new_tokens=2)
+    first_long, first_short = engine.submit(prompt, long), engine.submit(prompt, short)
+    assert len(first_short.result(timeout=300).token_ids) <= 2 and not first_long.done()
+    joined = engine.submit(prompt, short)  # sent while the long request is being decoded
+    assert len(joined.result(timeout=300).token_ids) <= 2 and not first_long.done()
+    too_long = engine.submit([1] * 2000, short)  # past max_model_len (1024): vLLM refuses it, and it alone
+    with pytest.raises(Exception, match="(?i)longer than|maximum|max_model_len"):
+        too_long.result(timeout=300)
+    greedy = first_long.result(timeout=300)
+    assert greedy.token_ids == engine.generate([prompt], long)[0].token_ids  # batching does not change greedy ids
+
+    from swerl.inference.weight_sync.disk import DiskReload
+    from swerl.trainer.generator import Generator
+
+    generator = Generator(engine, DiskReload([engine], [0], tmp_path, torch.bfloat16), sleeps_during_update=True,
+                          owns_backend=False)
+    generator.sleep_for_update()
+    try:
+        assert engine.state.name == "asleep_l2_weights_invalid"
+        with pytest.raises(Exception, match="asleep_l2_weights_invalid; wake it"):
+            engine.submit(prompt, short)
+        generator.sync.apply(generator.sync.stage(trainer_model, version=0))  # rewrites every weight, wakes it
+    finally:
+        if engine.state.name != "awake":
+            engine.reload_weights(str(write_weights(trainer_model.state_dict(), tmp_path / "v0", torch.bfloat16, 0)), 0)
+    assert engine.state.name == "awake" and engine.generate([prompt], long)[0].token_ids == greedy.token_ids
+
+
+def test_shared_servers_are_reloaded_by_their_owner_once_every_rank_drained(servers, model_path, tmp_path) -> None:
+    """Two gloo ranks both generating on the suite's two servers (``server_urls``): after a step,
+    server i is reloaded and probed by rank i only (one reload per server, not one per rank), and
+    not before rank 1's long turn on server 0 has finished (it carries the old version)."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    worker = Path(__file__).with_name("shared_servers_worker.py")
+    urls = [engine.url for engine in servers.engines]
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                           str(worker), str(tmp_path), str(model_path), *urls], capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rank0, rank1 = json.loads((tmp_path / "result.json").read_text())
+    assert rank0["owned"] == urls[:1] and rank1["owned"] == urls[1:]
+    assert [a - b for a, b in zip(rank0["after"], rank0["before"])] == [1, 1]  # each server reloaded once
+    assert rank1["long_version"] == 0 and rank0["applied_at"] >= rank1["drained_at"]
+    assert rank0["versions"] == rank1["versions"] == [1, 1]
+    assert all(r["metrics"]["inference/logprob_diff_mean"] < LIMIT for r in (rank0, rank1))
+    assert rank0["metrics"]["timing/weight_sync_wait_s"] > rank1["metrics"]["timing/weight_sync_wait_s"]  # rank 0 waited
+
+
+# ---- LoRA: the adapter sync on both engine kinds ------------------------------------------------
+
+def lora_policy(trainer_model: torch.nn.Module) -> torch.nn.Module:
+    """The trainer's model with rank-8 adapters on every linear (a copy: the session's model stays plain)."""
+    import copy
+
+    from swerl.trainer.config import LoraConfig
+    from swerl.trainer.lora import add_adapters
+    from vllm_support import LORA_RANK
+
+    torch.manual_seed(0)
+    return add_adapters(copy.deepcopy(trainer_model), LoraConfig(rank=LORA_RANK, alpha=2.0 * LORA_RANK)).eval()
+
+
+def train_adapters(policy: torch.nn.Module, seed: int) -> None:
+    """A stand-in for training: every adapter's B drawn anew (B starts at 0). At 0.1 the HF policy
+    samples 0.44 nats from its base on the probe and bf16 costs it 0.035 (0.02: 0.023 from the base,
+    too close to tell an engine that ignores the adapter; measured on SmolLM2, rank 8)."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in policy.named_parameters():
+            if "lora_B" in name:
+                param.copy_(0.1 * torch.randn(param.shape, generator=generator))
+
+
+def check_adapter_sync(engines: list, policy: torch.nn.Module, prompt: list[int], root) -> list[dict]:
+    """Two versions through ``AdapterSync``: after each, the engines hold the adapter (probe within the
+    limit) and not the base (the base's probe is stopped); only the newest version's folder stays."""
+    from swerl.inference.weight_sync.adapter import AdapterSync
+    from swerl.trainer.lora import adapters_off, trainable_count
+
+    sync = AdapterSync(engines, list(range(len(engines))), root, torch.bfloat16, None)
+    sync.check()
+    gaps = []
+    for version in (1, 2):
+        train_adapters(policy, seed=version)
+        staged = sync.stage(policy, version)
+        assert staged.num_bytes == 2 * trainable_count(policy)  # bf16 adapters, nothing else
+        sync.apply(staged)
+        gaps.append(logprob_gap(sync.probe_engines(), policy, prompt, PROBE, LIMIT))
+        assert all(engine.weight_version == version for engine in engines)
+        with adapters_off(policy), pytest.raises(Exception, match="stale or half-applied"):
+            logprob_gap(sync.probe_engines(), policy, prompt, PROBE, LIMIT)
+    assert [p.name for p in root.iterdir()] == [staged.folder.name]
+    sync.close()
+    return gaps
+
+
+def test_lora_adapter_sync_in_process_each_version_a_new_adapter_the_probe_holds(engine, prompt, trainer_model,
+                                                                                  tmp_path) -> None:
+    """In process: every version is a new LoRARequest, the probe holds after each; a colocated engine
+    with an adapter sleeps at level 1 only and the adapter sync wakes it; an export (fp32 peft folder)
+    loads as an adapter too."""
+    from swerl.trainer import checkpoint as ckpt
+    from swerl.trainer.distributed import DistInfo
+    from swerl.trainer.generator import Generator
+
+    policy = lora_policy(trainer_model)
+    try:
+        gaps = check_adapter_sync([engine], policy, prompt, tmp_path / "sync")
+        assert all(g["inference/logprob_diff_mean"] < LIMIT for g in gaps), gaps
+        with pytest.raises(Exception, match="level 2 discards the base"):
+            engine.sleep(2)
+        from swerl.inference.weight_sync.adapter import AdapterSync
+
+        generator = Generator(engine, AdapterSync([engine], [0], tmp_path / "sync2", torch.bfloat16, None),
+                              sleeps_during_update=True, owns_backend=False)
+        generator.sleep_for_update()
+        assert engine.state.name == "asleep_l1"
+        generator.sync.apply(generator.sync.stage(policy, 3))  # loads the adapter and wakes the engine
+        assert engine.state.name == "awake"
+        assert logprob_gap([engine], policy, prompt, PROBE, LIMIT)["inference/logprob_diff_mean"] < LIMIT
+        export = ckpt.export_hf(tmp_path / "run", 3, policy, None, DistInfo())
+        engine.load_adapter("swerl-export", str(export), 3)
+        assert logprob_gap([engine], policy, prompt, PROBE, LIMIT)["inference/logprob_diff_mean"] < LIMIT
+    finally:
+        engine.unload_adapter()
+        if engine.state.name != "awake":
+            engine.wake()
+    assert logprob_gap([engine], trainer_model, prompt, PROBE, LIMIT)["inference/logprob_diff_mean"] < LIMIT
+
+
+def test_lora_adapter_sync_to_two_servers_loads_at_runtime_and_the_probe_holds(servers, prompt, trainer_model,
+                                                                               tmp_path) -> None:
+    """Servers: each version is loaded with POST /v1/load_lora_adapter under a new name (the previous
+    one unloaded), every request then names it; the probe holds on both servers after each version."""
+    policy = lora_policy(trainer_model)
+    try:
+        gaps = check_adapter_sync(servers.engines, policy, prompt, tmp_path / "sync")
+        names = {engine.adapter for engine in servers.engines}
+        assert len(names) == 1 and names.pop().startswith("swerl-lora-v000002-")
+        models = requests.get(f"{servers.engines[0].url}/v1/models", timeout=10).json()["data"]
+        assert sum(m["id"].startswith("swerl-lora-") for m in models) == 1  # the previous adapter was unloaded
+    finally:
+        for engine in servers.engines:
+            engine.unload_adapter()
+    assert all(g["inference/logprob_diff_mean"] < LIMIT for g in gaps), gaps

@@ -1,18 +1,25 @@
-"""Server and pool plumbing without a server: request bodies, response parsing, argv and env of a
-started server, how a batch is split over engines, which cores each engine gets, weight files."""
+"""Server and pool plumbing without a vLLM server: request bodies, response parsing, how a batch is split over engines, which cores each engine gets, weight
+files, the checks of a server's answers (prefix-cache reset, routes) and of the NCCL sync's API."""
 
 from __future__ import annotations
+
+import json
+import sys
+import threading
+from concurrent.futures import Future
+from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 import torch
 
-from swerl.errors import ConfigError, InferenceError
-from swerl.inference.base import Generation, SamplingParams
+from swerl.errors import ConfigError, EnvironmentProblem, InferenceError
+from swerl.inference.base import ContinuousBackend, Generation, SamplingParams
 from swerl.inference.config import InferenceConfig
 from swerl.inference.engine_pool import EnginePool, split_evenly
 from swerl.inference.factory import engine_cores, parse_cores
-from swerl.inference.vllm_server import completion_request, generation_from_choice, server_command, server_env
-from swerl.inference.weight_sync import check_nccl_supported, untied_state_dict, write_weights
+from swerl.inference.vllm_server import VLLMServerBackend, completion_request, generation_from_choice
+from swerl.inference.weight_sync.disk import untied_state_dict, write_weights
+from swerl.inference.weight_sync.nccl import cast_source, check_nccl_supported, check_transfer_api, sender_rank
 
 
 def test_completion_request_is_token_in_token_out_with_explicit_sampling() -> None:
@@ -33,20 +40,6 @@ def test_choice_parsing_keeps_ids_and_logprobs_and_refuses_gaps() -> None:
         generation_from_choice({**choice, "logprobs": {"token_logprobs": [None, -0.1]}}, 0)
     with pytest.raises(InferenceError, match="abort"):
         generation_from_choice({**choice, "finish_reason": "abort"}, 0)
-
-
-def test_server_command_and_env_loopback_dev_mode_own_cores() -> None:
-    config = InferenceConfig(backend="vllm", vllm_mode="servers", enforce_eager=True, kv_cache_space_gib=2)
-    argv = server_command(config, "/m", 8123)
-    assert argv[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
-    flags = dict(zip(argv[3::], argv[4::]))
-    assert flags["--host"] == "127.0.0.1" and flags["--port"] == "8123"
-    assert flags["--logprobs-mode"] == "processed_logprobs" and "--enforce-eager" in argv
-    assert flags["--worker-extension-cls"] == "swerl.inference.vllm_worker.SwerlWorkerExtension"
-    env = server_env(config, "1", None, {"PATH": "/bin"})
-    assert env["VLLM_SERVER_DEV_MODE"] == "1" and env["HF_HUB_OFFLINE"] == "1"
-    assert env["VLLM_CPU_OMP_THREADS_BIND"] == "1" and env["VLLM_CPU_KVCACHE_SPACE"] == "2"
-    assert server_env(config, None, 3, {})["CUDA_VISIBLE_DEVICES"] == "3"
 
 
 def test_split_evenly_contiguous_first_shares_larger() -> None:
@@ -109,3 +102,92 @@ def test_nccl_refused_on_cpu_with_the_fix() -> None:
     with pytest.raises(ConfigError, match="weight_sync=disk"):
         check_nccl_supported(on_cpu=True)
     check_nccl_supported(on_cpu=False)
+
+
+class _Answers(BaseHTTPRequestHandler):
+    """A local HTTP server that answers like a vLLM server whose prefix-cache reset keeps failing
+    (blocks held by running requests) and that lacks the dev routes."""
+
+    resets = 0
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        type(self).resets += 1
+        self._json({"success": False})
+
+    def do_GET(self) -> None:  # noqa: N802
+        self._json({"paths": {"/v1/completions": {}, "/health": {}}})
+
+    def _json(self, body: dict) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def test_a_refused_prefix_cache_reset_and_missing_routes_are_errors_not_ignored() -> None:
+    httpd = HTTPServer(("127.0.0.1", 0), _Answers)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        server = VLLMServerBackend(f"http://127.0.0.1:{httpd.server_port}", timeout_s=10)
+        with pytest.raises(InferenceError, match="refused to reset its prefix cache 3 times"):
+            server.reset_prefix_cache(attempts=3, wait_s=0.01)
+        assert _Answers.resets == 3
+        with pytest.raises(InferenceError, match="refused to reset"):
+            server.reload_weights("/nowhere", 1)  # the reload itself is answered, the reset is not: no new version
+        assert server.weight_version == 0
+        with pytest.raises(EnvironmentProblem, match=r"has no /collective_rpc route, which generator.weight_sync=disk "
+                                                     r"needs; fix: start it with VLLM_SERVER_DEV_MODE=1"):
+            server.check_reload_api()
+    finally:
+        httpd.shutdown()
+
+
+def test_nccl_sync_api_is_checked_and_its_source_casts_before_gathering(monkeypatch) -> None:
+    pytest.importorskip("vllm")
+    check_transfer_api()  # the installed vLLM (0.32 here) has the trainer-side classes
+    assert sender_rank(is_owner=True) == 0 and sender_rank(is_owner=False) == 1
+    model = torch.nn.Sequential(torch.nn.Embedding(5, 3), torch.nn.Linear(3, 5))
+    model[1].weight = model[0].weight  # tied: sent once
+    source = cast_source(model, torch.bfloat16)
+    meta = source.metadata()
+    assert [(m.name, m.dtype, m.shape) for m in meta] == [("0.weight", torch.bfloat16, (5, 3)),
+                                                          ("1.bias", torch.bfloat16, (5,))]
+    sent = list(source)
+    assert [name for name, _ in sent] == ["0.weight", "1.bias"] and all(t.dtype == torch.bfloat16 for _, t in sent)
+    assert torch.equal(sent[0][1], model[0].weight.detach().bfloat16())
+    monkeypatch.setitem(sys.modules, "vllm.distributed.weight_transfer.factory", None)  # an older vLLM
+    with pytest.raises(EnvironmentProblem, match=r"weight_sync=nccl needs vLLM's weight-transfer API .*vLLM 0\."):
+        check_transfer_api()
+
+
+class _Held(ContinuousBackend):
+    """A continuous engine that keeps every request in flight until the test finishes it."""
+
+    def __init__(self, mark: int) -> None:
+        self.mark, self.weight_version, self.futures = mark, 0, []
+
+    def submit(self, prompt, sampling):
+        self.futures.append(Future())
+        return self.futures[-1]
+
+    def finish(self) -> None:
+        for future in self.futures:
+            if not future.done():
+                future.set_result(Generation(token_ids=[self.mark], logprobs=[-1.0], finish_reason="stop"))
+
+
+def test_pool_sends_each_request_to_the_engine_with_fewest_in_flight() -> None:
+    engines = [_Held(0), _Held(1)]
+    pool = EnginePool(engines)
+    firsts = [pool.submit([1], SamplingParams()) for _ in range(3)]  # 0, 1, then 0 again (tie: in turn)
+    assert [len(e.futures) for e in engines] == [2, 1]
+    engines[0].finish()  # engine 0 is idle again, engine 1 still has one in flight
+    assert [f.done() for f in firsts] == [True, False, True] and firsts[2].result().token_ids == [0]
+    pool.submit([2], SamplingParams())  # to engine 0 (0 in flight < 1)
+    pool.submit([3], SamplingParams())  # a tie (1 and 1): engine 1, whose turn it is
+    assert [len(e.futures) for e in engines] == [3, 2]

@@ -1,6 +1,8 @@
 """Worker of ``test_fsdp.py``, launched once by ``torchrun --nproc_per_node 2``: every FSDP2 case
 (four reductions, gradient checkpointing + CPU offload, bf16 mixed precision, sequence MIS with
-a KL term to a sharded and offloaded reference, sharded checkpoints) on the tiny model over a gloo CPU mesh; rank 0 saves what the test compares.
+a KL term to a sharded and offloaded reference, sharded checkpoints, LoRA adapters in fp32 and
+bf16 with gradient checkpointing) on the tiny model over a gloo CPU mesh; rank 0 saves what the
+test compares.
 
 The same functions run unsharded in the test process: that is the 1-rank reference.
 """
@@ -24,8 +26,9 @@ from swerl.rl.loss import compute_advantages  # noqa: E402
 from swerl.trainer import checkpoint as ckpt  # noqa: E402
 from swerl.trainer import distributed  # noqa: E402
 from swerl.trainer.batch import row_from_trajectory  # noqa: E402
-from swerl.trainer.config import OptimizerConfig  # noqa: E402
+from swerl.trainer.config import LoraConfig, ModelConfig, OptimizerConfig  # noqa: E402
 from swerl.trainer.fsdp import shard_model  # noqa: E402
+from swerl.trainer.model import prepare_policy  # noqa: E402
 from swerl.trainer.optim import build_optimizer  # noqa: E402
 from swerl.trainer.reference import FrozenReference  # noqa: E402
 from swerl.trainer.update import UpdateSettings, train_on_batch  # noqa: E402
@@ -75,13 +78,50 @@ class CountReduceScatters:
         torch.distributed.reduce_scatter_single = self._original
 
 
+LORA = LoraConfig(rank=4, alpha=8.0)
+
+
+def lora_model_for(info: distributed.DistInfo, *, sharded: bool, bf16: bool = False, checkpointing: bool = False,
+                   seed: int = 0) -> torch.nn.Module:
+    """The tiny model with LoRA adapters through the trainer's own ``prepare_policy`` (bf16: the base in
+    bf16), A drawn from ``seed`` and B non-zero (drawn from ``seed`` too: every adapter weight then gets
+    a gradient), then sharded as ``prepare_policy`` would."""
+    cfg = ModelConfig(device="cpu", dtype="bfloat16" if bf16 else "float32", gradient_checkpointing=checkpointing,
+                      lora=LORA)
+    torch.manual_seed(seed)
+    model = prepare_policy(build_tiny_model(16, seed=0), cfg, info)
+    draw = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.copy_(torch.randn(param.shape, generator=draw) * 0.1)
+    if sharded:
+        shard_model(model, info, bf16=bf16)
+    return model
+
+
+def adapter_state(model: torch.nn.Module) -> dict:
+    """The full trained (adapter) tensors, on rank 0, peft names."""
+    return {k: v.clone() for k, v in ckpt.full_model_state_dict(model).items() if "lora_" in k}
+
+
 def sgd_update(reduction: str, info: distributed.DistInfo, *, sharded: bool, bf16: bool = False,
-               checkpointing: bool = False, offload: bool = False, every_micro_batch: bool = False) -> tuple[dict, dict]:
+               checkpointing: bool = False, offload: bool = False, every_micro_batch: bool = False,
+               lora: bool = False) -> tuple[dict, dict]:
     """Two optimizer steps (2 update epochs) of SGD lr=1: weight changes are the gradients.
 
-    Returns: (full state dict on rank 0, metrics + ``reduce_scatters``: FSDP's gradient reduce-scatters).
+    Returns: (full state dict on rank 0 (LoRA: the adapters only), metrics + ``reduce_scatters``:
+        FSDP's gradient reduce-scatters (full fine-tuning)).
     """
     batch, algo = rows(reduction)
+    if lora:
+        model = lora_model_for(info, sharded=sharded, bf16=bf16, checkpointing=checkpointing)
+        opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=1.0)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
+        s = UpdateSettings(temperature=0.7, rows_per_mini_batch=9, micro_batch_size=2, update_epochs=2,
+                           grad_clip=None, compute_dtype=torch.bfloat16 if bf16 else None, sharded=sharded)
+        metrics = train_on_batch(model, opt, sched, batch, algo, s, info)
+        return adapter_state(model), metrics
     model = model_for(info, sharded=sharded, bf16=bf16, checkpointing=checkpointing, offload=offload)
     opt = torch.optim.SGD(model.parameters(), lr=1.0)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
@@ -107,10 +147,27 @@ def adam_steps(model, opt, sched, seeds, info, sharded: bool) -> list[dict]:
     return out
 
 
-def adam_setup(info, *, sharded: bool, seed: int = 0):
-    model = model_for(info, sharded=sharded, seed=seed)
+def adam_setup(info, *, sharded: bool, seed: int = 0, lora: bool = False):
+    model = (lora_model_for(info, sharded=sharded, seed=seed) if lora else model_for(info, sharded=sharded, seed=seed))
     opt, sched = build_optimizer(model, OPT, total_optimizer_steps=20)
     return model, opt, sched
+
+
+def lora_checkpoint_case(out: Path, info: distributed.DistInfo) -> None:
+    """LoRA: save the adapters and their AdamW state at 2 ranks after step 1, continue 2 steps; a
+    policy with other adapters (seed 99) loads the checkpoint at 2 ranks and continues."""
+    model, opt, sched = adam_setup(info, sharded=True, lora=True)
+    adam_steps(model, opt, sched, [1], info, True)
+    ckpt.save_checkpoint(out / "run_lora", 1, model, opt, sched, {"sampler": {"epoch": 0}}, "seed: 0\n", info)
+    expected = adam_steps(model, opt, sched, [2, 3], info, True)
+    expected_state = adapter_state(model)
+    model2, opt2, sched2 = adam_setup(info, sharded=True, seed=99, lora=True)
+    ckpt.load_checkpoint(ckpt.resolve_resume(out / "run_lora", "latest"), model2, opt2, sched2, info)
+    got = adam_steps(model2, opt2, sched2, [2, 3], info, True)
+    got_state = adapter_state(model2)
+    ckpt.export_hf(out / "run_lora", 3, model2, None, info, merged=True, max_shard_bytes=20_000)  # gathered shards
+    if info.is_main:
+        torch.save({"expected": (expected, expected_state), "2to2": (got, got_state)}, out / "ckpt_lora.pt")
 
 
 def checkpoint_cases(out: Path, info: distributed.DistInfo) -> None:
@@ -144,8 +201,9 @@ def checkpoint_cases(out: Path, info: distributed.DistInfo) -> None:
 
 
 def load_cases(out: Path, info: distributed.DistInfo) -> None:
-    """``load_policy`` on 2 ranks, FSDP (untied and tied embeddings) and replicated, and
-    ``load_reference`` (FSDP, offloaded): the weights file is read by rank 0 only; every rank ends with rank 0's values (buffers included)."""
+    """``load_policy`` on 2 ranks, FSDP (untied and tied embeddings) and replicated, with and without
+    LoRA, and ``load_reference`` (FSDP, offloaded): the weights file is read by rank 0 only; every
+    rank ends with rank 0's values (buffers and adapters included)."""
     from transformers import AutoModelForCausalLM
 
     from swerl.trainer.config import ModelConfig
@@ -162,17 +220,20 @@ def load_cases(out: Path, info: distributed.DistInfo) -> None:
     results = {}
     ids = torch.tensor([[6, 7, 8, 9, 10, 11]])
     try:
-        for name, folder, fsdp in (("fsdp", "model", True), ("fsdp_tied", "model_tied", True),
-                                   ("replicated", "model", False), ("reference", "model", True)):
+        for name, folder, fsdp, lora in (("fsdp", "model", True, None), ("fsdp_tied", "model_tied", True, None),
+                                         ("replicated", "model", False, None), ("fsdp_lora", "model", True, LORA),
+                                         ("replicated_lora", "model", False, LORA), ("reference", "model", True, None)):
             reads.clear()
+            torch.manual_seed(100 + info.rank)  # adapters drawn apart: only rank 0's may survive the load
             if name == "reference":  # the KL term's reference: same load path, sharded and offloaded
                 cfg = ModelConfig(path=str(out / folder), device="cpu", fsdp=True, reference_cpu_offload=True)
                 model = load_reference(cfg, out / folder, info, 1.0, None).module
             else:
-                model, _, _ = load_policy(ModelConfig(path=str(out / folder), device="cpu", fsdp=fsdp), info)
+                model, _, _ = load_policy(ModelConfig(path=str(out / folder), device="cpu", fsdp=fsdp, lora=lora), info)
             with torch.no_grad():
                 logits = model(ids).logits
-            tied = model.lm_head.weight is model.model.embed_tokens.weight
+            hf = model.get_base_model() if lora is not None else model
+            tied = hf.lm_head.weight is hf.model.embed_tokens.weight
             local = {"reads": len(reads), "logits": logits, "tied": tied,
                      "frozen": not any(p.requires_grad for p in model.parameters()),
                      "buffers": {k: v.clone() for k, v in model.named_buffers()},
@@ -211,7 +272,8 @@ def probe_cases(out: Path, info: distributed.DistInfo) -> None:
     from swerl.errors import InferenceError
     from swerl.inference.hf import HFBackend
     from swerl.trainer.config import TrainConfig
-    from swerl.trainer.generator import probe_parity
+    from swerl.inference.weight_sync.module_share import ModuleShare
+    from swerl.trainer.generator import Generator, probe_parity
 
     config = TrainConfig.model_validate({"data": {"tasks": "unused"}, "model": {"fsdp": True, "device": "cpu"},
                                          "generator": {"backend": "vllm", "max_model_len": 32768, "probe_tokens": 6}})
@@ -221,7 +283,7 @@ def probe_cases(out: Path, info: distributed.DistInfo) -> None:
     for mode in ("empty", "fail"):
         backend = SilentOnOneRank(replica, mode if info.rank == 1 else None)
         try:
-            outcomes[mode] = probe_parity(backend, model, config, info)
+            outcomes[mode] = probe_parity(Generator(backend, ModuleShare(backend)), model, config, info)
         except InferenceError as err:
             outcomes[mode] = f"InferenceError: {err}"
     every = [None] * info.world_size
@@ -241,12 +303,16 @@ def main(out: Path) -> None:
     results[KL_CASE] = sgd_update(KL_CASE, info, sharded=True, offload=True)
     results["every_micro_batch"] = sgd_update("seq_mean_token_sum_norm_global", info, sharded=True,
                                               every_micro_batch=True)
+    results["lora"] = sgd_update("token_mean", info, sharded=True, lora=True)
+    results["lora+bf16+checkpointing"] = sgd_update("seq_mean_token_sum_norm_global", info, sharded=True, bf16=True,
+                                                    checkpointing=True, lora=True)
     if info.is_main:
         torch.save({k: v[0] for k, v in results.items()}, out / "weights.pt")
         (out / "metrics.json").write_text(json.dumps({k: v[1] for k, v in results.items()}))
     checkpoint_cases(out, info)
     load_cases(out, info)
     probe_cases(out, info)
+    lora_checkpoint_case(out, info)
     distributed.destroy()
 
 

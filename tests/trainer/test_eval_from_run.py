@@ -72,10 +72,23 @@ def test_a_flag_the_run_sets_is_rejected_by_name(tmp_path):
     assert "drop --temperature" in str(result.exception)
 
 
+def test_a_lora_runs_export_is_its_adapter_on_the_runs_base(tmp_path):
+    run = _fake_run(tmp_path, [0.0, 0.5], exports=[1, 2])
+    cfg = TrainConfig.model_validate({**RUN, "model": {"path": "/models/base", "device": "cpu", "lora": {"rank": 8}}})
+    (run / "config.yaml").write_text(cfg.to_yaml())
+    config, _ = eval_config_from_run(run, 2, tasks=TASKS, out_dir=tmp_path / "out", samples=1, limit=None,
+                                     concurrency=None, resume=False)
+    assert config.inference.model == "/models/base"
+    assert config.inference.lora_adapter == str(run / "exports" / "global_step_2")
+    result = CliRunner().invoke(app, ["eval", str(TASKS), "--from-run", str(run), "--lora", str(run)])
+    assert isinstance(result.exception, ConfigError) and "drop --lora" in str(result.exception)
+
+
 @pytest.mark.docker
 @pytest.mark.slow
-def test_eval_from_run_evaluates_the_export_with_the_runs_limits(tmp_path, tiny_model_dir):
-    cfg = TrainConfig.model_validate({**RUN, "model": {"path": str(tiny_model_dir), "device": "cpu"}})
+@pytest.mark.parametrize("lora", [None, {"rank": 4, "alpha": 8.0}], ids=["full", "lora"])
+def test_eval_from_run_evaluates_the_export_with_the_runs_limits(tmp_path, tiny_model_dir, lora):
+    cfg = TrainConfig.model_validate({**RUN, "model": {"path": str(tiny_model_dir), "device": "cpu", "lora": lora}})
     run = tmp_path / "run"
     train(cfg, run)
     out = tmp_path / "eval"
@@ -83,7 +96,8 @@ def test_eval_from_run_evaluates_the_export_with_the_runs_limits(tmp_path, tiny_
                                       "--out", str(out)])
     assert result.exit_code == 0, result.output
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["model"] == str(run / "exports" / "global_step_1")
+    export = run / "exports" / "global_step_1"
+    assert summary["model"] == (f"{tiny_model_dir} + LoRA {export}" if lora else str(export))
     assert summary["protocol"] == "single-turn" and summary["num_trajectories"] == 8  # 4 tasks x 2
     records = [json.loads(line) for line in (out / "trajectories.jsonl").read_text().splitlines()]
     # the eval command's defaults would allow 1024 tokens per turn and 50 terminus turns

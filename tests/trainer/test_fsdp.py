@@ -1,11 +1,13 @@
 """FSDP2 on CPU: 2 gloo ranks with ``fully_shard`` update exactly like 1 unsharded process, for
-every loss reduction, with gradient checkpointing + CPU offload, with sequence MIS and a KL term to
-a sharded, offloaded reference, and in bf16; sharded DCP
-checkpoints resume bit for bit on 2 ranks and across world sizes (2 -> 1, 1 -> 2).
+every loss reduction, with gradient checkpointing + CPU offload and in bf16, with sequence MIS and a
+KL term to a sharded, offloaded reference, and with LoRA adapters (fp32; bf16 base + gradient
+checkpointing); sharded DCP checkpoints resume bit for bit on 2 ranks and across world sizes
+(2 -> 1, 1 -> 2), LoRA's (adapters + their AdamW state only) too.
 
 Tolerances: fp32 weights rtol 1e-5 / atol 1e-6 and losses rel 1e-5 (gloo sums in another
 order); bf16 (FSDP2 MixedPrecisionPolicy vs the fp32 reference) losses and grad norms rel 1e-2,
-weight changes within 3% of the largest change.
+weight changes within 3% of the largest change; LoRA on a bf16 base (the base weights rounded to
+bf16 once) adapter changes within 10% of the largest, losses and grad norms rel 2e-2.
 """
 
 from __future__ import annotations
@@ -95,6 +97,57 @@ def test_bf16_mixed_precision_matches_fp32_at_bf16_tolerance(fsdp_run):
         assert metrics[key] == pytest.approx(ref_metrics[key], rel=1e-2), key
 
 
+def test_two_fsdp_ranks_train_lora_adapters_like_one_process(fsdp_run):
+    ref_state, ref_metrics = W.sgd_update("token_mean", ONE, sharded=False, lora=True)
+    state = torch.load(fsdp_run / "weights.pt")["lora"]
+    metrics = json.loads((fsdp_run / "metrics.json").read_text())["lora"]
+    initial = W.adapter_state(W.lora_model_for(ONE, sharded=False))
+    assert set(state) == set(initial) and all("lora_" in key for key in state)  # only adapters trained
+    for key, value in _delta(ref_state, initial).items():
+        assert value.abs().max() > 0, key
+        torch.testing.assert_close(state[key] - initial[key], value, rtol=1e-5, atol=1e-6)
+    for key in ("loss/policy", "grad_norm", "policy/num_tokens"):
+        assert metrics[key] == pytest.approx(ref_metrics[key], rel=1e-5, abs=1e-7), key
+
+
+def test_lora_on_a_bf16_base_with_checkpointing_matches_fp32_at_bf16_tolerance(fsdp_run):
+    ref_state, ref_metrics = W.sgd_update("seq_mean_token_sum_norm_global", ONE, sharded=False, lora=True)
+    state = torch.load(fsdp_run / "weights.pt")["lora+bf16+checkpointing"]
+    metrics = json.loads((fsdp_run / "metrics.json").read_text())["lora+bf16+checkpointing"]
+    initial = W.adapter_state(W.lora_model_for(ONE, sharded=False))
+    assert all(v.dtype == torch.float32 for v in state.values())  # adapters stay fp32 on a bf16 base
+    ref_delta, delta = _delta(ref_state, initial), _delta(state, initial)
+    largest = max(float(v.abs().max()) for v in ref_delta.values())
+    for key, value in ref_delta.items():  # the base itself is rounded to bf16 here: 10% (one replicated bf16 run: 9%)
+        torch.testing.assert_close(delta[key], value, rtol=0, atol=0.1 * largest)
+    for key in ("loss/policy", "grad_norm"):
+        assert metrics[key] == pytest.approx(ref_metrics[key], rel=2e-2), key
+
+
+def test_lora_checkpoint_resumes_on_two_ranks_bit_for_bit(fsdp_run):
+    results = torch.load(fsdp_run / "ckpt_lora.pt", weights_only=False)
+    (expected, expected_state), (got, got_state) = results["expected"], results["2to2"]
+    assert got == expected
+    assert all(torch.equal(got_state[k], expected_state[k]) for k in expected_state)
+    saved = ckpt.read_model_state(fsdp_run / "run_lora" / "checkpoints" / "global_step_1")
+    assert saved and all("lora_" in key for key in saved)  # the frozen base is not in the checkpoint
+
+
+def test_a_sharded_lora_export_is_the_gathered_adapter_and_its_merged_weights(fsdp_run):
+    from peft import PeftModel
+
+    _, got_state = torch.load(fsdp_run / "ckpt_lora.pt", weights_only=False)["2to2"]
+    export = fsdp_run / "run_lora" / "exports" / "global_step_3"
+    policy = W.lora_model_for(ONE, sharded=False)
+    policy.load_state_dict(got_state, strict=False)  # the 2-rank run's adapters, in one process
+    loaded = PeftModel.from_pretrained(W.build_tiny_model(16, seed=0), export)
+    assert all(torch.equal(v, loaded.state_dict()[k]) for k, v in got_state.items())
+    merged = (W.build_tiny_model(16, seed=0).__class__).from_pretrained(export / "merged")
+    ids = torch.tensor([[1, 5, 7, 9, 11]])
+    with torch.no_grad():
+        torch.testing.assert_close(merged(ids).logits, policy(ids).logits, rtol=1e-5, atol=1e-5)
+
+
 def test_sharded_checkpoint_resumes_on_two_ranks_bit_for_bit(fsdp_run):
     results = torch.load(fsdp_run / "ckpt.pt", weights_only=False)
     (expected, expected_state), (got, got_state) = results["expected"], results["2to2"]
@@ -162,12 +215,13 @@ def test_bf16_export_is_gathered_in_bf16_and_kept_by_rank0_only(fsdp_run):
     assert {d for _, d in rank0} == {torch.bfloat16} and {d for _, d in rank1} == {None}
 
 
-@pytest.mark.parametrize("case", ["fsdp", "fsdp_tied", "replicated", "reference"])
+@pytest.mark.parametrize("case", ["fsdp", "fsdp_tied", "replicated", "fsdp_lora", "replicated_lora", "reference"])
 def test_only_rank0_reads_the_weights_and_every_rank_gets_them(fsdp_run, case):
     """``load_policy`` (and ``load_reference``, the KL term's frozen copy) on 2 ranks: rank 0 reads
     the folder, rank 1 builds on ``meta`` and receives the values by broadcast: the same weights as
     ``from_pretrained``, bit for bit, the same rotary buffers and the same logits on both ranks;
-    tied embeddings stay tied; only the reference is frozen."""
+    tied embeddings stay tied; only the reference is frozen. With LoRA the base is the folder's
+    under peft's names and the adapters are rank 0's (each rank drew its own before the broadcast)."""
     from transformers import AutoModelForCausalLM
 
     folder = fsdp_run / ("model_tied" if case == "fsdp_tied" else "model")
@@ -175,11 +229,18 @@ def test_only_rank0_reads_the_weights_and_every_rank_gets_them(fsdp_run, case):
     result = torch.load(fsdp_run / "load.pt", weights_only=False)[case]
     rank0, rank1 = result["ranks"]
     assert (rank0["reads"], rank1["reads"]) == (1, 0)
-    states = [result["full"]] if case != "replicated" else [rank0["state"], rank1["state"]]
+    states = [result["full"]] if not case.startswith("replicated") else [rank0["state"], rank1["state"]]
     for state in states:
+        if case.endswith("_lora"):
+            adapters = {k for k in state if ".lora_" in k}
+            assert adapters and all(k.endswith(".weight") for k in adapters)
+            state = {k.removeprefix("base_model.model.").replace(".base_layer", ""): v for k, v in state.items()
+                     if k not in adapters}
         assert set(state) == set(expected)
         for key, value in expected.items():
             assert torch.equal(state[key], value), key
+    if case == "replicated_lora":
+        assert all(torch.equal(rank1["state"][k], v) for k, v in rank0["state"].items())  # rank 0's adapters
     assert rank0["buffers"].keys() == rank1["buffers"].keys() and rank0["buffers"]
     for key, value in rank0["buffers"].items():
         assert torch.equal(rank1["buffers"][key], value), key

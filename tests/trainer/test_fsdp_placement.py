@@ -12,7 +12,8 @@ from typer.testing import CliRunner
 from swerl.cli import app
 from swerl.errors import ConfigError
 from swerl.trainer.config import load_train_config
-from swerl.trainer.plan import format_bytes, kv_bytes_per_token, make_plan, param_count
+from swerl.trainer.model_size import kv_bytes_per_token, lora_param_count, param_count
+from swerl.trainer.plan import format_bytes, make_plan
 
 ROOT = Path(__file__).resolve().parents[2]
 SEED_YAML = ROOT / "examples" / "rloo-seqnorm-tis-qwen3-8b.yaml"
@@ -27,7 +28,8 @@ SMOLLM2_135M = {"hidden_size": 576, "num_hidden_layers": 30, "num_attention_head
 
 def test_fsdp_is_accepted_on_cpu_and_offload_needs_it():
     cfg = load_train_config(DEMO_YAML, ["model.fsdp=true", "generator.backend=vllm", "generator.max_model_len=1024",
-                                         "generator.num_threads=null"])
+                                         "generator.num_threads=null", "generator.max_batch_size=8",
+                                         "generator.batch_wait_s=0.05"])  # HF batcher fields at their defaults
     assert cfg.model.fsdp and cfg.model.device == "cpu"
     with pytest.raises(ConfigError, match="model.cpu_offload needs model.fsdp"):
         load_train_config(DEMO_YAML, ["model.cpu_offload=true"])
@@ -58,6 +60,22 @@ def test_placement_sizes_the_seed_run(tmp_path):
     assert dict(kl.placement)["reference policy / rank"].startswith(  # 8.19 B x 4 B / 8 ranks
         "frozen copy of the initial policy for the k3 KL term: 8 ranks 4.1 GB, 16 ranks 2.0 GB")
     assert "in host RAM (model.reference_cpu_offload)" in dict(kl.placement)["reference policy / rank"]
+
+
+def test_placement_sizes_the_seed_run_with_lora(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps(QWEN3_8B))
+    cfg = load_train_config(SEED_YAML, [f"model.path={tmp_path}", "model.lora.rank=32", "model.lora.alpha=64"])
+    lines = dict(make_plan(cfg, num_tasks=5000).placement)
+    # r x (in + out) over q, k, v, o, gate, up, down of 36 layers: 32 x 2,728,960 = 87.3 M
+    assert lora_param_count(QWEN3_8B, "all-linear", 32) == 36 * 32 * 75_776
+    state = lines["trainer state / rank"]
+    assert "8.19 B frozen params x 2 B (bfloat16 base) + 87.3 M LoRA params (r=32) x 16 B: 8 ranks 2.2 GB" in state
+    assert lines["checkpoint / export"].startswith("1.0 GB DCP (adapters + AdamW state)")
+    assert "349 MB fp32 peft adapter" in lines["checkpoint / export"]
+    assert lines["weight sync / step"] == "175 MB LoRA adapter per engine (94x less than the 16.4 GB of every weight)"
+    assert "trainer state 2.2 GB" in lines["GPU memory, trainer GPU"]
+    assert dict(make_plan(load_train_config(SEED_YAML, [f"model.path={tmp_path}"]), 5000).placement)[
+        "weight sync / step"] == "16.4 GB bfloat16 weights per engine"
 
 
 @pytest.mark.docker  # the dry run is a preflight: it loads the tasks and asks Docker for their images

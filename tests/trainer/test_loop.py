@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from swerl.cli import app
 from swerl.errors import ConfigError, RunFailed
+from swerl.selection import select_checkpoint
 from swerl.trainer import checkpoint as ckpt
 from swerl.trainer.config import TrainConfig
 from swerl.trainer.loop import train
@@ -30,9 +31,13 @@ SPEC_METRICS = [
 ]
 
 
-def tiny_config(model_dir: Path, **loop) -> TrainConfig:
+LORA = {"rank": 4, "alpha": 8.0}
+"""The tiny model's LoRA adapters (every linear of its 2 layers)."""
+
+
+def tiny_config(model_dir: Path, lora: dict | None = None, **loop) -> TrainConfig:
     return TrainConfig.model_validate({
-        "model": {"path": str(model_dir), "device": "cpu"},
+        "model": {"path": str(model_dir), "device": "cpu", "lora": lora},
         "data": {"tasks": str(TASKS)},
         "agent": {"protocol": "single-turn", "temperature": 1.0,
                   "limits": {"max_new_tokens_per_turn": 6, "context_window_tokens": 256, "max_turns": 1}},
@@ -64,8 +69,9 @@ def test_zero_planned_steps_is_a_failed_run(tmp_path, tiny_model_dir):
 
 @pytest.mark.docker
 @pytest.mark.slow
-def test_resume_reproduces_the_uninterrupted_run(tmp_path, tiny_model_dir):
-    cfg = tiny_config(tiny_model_dir)
+@pytest.mark.parametrize("lora", [None, LORA], ids=["full", "lora"])
+def test_resume_reproduces_the_uninterrupted_run(tmp_path, tiny_model_dir, lora):
+    cfg = tiny_config(tiny_model_dir, lora)
     full = tmp_path / "full"
     result = train(cfg, full)
     assert result.steps_trained == 3 and result.last_step == 3
@@ -77,6 +83,10 @@ def test_resume_reproduces_the_uninterrupted_run(tmp_path, tiny_model_dir):
     assert not missing, missing
     assert TrainConfig.model_validate(__import__("yaml").safe_load((full / "config.yaml").read_text())) == cfg
     assert sorted(p.name for p in (full / "exports").iterdir()) == ["global_step_1", "global_step_2", "global_step_3"]
+    weights = {"adapter_model.safetensors", "adapter_config.json"} if lora else {"model.safetensors", "config.json"}
+    assert weights <= {p.name for p in (full / "exports" / "global_step_3").iterdir()}
+    chosen = select_checkpoint(full, span=2, interval=1).chosen  # over adapter exports too
+    assert chosen is not None and weights <= {p.name for p in Path(chosen.export_path).iterdir()}
     assert len((full / "trajectories" / "step_2.jsonl").read_text().splitlines()) == 8
     assert list((full / "tensorboard").glob("events.*"))
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from transformers import AutoModelForCausalLM
 
 from swerl.trainer import checkpoint as ckpt
 from swerl.trainer import pipeline
@@ -65,7 +66,12 @@ def test_k0_through_the_producer_thread_equals_the_synchronous_loop(tmp_path, ti
     monkeypatch.setattr(pipeline, "THREADED_AT_ZERO", True)
     train(cfg, tmp_path / "threaded")
 
-    assert untimed(tmp_path / "threaded") == untimed(tmp_path / "inline")  # same losses, rewards, ratios
+    # same losses, rewards, ratios; only what the sync moves differs (the producer's copy receives the weights)
+    threaded, inline = untimed(tmp_path / "threaded"), untimed(tmp_path / "inline")
+    assert {r.pop("inference/weight_sync_bytes") for r in inline} == {0.0}
+    assert {r.pop("inference/weight_sync_bytes") for r in threaded} == {4.0 * sum(
+        p.numel() for p in AutoModelForCausalLM.from_pretrained(tiny_model_dir).parameters())}
+    assert threaded == inline
     samples = {run: {step: [{k: r[k] for k in SAMPLE_KEYS} for r in rows] for step, rows in dumped(tmp_path / run).items()}
                for run in ("inline", "threaded")}
     assert samples["threaded"] == samples["inline"]  # same samples, log-probs, advantages; versions 0, 1, 2

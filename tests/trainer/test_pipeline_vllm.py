@@ -5,7 +5,9 @@ model, the learning tasks in real Docker sandboxes. The producer thread generate
 updates; after every step the trainer reloads the engines' weights between two generate calls and
 runs the parity probe. Checked: the staleness bound (and that the producer did run ahead), each
 turn's weight version, the probe at every step, TIS fed by every turn's own log-probs, and every
-prompt of the plan trained once in its step.
+prompt of the plan trained once in its step. The servers' run trains LoRA adapters (rank 8): each
+step's sync loads a new adapter into both servers at runtime (``AdapterSync``), the probe holds, and
+``inference/weight_sync_bytes`` is the bf16 adapter's size; the in-process run is full fine-tuning.
 
 The in-process engine is called from the producer's threads and the trainer's: it runs every call
 on its own owner thread (``swerl/inference/engine_thread.py``); before that, the first call from
@@ -23,9 +25,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from swerl.inference.weight_sync import write_weights
+from swerl.inference.engine_pool import EnginePool
+from swerl.inference.weight_sync.disk import write_weights
 from swerl.tasks.load import load_tasks
 from swerl.trainer.config import TrainConfig
+from swerl.trainer.generator import attach_sync
 from swerl.trainer.sampler import PromptSampler
 
 from .test_loop import TASKS, records
@@ -43,19 +47,23 @@ ENGINES = {"inprocess": {"vllm_mode": "inprocess"},
            "servers": {"vllm_mode": "servers", "num_servers": 2, "cpu_cores": ["0", "1"]}}  # = conftest's pool
 
 
-def vllm_config(model_path, mode: str) -> TrainConfig:
+LORA = {"rank": 8, "alpha": 16.0}
+
+
+def vllm_config(model_path, mode: str, lora: dict | None = None) -> TrainConfig:
     """2 prompts x 2 samples per step, 8 new tokens, a learning rate small enough that the bf16
-    engine stays within the probe's limit of the fp32 trainer (the sync, not learning, is tested)."""
+    engine stays within the probe's limit of the fp32 trainer (the sync, not learning, is tested;
+    LoRA's adapters start at zero, so they get 100x)."""
     return TrainConfig.model_validate({
-        "model": {"path": str(model_path), "device": "cpu"},
+        "model": {"path": str(model_path), "device": "cpu", "lora": lora},
         "data": {"tasks": str(TASKS)},
         "agent": {"protocol": "single-turn", "temperature": 0.7,
                   "limits": {"max_new_tokens_per_turn": 8, "context_window_tokens": 512, "max_turns": 1}},
         "sandbox": {"concurrency": 4},
         "generator": {"backend": "vllm", **ENGINES[mode], "dtype": "bfloat16", "max_model_len": 1024,
-                      "max_batch_size": 4, "batch_wait_s": 0.5, "logprob_diff_limit": LIMIT, "probe_tokens": 16},
+                      "logprob_diff_limit": LIMIT, "probe_tokens": 16},
         "algorithm": {"n_samples_per_prompt": 2, "min_group_size": 2, "use_tis": True, "max_seq_len": 512},
-        "optimizer": {"lr": 1e-6},
+        "optimizer": {"lr": 1e-4 if lora else 1e-6},
         "loop": {"train_batch_size": 2, "epochs": 2, "max_steps": STEPS, "micro_batch_size": 4,
                  "max_staleness_steps": K},
         "checkpointing": {"ckpt_interval": 0, "hf_save_interval": 0, "save_final": False},
@@ -79,20 +87,25 @@ def run_pipeline(backend, cfg: TrainConfig, run_dir) -> None:
         time.sleep(1.5)  # batch s + 1 is then sampled while step s trains: staleness 1
         return real_update(*args, **kwargs)
 
+    def session_generator(config, model, tokenizer, model_path, run_dir, info):
+        return attach_sync(backend, config, model, run_dir, info, owns_backend=False)  # the session owns them
+
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(loop, "make_generator", lambda *args, **kwargs: backend)
-        mp.setattr(loop, "close_generator", lambda backend: None)  # the session owns the engines
+        mp.setattr(loop, "make_generator", session_generator)
         mp.setattr(loop, "train_on_batch", slow_update)
         result = loop.train(cfg, run_dir)
     assert result.steps_trained == STEPS and backend.weight_version == STEPS
 
 
-def vllm_run(backend, mode: str, model_path, trainer_model, tmp_path) -> tuple[TrainConfig, Path]:
-    """The run on ``backend`` (ENGINES[mode]); afterwards the backend holds version 0 again."""
-    cfg = vllm_config(model_path, mode)
+def vllm_run(backend, mode: str, model_path, trainer_model, tmp_path, lora: dict | None = None
+             ) -> tuple[TrainConfig, Path]:
+    """The run on ``backend`` (ENGINES[mode]); afterwards the backend holds version 0 again, no adapter."""
+    cfg = vllm_config(model_path, mode, lora)
     try:
         run_pipeline(backend, cfg, tmp_path / "run")
     finally:
+        for engine in backend.engines if isinstance(backend, EnginePool) else [backend]:
+            engine.unload_adapter()
         restore_default_weights(backend, trainer_model, tmp_path / "v0")
     return cfg, tmp_path / "run"
 
@@ -100,12 +113,19 @@ def vllm_run(backend, mode: str, model_path, trainer_model, tmp_path) -> tuple[T
 # One test per engine kind, each naming its fixture: the server pool stops after its last user (tests/conftest.py).
 def test_the_inprocess_engine_under_the_pipeline_syncs_between_requests_within_the_bound(
         engine, model_path, trainer_model, tmp_path):
-    check_synced_within_the_bound(*vllm_run(engine, "inprocess", model_path, trainer_model, tmp_path))
+    cfg, run = vllm_run(engine, "inprocess", model_path, trainer_model, tmp_path)
+    check_synced_within_the_bound(cfg, run)
+    every_weight = 2 * sum(p.numel() for p in trainer_model.parameters())  # bf16, the tied head once
+    assert {r["inference/weight_sync_bytes"] for r in records(run)} == {every_weight}
 
 
-def test_two_servers_under_the_pipeline_sync_between_requests_within_the_bound(
+def test_two_servers_under_the_pipeline_sync_lora_adapters_between_requests_within_the_bound(
         servers, model_path, trainer_model, tmp_path):
-    check_synced_within_the_bound(*vllm_run(servers, "servers", model_path, trainer_model, tmp_path))
+    cfg, run = vllm_run(servers, "servers", model_path, trainer_model, tmp_path, lora=LORA)
+    check_synced_within_the_bound(cfg, run)
+    # r x (in + out) per linear of SmolLM2's 30 layers (d 576, kv 192, mlp 1536), 2 bytes each (bf16)
+    adapter_bytes = 2 * 30 * LORA["rank"] * (2 * (576 + 576) + 2 * (576 + 192) + 3 * (576 + 1536))
+    assert {r["inference/weight_sync_bytes"] for r in records(run)} == {adapter_bytes}
 
 
 def check_synced_within_the_bound(cfg: TrainConfig, run: Path) -> None:

@@ -88,7 +88,8 @@ def test_vllm_backend_without_vllm_installed_fails_with_exit_3(tmp_path, monkeyp
     result = CliRunner().invoke(app, [
         "train", str(DEMO_YAML), "--dry-run", "--out", str(tmp_path / "run"), "--set", f"data.tasks={FIXTURE_TASKS}",
         "--set", "data.names=null", "--set", "loop.train_batch_size=1", "--set", f"model.path={_model(tmp_path)}",
-        "--set", "generator.backend=vllm", "--set", "generator.num_threads=null"])  # num_threads: hf only
+        "--set", "generator.backend=vllm", "--set", "generator.num_threads=null",  # num_threads, batches: hf only
+        "--set", "generator.max_batch_size=8", "--set", "generator.batch_wait_s=0.05"])
     # CliRunner calls the app, not main(): the SwerlError arrives as the exception that main() maps to its exit code.
     assert isinstance(result.exception, EnvironmentProblem) and result.exception.exit_code == 3
     assert "generator.backend=vllm needs the vllm package" in str(result.exception)

@@ -68,3 +68,34 @@ def test_kl_moves_rows_without_advantage():
         train_on_batch(model, opt, sched, rows, algo, s, DistInfo(), FrozenReference(build_tiny_model(16, seed=9), 0.7))
         changed = any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
         assert changed is moves
+
+
+def test_lora_reference_is_the_policy_with_its_adapters_off_and_the_kl_grows_as_they_train(tiny_model_dir):
+    # Under model.lora the reference is no copy: the policy's own frozen base. Its log-probs equal
+    # the initial model's before and after the adapters train; the KL starts at 0 and then grows.
+    from transformers import AutoModelForCausalLM
+
+    from swerl.trainer.config import LoraConfig
+    from swerl.trainer.model import load_policy
+    from swerl.trainer.reference import AdaptersOffReference, make_reference
+
+    cfg = ModelConfig(path=str(tiny_model_dir), device="cpu", lora=LoraConfig(rank=4, alpha=8.0))
+    torch.manual_seed(0)
+    policy, _, path = load_policy(cfg, DistInfo())
+    reference = make_reference(cfg, policy, path, DistInfo(), 0.7, None)
+    assert isinstance(reference, AdaptersOffReference) and reference.module is policy
+    mb = collate(_rows()[:3])
+    with torch.no_grad():
+        want, _ = forward_logprobs(AutoModelForCausalLM.from_pretrained(tiny_model_dir), mb, 0.7)
+    assert torch.allclose(reference.logprobs(mb), want, atol=1e-6)
+    trained = [p for p in policy.parameters() if p.requires_grad]
+    opt = torch.optim.SGD(trained, lr=5.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
+    s = UpdateSettings(temperature=0.7, rows_per_mini_batch=8, micro_batch_size=3, update_epochs=1, grad_clip=None)
+    first = train_on_batch(policy, opt, sched, _rows(), KL, s, DistInfo(), reference)
+    second = train_on_batch(policy, opt, sched, _rows(), KL, s, DistInfo(), reference)
+    assert first["policy/kl_ref_mean"] == pytest.approx(0.0, abs=1e-7) and second["policy/kl_ref_mean"] > 1e-6
+    assert torch.allclose(reference.logprobs(mb), want, atol=1e-6)  # the base never moved
+    with torch.no_grad():
+        moved, _ = forward_logprobs(policy, mb, 0.7)
+    assert not torch.allclose(moved, want, atol=1e-4)

@@ -1,0 +1,25 @@
+"""How swerl starts a vLLM server, without starting one: its argv (loopback, processed log-probs,
+swerl's worker extension, LoRA flags) and environment (dev routes, offline, its cores or GPU)."""
+
+from __future__ import annotations
+
+from swerl.inference.config import InferenceConfig
+from swerl.inference.server_process import server_command, server_env
+
+
+def test_server_command_and_env_loopback_dev_mode_own_cores() -> None:
+    config = InferenceConfig(backend="vllm", vllm_mode="servers", enforce_eager=True, kv_cache_space_gib=2)
+    argv = server_command(config, "/m", 8123)
+    assert argv[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
+    flags = dict(zip(argv[3::], argv[4::]))
+    assert flags["--host"] == "127.0.0.1" and flags["--port"] == "8123"
+    assert flags["--logprobs-mode"] == "processed_logprobs" and "--enforce-eager" in argv
+    assert flags["--worker-extension-cls"] == "swerl.inference.vllm_worker.SwerlWorkerExtension"
+    env = server_env(config, "1", None, {"PATH": "/bin"})
+    assert env["VLLM_SERVER_DEV_MODE"] == "1" and env["HF_HUB_OFFLINE"] == "1"
+    assert env["VLLM_CPU_OMP_THREADS_BIND"] == "1" and env["VLLM_CPU_KVCACHE_SPACE"] == "2"
+    assert server_env(config, None, "GPU-5e1f", {})["CUDA_VISIBLE_DEVICES"] == "GPU-5e1f"  # as the parent names it
+    assert "--enable-lora" not in argv and "VLLM_ALLOW_RUNTIME_LORA_UPDATING" not in env
+    lora = server_command(config, "/m", 8123, max_lora_rank=32)
+    assert lora[lora.index("--enable-lora") + 1:][:4] == ["--max-lora-rank", "32", "--max-loras", "1"]
+    assert server_env(config, "1", None, {}, lora=True)["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True"
