@@ -6,8 +6,10 @@ Prints ``<name>: <value> <unit>`` lines: model size, tokens/s, achieved TFLOP/s,
 the device's bf16 peak, peak memory. ``--smoke`` runs the same path on tiny shapes on CPU
 (gloo) for the test suite; its MFU is against this CPU's measured bf16 matmul peak.
 
-FLOPs per token: 8N + 16*L*d*T (pi_old forward 2N + forward/backward 6N, attention as PaLM
-counts it; the gradient-checkpointing recompute is not counted, as MFU conventions do).
+FLOPs per token: 6N + 12*L*d*T (forward/backward, attention as PaLM counts it; pi_old is the
+forward's own log-probs with one mini-batch and one update epoch, and the gradient-checkpointing
+recompute is not counted, as MFU conventions do). The first lines name the machine: the CPU, its
+bf16 probe on the device and what ``auto`` resolves to there; ``--dtype auto`` trains in that dtype.
 Qwen3-8B has 36 layers; one H200 cannot hold fp32 master weights + AdamW for all of them
 (16 bytes/parameter = 131 GB), so ``--layers`` (default 8) keeps the 8B layer shapes and
 takes about one rank's share of an 8-GPU FSDP run.
@@ -59,15 +61,19 @@ def rows(n: int, seq_len: int, vocab: int):
 def peak_tflops(device: torch.device) -> tuple[float, str]:
     if device.type == "cuda":
         return H200_BF16_PEAK_TFLOPS, f"{torch.cuda.get_device_name(device)} bf16 peak (H200 datasheet)"
-    best = 0.0
-    for dtype in (torch.bfloat16, torch.float32):  # CPUs without bf16 units run fp32 faster
-        a, b = torch.randn(256, 256, dtype=dtype), torch.randn(256, 256, dtype=dtype)
-        a @ b
-        t0 = time.perf_counter()
-        for _ in range(5):
-            a @ b
-        best = max(best, 5 * 2 * 256**3 / (time.perf_counter() - t0) / 1e12)
-    return best, "measured CPU matmul peak, best of bf16/fp32"
+    from swerl.inference.machine import measure
+
+    probe = measure("cpu", budget_s=0.1)  # CPUs without bf16 units run fp32 faster
+    return max(probe.fp32_gflops, probe.bf16_gflops) / 1e3, "measured CPU matmul peak, best of bf16/fp32"
+
+
+def resolve_dtype(dtype: str, device: str) -> str:
+    """``--dtype``, with ``auto`` resolved as ``model.dtype: auto`` is on ``device``."""
+    if dtype != "auto":
+        return dtype
+    from swerl.trainer.auto import machine_choice
+
+    return machine_choice(device)[1].dtype
 
 
 def main() -> None:
@@ -77,6 +83,8 @@ def main() -> None:
     parser.add_argument("--seq-len", type=int, default=None, help="tokens per row (default 32768; smoke 64)")
     parser.add_argument("--rows", type=int, default=2, help="rows per optimizer step (micro-batch 1 each)")
     parser.add_argument("--steps", type=int, default=3, help="optimizer steps; the first is warm-up")
+    parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32", "auto"],
+                        help="compute dtype (FSDP2 mixed precision); auto: as model.dtype: auto resolves here")
     args = parser.parse_args()
     seq_len = args.seq_len or (64 if args.smoke else 32768)
 
@@ -89,8 +97,13 @@ def main() -> None:
     from swerl.trainer.optim import build_optimizer
     from swerl.trainer.update import UpdateSettings, train_on_batch
 
+    from swerl.trainer.auto import machine_summary
+
     info = distributed.init_distributed("cpu" if args.smoke else "cuda")
-    model_cfg = ModelConfig(device=info.device.type, dtype="bfloat16", gradient_checkpointing=True, fsdp=True)
+    if info.is_main:
+        print("\n".join(machine_summary(info.device.type)), flush=True)
+    dtype = resolve_dtype(args.dtype, info.device.type)
+    model_cfg = ModelConfig(device=info.device.type, dtype=dtype, gradient_checkpointing=True, fsdp=True)
     cfg = qwen3_8b_config(args.layers, args.smoke)
     t0 = time.perf_counter()
     with info.device:
@@ -119,12 +132,12 @@ def main() -> None:
         times.append(time.perf_counter() - t0)
     step_s = min(times[1:] or times)
     tokens = args.rows * seq_len
-    flops_tok = 8 * n_params + 16 * cfg.num_hidden_layers * cfg.hidden_size * seq_len
+    flops_tok = 6 * n_params + 12 * cfg.num_hidden_layers * cfg.hidden_size * seq_len
     tflops = tokens / step_s * flops_tok / 1e12
     peak, peak_name = peak_tflops(info.device)
     if info.is_main:
         print(f"loss: {metrics['loss/policy']:.4g} (grad_norm {metrics['grad_norm']:.4g})")
-        print(f"update_s: {step_s:.2f} s per optimizer step of {args.rows} x {seq_len} tokens")
+        print(f"update_s: {step_s:.2f} s per optimizer step of {args.rows} x {seq_len} tokens ({dtype})")
         print(f"tokens_per_s: {tokens / step_s:.1f} tokens/s")
         print(f"achieved: {tflops:.4g} TFLOP/s")
         print(f"mfu: {100 * tflops / peak:.1f} % of {peak:.4g} TFLOP/s ({peak_name})")

@@ -5,8 +5,10 @@ reloads it in place (+ tied-head re-pack) + prefix-cache reset. Paths: ``disk-in
 (``vllm.LLM`` in this process), ``disk-server`` (one vLLM server over HTTP). ``nccl`` needs CUDA
 GPUs and is reported as unavailable on CPU. Sizes: the default SmolLM2-135M and a random-weight
 Llama built from a config (``--big-layers`` layers of width 1024, ~0.4B params at 24).
-Prints ``<path>-<size>: <seconds> s/sync`` (median of ``--repeats``). Run alone, under the lock.
-Usage: python bench/weight_sync.py [--paths disk-inprocess,disk-server] [--repeats 3]
+Engine dtype ``--dtype`` (bfloat16, float32, or auto: the vLLM dtype ``generator.backend: auto``
+takes here). Prints the machine (CPU, bf16 probe, auto resolution), then
+``<path>-<size>: <seconds> s/sync`` (median of ``--repeats``). Run alone, under the lock.
+Usage: python bench/weight_sync.py [--paths disk-inprocess,disk-server] [--repeats 3] [--dtype auto]
 """
 
 from __future__ import annotations
@@ -37,14 +39,14 @@ def big_model_folder(root: Path, layers: int) -> Path:
     return folder
 
 
-def seconds_per_sync(path: str, folder: Path, repeats: int, work: Path) -> float:
+def seconds_per_sync(path: str, folder: Path, repeats: int, work: Path, dtype: str) -> float:
     from transformers import AutoModelForCausalLM
 
     from swerl.inference.config import InferenceConfig
     from swerl.inference.factory import build_vllm
     from swerl.inference.weight_sync import write_weights
 
-    config = InferenceConfig(backend="vllm", dtype="bfloat16", enforce_eager=True, max_model_len=1024,
+    config = InferenceConfig(backend="vllm", dtype=dtype, enforce_eager=True, max_model_len=1024,
                              max_num_seqs=4, cpu_cores=["0"], kv_cache_space_gib=1,
                              vllm_mode="inprocess" if path == "disk-inprocess" else "servers")
     trainer = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
@@ -53,7 +55,7 @@ def seconds_per_sync(path: str, folder: Path, repeats: int, work: Path) -> float
     try:
         for version in range(1, repeats + 1):
             start = time.perf_counter()
-            out = write_weights(trainer.state_dict(), work / "sync", torch.bfloat16, version)
+            out = write_weights(trainer.state_dict(), work / "sync", getattr(torch, dtype), version)
             engine.reload_weights(str(out), version)
             times.append(time.perf_counter() - start)
     finally:
@@ -66,13 +68,19 @@ def main() -> None:
     parser.add_argument("--paths", default="disk-inprocess,disk-server,nccl")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--big-layers", type=int, default=24, help="0 = only the default model")
+    parser.add_argument("--dtype", default="auto", choices=["bfloat16", "float32", "auto"])
     parser.add_argument("--one", nargs=2, metavar=("PATH", "FOLDER"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    from swerl.trainer.auto import machine_choice, machine_summary, vllm_dtype_for
+
+    dtype = vllm_dtype_for(machine_choice("cpu")[0]) if args.dtype == "auto" else args.dtype
     if args.one:  # one engine per process: a second in-process vLLM engine in one process is not supported
         path, folder = args.one
         work = Path(tempfile.mkdtemp(prefix="swerl-bench-sync-"))
-        print(f"{seconds_per_sync(path, Path(folder), args.repeats, work):.3f}")
+        print(f"{seconds_per_sync(path, Path(folder), args.repeats, work, dtype):.3f}")
         return
+    print("\n".join(machine_summary()), flush=True)
+    print(f"engine dtype: {dtype}" + (" (auto)" if args.dtype == "auto" else ""), flush=True)
     from swerl.inference.model_files import resolve_model
 
     work = Path(tempfile.mkdtemp(prefix="swerl-bench-sync-"))
@@ -87,7 +95,7 @@ def main() -> None:
                     print(f"nccl-{size}: unavailable (no CUDA; vLLM's CPU build has no NCCL weight transfer)")
                     continue
                 raise SystemExit("nccl on GPU: run the GPU check instead (needs servers with --weight-transfer-config)")
-            argv = [sys.executable, __file__, "--one", path, str(folder), "--repeats", str(args.repeats)]
+            argv = [sys.executable, __file__, "--one", path, str(folder), "--repeats", str(args.repeats), "--dtype", dtype]
             result = subprocess.run(argv, capture_output=True, text=True, check=False)
             if result.returncode != 0:
                 raise SystemExit(f"{path}-{size} failed:\n{result.stderr[-2000:]}")

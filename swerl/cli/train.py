@@ -44,16 +44,23 @@ def train_cmd(
     cfg = load_train_config(config, overrides)
     target = run_dir or Path("runs") / config.stem
     from swerl.logs import hold_records
+    from swerl.trainer.auto import resolve_auto
     from swerl.trainer.preflight import run_preflight
 
     held = hold_records()  # the preflight's warnings (e.g. a skipped task) go to train.log once it exists
     try:
+        # auto (model.dtype, generator.backend) resolved for this machine first: the preflight, the
+        # plan and the run see the resolved config, and train.log says what was chosen and why.
+        resolution = resolve_auto(cfg)
+        cfg = resolution.config
+        for line in resolution.lines():
+            logging.getLogger("swerl.cli").info("%s", line)
         # What the run would reject fails here, before any file; torchrun's WORLD_SIZE sizes the plan.
         checks = run_preflight(cfg, target, resume, int(os.environ.get("WORLD_SIZE", "1")))
     finally:
-        earlier = held.release()
+        earlier = held.take()
     if dry_run:
-        _train_dry_run(cfg, target, checks, json_out)
+        _train_dry_run(cfg, target, checks, json_out, resolution)
         return
     if os.environ.get("RANK", "0") != "0":  # torchrun: other ranks train quietly, rank 0 shows and reports
         import contextlib
@@ -101,8 +108,8 @@ def _log_selection_to_trackers(cfg, run_dir: Path) -> None:  # noqa: ANN001 - Tr
                                              "span": sel.span, "export_path": sel.chosen.export_path})
 
 
-def _train_dry_run(cfg, run_dir: Path, checks, json_out: str | None) -> None:  # noqa: ANN001 - TrainConfig, Preflight
-    """Print the resolved config (YAML), the run plan and what the preflight checked."""
+def _train_dry_run(cfg, run_dir: Path, checks, json_out: str | None, resolution) -> None:  # noqa: ANN001 - TrainConfig, Preflight, Resolution
+    """Print the resolved config (YAML), the run plan, what ``auto`` chose and why, and what the preflight checked."""
     from rich.table import Table
 
     from swerl.trainer.plan import format_bytes
@@ -131,6 +138,7 @@ def _train_dry_run(cfg, run_dir: Path, checks, json_out: str | None) -> None:  #
         ("token budget total (max)", f"{plan.token_budget_per_step * plan.total_steps:,}"),
         ("checkpoint steps", ", ".join(map(str, plan.checkpoint_steps)) or "none"),
         ("export steps", ", ".join(map(str, plan.export_steps)) or "none"),
+        *resolution.rows(),
         *plan.placement,
         ("disk: peak of checkpoints + exports", "unknown" if need is None else (
             f"{format_bytes(need)} ({counted(peak, 'checkpoint')} at once"
@@ -145,7 +153,7 @@ def _train_dry_run(cfg, run_dir: Path, checks, json_out: str | None) -> None:  #
         err_console.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
     write_json(json_out, {"config": cfg.model_dump(mode="json"), "plan": plan.model_dump(mode="json"),
                            "disk_needed_bytes": need, "disk_free_bytes": checks.disk_free_bytes,
-                           "images": checks.images, "notes": [*plan.notes, *checks.notes]})
+                           "images": checks.images, "notes": [*plan.notes, *checks.notes], "auto": resolution.as_dict()})
 
 
 def _train_with_live_view(cfg, run_dir: Path, resume, train):  # noqa: ANN001, ANN202

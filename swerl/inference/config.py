@@ -19,6 +19,8 @@ ONLY_READ_BY: dict[str, tuple[str, ...]] = {
 """Fields that one backend alone reads; set with another backend, they are refused at load."""
 SERVERS_ONLY: tuple[str, ...] = ("num_servers", "server_urls", "server_start_timeout_s")
 """vllm fields read by the server pool only (not by an in-process engine)."""
+AUTO_CHOICES: tuple[str, ...] = ("hf", "vllm")
+"""What ``backend: auto`` resolves to (``swerl train`` only; ``trainer/auto.py``)."""
 
 
 class InferenceConfig(BaseModel):
@@ -29,8 +31,9 @@ class InferenceConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    backend: Literal["hf", "vllm", "openai"] = Field(
-        "hf", description="hf: transformers generate; vllm: vLLM engines (in-process or servers, CPU or GPU); openai: any server."
+    backend: Literal["hf", "vllm", "openai", "auto"] = Field(
+        "hf", description="hf: transformers generate; vllm: vLLM engines (in-process or servers, CPU or GPU); openai: any server; "
+        "auto (swerl train): hf or vllm, resolved at start from what the machine measures (trainer/auto.py)."
     )
     model: str | None = Field(
         None, description="HF folder or .gguf file (None = default SmolLM2-135M-Instruct); openai: the served name."
@@ -118,11 +121,14 @@ class InferenceConfig(BaseModel):
         if self.backend == "vllm" and self.dtype == "float16":
             raise ValueError("inference.dtype float16 is not supported with vllm; fix: use bfloat16 (trainer dtype)")
         for backend, names in ONLY_READ_BY.items():
-            stray = set_fields(self, names) if self.backend != backend else []
+            # auto: the fields of hf and vllm wait for the resolution (they apply when their backend is chosen)
+            undecided = self.backend == "auto" and backend in AUTO_CHOICES
+            stray = set_fields(self, names) if self.backend != backend and not undecided else []
             if stray:
                 raise ValueError(f"inference.{stray[0]} is only read by backend {backend!r}, not {self.backend!r}: "
                                  "remove it")
-        stray = set_fields(self, SERVERS_ONLY) if self.backend == "vllm" and self.vllm_mode == "inprocess" else []
+        in_process = self.backend in ("vllm", "auto") and self.vllm_mode == "inprocess"
+        stray = set_fields(self, SERVERS_ONLY) if in_process else []
         if stray:
             raise ValueError(f"inference.{stray[0]} is only read with vllm_mode=servers: remove it or set vllm_mode=servers")
         return self

@@ -35,10 +35,11 @@ class ModelConfig(_Strict):
         None, description="HF folder or GGUF file of the initial policy; None = the default SmolLM2-135M-Instruct."
     )
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="Training device; auto = CUDA when present.")
-    dtype: Literal["float32", "bfloat16"] = Field(
+    dtype: Literal["float32", "bfloat16", "auto"] = Field(
         "float32",
         description="Compute dtype of trainer forwards/backwards (bf16: autocast when replicated, FSDP2 "
-        "MixedPrecisionPolicy when sharded); master weights, gradients, AdamW state, log-softmax and loss stay fp32.",
+        "MixedPrecisionPolicy when sharded); master weights, gradients, AdamW state, log-softmax and loss stay fp32. "
+        "auto: bfloat16 where this machine's bf16 matmul measures >= 1.5x its fp32 one, else float32 (trainer/auto.py).",
     )
     gradient_checkpointing: bool = Field(False, description="Recompute activations in backward (less memory, ~30% slower).")
     fsdp: bool = Field(
@@ -148,6 +149,17 @@ class LoggingConfig(_Strict):
     )
 
 
+def generator_fields_ignored(backend: str) -> dict[str, str]:
+    """The ``generator`` fields ``swerl train`` never reads with ``backend`` (field -> why); with
+    ``auto`` only those that neither choice reads (the others apply when their backend is chosen)."""
+    ignored = {"device": "the generator runs on model.device"}
+    if backend == "hf":
+        ignored["dtype"] = "generator.backend=hf samples with the trained module itself, in its dtype"
+    elif backend != "auto":
+        ignored["num_threads"] = "it sets torch threads for generator.backend=hf only"
+    return ignored
+
+
 class TrainConfig(_Strict):
     """Everything ``swerl train`` needs; see ``examples/*.yaml``."""
 
@@ -185,15 +197,11 @@ class TrainConfig(_Strict):
                 f"generator.max_model_len={self.generator.max_model_len} is below agent.limits.context_window_tokens="
                 f"{self.agent.limits.context_window_tokens}: raise generator.max_model_len"
             )
-        if self.generator.weight_sync == "nccl" and (self.generator.backend != "vllm" or self.generator.vllm_mode != "servers"):
+        if self.generator.weight_sync == "nccl" and self.generator.vllm_mode != "servers":
             raise ValueError(
                 "generator.weight_sync=nccl sends weights to vLLM servers: set generator.vllm_mode=servers or weight_sync=disk"
             )
-        ignored = {"device": "the generator runs on model.device"}
-        if self.generator.backend == "hf":
-            ignored["dtype"] = "generator.backend=hf samples with the trained module itself, in its dtype"
-        else:
-            ignored["num_threads"] = "it sets torch threads for generator.backend=hf only"
+        ignored = generator_fields_ignored(self.generator.backend)
         stray = set_fields(self.generator, ignored)
         if stray:
             raise ValueError(f"generator.{stray[0]} would be ignored by swerl train ({ignored[stray[0]]}): remove it")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 
 import pytest
 import torch
@@ -25,7 +26,7 @@ def rows_of(trajs, algo):
 
 
 def run_update(rows, algo, micro_batch_size, rows_per_mini=None, update_epochs=1, lr=1e-2, seed=0, skip=True,
-               adam=False):
+               adam=False, **settings):
     model = build_tiny_model(16, seed)
     # SGD: the parameter change is lr * gradient, so parameters compare gradients exactly
     # (Adam's g / sqrt(v) would amplify fp32 noise on near-zero gradient entries).
@@ -33,7 +34,7 @@ def run_update(rows, algo, micro_batch_size, rows_per_mini=None, update_epochs=1
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
     s = UpdateSettings(temperature=0.7, rows_per_mini_batch=rows_per_mini or len(rows),
                        micro_batch_size=micro_batch_size, update_epochs=update_epochs, grad_clip=None,
-                       skip_no_signal_rows=skip)
+                       skip_no_signal_rows=skip, **settings)
     metrics = train_on_batch(model, opt, sched, rows, algo, s, DistInfo())
     return model, metrics
 
@@ -118,3 +119,42 @@ def test_skipping_rows_without_signal_changes_nothing():
         assert met_skip[key] == pytest.approx(met_all[key], rel=1e-5, abs=1e-8), key
     for a, b in zip(m_all.parameters(), m_skip.parameters()):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def count_forwards(model) -> list[int]:
+    calls = [0]
+    model.register_forward_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
+    return calls
+
+
+@pytest.mark.parametrize("dtype", [None, torch.bfloat16], ids=["fp32", "bf16"])
+def test_pi_old_from_the_first_training_forward_equals_the_separate_forward(dtype):
+    """One update epoch: the first mini-batch's pi_old is its own training forward, detached; losses,
+    TIS figures, gradient norm and weights equal the separate pi_old forward's (fp32: to 1e-6
+    relative; bf16 autocast: to 1e-5 relative), and that mini-batch's pi_old forward is gone."""
+    algo = AlgorithmConfig(n_samples_per_prompt=4, min_group_size=2, use_tis=True, tis_imp_ratio_cap=2.0)
+    trajs = make_trajectories(num_groups=2, group_size=4, seed=6)
+    for i in (0, 4):
+        trajs[i] = trajs[i].model_copy(update={"reward": 1.0})
+        trajs[i + 1] = trajs[i + 1].model_copy(update={"reward": 0.0})
+    rows = [replace(r, rollout_logprobs=torch.full_like(r.loss_mask, -1.5, dtype=torch.float32))
+            for r in rows_of(trajs, algo)]
+    tol = 1e-6 if dtype is None else 1e-5
+    calls = {}
+    results = {}
+    for reuse in (False, True):
+        model = build_tiny_model(16, 0)
+        calls[reuse] = count_forwards(model)
+        opt = torch.optim.SGD(model.parameters(), lr=1e-2)
+        s = UpdateSettings(temperature=0.7, rows_per_mini_batch=4, micro_batch_size=2, grad_clip=None,
+                           compute_dtype=dtype, reuse_pi_old=reuse)
+        metrics = train_on_batch(model, opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0), rows, algo, s,
+                                 DistInfo())
+        results[reuse] = (model, metrics)
+    (m_ref, met_ref), (m_new, met_new) = results[False], results[True]
+    assert calls[False][0] - calls[True][0] == 2  # the first mini-batch's 2 micro-batches: no pi_old forward
+    for key in ("loss/policy", "tis/imp_ratio_mean", "tis/log_ratio_abs_mean", "policy/clip_fraction", "grad_norm"):
+        assert met_new[key] == pytest.approx(met_ref[key], rel=tol, abs=1e-7), key
+    assert met_ref["grad_norm"] > 0 and met_ref["tis/log_ratio_abs_mean"] > 0
+    for a, b in zip(m_ref.parameters(), m_new.parameters()):
+        torch.testing.assert_close(a, b, rtol=tol, atol=1e-7)
