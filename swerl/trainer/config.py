@@ -204,7 +204,9 @@ class TrainConfig(_Strict):
         ignored = generator_fields_ignored(self.generator.backend)
         stray = set_fields(self.generator, ignored)
         if stray:
-            raise ValueError(f"generator.{stray[0]} would be ignored by swerl train ({ignored[stray[0]]}): remove it")
+            default = InferenceConfig.model_fields[stray[0]].get_default()
+            raise ValueError(f"generator.{stray[0]} would be ignored by swerl train ({ignored[stray[0]]}): remove it "
+                             f"(or --set generator.{stray[0]}={'null' if default is None else default})")
         if self.algorithm.use_kl_loss:
             raise ValueError("algorithm.use_kl_loss needs a reference policy, which the trainer does not hold yet: set false")
         inert_kl = self.algorithm.kl_loss_coef not in (0.0, AlgorithmConfig.model_fields["kl_loss_coef"].default)
