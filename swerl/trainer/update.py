@@ -81,14 +81,27 @@ def forward_logprobs(
     FSDP's bf16 param dtype; its logits are upcast, and the temperature, log-softmax and
     everything after them (the loss) are computed in float32 outside autocast.
 
-    Returns: (n, L-1) float32 log-probs, and (n, L-1) float32 entropies or None.
+    Only the columns from the micro-batch's first response column s0 on are computed: the LM head
+    and the log-softmax skip the prompt positions before it (``logits_to_keep``; no row has a
+    response token there, so those columns are loss-masked in every row).
+
+    Returns: (n, L-1) float32 log-probs, and (n, L-1) float32 entropies or None; 0 in columns < s0.
     """
+    start = int(mb.response_starts.min()) if mb.response_starts.numel() else 0
     with _autocast(mb.input_ids.device, compute_dtype):
-        logits = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask, use_cache=False).logits
+        logits = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask, use_cache=False,
+                       logits_to_keep=mb.input_ids.shape[1] - start).logits  # (n, L - s0, V)
+    input_ids = mb.input_ids[:, start:]
     logits = logits[:, :-1].float() / temperature
-    picked = logits.gather(-1, mb.input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+    picked = logits.gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
     logprobs = picked - torch.logsumexp(logits, dim=-1)
-    return logprobs, (entropy_from_logits(logits) if with_entropy else None)
+    entropy = entropy_from_logits(logits) if with_entropy else None
+    return _from_column(logprobs, start), (None if entropy is None else _from_column(entropy, start))
+
+
+def _from_column(values: torch.Tensor, start: int) -> torch.Tensor:
+    """(n, L-1-start) columns placed at ``start`` of an (n, L-1) grid of zeros."""
+    return torch.nn.functional.pad(values, (start, 0)) if start else values
 
 
 def rank_rows(mini_batch: list[Row], dist_info: DistInfo) -> list[Row]:

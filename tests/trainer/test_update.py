@@ -158,3 +158,37 @@ def test_pi_old_from_the_first_training_forward_equals_the_separate_forward(dtyp
     assert met_ref["grad_norm"] > 0 and met_ref["tis/log_ratio_abs_mean"] > 0
     for a, b in zip(m_ref.parameters(), m_new.parameters()):
         torch.testing.assert_close(a, b, rtol=tol, atol=1e-7)
+
+
+@pytest.mark.parametrize("dtype", [None, torch.bfloat16], ids=["fp32", "bf16"])
+def test_the_lm_head_skips_the_prompt_columns_no_row_trains_on(dtype):
+    """forward_logprobs runs the LM head and the log-softmax only from the micro-batch's first
+    response column on; there its log-probs, entropies and gradients equal those of the whole
+    logits (fp32: 1e-6; bf16 autocast: 1e-5), and the columns before hold 0."""
+    trajs = make_trajectories(num_groups=2, group_size=2, seed=7)  # prompts of 3..6 tokens
+    mb = collate([row_from_trajectory(t, 1.0) for t in trajs])
+    start = int(mb.response_starts.min())
+    assert start > 0
+    grads, outs, kept = [], [], []
+    for full in (True, False):
+        model = build_tiny_model(16, 0)
+        model.lm_head.register_forward_hook(lambda _m, _i, out: kept.append(out.shape[1]))
+        if full:  # the reference: every column through the LM head and the log-softmax
+            with torch.autocast("cpu", dtype=dtype or torch.float32, enabled=dtype is not None):
+                logits = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask).logits
+            logits = logits[:, :-1].float() / 0.7
+            lp = logits.gather(-1, mb.input_ids[:, 1:, None])[..., 0] - torch.logsumexp(logits, -1)
+            entropy = -(torch.softmax(logits, -1) * torch.log_softmax(logits, -1)).sum(-1)
+        else:
+            lp, entropy = forward_logprobs(model, mb, 0.7, with_entropy=True, compute_dtype=dtype)
+        (lp * mb.loss_mask).sum().backward()
+        outs.append((lp, entropy))
+        grads.append([p.grad.clone() for p in model.parameters()])
+    assert kept == [mb.input_ids.shape[1], mb.input_ids.shape[1] - start]
+    (lp_ref, ent_ref), (lp, ent) = outs
+    tol = 1e-6 if dtype is None else 1e-5
+    assert lp.shape == lp_ref.shape and not lp[:, :start].any() and not ent[:, :start].any()
+    torch.testing.assert_close(lp[:, start:], lp_ref[:, start:], rtol=tol, atol=tol)
+    torch.testing.assert_close(ent[:, start:], ent_ref[:, start:], rtol=tol, atol=tol)
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, rtol=tol, atol=tol)
