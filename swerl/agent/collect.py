@@ -60,6 +60,7 @@ async def collect_rollouts(
     group_prefix: str = "",
     first_index: int = 0,
     skip: Collection[tuple[str, int]] = (),
+    task_seed: int | None = None,
 ) -> list[Trajectory]:
     """Sample ``n_samples`` episodes of every task.
 
@@ -75,8 +76,8 @@ async def collect_rollouts(
         group_prefix: prepended to every ``group_id`` (e.g. ``step12/``) for global uniqueness.
         first_index: index of ``tasks[0]`` in the whole batch (a rank's share starts there), so
             group ids, and the episode seeds made from them, do not depend on the number of ranks.
-        skip: ``(group_id, sample_index)`` of episodes not to run (already done: a resumed eval);
-            the others keep their ids and seeds.
+        skip: ``(group_id, sample_index)`` of episodes not to run (a resumed eval); the others keep ids and seeds.
+        task_seed: evaluation seeding (:func:`eval_episode_seed`); None: training seeding (group id based).
 
     Returns:
         N = B * G trajectories (minus the skipped), groups contiguous, in task order then sample order.
@@ -97,9 +98,10 @@ async def collect_rollouts(
         nonlocal done
         group_id = group_id_for(task_index, task.name, group_prefix)
         async with semaphore:
-            traj = await _guarded_episode(task, sandbox_manager, policy, agent_cfg, group_id, sample_index,
-                                          _episode_seed(agent_cfg.seed, group_id, sample_index),
+            seed = _seed_of(agent_cfg.seed, task_seed, group_id, task.name, sample_index)
+            traj = await _guarded_episode(task, sandbox_manager, policy, agent_cfg, group_id, sample_index, seed,
                                           lambda: emit("started", task, sample_index))
+            traj.seed = seed
         done += 1
         emit("finished", task, sample_index, traj)
         return traj
@@ -138,9 +140,31 @@ async def _guarded_episode(task: Any, manager: Any, policy: Policy, cfg: AgentCo
                                  outcome="episode_error", detail=f"{type(err).__name__}: {err}")
 
 
+def _seed_of(base_seed: int | None, task_seed: int | None, group_id: str, task_name: str, sample_index: int) -> int | None:
+    """An episode's seed: evaluation seeding when ``task_seed`` is set, else training seeding."""
+    if task_seed is not None:
+        return eval_episode_seed(task_seed, task_name, sample_index)
+    return _episode_seed(base_seed, group_id, sample_index)
+
+
 def _episode_seed(base_seed: int | None, group_id: str, sample_index: int) -> int | None:
     """A stable per-episode seed from the config seed, the group and the sample index."""
     if base_seed is None:
         return None
     digest = hashlib.sha256(f"{base_seed}/{group_id}/{sample_index}".encode()).digest()
+    return int.from_bytes(digest[:4], "little") * 1000
+
+
+def eval_episode_seed(eval_seed: int, task_name: str, sample_index: int) -> int:
+    """The sampling seed of sample ``sample_index`` of a task in an evaluation.
+
+    A function of the three arguments only: not of the step, the run's training seed, the task's
+    position in the set or the number of ranks. Every evaluation with the same ``eval_seed``
+    (``eval.seed`` during training, ``swerl eval --seed``) samples task t's sample i with the same
+    seed, so two policies evaluated on one pinned set differ only by their weights: a paired
+    design (common random numbers), which ``swerl compare`` checks before pairing.
+
+    Returns: a non-negative int, a multiple of 1000 (turn t of the episode samples with seed + t).
+    """
+    digest = hashlib.sha256(f"eval/{eval_seed}/{task_name}/{sample_index}".encode()).digest()
     return int.from_bytes(digest[:4], "little") * 1000

@@ -25,6 +25,7 @@ from swerl.agent.config import AgentConfig
 from swerl.agent.metrics import summarize
 from swerl.agent.policy import BackendPolicy, Policy
 from swerl.agent.collect import RolloutEvent, collect_rollouts
+from swerl.agent.records import sample_record
 from swerl.agent.trajectory import Trajectory
 from swerl.errors import ConfigError, InferenceError
 from swerl.fileio import atomic_write_text
@@ -43,6 +44,7 @@ async def evaluate(
     concurrency: int,
     on_event: Callable[[RolloutEvent], None] | None = None,
     skip: Collection[tuple[str, int]] = (),
+    seed: int = 0,
 ) -> tuple[list[Trajectory], dict]:
     """Run ``n_samples`` episodes of every task and summarize them.
 
@@ -55,18 +57,24 @@ async def evaluate(
         concurrency: most episodes alive at once.
         on_event: progress callback (see :class:`RolloutEvent`).
         skip: ``(group_id, sample_index)`` of episodes already done (not run, not summarized).
+        seed: evaluation seed: sample i of task t samples with ``eval_episode_seed(seed, t, i)``,
+            as held-out evaluation during training does (``eval.seed``), so evals pair.
     Returns:
         (trajectories grouped by task, summary dict of :func:`swerl.agent.metrics.summarize`
         plus ``wall_s``).
     Raises:
+        TaskError: (exit 2) a task asks for a network allowlist and the sandbox grants network.
         SandboxError / EnvironmentProblem: the Docker engine cannot be used at all.
     """
     from swerl.sandbox import SandboxManager
+    from swerl.sandbox.network import check_network
 
+    check_network(tasks, sandbox_config)
     started = time.monotonic()
     async with SandboxManager(sandbox_config) as manager:
         trajectories = await collect_rollouts(
-            tasks, n_samples, policy, manager, agent_cfg, concurrency=concurrency, on_event=on_event, skip=skip
+            tasks, n_samples, policy, manager, agent_cfg, concurrency=concurrency, on_event=on_event, skip=skip,
+            task_seed=seed,
         )
     summary = summarize(trajectories, ks=[1, n_samples])
     summary["wall_s"] = time.monotonic() - started
@@ -74,16 +82,11 @@ async def evaluate(
 
 
 def trajectory_record(traj: Trajectory) -> dict:
-    """The JSON line of one trajectory in ``trajectories.jsonl``: identity, outcome, reward,
+    """The JSON line of one trajectory in ``trajectories.jsonl``: the sample record of
+    :func:`swerl.agent.records.sample_record` (identity, seed, pass/fail, reward, outcome), then
     token counts, timings, verifier output tail and the chat transcript (no token ids)."""
     return {
-        "task": traj.task_name,
-        "group_id": traj.group_id,
-        "sample_index": traj.sample_index,
-        "outcome": traj.outcome,
-        "reward": traj.reward,
-        "failure_class": traj.failure_class,
-        "end_reason": traj.end_reason,
+        **sample_record(traj),
         "num_turns": traj.num_turns,
         "prompt_tokens": len(traj.prompt_ids),
         "response_tokens": len(traj.response_ids),
@@ -107,7 +110,7 @@ def trajectory_from_record(record: dict) -> Trajectory:
         end_reason=record["end_reason"], num_turns=record["num_turns"], num_policy_tokens=record["generated_tokens"],
         context_tokens=record["context_tokens"], hit_length_limit=record["hit_length_limit"],
         num_parse_failures=record["num_parse_failures"], timings_s=record["timings_s"], detail=record["detail"],
-        verifier_output_tail=record["verifier_output_tail"], messages=record["messages"],
+        verifier_output_tail=record["verifier_output_tail"], messages=record["messages"], seed=record.get("seed"),
     )
 
 
@@ -171,6 +174,8 @@ class EvalConfig(BaseModel):
 
     tasks: Path = Field(description="Folder of task folders, one task folder, or a .parquet/.jsonl dataset.")
     samples: int = Field(1, ge=1, description="k episodes per task (pass@1 and pass@k are reported).")
+    seed: int = Field(0, description="Evaluation seed: sample i of task t samples with a seed made from (seed, t, i) "
+                      "only, as eval.seed during training, so evals of two models pair sample by sample.")
     limit: int | None = Field(None, ge=1, description="Evaluate only the first N tasks.")
     concurrency: int = Field(8, ge=1, description="Most episodes (sandboxes) alive at once.")
     engines: list[str] = Field(default_factory=list, description="Docker engine URLs of the sandbox fleet; empty = the local engine.")
@@ -208,7 +213,7 @@ async def _run_async(tasks: list[Any], backend: Any, config: EvalConfig,
         policy = BackendPolicy(batcher, backend.tokenizer)
         sandbox_config = SandboxConfig(concurrency=config.concurrency, engines=[{"url": url} for url in config.engines])
         return await evaluate(tasks, policy, sandbox_config, config.agent, n_samples=config.samples,
-                              concurrency=config.concurrency, on_event=forward, skip=skip)
+                              concurrency=config.concurrency, on_event=forward, skip=skip, seed=config.seed)
     finally:
         await batcher.close()
 
@@ -216,7 +221,8 @@ async def _run_async(tasks: list[Any], backend: Any, config: EvalConfig,
 def _identity(config: EvalConfig) -> dict:
     """What a resumed eval must share with the one in ``out_dir``."""
     return {"model": model_label(config.inference), "backend": config.inference.backend,
-            "protocol": config.agent.protocol, "tasks_source": str(config.tasks), "samples": config.samples}
+            "protocol": config.agent.protocol, "tasks_source": str(config.tasks), "samples": config.samples,
+            "seed": config.seed}
 
 
 def _episodes_done(config: EvalConfig, order: dict[str, int]) -> list[dict]:

@@ -81,6 +81,8 @@ class Trajectory(BaseModel):
         segments: the earlier token sequences when the context was summarized, in the order
             they were sampled (empty otherwise); the top-level ids are the last one.
         num_summarizations: context handoffs (terminus-2 summarization) in the episode.
+        seed: the episode's sampling seed (turn t samples with ``seed + t``); None = the
+            backend's own RNG. Two episodes with equal seeds and weights sample the same turns.
     """
 
     task_name: str
@@ -109,6 +111,7 @@ class Trajectory(BaseModel):
     detail: str = ""
     segments: list[Segment] = Field(default_factory=list)
     num_summarizations: int = 0
+    seed: int | None = None
 
     @model_validator(mode="after")
     def _aligned(self) -> "Trajectory":

@@ -1,6 +1,6 @@
 """The ``swerl`` command line: parse input, load config, call one library function, render the
 result. One module per command group (``tasks``, ``sandbox``, ``eval``, ``train``, ``select``,
-``report``); ``common`` holds what they share. Heavy modules are imported inside each command, so
+``report``, ``compare``); ``common`` holds what they share. Heavy modules are imported inside each command, so
 ``swerl --help`` is instant.
 
 Exit codes: 0 ok, 1 failed run, 2 bad input or config, 3 environment (Docker, images).
@@ -15,6 +15,7 @@ import typer
 from rich.markup import escape
 
 from swerl.cli.common import Backend, Mode, Prefill, Protocol, SwerlCommand, SwerlGroup, err_console, out_console, setup_logging
+from swerl.cli.compare import compare_cmd
 from swerl.cli.eval import eval_cmd
 from swerl.cli.report import report_cmd, view_cmd
 from swerl.cli.sandbox import sandbox_app, sandbox_test
@@ -39,7 +40,8 @@ app = typer.Typer(
 app.add_typer(tasks_app, name="tasks")
 app.add_typer(sandbox_app, name="sandbox")
 for _name, _command in (("sandbox-test", sandbox_test), ("eval", eval_cmd), ("train", train_cmd),
-                        ("select-checkpoint", select_checkpoint_cmd), ("report", report_cmd), ("view", view_cmd)):
+                        ("select-checkpoint", select_checkpoint_cmd), ("report", report_cmd), ("view", view_cmd),
+                        ("compare", compare_cmd)):
     app.command(_name, cls=SwerlCommand)(_command)
 
 

@@ -52,7 +52,9 @@ def eval_cmd(
         help="Agent budget, seconds (default: task.toml [agent] timeout_sec).", rich_help_panel=_AGENT_PANEL)] = None,
     enable_thinking: Annotated[bool, typer.Option(
         "--enable-thinking", help="Qwen3 thinking on (chat template).", rich_help_panel=_AGENT_PANEL)] = False,
-    seed: Annotated[Optional[int], typer.Option(help="Sampling seed (per episode and turn derived).")] = None,
+    seed: Annotated[int, typer.Option(
+        help="Evaluation seed: sample i of task t samples with a seed made from (seed, t, i) only, as eval.seed "
+             "during training, so evals of two models on the same tasks pair sample by sample (swerl compare).")] = 0,
     out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Output folder (default runs/eval-<UTC time>).")] = None,
     resume: Annotated[bool, typer.Option(
         "--resume", help="Continue the stopped eval in --out: run only its missing episodes (same flags).")] = False,
@@ -83,7 +85,7 @@ def eval_cmd(
 
         given = {n for n in ctx.params if getattr(ctx.get_parameter_source(n), "name", "") == "COMMANDLINE"}
         config, which = eval_config_from_run(
-            from_run, step, tasks=tasks, out_dir=config.out_dir, samples=samples, limit=limit, resume=resume,
+            from_run, step, tasks=tasks, out_dir=config.out_dir, samples=samples, seed=seed, limit=limit, resume=resume,
             concurrency=concurrency if "concurrency" in given else None, given=given)
         err_console.print(f"export: {which}", highlight=False)
     _check_inputs(config)
@@ -121,11 +123,12 @@ def _eval_config(p: dict):  # noqa: ANN202 - EvalConfig, imported lazily
     kind = getattr(p["backend"], "value", p["backend"]) or ("openai" if is_url else "hf")
     try:
         return EvalConfig.model_validate({
-            "tasks": p["tasks"], "samples": p["samples"], "limit": p["limit"], "concurrency": p["concurrency"],
+            "tasks": p["tasks"], "samples": p["samples"], "seed": p["seed"], "limit": p["limit"],
+            "concurrency": p["concurrency"],
             "resume": p["resume"], "engines": [e.url for e in engine_configs(p["engine"])],
             "out_dir": p["out"] or Path("runs") / time.strftime("eval-%Y%m%d-%H%M%S", time.gmtime()),
             "agent": {"protocol": getattr(p["protocol"], "value", p["protocol"]), "temperature": p["temperature"], "top_p": p["top_p"],
-                      "seed": p["seed"], "enable_thinking": p["enable_thinking"],
+                      "enable_thinking": p["enable_thinking"],
                       "single_turn_prefill": getattr(p["prefill"], "value", p["prefill"]),
                       "limits": {"max_new_tokens_per_turn": p["max_new_tokens"], "max_turns": p["max_turns"],
                                  "context_window_tokens": p["context_window"], "agent_timeout_s": p["agent_timeout"]}},

@@ -111,7 +111,9 @@ def sandbox_test(
     json_out: Annotated[Optional[str], typer.Option("--json", metavar="PATH", callback=json_path_callback, help=(
         "Write one record per trial (JSON list) to PATH ('-' = stdout); red-team records carry \"forged\"."))] = None,
     allow_network: Annotated[
-        bool, typer.Option("--allow-network", help="Grant network to tasks whose task.toml allows internet.")
+        bool, typer.Option("--allow-network", help="Grant the public network to the task phases that ask for it "
+                           "(network_mode = \"public\", or allow_internet = true); a task asking for an allowlist "
+                           "is then refused (swerl cannot enforce one).")
     ] = False,
     warm_pool: Annotated[bool, typer.Option("--warm-pool/--no-warm-pool", help="Pre-start containers.")] = True,
     redteam: Annotated[bool, typer.Option(

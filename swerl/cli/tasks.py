@@ -1,4 +1,5 @@
-"""``swerl tasks``: import a benchmark as task folders, list a task set, validate it."""
+"""``swerl tasks``: import a benchmark as task folders, list a task set, validate it, and the task
+health ledger of a run."""
 
 from __future__ import annotations
 
@@ -38,25 +39,72 @@ def tasks_import_humaneval(
 @tasks_app.command("validate", cls=SwerlCommand)
 def tasks_validate(path: _TasksPath, cache_dir: _CacheDir = None, json_out: JsonOut = None,
                    verbose: Verbose = False) -> None:
-    """Check every task; list each malformed one with file and reason (exit 0 all valid, 1 some invalid)."""
+    """Check every task; list each malformed one with file and reason (exit 0 all valid, 1 some invalid).
+
+    For the valid ones: the task.toml schema read, where the tests run under verification auto, and
+    each key swerl does not act on with what it does instead."""
     from rich.table import Table
+    from rich.text import Text
 
     from swerl.tasks import load_tasks
+    from swerl.tasks.schema_notes import task_notes
 
     tasks = load_tasks(path, on_error="skip", cache_dir=cache_dir)
+    notes = [task_notes(task) for task in tasks]
     console = results_console(json_out)
     if tasks.problems:
         table = Table(title=f"Malformed tasks in {path}", title_justify="left")
         table.add_column("File", overflow="fold")
         table.add_column("Reason", overflow="fold")
-        for problem in tasks.problems:
-            table.add_row(problem.path, problem.reason)
+        for problem in tasks.problems:  # as text: a reason may hold brackets ([[steps]]) rich would read as markup
+            table.add_row(Text(problem.path), Text(problem.reason))
         console.print(table)
+    _print_schema_notes(notes, console)
     console.print(f"{len(tasks)} valid, {len(tasks.problems)} malformed", highlight=False)
     write_json(json_out, {"valid": [t.name for t in tasks],
-                          "malformed": [{"path": p.path, "reason": p.reason} for p in tasks.problems]})
+                          "malformed": [{"path": p.path, "reason": p.reason} for p in tasks.problems],
+                          "tasks": [n.model_dump(mode="json") for n in notes]})
     if tasks.problems:
         raise SystemExit(1)
+
+
+def _print_schema_notes(notes: list, console) -> None:  # noqa: ANN001 - TaskNotes, rich Console
+    """Per schema version its tasks; where their tests run under verification auto; then a table of
+    the keys swerl does not act on, the tasks that have each, and what swerl does instead."""
+    from rich.table import Table
+    from rich.text import Text
+
+    from swerl.tasks.task_toml import NEWEST_SCHEMA
+    from swerl.text import counted
+
+    def few(names: list[str]) -> str:
+        return f" ({', '.join(names)})" if len(names) <= 3 else f" ({', '.join(names[:3])}, ...)"
+
+    for version in sorted({n.schema_version for n in notes}):
+        names = [n.name for n in notes if n.schema_version == version]
+        newer = any(n.newer_schema for n in notes if n.schema_version == version)
+        after = f"; newer than {NEWEST_SCHEMA}, the newest swerl reads: unknown keys are ignored" if newer else ""
+        console.print(f"schema {version}: {counted(len(names), 'task')}{few(names)}{after}", highlight=False)
+    where = {"clean_room": "clean room", "same_container": "same container"}
+    for mode, label in where.items():
+        for image in ("task_image", "docker_image", "tests_dockerfile"):
+            names = [n.name for n in notes if n.verification == mode and n.verifier_image == image]
+            if names:
+                of = {"task_image": "the task image", "docker_image": "the separate verifier's docker_image",
+                      "tests_dockerfile": "an image built from tests/Dockerfile"}[image]
+                console.print(f"verification auto: {label} in {of}: {counted(len(names), 'task')}{few(names)}",
+                              highlight=False)
+    unsupported: dict[tuple[str, str], list[str]] = {}
+    for n in notes:
+        for note in n.unsupported:
+            unsupported.setdefault((note.key, note.instead), []).append(n.name)
+    if unsupported:
+        table = Table(title="task.toml keys swerl does not act on", title_justify="left")
+        for column in ("Key", "Tasks", "swerl instead"):
+            table.add_column(column, overflow="fold")
+        for (key, instead), names in unsupported.items():
+            table.add_row(Text(key), Text(f"{len(names)}{few(names)}"), Text(instead))
+        console.print(table)
 
 
 @tasks_app.command("list", cls=SwerlCommand)
@@ -81,3 +129,51 @@ def tasks_list(path: _TasksPath, cache_dir: _CacheDir = None, json_out: JsonOut 
                       f"{r['cpus']:g}", str(r["memory_mb"]), "yes" if r["oracle"] else "no")
     results_console(json_out).print(table)
     write_json(json_out, rows)
+
+
+@tasks_app.command("health", cls=SwerlCommand)
+def tasks_health(
+    run_dir: Annotated[Path, typer.Argument(help="Run directory of `swerl train` (its rollouts/step_N.jsonl).")],
+    last_groups: Annotated[int, typer.Option(
+        min=1, help="K: saturated = every sample passed in each of a task's last K groups; never_solved needs K groups.")] = 2,
+    infra_fraction: Annotated[float, typer.Option(
+        min=0.0, max=1.0, help="infra_flaky above this fraction of a task's attempts failed on the infrastructure.")] = 0.25,
+    verifier_fraction: Annotated[float, typer.Option(
+        min=0.0, max=1.0, help="verifier_suspect above this fraction of attempts ended in a verifier fault.")] = 0.25,
+    recheck: Annotated[bool, typer.Option(
+        "--recheck", help="Run the flagged tasks' oracle and a null attempt in sandboxes (as sandbox-test); a task "
+                          "that misbehaves is verifier_suspect.")] = False,
+    patch: Annotated[Optional[Path], typer.Option(
+        help="Where to write the patch file (task: reasons) that data.exclude reads "
+             "(default RUN_DIR/task_health.exclude.yaml).")] = None,
+    every_task: Annotated[bool, typer.Option("--all", help="Show every task, not only the flagged ones.")] = False,
+    json_out: JsonOut = None,
+    verbose: Verbose = False,
+) -> None:
+    """The task health ledger of a run: attempts, solve rate per epoch, outcomes, masked, first and last solved step;
+    flags saturated, never_solved, infra_flaky, verifier_suspect; writes the patch file data.exclude reads."""
+    from dataclasses import asdict
+
+    from rich.table import Table
+
+    from swerl.report.health import build_health, health_rows, summary_line, write_patch
+    from swerl.trainer.task_health import HealthRules
+
+    rules = HealthRules(last_groups=last_groups, infra_fraction=infra_fraction, verifier_fraction=verifier_fraction)
+    report = build_health(run_dir, rules, recheck=recheck)
+    written = write_patch(report, patch)
+    console = results_console(json_out)
+    columns, rows = health_rows(report, every_task)
+    if rows:
+        table = Table(title=f"task health of {run_dir}", title_justify="left")
+        for column in columns:
+            table.add_column(column, overflow="fold")
+        for row in rows:
+            table.add_row(*row)
+        console.print(table)
+    console.print(summary_line(report), highlight=False)
+    console.print(f"wrote {written} ({len(report.flagged())} tasks); train without them: "
+                  f"--set data.exclude={written}", highlight=False, soft_wrap=True)
+    write_json(json_out, {"run_dir": str(run_dir), "last_step": report.last_step, "rules": rules.model_dump(),
+                          "patch": str(written), "rechecked": report.rechecked,
+                          "tasks": [asdict(r) for r in report.rows]})

@@ -31,6 +31,9 @@ def train_cmd(
         "--out", "-o", "--run-dir", help="Run directory (default runs/<config file stem>).")] = None,
     concurrency: Annotated[Optional[int], typer.Option(
         "--concurrency", "-c", min=1, help="Episodes (sandboxes) in flight at once: sets loop.rollout_concurrency.")] = None,
+    seeds: Annotated[Optional[str], typer.Option(
+        "--seeds", metavar="S,S,...", help="Seed replicas: one run per seed, one after the other, each in "
+        "RUN_DIR/seed<S> with seed=S (swerl report and swerl compare group them into one arm).")] = None,
     json_out: JsonOut = None,
     verbose: Verbose = False,
 ) -> None:
@@ -41,8 +44,40 @@ def train_cmd(
     from swerl.trainer.config import load_train_config
 
     overrides = [*(set_ or []), *([f"loop.rollout_concurrency={concurrency}"] if concurrency else [])]
-    cfg = load_train_config(config, overrides)
     target = run_dir or Path("runs") / config.stem
+    replicas = _replica_runs(seeds, target, resume)
+    results = []
+    for seed, replica_dir in replicas:
+        cfg = load_train_config(config, overrides + ([f"seed={seed}"] if seed is not None else []))
+        if seed is not None:
+            err_console.print(f"seed replica {seed}: {replica_dir}", highlight=False)
+        results.append(_train_one(cfg, replica_dir, resume, dry_run, None if seed is not None else json_out))
+    if seeds is not None:
+        write_json(json_out, results)
+
+
+def _replica_runs(seeds: str | None, target: Path, resume: str | None) -> list[tuple[int | None, Path]]:
+    """(seed, run dir) of each run: ``[(None, target)]`` without ``--seeds``, else one per seed
+    in ``target/seed<S>``. Raises ConfigError for a bad list, or what cannot apply to several runs."""
+    from swerl.errors import ConfigError
+
+    if seeds is None:
+        return [(None, target)]
+    try:
+        values = [int(part) for part in seeds.split(",") if part.strip()]
+    except ValueError:
+        raise ConfigError(f"--seeds {seeds}: give integers separated by commas, e.g. --seeds 0,1,2") from None
+    if not values or len(set(values)) < len(values):
+        raise ConfigError(f"--seeds {seeds}: give distinct integers separated by commas, e.g. --seeds 0,1,2")
+    if resume not in (None, "latest"):
+        raise ConfigError("--seeds with --resume: only 'latest' applies to every replica's run dir")
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise ConfigError("--seeds under torchrun: launch one torchrun per seed with --set seed=S --out RUN_DIR/seedS")
+    return [(seed, target / f"seed{seed}") for seed in values]
+
+
+def _train_one(cfg, target: Path, resume: str | None, dry_run: bool, json_out: str | None) -> dict:  # noqa: ANN001
+    """The preflight, then the dry-run plan or the run (rank 0 behind the live view); the result's JSON."""
     from swerl.logs import hold_records
     from swerl.trainer.auto import resolve_auto
     from swerl.trainer.preflight import run_preflight
@@ -60,8 +95,7 @@ def train_cmd(
     finally:
         earlier = held.take()
     if dry_run:
-        _train_dry_run(cfg, target, checks, json_out, resolution)
-        return
+        return _train_dry_run(cfg, target, checks, json_out, resolution)
     if os.environ.get("RANK", "0") != "0":  # torchrun: other ranks train quietly, rank 0 shows and reports
         import contextlib
 
@@ -70,7 +104,7 @@ def train_cmd(
 
         set_phase_display(lambda clock: contextlib.nullcontext())
         train(cfg, target, resume)
-        return
+        return {}
     from swerl.logs import attach_run_log, detach_run_log
 
     run_log = attach_run_log(target, earlier)  # RUN_DIR/train.log: every record of the run, warnings first
@@ -82,15 +116,17 @@ def train_cmd(
         result = _train_with_live_view(cfg, target, resume, train)
     finally:
         detach_run_log(run_log)
-    write_json(json_out, {"run_dir": str(target), "steps_trained": result.steps_trained, "last_step": result.last_step,
-                           "already_finished": result.already_finished, "last_record": (result.records or [None])[-1]})
+    payload = {"run_dir": str(target), "steps_trained": result.steps_trained, "last_step": result.last_step,
+               "already_finished": result.already_finished, "last_record": (result.records or [None])[-1]}
+    write_json(json_out, payload)
     console = results_console(json_out)
     if result.already_finished:
         console.print(f"run already finished at global step {result.last_step}: nothing to train ({target})")
-        return
+        return payload
     console.print(f"trained {counted(result.steps_trained, 'step')}, global step {result.last_step}; run dir {target}")
     if cfg.logging.wandb is not None or cfg.logging.mlflow is not None:
         _log_selection_to_trackers(cfg, target)
+    return payload
 
 
 def _log_selection_to_trackers(cfg, run_dir: Path) -> None:  # noqa: ANN001 - TrainConfig
@@ -108,8 +144,9 @@ def _log_selection_to_trackers(cfg, run_dir: Path) -> None:  # noqa: ANN001 - Tr
                                              "span": sel.span, "export_path": sel.chosen.export_path})
 
 
-def _train_dry_run(cfg, run_dir: Path, checks, json_out: str | None, resolution) -> None:  # noqa: ANN001 - TrainConfig, Preflight, Resolution
-    """Print the resolved config (YAML), the run plan, what ``auto`` chose and why, and what the preflight checked."""
+def _train_dry_run(cfg, run_dir: Path, checks, json_out: str | None, resolution) -> dict:  # noqa: ANN001 - TrainConfig, Preflight, Resolution
+    """Print the resolved config (YAML), the run plan, what ``auto`` chose and why, and what the preflight
+    checked; return the JSON payload."""
     from rich.table import Table
 
     from swerl.trainer.plan import format_bytes
@@ -151,9 +188,11 @@ def _train_dry_run(cfg, run_dir: Path, checks, json_out: str | None, resolution)
     console.print(table, width=None if console.is_terminal else PLAN_WIDTH)
     for note in [*plan.notes, *checks.notes]:
         err_console.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
-    write_json(json_out, {"config": cfg.model_dump(mode="json"), "plan": plan.model_dump(mode="json"),
-                           "disk_needed_bytes": need, "disk_free_bytes": checks.disk_free_bytes,
-                           "images": checks.images, "notes": [*plan.notes, *checks.notes], "auto": resolution.as_dict()})
+    payload = {"config": cfg.model_dump(mode="json"), "plan": plan.model_dump(mode="json"),
+               "disk_needed_bytes": need, "disk_free_bytes": checks.disk_free_bytes,
+               "images": checks.images, "notes": [*plan.notes, *checks.notes], "auto": resolution.as_dict()}
+    write_json(json_out, payload)
+    return payload
 
 
 def _train_with_live_view(cfg, run_dir: Path, resume, train):  # noqa: ANN001, ANN202

@@ -15,21 +15,27 @@ from swerl.inference.base import Generation, GenerationBackend, SamplingParams
 from swerl.inference.sampling import processed_logprobs
 
 
-def rescore(model: nn.Module, prompt: list[int], generation: Generation, sampling: SamplingParams) -> torch.Tensor:
+def rescore(model: nn.Module, prompt: list[int], generation: Generation, sampling: SamplingParams,
+            device: torch.device | None = None) -> torch.Tensor:
     """Trainer-side processed log-probs of the generated ids.
 
     Args:
         model: a causal LM returning ``.logits`` of shape (1, P+T, V).
-        prompt: (P,) prompt ids. generation: its (T,) sampled ids.
+        prompt: (P,) prompt ids. generation: its (T,) sampled ids (T may be 0: the prompt is still
+            forwarded, so that sharded models run the same collectives on every rank).
         sampling: the settings the ids were sampled with (temperature, top-k, top-p).
+        device: where the model computes; None = its first parameter's device (wrong for FSDP
+            shards offloaded to the host, which compute on the GPU: pass the rank's device).
 
     Returns:
         (T,) float32 log-probs of each sampled id under the processed distribution.
     """
-    device = next(model.parameters()).device
+    device = device if device is not None else next(model.parameters()).device
     ids = torch.tensor([prompt + generation.token_ids], device=device)
     with torch.no_grad():
         logits = model(ids).logits[0, len(prompt) - 1 : -1]
+    if not generation.token_ids:
+        return torch.zeros(0)
     steps = processed_logprobs(logits, sampling.temperature, sampling.top_k, sampling.top_p)
     return steps.gather(-1, ids[0, len(prompt) :, None])[:, 0].float().cpu()
 
@@ -40,38 +46,43 @@ def probe_sampling(temperature: float, max_new_tokens: int, seed: int = 1234) ->
     return SamplingParams(temperature=temperature, top_p=1.0, top_k=0, max_new_tokens=max_new_tokens, seed=seed)
 
 
-def logprob_gap(
-    backend: GenerationBackend,
-    model: nn.Module,
-    prompt: list[int],
-    sampling: SamplingParams,
-    max_mean_abs_diff: float | None = None,
-) -> dict[str, float]:
-    """Sample ``prompt`` on every engine of ``backend`` and compare its mu with ``model``'s log-probs.
+def sample_engines(backend: GenerationBackend, prompt: list[int], sampling: SamplingParams) -> list[Generation | str]:
+    """The probe's sample from every engine of ``backend`` (a pool's ``.engines``, else itself);
+    an engine that fails (``InferenceError``) or returns no log-probs gives its reason instead."""
+    out: list[Generation | str] = []
+    for engine in getattr(backend, "engines", [backend]):
+        try:
+            generation = engine.generate([prompt], sampling)[0]
+        except InferenceError as err:
+            out.append(f"logprob probe: {err}")
+            continue
+        out.append(generation if generation.logprobs is not None else "logprob probe: the backend returned no log-probs")
+    return out
 
-    Args:
-        backend: a backend, or a pool with ``.engines`` (each engine is probed on its own).
-        max_mean_abs_diff: the limit on any engine's mean |mu - logp|, nats; None = no check.
 
-    Returns:
-        ``{"inference/logprob_diff_mean": mean |mu - logp| over all probe tokens,
-        "inference/logprob_diff_max": max |mu - logp|, "inference/probe_tokens": T}`` (nats, tokens).
+def empty_generation() -> Generation:
+    """No token: what a failed engine's sample is re-scored as (the forward still runs)."""
+    return Generation(token_ids=[], logprobs=[], finish_reason="stop")
 
-    Raises:
-        InferenceError: an engine returned no log-probs, or its mean gap exceeds ``max_mean_abs_diff``.
+
+def gap_metrics(samples: list[Generation | str], rescored: list[torch.Tensor],
+                max_mean_abs_diff: float | None = None) -> dict[str, float]:
+    """The gap between each engine's mu and the trainer's re-scored log-probs (same order).
+
+    Returns: see :func:`logprob_gap`. Raises: InferenceError for the first failed engine, or an
+        engine whose mean gap exceeds ``max_mean_abs_diff``.
     """
     diffs = []
-    for index, engine in enumerate(getattr(backend, "engines", [backend])):
-        generation = engine.generate([prompt], sampling)[0]
-        if generation.logprobs is None:
-            raise InferenceError("logprob probe: the backend returned no log-probs")
-        if not generation.token_ids:
+    for index, (sample, trainer) in enumerate(zip(samples, rescored, strict=True)):
+        if isinstance(sample, str):
+            raise InferenceError(f"engine {index}: {sample}")
+        if not sample.token_ids:
             continue
-        diff = (torch.tensor(generation.logprobs) - rescore(model, prompt, generation, sampling)).abs()
+        diff = (torch.tensor(sample.logprobs) - trainer).abs()
         mean = diff.mean().item()
         if max_mean_abs_diff is not None and mean > max_mean_abs_diff:
             raise InferenceError(
-                f"logprob probe: engine {index} (weight version {generation.weight_version}) differs from the trainer "
+                f"logprob probe: engine {index} (weight version {sample.weight_version}) differs from the trainer "
                 f"by mean |mu - logp| = {mean:.4f} nats > limit {max_mean_abs_diff}: its weights are stale or "
                 "half-applied (a failed sync); the run stops here. Raise generator.logprob_diff_limit only if this "
                 "gap is expected (e.g. a bf16 engine vs an fp32 trainer)"
@@ -85,3 +96,31 @@ def logprob_gap(
         "inference/logprob_diff_max": every.max().item(),
         "inference/probe_tokens": float(every.numel()),
     }
+
+
+def logprob_gap(
+    backend: GenerationBackend,
+    model: nn.Module,
+    prompt: list[int],
+    sampling: SamplingParams,
+    max_mean_abs_diff: float | None = None,
+    device: torch.device | None = None,
+) -> dict[str, float]:
+    """Sample ``prompt`` on every engine of ``backend`` and compare its mu with ``model``'s log-probs.
+
+    Args:
+        backend: a backend, or a pool with ``.engines`` (each engine is probed on its own).
+        max_mean_abs_diff: the limit on any engine's mean |mu - logp|, nats; None = no check.
+        device: where ``model`` computes (see :func:`rescore`).
+
+    Returns:
+        ``{"inference/logprob_diff_mean": mean |mu - logp| over all probe tokens,
+        "inference/logprob_diff_max": max |mu - logp|, "inference/probe_tokens": T}`` (nats, tokens).
+
+    Raises:
+        InferenceError: an engine failed or returned no log-probs, or its mean gap exceeds ``max_mean_abs_diff``.
+    """
+    samples = sample_engines(backend, prompt, sampling)
+    rescored = [rescore(model, prompt, s if not isinstance(s, str) else empty_generation(), sampling, device)
+                for s in samples]
+    return gap_metrics(samples, rescored, max_mean_abs_diff)

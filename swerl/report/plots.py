@@ -2,7 +2,8 @@
 global state): one function per panel, each taking the runs (arms) and returning a Figure, or
 None when no run logged the panel's metrics.
 
-Every arm keeps one colour across all panels (matplotlib's ``tab10`` cycle, in run order).
+Every arm keeps one colour across all panels (matplotlib's ``tab10`` cycle, in arm order); seed
+replicas of an arm (``Run.arm``) share its colour and line style.
 """
 
 from __future__ import annotations
@@ -71,16 +72,19 @@ def _grid(n: int, width_in: float = 12.0, row_in: float = 3.0) -> tuple[Figure, 
 
 
 def _legend(fig: Figure, runs: list[Run]) -> None:
-    handles = [Line2D([], [], color=color(i), ls=dashes(i), lw=2) for i in range(len(runs))]
-    widest = max(len(r.label) for r in runs)  # ~150 characters of 9 pt text fit across the figure
-    ncols = max(1, min(len(runs), 3, 150 // (widest + 8)))
-    fig.legend(handles, [r.label for r in runs], loc="outside lower center", ncols=ncols, fontsize=9)
+    """One entry per arm (seed replicas share their arm's colour, style and entry)."""
+    firsts = list({run.arm: run for run in runs}.values())
+    handles = [Line2D([], [], color=color(r.arm), ls=dashes(r.arm), lw=2) for r in firsts]
+    labels = [r.arm_label or r.label for r in firsts]
+    widest = max(len(label) for label in labels)  # ~150 characters of 9 pt text fit across the figure
+    ncols = max(1, min(len(firsts), 3, 150 // (widest + 8)))
+    fig.legend(handles, labels, loc="outside lower center", ncols=ncols, fontsize=9)
 
 
 def reward_figure(runs: list[Run], span: int = 5) -> Figure | None:
     """``reward/avg_raw_reward`` per step (thin), its trailing EMA (thick) and the selected
     checkpoint (star on the EMA, dotted vertical line) of every arm."""
-    series = [(i, run, *run.steps("reward/avg_raw_reward")) for i, run in enumerate(runs)]
+    series = [(run.arm, run, *run.steps("reward/avg_raw_reward")) for run in runs]
     if not any(steps for _, _, steps, _ in series):
         return None
     fig, (ax,) = _grid(1, row_in=4.5)
@@ -112,10 +116,11 @@ def line_figure(runs: list[Run], panel: Panel) -> Figure | None:
         return None
     fig, axes = _grid(len(keys))
     for ax, key in zip(axes, keys):
-        for i, run in enumerate(runs):
+        for run in runs:
             steps, values = run.steps(key)
             if steps:
-                ax.plot(steps, values, color=color(i), ls=dashes(i), lw=1.8, marker="." if len(steps) < 40 else None)
+                ax.plot(steps, values, color=color(run.arm), ls=dashes(run.arm), lw=1.8,
+                        marker="." if len(steps) < 40 else None)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_title(key, fontsize=10)
         ax.set_xlabel("global step", fontsize=8)

@@ -15,8 +15,10 @@ from pathlib import Path
 
 from swerl.fileio import atomic_write_bytes
 from swerl.errors import ConfigError
+from swerl.report.arms import assign_arms, expand_run_dirs, is_eval_folder
 from swerl.report.plots import all_figures, color
-from swerl.report.runs import Run, label_arms, load_run
+from swerl.report.runs import Run, load_run
+from swerl.report.sections import compare_section, health_section
 from swerl.selection import ema
 from swerl.text import counted
 
@@ -52,7 +54,7 @@ def arm_row(run: Run, span: int) -> dict[str, str]:
     return {
         "arm": run.label,
         "run dir": str(run.run_dir),
-        "steps": str(len(run.records)),
+        "steps": str(len(steps)),  # training steps (an eval-only record of step 0 is not one)
         "final reward": _fmt(rewards[-1] if rewards else None),
         "final EMA": _fmt(ema(rewards, span)[-1] if rewards else None),
         "selected step (EMA)": f"{chosen.step} ({chosen.ema:.3f})" if chosen else "none eligible",
@@ -66,8 +68,8 @@ def arm_row(run: Run, span: int) -> dict[str, str]:
 def _table_html(arms: list[dict[str, str]], runs: list[Run]) -> str:
     head = "".join(f"<th>{html.escape(c)}</th>" for c in ARM_COLUMNS)
     body = []
-    for i, row in enumerate(arms):
-        swatch = f'<span class="swatch" style="background:{color(i)}"></span>'
+    for run, row in zip(runs, arms):
+        swatch = f'<span class="swatch" style="background:{color(run.arm)}"></span>'
         cells = "".join(f"<td>{swatch if c == 'arm' else ''}{html.escape(row[c])}</td>" for c in ARM_COLUMNS)
         body.append(f"<tr>{cells}</tr>")
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
@@ -80,8 +82,9 @@ img{max-width:100%;border:1px solid #eee;margin:8px 0}code{background:#f5f5f5;pa
 
 
 def render_html(runs: list[Run], arms: list[dict[str, str]], diffs: list[str], figures: list[tuple[str, str, bytes]],
-                span: int) -> str:
-    """The report page: arms table, differing config keys, then one section per figure."""
+                span: int, extra: str = "") -> str:
+    """The report page: arms table, differing config keys, ``extra`` sections (HTML: the compare
+    section, the task health ledgers), then one section per figure."""
     diff_text = ", ".join(f"<code>{html.escape(d)}</code>" for d in diffs) or "none (one run or identical configs)"
     sections = [
         f'<h2>{html.escape(title)}</h2><img alt="{html.escape(name)}" '
@@ -93,7 +96,7 @@ def render_html(runs: list[Run], arms: list[dict[str, str]], diffs: list[str], f
         f"<body><h1>swerl report: {counted(len(runs), 'run')}</h1>"
         f"<p>Checkpoint selection: trailing EMA (span {span}) of <code>reward/avg_raw_reward</code> over "
         f"exported steps (as <code>swerl select-checkpoint</code>).</p>{_table_html(arms, runs)}"
-        f"<p>Config keys that differ between arms: {diff_text}</p>{''.join(sections)}</body></html>\n"
+        f"<p>Config keys that differ between arms: {diff_text}</p>{extra}{''.join(sections)}</body></html>\n"
     )
 
 
@@ -101,7 +104,8 @@ def build_report(run_dirs: list[Path], out: Path, span: int = 5) -> ReportResult
     """Write ``out`` (HTML) and ``<out stem>-<panel>.png`` beside it for the given runs.
 
     Args:
-        run_dirs: one or more ``swerl train`` run directories (each one arm).
+        run_dirs: one or more ``swerl train`` run directories, or arm folders of seed replicas
+            (their run folders are taken; replicas are grouped into arms).
         out: the HTML file to write; its folder is created.
         span: EMA span of the reward curve and the checkpoint selection.
     Returns: ReportResult.
@@ -109,8 +113,12 @@ def build_report(run_dirs: list[Path], out: Path, span: int = 5) -> ReportResult
     """
     if not run_dirs:
         raise ConfigError("swerl report needs at least one RUN_DIR")
-    runs = [load_run(Path(d), span) for d in run_dirs]
-    diffs = label_arms(runs)
+    paths = [d for d in expand_run_dirs([Path(d) for d in run_dirs]) if not is_eval_folder(d)]
+    if not paths:
+        raise ConfigError("swerl report draws training runs: pass run dirs of swerl train (swerl eval folders go to "
+                          "swerl compare)")
+    runs = [load_run(d, span) for d in paths]
+    diffs = assign_arms(runs)
     out.parent.mkdir(parents=True, exist_ok=True)
     figures: list[tuple[str, str, bytes]] = []
     pngs: list[Path] = []
@@ -123,5 +131,6 @@ def build_report(run_dirs: list[Path], out: Path, span: int = 5) -> ReportResult
         pngs.append(path)
         figures.append((name, title, png))
     arms = [arm_row(r, span) for r in runs]
-    atomic_write_bytes(out, render_html(runs, arms, diffs, figures, span).encode("utf-8"))
+    extra = (compare_section(paths, span) if len({r.arm for r in runs}) > 1 else "") + health_section(paths)
+    atomic_write_bytes(out, render_html(runs, arms, diffs, figures, span, extra).encode("utf-8"))
     return ReportResult(html_path=out, png_paths=pngs, arms=arms, differences=diffs)

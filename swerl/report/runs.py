@@ -36,6 +36,8 @@ class Run:
         selection: the trailing-EMA selection of ``reward/avg_raw_reward``, or None when the
             run has no such metric.
         label: the arm's label (set by :func:`label_arms`).
+        arm: index of the run's arm (seed replicas share it; set by the report).
+        arm_label: the arm's label in legends ("" = ``label``).
     """
 
     run_dir: Path
@@ -43,6 +45,8 @@ class Run:
     config: dict[str, Any] = field(default_factory=dict)
     selection: Selection | None = None
     label: str = ""
+    arm: int = 0
+    arm_label: str = ""
 
     def steps(self, key: str) -> tuple[list[int], list[float]]:
         """(steps, values) of ``key`` over the records that hold it as a number."""
@@ -79,6 +83,20 @@ def read_records(run_dir: Path) -> list[dict[str, Any]]:
     return [by_step[s] for s in sorted(by_step)]
 
 
+def read_config(run_dir: Path) -> dict[str, Any]:
+    """RUN_DIR/config.yaml as a nested dict ({} when absent).
+
+    Raises: ConfigError naming the file when it is not valid YAML.
+    """
+    path = run_dir / "config.yaml"
+    if not path.is_file():
+        return {}
+    try:
+        return yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from err
+
+
 def load_run(run_dir: Path, span: int = 5) -> Run:
     """Read one run directory (records, config, selection with EMA ``span``).
 
@@ -87,13 +105,7 @@ def load_run(run_dir: Path, span: int = 5) -> Run:
     if not run_dir.is_dir():
         raise ConfigError(f"run directory {run_dir} does not exist: pass the RUN_DIR of a swerl train run")
     records = read_records(run_dir)
-    config: dict[str, Any] = {}
-    config_path = run_dir / "config.yaml"
-    if config_path.is_file():
-        try:
-            config = yaml.safe_load(config_path.read_text()) or {}
-        except yaml.YAMLError as err:
-            raise ConfigError(f"{config_path}: not valid YAML ({str(err).splitlines()[0]})") from err
+    config = read_config(run_dir)
     selection = None
     if any(DEFAULT_METRIC in r for r in records):
         selection = select_checkpoint(run_dir, DEFAULT_METRIC, span, "max", skip_bad_lines=True)
@@ -112,11 +124,11 @@ def flatten(node: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def config_differences(runs: list[Run]) -> list[str]:
-    """Dotted config keys whose values differ between the runs (sorted)."""
+def config_differences(runs: list[Run], ignored: tuple[str, ...] = ()) -> list[str]:
+    """Dotted config keys whose values differ between the runs (sorted), without ``ignored``."""
     flat = [flatten(r.config) for r in runs]
     keys = sorted(set().union(*flat)) if flat else []
-    return [k for k in keys if not k.startswith(LABEL_IGNORED_PREFIXES)
+    return [k for k in keys if not k.startswith(LABEL_IGNORED_PREFIXES) and k not in ignored
             and len({json.dumps(f.get(k), sort_keys=True, default=str) for f in flat}) > 1]
 
 
@@ -125,14 +137,15 @@ def _value_text(value: Any) -> str:
     return yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
 
 
-def label_arms(runs: list[Run], max_keys: int = 4) -> list[str]:
+def label_arms(runs: list[Run], max_keys: int = 4, ignored: tuple[str, ...] = ()) -> list[str]:
     """Label each run by the config values that set it apart (``algorithm.use_tis=false, ...``).
 
     One run, or runs with equal configs, are labelled by their folder names. Only the last
     segment of each key is shown when it is unambiguous; at most ``max_keys`` keys, then ``+N``.
+    ``ignored`` keys never label (the report passes ``seed`` to label arms of seed replicas).
     Returns: the differing keys (also stored in each ``Run.label``).
     """
-    diffs = config_differences(runs) if len(runs) > 1 else []
+    diffs = config_differences(runs, ignored) if len(runs) > 1 else []
     short = {k: k.rsplit(".", 1)[-1] for k in diffs}
     if len(set(short.values())) < len(short):
         short = {k: k for k in diffs}

@@ -17,10 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from swerl.fileio import atomic_write_text
 from swerl.errors import ConfigError
+from swerl.report.runs import read_config
 from swerl.text import counted
 
 STEP_FILE = re.compile(r"^step_(\d+)\.jsonl$")
@@ -89,7 +88,7 @@ class _LazyTokenizer:
 
     def decode(self, ids: list[int]) -> str:
         if self._tok is None:
-            config = run_dir_config(self.run_dir)
+            config = read_config(self.run_dir)
             path = (config.get("model") or {}).get("path")
             if not path:
                 raise ConfigError(f"{self.run_dir}: a record has no transcript and config.yaml names no model.path "
@@ -98,12 +97,6 @@ class _LazyTokenizer:
 
             self._tok = AutoTokenizer.from_pretrained(path)
         return self._tok.decode(ids)
-
-
-def run_dir_config(run_dir: Path) -> dict[str, Any]:
-    """RUN_DIR/config.yaml as a dict ({} when absent)."""
-    path = run_dir / "config.yaml"
-    return (yaml.safe_load(path.read_text()) or {}) if path.is_file() else {}
 
 
 def _episode(record: dict[str, Any], tokenizer: Any) -> Episode:

@@ -16,10 +16,13 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from swerl.errors import SandboxError
+from swerl.sandbox.network import Phase, granted, network_problem
 from swerl.sandbox.runtime.cleanroom import verification_mode
+from swerl.sandbox.runtime.healthcheck import wait_healthy
 from swerl.sandbox.deployment.engine import DEFAULT_MAX_WARM, MAX_WARM_POOLS, Engine, EngineLost
 from swerl.sandbox.deployment.fleet import Fleet
 from swerl.sandbox.deployment.transfer import copy_image, has_image
@@ -116,20 +119,43 @@ class SandboxManager:
         env = task.config.environment
         if env.docker_image:
             return env.docker_image
-        if engine is None:
-            if self.fleet is None or not self.fleet.healthy:
-                raise SandboxError("SandboxManager is not open; use `async with SandboxManager(...)`")
-            engine = self.fleet.healthy[0]
-        key = str(task.environment_dir.resolve())
+        return await self._built_image(task.environment_dir, env.build_timeout_sec, self._engine(engine))
+
+    async def verifier_image_for(self, task: Task, engine: Engine | None = None) -> str:
+        """The image the clean room's tests run in (:attr:`Task.verifier_image`): a separate
+        verifier's ``docker_image``, or its ``tests/Dockerfile`` built with ``tests/`` as the
+        context (cached like a task image), else the task image.
+
+        Raises:
+            TaskError: bad tests folder. SandboxError: build_error.
+        """
+        source = task.verifier_image
+        if source == "task_image":
+            return await self.image_for(task, engine)
+        env = task.config.verifier_environment
+        if source == "docker_image":
+            assert env.docker_image is not None
+            return env.docker_image
+        return await self._built_image(task.tests_dir, env.build_timeout_sec, self._engine(engine))
+
+    def _engine(self, engine: Engine | None) -> Engine:
+        if engine is not None:
+            return engine
+        if self.fleet is None or not self.fleet.healthy:
+            raise SandboxError("SandboxManager is not open; use `async with SandboxManager(...)`")
+        return self.fleet.healthy[0]
+
+    async def _built_image(self, folder: Path, build_timeout_s: float, engine: Engine) -> str:
+        """``folder`` (holding a Dockerfile) built on ``engine`` once per run, cached by content."""
+        key = str(folder.resolve())
         if key in engine.images:
             return engine.images[key]
-        lock = engine.image_locks.setdefault(task_image_tag(task.environment_dir), asyncio.Lock())
+        lock = engine.image_locks.setdefault(task_image_tag(folder), asyncio.Lock())
         async with lock:
             assert engine.call is not None and engine.client is not None
-            await self._bring_bases(task, engine)
+            await self._bring_bases(folder / "Dockerfile", build_timeout_s, engine)
             tag, built = await ensure_task_image(
-                engine.call, engine.client, task.environment_dir, env.build_timeout_sec, allow_network=False,
-                known_ids=engine.base_ids,
+                engine.call, engine.client, folder, build_timeout_s, allow_network=False, known_ids=engine.base_ids,
             )
         first_use = tag not in engine.images.values()
         engine.images[key] = tag
@@ -144,14 +170,14 @@ class SandboxManager:
                 log.warning("image cache pruning failed on %s: %s", engine.url, err)
         return tag
 
-    async def _bring_bases(self, task: Task, engine: Engine) -> None:
-        """Copy the task's ``FROM`` images that ``engine`` lacks from a healthy peer engine."""
+    async def _bring_bases(self, dockerfile: Path, timeout_s: float, engine: Engine) -> None:
+        """Copy the ``FROM`` images of ``dockerfile`` that ``engine`` lacks from a healthy peer engine."""
         assert engine.call is not None and engine.client is not None and self.fleet is not None
-        for ref in from_images(task.environment_dir / "Dockerfile"):
+        for ref in from_images(dockerfile):
             async with engine.image_locks.setdefault(f"from:{ref}", asyncio.Lock()):  # one copy per image
-                await self._bring_base(task, engine, ref)
+                await self._bring_base(ref, timeout_s, engine)
 
-    async def _bring_base(self, task: Task, engine: Engine, ref: str) -> None:
+    async def _bring_base(self, ref: str, timeout_s: float, engine: Engine) -> None:
         """Copy ``ref`` to ``engine`` from the first healthy peer that has it (if it lacks it)."""
         assert engine.call is not None and engine.client is not None and self.fleet is not None
         if ref in engine.base_ids or await engine.call(has_image, engine.client, ref):
@@ -160,21 +186,18 @@ class SandboxManager:
             if peer is engine or peer.call is None or not await peer.call(has_image, peer.client, ref):
                 continue
             try:
-                await engine.call(copy_image, peer.client, engine.client, ref,
-                                  timeout_s=task.config.environment.build_timeout_sec)
+                await engine.call(copy_image, peer.client, engine.client, ref, timeout_s=timeout_s)
             except Exception as err:  # noqa: BLE001 - the build then names the missing image
                 log.warning("could not copy %s from %s to %s: %s", ref, peer.url, engine.url, err)
             return
 
-    def _spec(self, task: Task, image: str, engine: Engine) -> ContainerSpec:
-        env = task.config.environment
+    def _spec(self, task: Task, phase: Phase, image: str, engine: Engine) -> ContainerSpec:
+        """The container of ``phase``: the agent's limits and network, or the verifier's (the
+        separate verifier environment's limits, the verifier phase's network)."""
+        env = task.config.environment if phase == "agent" else task.config.verifier_environment
         return ContainerSpec(
-            runtime=engine.runtime,
-            image=image,
-            cpus=env.cpus,
-            memory_mb=env.memory_mb,
-            pids_limit=self.config.pids_limit,
-            network=bool(env.allow_internet and self.config.allow_network),
+            runtime=engine.runtime, image=image, cpus=env.cpus, memory_mb=env.memory_mb, pids_limit=self.config.pids_limit,
+            network=granted(task, phase, self.config.allow_network), workdir=env.workdir,
         )
 
     @contextlib.asynccontextmanager
@@ -210,28 +233,42 @@ class SandboxManager:
                             continue
                         raise
                     async with self._running(sb, engine, timings):
+                        if (check := task.config.environment.healthcheck) is not None:
+                            began = time.monotonic()
+                            try:
+                                await wait_healthy(sb, check)
+                            finally:
+                                timings.start_s += time.monotonic() - began
                         yield sb
                     return
 
     async def _start(self, task: Task, engine: Engine, timings: TrialTimings) -> Sandbox:
-        """Build (or find) the image on ``engine`` and take a started container there."""
+        """Build (or find) the images on ``engine`` and take a started container there; in the
+        clean room, the verifier's container comes from its own warm pool (the same one when the
+        verifier's image, limits and network are the agent's)."""
+        mode = verification_mode(task, self.config)
+        if (problem := network_problem(task, mode, self.config.allow_network)) is not None:
+            raise SandboxError(problem, outcome=Outcome.start_error)  # check_network refuses it before a run
         began = time.monotonic()
         image = await self.image_for(task, engine)
+        clean_room = mode == "clean_room"
+        verifier_image = await self.verifier_image_for(task, engine) if clean_room else image
         timings.build_s = time.monotonic() - began
         began = time.monotonic()
         labels = {**self._labels, LABEL_TASK: task.name}
-        spec = self._spec(task, image, engine)
-        per_trial = 2 if verification_mode(task, self.config) == "clean_room" else 1
-        container_id, keeper = await engine.pool(spec, per_trial).take(task.name, labels)
+        spec = self._spec(task, "agent", image, engine)
+        verifier_spec = self._spec(task, "verifier", verifier_image, engine) if clean_room else spec
+        shared = clean_room and verifier_spec == spec  # one pool serves both containers of a trial
+        container_id, keeper = await engine.pool(spec, 2 if shared else 1).take(task.name, labels)
         timings.start_s = time.monotonic() - began
 
         async def renew() -> tuple[str, KeeperChannel]:
-            return await engine.pool(spec, per_trial).take(task.name, labels)
+            return await engine.pool(verifier_spec, 2 if shared else 1).take(task.name, labels)
 
         assert engine.call is not None and engine.client is not None and engine.reaper is not None
         sb = Sandbox(engine.call, engine.client, self.config, task, container_id, keeper=keeper,
                      renew=renew, retire=engine.reaper.remove)
-        sb.engine = engine.url
+        sb.engine, sb.image, sb.verifier_image = engine.url, image, verifier_image
         return sb
 
     @contextlib.asynccontextmanager
@@ -313,8 +350,8 @@ class SandboxManager:
         record = TrialRecord(
             task=task.name, attempt=attempt, outcome=verdict.outcome, reward=verdict.reward,
             failure_class=verdict.failure_class, detail=(agent_note + verdict.detail).strip("; "),
-            verification=verdict.verification, engine=sb.engine, timings=timings,
-            engine_retries=len(placed) - 1,  # starts moved off an engine that stopped answering
+            verification=verdict.verification, verifier_image=verdict.verifier_image, engine=sb.engine,
+            timings=timings, engine_retries=len(placed) - 1,  # starts moved off an engine that stopped answering
         )
         return record, False
 

@@ -198,4 +198,4 @@ async def run_attempt(mgr: SandboxManager, task: Task, attempt: Attempt) -> Tria
                            detail=str(err), timings=timings)
     return TrialRecord(task=task.name, attempt=name, outcome=verdict.outcome, reward=verdict.reward,
                        failure_class=verdict.failure_class, detail="; ".join([*notes, verdict.detail]).strip("; "),
-                       verification=verdict.verification, timings=timings)
+                       verification=verdict.verification, verifier_image=verdict.verifier_image, timings=timings)

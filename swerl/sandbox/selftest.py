@@ -20,6 +20,7 @@ from pydantic import BaseModel, Field
 
 from swerl.errors import EnvironmentProblem, SwerlError
 from swerl.sandbox.manager import SandboxManager
+from swerl.sandbox.network import check_network
 from swerl.sandbox.types import Outcome, SandboxConfig, TrialRecord
 from swerl.sandbox.redteam import CATALOGUE, PREFIX, is_forged, run_attempt
 
@@ -138,9 +139,11 @@ async def run_sandbox_test(
         redteam: also run every attempt of :data:`~swerl.sandbox.redteam.CATALOGUE`.
 
     Raises:
+        TaskError: (exit 2) a task asks for a network allowlist and ``config.allow_network`` is set.
         EnvironmentProblem: Docker is not reachable (exit 3), at the start or after trials
             failed with daemon/start/build errors (the engine stopped answering mid-run).
     """
+    check_network(tasks, config)
     async with SandboxManager(config) as mgr:
         jobs: dict[asyncio.Task[TrialRecord], tuple[str, str]] = {}
         for task in tasks:

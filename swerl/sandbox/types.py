@@ -48,6 +48,7 @@ class Outcome(str, enum.Enum):
     oom = "oom"
     daemon_error = "daemon_error"
     disk_limit = "disk_limit"
+    healthcheck_failed = "healthcheck_failed"
 
     @property
     def failure_class(self) -> FailureClass:
@@ -72,6 +73,9 @@ _FAILURE_CLASS: dict[Outcome, FailureClass] = {
     # The container's writable layer passed [environment] storage_mb (or the work product the
     # artifact cap): the trial is stopped, no reward is trusted, the host disk is protected.
     Outcome.disk_limit: FailureClass.mask,
+    # The task's [environment.healthcheck] never passed before the agent (or the tests) began: the
+    # environment, not the agent, is broken.
+    Outcome.healthcheck_failed: FailureClass.mask,
 }
 
 
@@ -89,7 +93,8 @@ class SandboxConfig(BaseModel):
         description="Most sandboxes alive at once (semaphore); also sizes the HTTP connection pool.",
     )
     allow_network: bool = Field(
-        False, description="Grant network to tasks whose task.toml sets allow_internet = true."
+        False, description="Grant the public network to the phases that ask for it (task.toml network_mode = "
+        "\"public\", or allow_internet = true); a task asking for an allowlist is then refused (swerl cannot enforce one).",
     )
     warm_pool: bool = Field(
         True, description="Pre-create and start containers ahead of use (one fresh container per trial)."
@@ -103,12 +108,15 @@ class SandboxConfig(BaseModel):
     verification: Literal["auto", "clean_room", "same_container"] = Field(
         "auto",
         description=(
-            "Where the hidden tests run. clean_room: in a fresh container of the pristine task image holding only "
-            "the agent's work product ([verifier] artifacts; a task that declares none gets its image's WORKDIR). "
+            "Where the hidden tests run. clean_room: in a fresh container of the pristine verifier image (the task "
+            "image, or a separate verifier environment's) holding only the agent's work product (the declared "
+            "artifacts, either spelling, plus /logs/artifacts; a task that declares none gets its image's WORKDIR). "
             "same_container: in the agent's own container (hardened: an unblockable wipe of /logs/verifier and /tests, "
-            "every process killed before and after the tests). auto: clean room for tasks that declare artifacts "
-            "and do not set [verifier] same_container = true; same container for tasks that declare no artifacts "
-            "(their verifier may inspect anything the agent changed, so swerl does not guess their work product)."
+            "every process killed before and after the tests); a task whose tests live in a separate verifier image "
+            "is still verified there. auto: clean room for tasks that declare artifacts or a separate verifier "
+            "([verifier] environment_mode = \"separate\"), unless [verifier] same_container = true; same container "
+            "for tasks that declare neither (their verifier may inspect anything the agent changed, so swerl does "
+            "not guess their work product)."
         ),
     )
     max_artifact_mb: int = Field(
@@ -210,6 +218,8 @@ class VerifierResult(BaseModel):
         detail: one line saying why, for anything but ``passed``.
         verification: where the tests ran: ``clean_room`` (fresh container, only the work product
             copied in) or ``same_container`` (the agent's own container, hardened).
+        verifier_image: the image the tests ran in: the task's own, or a separate verifier's
+            (``[verifier.environment] docker_image`` or built from ``tests/Dockerfile``).
     """
 
     outcome: Outcome
@@ -219,6 +229,7 @@ class VerifierResult(BaseModel):
     duration_s: float = 0.0
     detail: str = ""
     verification: Verification | None = None
+    verifier_image: str | None = None
 
 
 class TrialTimings(BaseModel):
@@ -242,6 +253,10 @@ class TrialRecord(BaseModel):
     failure_class: FailureClass = FailureClass.none
     detail: str = ""
     verification: Verification | None = Field(None, description="Where the tests ran; None when the trial ended before.")
+    verifier_image: str | None = Field(
+        None, description="The image the tests ran in (the task's, or a separate verifier environment's); None when "
+        "the trial ended before.",
+    )
     engine: str | None = Field(None, description="URL of the Docker engine the trial ran on (its last attempt).")
     engine_retries: int = Field(0, description="Times the trial was moved to another engine because its engine stopped answering.")
     timings: TrialTimings = Field(default_factory=TrialTimings)

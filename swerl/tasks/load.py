@@ -21,7 +21,9 @@ from typing import Literal
 from pydantic import ValidationError
 
 from swerl.errors import TaskError
+from swerl.tasks.schema_notes import unsupported_keys
 from swerl.tasks.task_folder import MalformedTask, Task, TaskConfig, TaskProblem, TaskSet
+from swerl.tasks.task_toml import NEWEST_SCHEMA
 
 log = logging.getLogger(__name__)
 
@@ -34,31 +36,36 @@ _warned_lock = threading.Lock()
 
 
 def _format_validation_error(err: ValidationError) -> str:
-    """One line naming each bad task.toml field, pydantic's reason and the value given."""
+    """One line naming each bad task.toml field, pydantic's reason and the value given (a table's
+    or a list's value is left out when the reason already names the fix)."""
     parts = []
     for e in err.errors():
         field = ".".join(str(x) for x in e["loc"]) or "(top level)"
-        parts.append(f"field {field!r}: {e['msg']} (got {e.get('input')!r})")
+        value = e.get("input")
+        message = e["msg"].removeprefix("Value error, ")  # swerl's own reasons name the fix already
+        given = "" if e["type"] == "value_error" and isinstance(value, (dict, list)) else f" (got {value!r})"
+        parts.append(f"field {field!r}: {message}{given}")
     return "; ".join(parts)
 
 
-def _unknown_keys(config: TaskConfig) -> list[str]:
-    """Dotted names of task.toml keys docs/tasks.md does not define (kept in ``model_extra``)."""
-    keys = [k for k in (config.model_extra or {})]
-    for section in ("agent", "verifier", "environment"):
-        keys += [f"{section}.{k}" for k in (getattr(config, section).model_extra or {})]
-    return keys
+def _warn_once(key: str, message: str, *args: object) -> None:
+    """Log ``message`` the first time ``key`` is seen in this process."""
+    with _warned_lock:
+        if key in _warned_keys:
+            return
+        _warned_keys.add(key)
+    log.warning(message, *args)
 
 
-def _warn_unknown_keys(config: TaskConfig, toml_path: Path) -> None:
-    """Log each unknown key once per process (the first file it was seen in is named)."""
-    for key in _unknown_keys(config):
-        with _warned_lock:
-            if key in _warned_keys:
-                continue
-            _warned_keys.add(key)
-        log.warning("task.toml key %r is not part of the task format; kept but unused (first seen in %s)",
-                    key, toml_path)
+def _warn_unsupported(config: TaskConfig, toml_path: Path) -> None:
+    """Warn once per process per newer schema and per key swerl does not act on (first file named)."""
+    if config.schema_is_newer():
+        _warn_once(f"schema {config.schema_version}",
+                   "task.toml schema %s is newer than %s, the newest swerl reads: keys swerl does not know are "
+                   "ignored (`swerl tasks validate` lists them), declared artifacts still get the clean room "
+                   "(first seen in %s)", config.schema_version, NEWEST_SCHEMA, toml_path)
+    for note in unsupported_keys(config):
+        _warn_once(note.key, "task.toml key %r: %s (first seen in %s)", note.key, note.instead, toml_path)
 
 
 def _read_config(toml_path: Path) -> TaskConfig:
@@ -74,7 +81,7 @@ def _read_config(toml_path: Path) -> TaskConfig:
         config = TaskConfig.model_validate(raw)
     except ValidationError as err:
         raise MalformedTask(toml_path, _format_validation_error(err)) from err
-    _warn_unknown_keys(config, toml_path)
+    _warn_unsupported(config, toml_path)
     return config
 
 
@@ -92,15 +99,22 @@ def _read_instruction(path: Path) -> str:
 
 def _check_environment(root: Path, config: TaskConfig) -> None:
     env_dir = root / "environment"
-    for name in COMPOSE_FILES:
-        if (env_dir / name).exists():
-            raise MalformedTask(env_dir / name, "docker compose environments are not supported yet; "
-                                "use a single environment/Dockerfile")
+    for folder in (env_dir, root / "tests"):
+        for name in COMPOSE_FILES:
+            if (folder / name).exists():
+                raise MalformedTask(folder / name, "docker compose environments are not supported yet; "
+                                    f"use a single {folder.name}/Dockerfile")
     if config.environment.docker_image:
         return
     if not (env_dir / "Dockerfile").is_file():
         raise MalformedTask(env_dir / "Dockerfile",
                             "missing environment/Dockerfile (or set [environment] docker_image in task.toml)")
+
+
+def _check_tests(task: Task) -> None:
+    """tests/test.sh must exist unless the tests belong to a separate verifier's own image."""
+    if not task.tests_in_verifier_image and not task.test_script.is_file():
+        raise MalformedTask(task.test_script, "missing tests/test.sh (the verifier entry point)")
 
 
 def _check_links(root: Path) -> None:
@@ -123,8 +137,9 @@ def load_task(path: Path | str, *, name: str | None = None) -> Task:
     Raises:
         MalformedTask: naming the file and the reason: missing instruction.md or task.toml,
             bad TOML (with line and column), wrong field types (field named), a compose
-            environment (not supported yet), missing environment/Dockerfile or tests/test.sh,
-            a symlink escaping the folder.
+            environment (not supported yet), missing environment/Dockerfile or tests/test.sh
+            (not needed when a separate verifier's own image holds the tests), ``[[steps]]``
+            (multi-step tasks are refused), a symlink escaping the folder.
     """
     root = Path(path).resolve()
     if not root.is_dir():
@@ -132,10 +147,10 @@ def load_task(path: Path | str, *, name: str | None = None) -> Task:
     instruction = _read_instruction(root / "instruction.md")
     config = _read_config(root / "task.toml")
     _check_environment(root, config)
-    if not (root / "tests" / "test.sh").is_file():
-        raise MalformedTask(root / "tests" / "test.sh", "missing tests/test.sh (the verifier entry point)")
+    task = Task(name=name or root.name, path=root, instruction=instruction, config=config)
+    _check_tests(task)
     _check_links(root)
-    return Task(name=name or root.name, path=root, instruction=instruction, config=config)
+    return task
 
 
 def _is_task_folder(path: Path) -> bool:

@@ -133,16 +133,20 @@ def _toml_value(value: object) -> str:
 
 
 def task_toml(spec: PyTaskSpec) -> str:
-    """The task.toml text of a pymethods2test-shaped task."""
+    """The task.toml text of a pymethods2test-shaped task, in Harbor's schema 1.3 spelling.
+
+    The work product is the top-level ``artifacts`` (it must precede the first table), so swerl
+    verifies in the clean room; the verifier stays Harbor's shared one (a separate one would need a
+    ``tests/Dockerfile`` in Harbor, i.e. one verifier image per task).
+    """
     meta = "".join(f"{k} = {_toml_value(v)}\n" for k, v in spec.metadata.items())
     return (
-        'version = "1.0"\n\n'
+        'schema_version = "1.3"\nartifacts = ["/app"]\n\n'
         f"[metadata]\n{meta}\n"
         f"[agent]\ntimeout_sec = {spec.agent_timeout_s!r}\n\n"
-        f"[verifier]\ntimeout_sec = {spec.verifier_timeout_s!r}\n"
-        'artifacts = ["/app"]\n\n'
+        f"[verifier]\ntimeout_sec = {spec.verifier_timeout_s!r}\n\n"
         "[environment]\nbuild_timeout_sec = 600.0\n"
-        f"cpus = {spec.cpus!r}\nmemory_mb = {spec.memory_mb}\nstorage_mb = 10240\nallow_internet = false\n"
+        f"cpus = {spec.cpus!r}\nmemory_mb = {spec.memory_mb}\nstorage_mb = 10240\nnetwork_mode = \"no-network\"\n"
     )
 
 

@@ -6,119 +6,16 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple, overload
+from typing import Literal, NamedTuple, overload
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict
 
 from swerl.errors import TaskError
+from swerl.tasks.task_toml import ARTIFACTS_DIR, MAX_TIMEOUT_S, TaskConfig
 
-# Longest timeout task.toml may ask for, seconds (one day): larger values are typos (1e12) or
-# ways to park a sandbox forever.
-MAX_TIMEOUT_S = 86_400.0
-# Paths that can never be a work product: the verifier owns /tests and /logs, the kernel the rest.
-_NOT_ARTIFACTS = ("/tests", "/logs", "/proc", "/sys", "/dev")
+__all__ = ["MAX_TIMEOUT_S", "MalformedTask", "Task", "TaskConfig", "TaskProblem", "TaskSet"]
 
-
-def _timeout(default: float, what: str) -> Any:
-    """A finite timeout field in seconds, in (0, one day]."""
-    return Field(default, gt=0, le=MAX_TIMEOUT_S, allow_inf_nan=False, description=f"{what}, seconds (at most one day).")
-
-
-class _Section(BaseModel):
-    # Unknown keys are kept (``extra="allow"``); the loader warns about them once.
-    model_config = ConfigDict(extra="allow")
-
-
-class AgentSection(_Section):
-    """``[agent]`` of task.toml."""
-
-    timeout_sec: float = _timeout(600.0, "Wall-clock budget of the agent")
-
-
-class VerifierSection(_Section):
-    """``[verifier]`` of task.toml."""
-
-    timeout_sec: float = _timeout(600.0, "Wall-clock budget of tests/test.sh")
-    env: dict[str, str] = Field(default_factory=dict, description="Extra environment for test.sh.")
-    restart_environment: bool = Field(
-        False, description="Harbor's restart before verifying; swerl does not restart, so only false is accepted "
-        "(use `artifacts` to verify in a fresh container of the pristine image).",
-    )
-    artifacts: list[str] | None = Field(
-        None,
-        description=(
-            "The agent's work product: absolute paths (e.g. [\"/app\"]) copied from the agent's container into a "
-            "fresh container of the pristine image, where the tests run (clean-room verification). None: the task "
-            "declares none, and is verified in the agent's own container unless the run forces the clean room."
-        ),
-    )
-    same_container: bool = Field(
-        False,
-        description="Verify in the agent's container even when artifacts are declared (a verifier that inspects "
-        "the whole environment the agent left); a run's `verification = \"clean_room\"` overrides it.",
-    )
-
-    @field_validator("restart_environment")
-    @classmethod
-    def _no_restart(cls, value: bool) -> bool:
-        if value:
-            raise ValueError("restart_environment = true is not supported: remove it, or declare `artifacts` "
-                             "to verify in a fresh container")
-        return value
-
-    @field_validator("artifacts")
-    @classmethod
-    def _artifact_paths(cls, paths: list[str] | None) -> list[str] | None:
-        """Absolute, normalized, not ``/`` and not the verifier's own folders; duplicates dropped."""
-        if paths is None:
-            return None
-        clean: list[str] = []
-        for raw in paths:
-            parts = [p for p in raw.split("/") if p not in ("", ".")]
-            if not raw.startswith("/") or ".." in parts or not parts:
-                raise ValueError(f"{raw!r} must be an absolute path below / without '..' (e.g. \"/app\")")
-            path = "/" + "/".join(parts)
-            if any(path == p or path.startswith(p + "/") for p in _NOT_ARTIFACTS):
-                raise ValueError(f"{raw!r} is not a work product (the verifier owns /tests and /logs)")
-            if path not in clean:
-                clean.append(path)
-        return clean
-
-
-class EnvironmentSection(_Section):
-    """``[environment]`` of task.toml."""
-
-    build_timeout_sec: float = _timeout(600.0, "Image build budget")
-    docker_image: str | None = Field(None, description="Prebuilt image; skips the build when set.")
-    cpus: float = Field(1.0, gt=0, le=1024, allow_inf_nan=False, description="CPU limit of the container (cores).")
-    memory_mb: int = Field(2048, gt=0, le=1 << 20, description="Memory limit of the container, MiB.")
-    storage_mb: int = Field(
-        10240, gt=0, le=1 << 24,
-        description="Disk budget of the container's writable layer, MiB: swerl kills a container past it "
-        "(the trial ends as disk_limit, masked); see SandboxConfig.disk_poll_s.",
-    )
-    gpus: int = Field(0, ge=0, description="GPUs requested: swerl runs CPU sandboxes only, so only 0 is accepted.")
-    allow_internet: bool = Field(
-        False,
-        description="Task asks for network. swerl grants it only with --allow-network (Harbor defaults true).",
-    )
-
-    @field_validator("gpus")
-    @classmethod
-    def _no_gpus(cls, value: int) -> int:
-        if value:
-            raise ValueError(f"gpus = {value} is not supported: swerl runs CPU sandboxes only; set gpus = 0 or remove it")
-        return value
-
-
-class TaskConfig(_Section):
-    """The whole ``task.toml`` with the defaults of docs/tasks.md."""
-
-    version: str = "1.0"
-    metadata: dict[str, Any] = Field(default_factory=dict)
-    agent: AgentSection = Field(default_factory=AgentSection)
-    verifier: VerifierSection = Field(default_factory=VerifierSection)
-    environment: EnvironmentSection = Field(default_factory=EnvironmentSection)
+VerifierImage = Literal["task_image", "docker_image", "tests_dockerfile"]
 
 
 class Task(BaseModel):
@@ -165,6 +62,46 @@ class Task(BaseModel):
     def test_script(self) -> Path:
         """``<task>/tests/test.sh``, run as ``bash /tests/test.sh`` by the verifier."""
         return self.tests_dir / "test.sh"
+
+    @property
+    def verifier_image(self) -> VerifierImage:
+        """Where a separate verifier's image comes from: ``[verifier.environment] docker_image``, else
+        ``tests/Dockerfile`` (Harbor builds it with ``tests/`` as the context), else the task image
+        (``task_image``, also for every shared verifier)."""
+        verifier = self.config.verifier
+        if verifier.mode != "separate":
+            return "task_image"
+        if verifier.environment is not None and verifier.environment.docker_image:
+            return "docker_image"
+        return "tests_dockerfile" if (self.tests_dir / "Dockerfile").is_file() else "task_image"
+
+    @property
+    def tests_in_verifier_image(self) -> bool:
+        """True when the tests belong to the verifier's own image (``/tests`` is baked in there,
+        so ``tests/`` is not uploaded again); False when they are uploaded at verification."""
+        return self.verifier_image != "task_image"
+
+    @property
+    def auto_verification(self) -> Literal["clean_room", "same_container"]:
+        """Where the tests run under ``verification: auto``: the clean room for a separate verifier
+        and for declared artifacts (either spelling), unless ``[verifier] same_container = true``."""
+        verifier = self.config.verifier
+        if verifier.mode == "separate":
+            return "clean_room"
+        if self.config.work_product is None or verifier.same_container:
+            return "same_container"
+        return "clean_room"
+
+    @property
+    def clean_room_paths(self) -> list[str] | None:
+        """What the clean room carries over: the declared artifacts plus Harbor's convention folder
+        ``/logs/artifacts`` (each path once, none below another); None when the task declares no
+        artifacts and its verifier is not separate (a forced clean room then takes the WORKDIR)."""
+        declared = self.config.work_product
+        if declared is None and self.config.verifier.mode != "separate":
+            return None
+        paths = [*(declared or []), ARTIFACTS_DIR]
+        return [p for p in dict.fromkeys(paths) if not any(p.startswith(q + "/") for q in paths)]
 
 
 class MalformedTask(TaskError):

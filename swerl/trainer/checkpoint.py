@@ -17,13 +17,15 @@ Every folder is written under a ``.tmp-*`` name and renamed by rank 0 after a ba
 every rank's files are complete, so a ``kill -9`` mid-save leaves the previous checkpoint as
 the newest loadable one; stale temp folders are ignored when loading and removed by the next save.
 
-HF exports and weight sync never hold a second full copy of the weights on every rank: the
-full tensors are gathered one at a time (``DTensor.full_tensor``) and only rank 0 keeps them,
-writing safetensors shards of at most ``max_shard_bytes`` as it goes.
+HF exports never hold a second full copy of the weights on any rank: the tensors are cast to the
+export dtype (the training compute dtype: bf16 for the seed run), gathered one at a time
+(``DTensor.full_tensor``) and only rank 0 copies them to the host, writing safetensors shards of
+at most ``max_shard_bytes`` as it goes.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import re
@@ -102,26 +104,39 @@ def full_model_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return get_model_state_dict(model, options=_FULL)
 
 
-def iter_full_state(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+def iter_full_state(model: torch.nn.Module, dtype: torch.dtype | None = None,
+                    keep: bool = True) -> Iterator[tuple[str, torch.Tensor | None]]:
     """Stream ``(name, full tensor)`` over the model's state dict, one tensor gathered at a time.
 
     Collective under FSDP: every rank must exhaust the iterator in the same order (each
-    sharded tensor is one all-gather); every rank gets each full tensor transiently, so at
-    most one unsharded tensor is alive per rank. A weight tied to an earlier one (same
-    parameter, e.g. SmolLM2's ``lm_head.weight``) is skipped, like ``save_pretrained`` does.
+    sharded tensor is one all-gather, of at most one unsharded tensor per rank at a time). A
+    weight tied to an earlier one (same parameter, e.g. SmolLM2's ``lm_head.weight``) is skipped,
+    like ``save_pretrained`` does.
+
+    Args:
+        dtype: cast floating tensors to it BEFORE the gather (a bf16 export gathers half the bytes).
+        keep: False on ranks that only take part in the gathers: the gathered tensor is dropped
+            there (yielded as None), never copied to the host.
     """
     for name, value in _untied_state(model):
+        if dtype is not None and value.is_floating_point():
+            value = value.to(dtype)  # a DTensor casts its local shard: no communication
         if hasattr(value, "full_tensor"):
             mesh_device = value.device_mesh.device_type
             if value.device.type != mesh_device:  # CPU-offloaded shard: gather over the mesh's device (NCCL)
                 value = value.to(mesh_device)
             value = value.full_tensor()
-        yield name, value.detach().cpu()
+        yield name, (value.detach().cpu() if keep else None)
 
 
-def _state_nbytes(model: torch.nn.Module) -> list[tuple[str, int]]:
-    """(name, bytes of the full tensor) in ``iter_full_state`` order, from global shapes (no collective)."""
-    return [(name, value.numel() * value.element_size()) for name, value in _untied_state(model)]
+def _state_nbytes(model: torch.nn.Module, dtype: torch.dtype | None = None) -> list[tuple[str, int]]:
+    """(name, bytes of the full tensor, cast to ``dtype`` if floating) in ``iter_full_state`` order,
+    from global shapes (no collective)."""
+    def itemsize(value: torch.Tensor) -> int:
+        cast = dtype is not None and value.is_floating_point()
+        return torch.empty(0, dtype=dtype if cast else value.dtype).element_size()
+
+    return [(name, value.numel() * itemsize(value)) for name, value in _untied_state(model)]
 
 
 def _untied_state(model: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
@@ -309,15 +324,18 @@ def _shard_plan(sizes: list[tuple[str, int]], max_shard_bytes: int) -> list[list
     return shards
 
 
-def _write_safetensors_streaming(folder: Path, model: torch.nn.Module, is_main: bool, max_shard_bytes: int) -> None:
-    """Gather the model tensor by tensor; rank 0 writes each safetensors shard when it is full."""
+def _write_safetensors_streaming(folder: Path, model: torch.nn.Module, is_main: bool, max_shard_bytes: int,
+                                 dtype: torch.dtype) -> None:
+    """Gather the model tensor by tensor (cast to ``dtype`` first); only rank 0 keeps each one, on
+    the host, and writes each safetensors shard when it is full."""
     from safetensors.torch import save_file
 
-    plan = _shard_plan(_state_nbytes(model), max_shard_bytes)
+    sizes = _state_nbytes(model, dtype)
+    plan = _shard_plan(sizes, max_shard_bytes)
     names = ["model.safetensors"] if len(plan) == 1 else [
         f"model-{i + 1:05d}-of-{len(plan):05d}.safetensors" for i in range(len(plan))]
     where = {name: file for file, shard in zip(names, plan) for name in shard}
-    stream = iter_full_state(model)
+    stream = iter_full_state(model, dtype, keep=is_main)
     weight_map: dict[str, str] = {}
     for file, shard in zip(names, plan):
         tensors = {}
@@ -330,7 +348,7 @@ def _write_safetensors_streaming(folder: Path, model: torch.nn.Module, is_main: 
             save_file(tensors, str(folder / file), metadata={"format": "pt"})
         del tensors
     if is_main and len(plan) > 1:
-        total = sum(n for _, n in _state_nbytes(model))
+        total = sum(n for _, n in sizes)
         index = {"metadata": {"total_size": total}, "weight_map": weight_map}
         (folder / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
 
@@ -338,14 +356,15 @@ def _write_safetensors_streaming(folder: Path, model: torch.nn.Module, is_main: 
 @phase("export")
 def export_hf(
     run_dir: Path, step: int, model: torch.nn.Module, tokenizer: Any, dist_info: DistInfo,
-    *, max_shard_bytes: int = 5 * 2**30, metrics: dict[str, Any] | None = None,
+    *, max_shard_bytes: int = 5 * 2**30, metrics: dict[str, Any] | None = None, dtype: torch.dtype = torch.float32,
 ) -> Path:
     """Write an HF folder (safetensors, config, tokenizer, chat template, model card ``README.md``
     with ``metrics`` and ``RUN_DIR/config.yaml``) to ``exports/global_step_N``, files 0644, folders 0755.
 
-    Every rank calls it (sharded tensors are gathered collectively, one at a time); rank 0
-    writes shards of at most ``max_shard_bytes`` as they fill, so no rank ever holds more than
-    one shard of full tensors.
+    Every rank calls it (sharded tensors are cast to ``dtype``, then gathered collectively, one
+    at a time); only rank 0 copies them to the host and writes shards of at most
+    ``max_shard_bytes`` as they fill, so no rank holds more than one shard of full tensors.
+    ``config.json`` names ``dtype``.
     Returns: the export folder.
     """
     root = run_dir / EXPORT_DIR
@@ -355,10 +374,12 @@ def export_hf(
         root.mkdir(parents=True, exist_ok=True)
         _remove_stale_temps(root)
         tmp.mkdir()
-    _write_safetensors_streaming(tmp, model, dist_info.is_main, max_shard_bytes)
+    _write_safetensors_streaming(tmp, model, dist_info.is_main, max_shard_bytes, dtype)
     if dist_info.is_main:
         unwrapped = getattr(model, "module", model)
-        unwrapped.config.save_pretrained(tmp)
+        config = copy.deepcopy(unwrapped.config)
+        config.dtype = dtype
+        config.save_pretrained(tmp)
         if getattr(unwrapped, "generation_config", None) is not None:
             unwrapped.generation_config.save_pretrained(tmp)
         if tokenizer is not None:

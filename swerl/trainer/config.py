@@ -21,6 +21,7 @@ from swerl.inference.config import InferenceConfig
 from swerl.rl.config import AlgorithmConfig
 from swerl.sandbox.types import SandboxConfig
 from swerl.trainer.evaluation import EvalDuringTrainingConfig
+from swerl.trainer.task_health import QuarantineConfig
 from swerl.trainer.trackers import MlflowConfig, WandbConfig
 
 
@@ -50,10 +51,20 @@ class ModelConfig(_Strict):
         False, description="With fsdp: keep sharded parameters, gradients and optimizer state in host memory (CPUOffloadPolicy)."
     )
 
+    grad_sync: Literal["last_micro_batch", "every_micro_batch"] = Field(
+        "last_micro_batch",
+        description="With fsdp: when gradients are reduce-scattered. last_micro_batch: once per optimizer step (each "
+        "rank holds the unsharded fp32 gradients of the whole model, 4 B/parameter, between micro-batches); "
+        "every_micro_batch: after each micro-batch (gradients stay sharded; one reduce-scatter per micro-batch).",
+    )
+
     @model_validator(mode="after")
     def _offload_needs_fsdp(self) -> "ModelConfig":
         if self.cpu_offload and not self.fsdp:
             raise ValueError("model.cpu_offload needs model.fsdp=true (it offloads FSDP shards): set both or neither")
+        if self.grad_sync != "last_micro_batch" and not self.fsdp:
+            raise ValueError("model.grad_sync applies to FSDP shards (a replicated model all-reduces once per "
+                             "optimizer step): remove it or set model.fsdp=true")
         return self
 
 
@@ -64,6 +75,13 @@ class DataConfig(_Strict):
     limit: int | None = Field(None, ge=1, description="Use only the first N tasks of the source (sorted by name), after `names`.")
     names: list[str] | None = Field(
         None, min_length=1, description="Use only tasks whose name matches one of these shell patterns (e.g. humaneval-00*)."
+    )
+    exclude: str | list[str] | None = Field(
+        None, description="Tasks to leave out (after `names` and `limit`): the patch file `swerl tasks health` writes "
+        "(task: reason lines), or a list of task-name shell patterns."
+    )
+    quarantine: QuarantineConfig | None = Field(
+        None, description="Drop tasks the task health ledger flags from later epochs (None = off, as in the seed preset)."
     )
     shuffle: bool = Field(True, description="Visit tasks in a fresh seeded permutation every epoch.")
     seed: int | None = Field(None, description="Prompt-order seed; None = the top-level seed.")
@@ -97,7 +115,8 @@ class LoopConfig(_Strict):
     micro_batch_size: int = Field(1, ge=1, description="Trajectories per forward/backward on one rank (gradient accumulation).")
     update_epochs: int = Field(1, ge=1, description="Passes of optimizer steps over one training batch (PPO epochs).")
     rollout_concurrency: int | None = Field(
-        None, ge=1, description="Episodes in flight at once; None = sandbox.concurrency."
+        None, ge=1, description="Episodes in flight at once for the whole run (each trainer rank runs its share, as "
+        "with sandbox.concurrency and engine slots); None = sandbox.concurrency."
     )
     max_staleness_steps: int = Field(
         0, ge=0, description="Most training steps a trajectory's oldest turn may lag the weights it is trained from "
@@ -171,7 +190,9 @@ class TrainConfig(_Strict):
         "sync and parity probe; its model is model.path, leave generator.model unset.",
     )
     agent: AgentConfig = Field(default_factory=AgentConfig, description="Agent protocol, episode limits, sampling (temperature, top-p, top-k).")
-    sandbox: SandboxConfig = Field(default_factory=SandboxConfig, description="Docker sandboxes: concurrency, limits, warm pool.")
+    sandbox: SandboxConfig = Field(
+        default_factory=SandboxConfig, description="Docker sandboxes: concurrency, limits, warm pool; concurrency, "
+        "warm_pool_size and engine slots are the run's totals, split over the trainer ranks.")
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig, description="Advantages, policy loss, TIS, loss reduction (rl stage).")
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig, description="AdamW and the LR schedule.")
     loop: LoopConfig = Field(default_factory=LoopConfig, description="Prompts per step, epochs, steps, mini/micro-batches.")

@@ -3,6 +3,12 @@
 Gradients are reduced by an explicit SUM (never an average), so that the gradient every rank
 applies equals the one of a single process over the whole batch (docs/algorithms.md, Loss reductions: no extra
 1/world_size). Without ``torchrun`` everything here degrades to a one-rank no-op.
+
+Two process groups: the default one (NCCL on CUDA, gloo on CPU) carries the tensors of the
+update, with ``timeout_s``; a gloo group with :data:`GATHER_TIMEOUT_S` carries the Python objects
+and waits that may span rollouts (trajectory gathering, parity-probe results, barriers around
+files): a rank still running its episodes must not time the others out, and no NCCL
+communicator is held open while the GPUs generate.
 """
 
 from __future__ import annotations
@@ -16,6 +22,11 @@ import torch
 import torch.distributed as dist
 
 T = TypeVar("T")
+
+GATHER_TIMEOUT_S = 24 * 3600.0
+"""Timeout of the gloo group that gathers rollouts: a whole step's episodes on the slowest rank."""
+
+_objects_group: Any = None  # the gloo group of objects and barriers, made by init_distributed
 
 
 @dataclass(frozen=True)
@@ -52,6 +63,9 @@ def init_distributed(device: str = "auto", timeout_s: float = 1800.0) -> DistInf
         dist.init_process_group(
             backend="nccl" if use_cuda else "gloo", timeout=dt.timedelta(seconds=timeout_s)
         )
+    global _objects_group
+    if _objects_group is None:  # every rank passes here once, as new_group needs
+        _objects_group = dist.new_group(backend="gloo", timeout=dt.timedelta(seconds=GATHER_TIMEOUT_S))
     dev = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
     return DistInfo(rank=dist.get_rank(), world_size=dist.get_world_size(), local_rank=local_rank, device=dev)
 
@@ -105,18 +119,28 @@ def all_reduce_grads(model: torch.nn.Module) -> None:
 
 
 def broadcast_object(obj: T | None, src: int = 0) -> T:
-    """Send a picklable object from ``src`` to every rank; returns it everywhere."""
+    """Send a picklable object from ``src`` to every rank (gloo group); returns it everywhere."""
     if not is_distributed():
         return obj  # type: ignore[return-value]
     box: list[Any] = [obj]
-    dist.broadcast_object_list(box, src=src)
+    dist.broadcast_object_list(box, src=src, group=_objects_group)
     return box[0]
 
 
+def all_gather_objects(obj: T) -> list[T]:
+    """Every rank's picklable ``obj``, in rank order, on every rank (gloo group, long timeout);
+    ``[obj]`` on one rank."""
+    if not is_distributed():
+        return [obj]
+    boxes: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(boxes, obj, group=_objects_group)
+    return boxes
+
+
 def barrier() -> None:
-    """Wait for every rank (no-op on one rank)."""
+    """Wait for every rank (gloo group, long timeout; no-op on one rank)."""
     if is_distributed():
-        dist.barrier()
+        dist.barrier(group=_objects_group)
 
 
 def rank_slice(num_rows: int, rank: int, world_size: int) -> tuple[range, int]:
@@ -134,6 +158,8 @@ def rank_slice(num_rows: int, rank: int, world_size: int) -> tuple[range, int]:
 
 
 def destroy() -> None:
-    """Tear the process group down if this process set one up."""
+    """Tear the process groups down if this process set them up."""
+    global _objects_group
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
+    _objects_group = None

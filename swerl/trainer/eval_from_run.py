@@ -7,7 +7,8 @@ The export is ``RUN_DIR/exports/global_step_N``; without ``--step`` it is the st
 export. What is taken from the run:
 
 - ``agent``: protocol, limits (turns, tokens per turn, context window, timeouts), temperature,
-  top-p, top-k, seed, prefill, thinking: the whole ``agent`` section;
+  top-p, top-k, prefill, thinking: the whole ``agent`` section (its training ``seed`` is not used:
+  evaluation samples with ``--seed``, the evaluation seed, as ``eval.seed`` does during training);
 - ``generator``: backend (hf or vllm), batch size, threads, vLLM settings; the model is the
   export, on ``model.device`` in ``model.dtype`` (unless ``generator.dtype`` is set);
 - ``sandbox.concurrency`` (unless ``--concurrency`` is given).
@@ -33,7 +34,7 @@ RUN_FLAGS = {
     "device": "--device", "batch_size": "--batch-size", "threads": "--threads", "protocol": "--protocol",
     "prefill": "--prefill", "temperature": "--temperature", "top_p": "--top-p",
     "max_new_tokens": "--max-new-tokens", "max_turns": "--max-turns", "context_window": "--context-window",
-    "agent_timeout": "--agent-timeout", "enable_thinking": "--enable-thinking", "seed": "--seed",
+    "agent_timeout": "--agent-timeout", "enable_thinking": "--enable-thinking",
 }
 
 
@@ -73,7 +74,7 @@ def resolve_export(run_dir: Path, step: int | None) -> tuple[int, Path, str]:
 
 
 def eval_config_from_run(
-    run_dir: Path, step: int | None, *, tasks: Path, out_dir: Path, samples: int, limit: int | None,
+    run_dir: Path, step: int | None, *, tasks: Path, out_dir: Path, samples: int, limit: int | None, seed: int = 0,
     concurrency: int | None, resume: bool, given: Collection[str] = (),
 ) -> tuple[EvalConfig, str]:
     """Build the ``swerl eval`` config of an export of ``run_dir``.
@@ -81,7 +82,7 @@ def eval_config_from_run(
     Args:
         run_dir: a ``swerl train`` run directory (its ``config.yaml`` and ``exports/``).
         step: the export's global step; None = selected checkpoint, else the latest export.
-        tasks, out_dir, samples, limit, resume: as the ``swerl eval`` flags.
+        tasks, out_dir, samples, limit, seed, resume: as the ``swerl eval`` flags.
         concurrency: episodes alive at once; None = the run's ``sandbox.concurrency``.
         given: names of the ``swerl eval`` parameters given on the command line.
     Returns: (EvalConfig, a one-line description of the export and why it was chosen).
@@ -101,7 +102,7 @@ def eval_config_from_run(
         "model": str(export), "device": device, "dtype": run.generator.dtype or run.model.dtype,
     })
     config = EvalConfig(
-        tasks=tasks, samples=samples, limit=limit, out_dir=out_dir, resume=resume,
+        tasks=tasks, samples=samples, seed=seed, limit=limit, out_dir=out_dir, resume=resume,
         concurrency=concurrency if concurrency is not None else run.sandbox.concurrency,
         agent=run.agent, inference=inference,
     )

@@ -1,7 +1,13 @@
 """Held-out evaluation during training: every ``eval.interval`` steps (and before the first one
 when ``eval.before_train``), the current policy runs ``eval.samples`` episodes of each held-out
 task with the run's protocol, limits and sampling, in the run's sandboxes; the step's record
-gains ``eval/pass@1``, ``eval/pass@k`` (k = samples), ``eval/reward`` and ``eval/num_tasks``.
+gains ``eval/pass@1``, ``eval/pass@k`` (k = samples), ``eval/reward`` and ``eval/num_tasks``,
+and ``RUN_DIR/eval/step_N.jsonl`` keeps every sample's record (task, sample index, seed, pass/fail,
+reward, outcome: ``swerl.agent.records``), which ``swerl compare`` pairs task by task.
+
+Seeds: sample i of task t samples with ``eval_episode_seed(eval.seed, t, i)``: the same at every
+step, in every run and in ``swerl eval --seed``, whatever the run's training ``seed``. Two runs
+(or two steps of one run) evaluated on the same tasks then differ only by their weights.
 
 Stage: ``trainer/`` (rank 0, between the weight sync and the step's record). The figures are
 those of ``swerl eval`` (``agent.metrics.summarize``: unbiased pass@k, mean reward), so that
@@ -12,11 +18,13 @@ from __future__ import annotations
 
 import logging
 import time
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from swerl.agent.metrics import summarize
+from swerl.agent.records import write_sample_records
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +40,11 @@ class EvalDuringTrainingConfig(BaseModel):
     interval: int = Field(0, ge=0, description="Evaluate every N training steps (0 = only after the last step).")
     samples: int = Field(1, ge=1, description="Episodes per task: eval/pass@1 and eval/pass@<samples>.")
     before_train: bool = Field(False, description="Also evaluate the initial policy (a record at global_step 0).")
+    seed: int = Field(0, description="Evaluation seed: sample i of task t samples with a seed made from (seed, t, i) "
+                      "only: the same at every step and in every run (not the training seed), so runs pair.")
+
+EVAL_DIR = "eval"
+"""``RUN_DIR/eval/step_N.jsonl``: the sample records of the evaluation at step N."""
 
 
 def is_due(cfg: EvalDuringTrainingConfig, step: int, last_step: int) -> bool:
@@ -48,14 +61,16 @@ def eval_metrics(trajectories: list[Any], samples: int) -> dict[str, float]:
     return out
 
 
-def run_eval(cfg: EvalDuringTrainingConfig, runner: Any, tasks: list[Any], step: int) -> dict[str, float]:
+def run_eval(cfg: EvalDuringTrainingConfig, runner: Any, tasks: list[Any], step: int, run_dir: Path) -> dict[str, float]:
     """Evaluate the current weights: ``cfg.samples`` episodes per task through the run's rollout
-    runner (same protocol, limits, sampling and sandboxes as training).
+    runner (same protocol, limits and sandboxes as training; seeds of ``cfg.seed``), and write
+    their sample records to ``run_dir/eval/step_<step>.jsonl``.
 
     Returns: the ``eval/*`` metrics and ``timing/eval_s``.
     """
     started = time.monotonic()
-    trajectories = runner.collect(tasks, cfg.samples, step)
+    trajectories = runner.collect(tasks, cfg.samples, step, group_prefix=f"eval{step}/", task_seed=cfg.seed)
+    write_sample_records(run_dir / EVAL_DIR / f"step_{step}.jsonl", trajectories, global_step=step)
     out = eval_metrics(trajectories, cfg.samples)
     out["timing/eval_s"] = time.monotonic() - started
     log.info("eval at step %d: pass@1 %.3f, reward %.3f over %d tasks", step, out.get("eval/pass@1", 0.0),

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from swerl.inference.probe import logprob_gap, probe_sampling
+from swerl.inference.probe import probe_sampling
 from swerl.trainer import checkpoint as ckpt
 from swerl.trainer import distributed as dist
 from swerl.trainer.config import TrainConfig
@@ -135,25 +135,35 @@ def probe_parity(backend: Any, model: torch.nn.Module, config: TrainConfig, info
     """Parity probe on this rank's engines (fixed prompt and seed, top-p 1, top-k off), reduced over
     ranks: mean of the means, max of the maxima.
 
+    Every rank samples on its own engines, then the samples' ids are gathered and, under FSDP,
+    every rank re-scores ALL ranks' samples (one forward each, on ``info.device``, even for an
+    empty or failed sample): a forward of a sharded model is a collective, so every rank must run
+    as many, whatever its engines returned. Results travel over the gloo group.
+
     Raises:
-        InferenceError: on every rank, when any rank's engine is above ``generator.logprob_diff_limit``.
+        InferenceError: on every rank, when any rank's engine failed or is above ``generator.logprob_diff_limit``.
     """
     from swerl.errors import InferenceError
+    from swerl.inference.base import Generation
+    from swerl.inference.probe import gap_metrics, rescore, sample_engines
 
     sampling = probe_sampling(config.agent.temperature, config.generator.probe_tokens)
+    prompt = probe_prompt(backend.tokenizer)
     was_training = model.training
     model.eval()
     try:
-        local: dict[str, float] | str = logprob_gap(backend, model, probe_prompt(backend.tokenizer), sampling,
-                                                    config.generator.logprob_diff_limit)
+        samples = sample_engines(backend, prompt, sampling)
+        ids = [[] if isinstance(s, str) else s.token_ids for s in samples]
+        every = dist.all_gather_objects(ids) if config.model.fsdp else [ids]
+        by_rank = [[rescore(model, prompt, Generation(token_ids=t, logprobs=None, finish_reason="stop"), sampling,
+                            info.device) for t in rank_ids] for rank_ids in every]
+        rescored = by_rank[info.rank if config.model.fsdp else 0]
+        local: dict[str, float] | str = gap_metrics(samples, rescored, config.generator.logprob_diff_limit)
     except InferenceError as err:
         local = str(err)
     finally:
         model.train(was_training)
-    results = [local]
-    if dist.is_distributed():
-        results = [None] * info.world_size
-        torch.distributed.all_gather_object(results, local)
+    results = dist.all_gather_objects(local)
     for rank, result in enumerate(results):
         if isinstance(result, str):
             raise InferenceError(f"rank {rank}: {result}")

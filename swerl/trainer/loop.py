@@ -43,6 +43,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
+from swerl.agent.records import write_sample_records
 from swerl.errors import ConfigError, RunFailed
 from swerl.rl.advantages import group_index
 from swerl.rl.loss import compute_advantages
@@ -63,7 +64,10 @@ from swerl.trainer.model import compute_dtype, load_policy
 from swerl.trainer.nonfinite import NonFiniteStreak
 from swerl.trainer.optim import build_optimizer
 from swerl.trainer.plan import RunPlan, make_plan
+from swerl.trainer.quarantine import Quarantine
 from swerl.trainer.sampler import PromptSampler
+from swerl.trainer.shared_dir import check_shared_run_dir
+from swerl.trainer.task_health import ROLLOUTS_DIR
 from swerl.trainer.trackers import open_trackers
 from swerl.trainer.update import UpdateSettings, train_on_batch
 
@@ -173,6 +177,7 @@ class _Run:
     start_step: int = 0
     protect: frozenset[int] = frozenset()
     guard: MaskedGuard | None = None
+    quarantine: Quarantine | None = None
     sink: MetricsSink | None = None
     clock: BusyClock = field(default_factory=BusyClock)
     result: TrainResult | None = None
@@ -207,8 +212,8 @@ def train(config: TrainConfig, run_dir: Path, resume: str | None = None, *,
             run.emit(TrainEvent("step_start", step, run.plan.samples_per_step))
             batch = rollouts.take(step)
             timings: dict[str, float] = dict(batch.metrics)
-            # No silent training on nothing: mostly-masked steps in a row stop the run (every rank).
-            run.guard.observe(step, batch.trajectories)
+            # Mostly-masked steps in a row stop the run; data.quarantine drops flagged tasks later.
+            quarantined = _watch(run, step, batch)
             # Failure classes and advantages: masked rows leave the baseline, failures score 0.
             run.emit(TrainEvent("phase", step, "advantages"))
             advantages, adv_metrics, rows = _advantage_rows(run.config, batch.trajectories)
@@ -228,7 +233,7 @@ def train(config: TrainConfig, run_dir: Path, resume: str | None = None, *,
             # Log and commit: one record per step, in the checkpoint and in metrics.jsonl.
             metrics = {**rollout_metrics(batch.trajectories), **adv_metrics, **update_metrics, **timings,
                        **held_out_metrics, **sync_metrics, **run.clock.fractions(t_step, time.monotonic()),
-                       "epoch": float(batch.epoch)}
+                       **quarantined, "epoch": float(batch.epoch)}
             _commit(run, step, batch, rollouts.position(), metrics, advantages, t_step)
             nonfinite.observe(step, update_metrics)  # K skipped optimizer steps in a row: RunFailed
     # A run that was asked to train and trained nothing is a failure, not a success.
@@ -253,6 +258,7 @@ def _prepare(
 ) -> _Run:
     """Setup: ranks, seeds, run directory, tasks, the prompt sampler and the plan, then the policy,
     its optimizer and LR schedule (in this order: the seeds fix the model's initialization)."""
+    from swerl.tasks.exclude import load_without_excluded
     from swerl.tasks.load import load_tasks
 
     config = _resolve_auto(config)
@@ -262,15 +268,19 @@ def _prepare(
     seed_everything(config.seed)
     if info.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
+    check_shared_run_dir(run_dir, info)  # one clear error now, not stranded DCP shards later
     ckpt_path = ckpt.resolve_resume(run_dir, resume)
     if resume is None and ckpt.list_checkpoints(run_dir / ckpt.CKPT_DIR):
         raise ConfigError(f"{run_dir} already holds checkpoints: pass --resume latest, or another --run-dir")
 
-    tasks = list(load_tasks(config.data.tasks, limit=config.data.limit, names=config.data.names))
+    tasks, _ = load_without_excluded(config.data.tasks, limit=config.data.limit, names=config.data.names,
+                                     exclude=config.data.exclude)
     held_out = [] if config.eval is None else list(
         load_tasks(config.eval.tasks, limit=config.eval.limit, names=config.eval.names))
     sampler = PromptSampler(len(tasks), config.loop.train_batch_size, config.data_seed, config.data.shuffle)
-    plan: RunPlan = make_plan(config, len(tasks))
+    quarantine = None if config.data.quarantine is None else Quarantine(
+        config.data.quarantine, [t.name for t in tasks], sampler, config.loop.max_staleness_steps)
+    plan: RunPlan = make_plan(config, len(tasks), info.world_size)
     emit(TrainEvent("plan", data=plan))
     if plan.total_steps == 0:
         raise RunFailed(
@@ -283,7 +293,7 @@ def _prepare(
     model, tokenizer, model_path = load_policy(config.model, info)
     optimizer, scheduler = build_optimizer(model, config.optimizer, max(plan.total_optimizer_steps, 1))
     return _Run(config, run_dir, info, emit, tasks, held_out, sampler, plan, model, tokenizer, model_path, optimizer,
-                scheduler, _update_settings(config, tokenizer), ckpt_path)
+                scheduler, _update_settings(config, tokenizer), ckpt_path, quarantine=quarantine)
 
 
 def _update_settings(config: TrainConfig, tokenizer: Any) -> UpdateSettings:
@@ -297,6 +307,7 @@ def _update_settings(config: TrainConfig, tokenizer: Any) -> UpdateSettings:
         grad_clip=config.optimizer.grad_clip,
         compute_dtype=compute_dtype(config.model),
         sharded=config.model.fsdp,
+        sync_grads_every_micro_batch=config.model.grad_sync == "every_micro_batch",
         pad_id=pad_id,
     )
 
@@ -313,6 +324,8 @@ def _resume(run: _Run, resume: str | None) -> bool:
     if run.ckpt_path is not None:
         state = ckpt.load_checkpoint(run.ckpt_path, run.model, run.optimizer, run.scheduler, info)
         run.sampler.load_state_dict(state["sampler"])
+        if run.quarantine is not None and "quarantine" in state:
+            run.quarantine.load_state_dict(state["quarantine"])
         run.start_step = int(state["global_step"])
         run.guard.streak = int(state.get("masked_streak", 0))
         run.protect |= {run.start_step}  # the checkpoint this run resumed from
@@ -363,15 +376,25 @@ def _start_rollouts(
     if info.is_main and config.eval is not None and config.eval.before_train and run.start_step == 0:
         run.model.eval()  # the initial policy on the held-out tasks: a record at global_step 0
         run.emit(TrainEvent("phase", 0, "eval (before training)"))
-        run.result.records.append(run.sink.log(0, run_eval(config.eval, rollouts.runner, run.held_out, 0)))
+        evaluated = run_eval(config.eval, rollouts.runner, run.held_out, 0, run.run_dir)
+        run.result.records.append(run.sink.log(0, evaluated))
     return rollouts
+
+
+def _watch(run: _Run, step: int, batch: pipeline.RolloutBatch) -> dict[str, float]:
+    """The masked-steps guard (raises RunFailed) and the quarantine ledger see batch ``step``;
+    returns the step's ``quarantine/*`` metrics."""
+    run.guard.observe(step, batch.trajectories)
+    if run.quarantine is None:
+        return {}
+    return run.quarantine.observe(step, batch.epoch, batch.trajectories, batch.sampler_state)
 
 
 def _held_out_eval(run: _Run, runner: Any, step: int) -> dict[str, float]:
     """The held-out eval of the current weights when due at ``step`` (rank 0), else ``{}``."""
     if run.info.is_main and run.config.eval is not None and is_due(run.config.eval, step, run.plan.total_steps):
         run.emit(TrainEvent("phase", step, "eval (held-out)"))
-        return run_eval(run.config.eval, runner, run.held_out, step)
+        return run_eval(run.config.eval, runner, run.held_out, step, run.run_dir)
     return {}
 
 
@@ -393,13 +416,19 @@ def _commit(run: _Run, step: int, batch: pipeline.RolloutBatch, position: dict[s
     """Commit the step: HF export, then the checkpoint holding the step's record, then
     metrics.jsonl (rank 0 writes; ``commit.py``); then one log line."""
     config, info, run_dir, model = run.config, run.info, run.run_dir, run.model
+    if info.is_main:  # every episode's sample record (the task health ledger reads them), always
+        write_sample_records(run_dir / ROLLOUTS_DIR / f"step_{step}.jsonl", batch.trajectories, global_step=step,
+                             epoch=batch.epoch)
     if info.is_main and config.logging.dump_trajectories:
         dump_trajectories(run_dir, step, batch.trajectories, [float(a) for a in advantages])
     trainer_state = {"sampler": batch.sampler_state, "epoch": batch.epoch, "masked_streak": run.guard.streak,
                      "pipeline": position}
+    if run.quarantine is not None:
+        trainer_state["quarantine"] = run.quarantine.state_dict()
     record = commit.commit_step(
         step, metrics, t_step,
-        export=(lambda: ckpt.export_hf(run_dir, step, model, run.tokenizer, info, metrics=metrics))
+        export=(lambda: ckpt.export_hf(run_dir, step, model, run.tokenizer, info, metrics=metrics,
+                                       dtype=getattr(torch, config.model.dtype)))
         if step in run.plan.export_steps else None,
         checkpoint=(lambda recs: ckpt.save_checkpoint(
             run_dir, step, model, run.optimizer, run.scheduler, {**trainer_state, commit.RECORDS_KEY: recs},

@@ -28,10 +28,16 @@ def lr_factor(step: int, cfg: OptimizerConfig, total_steps: int) -> float:
 def build_optimizer(
     model: torch.nn.Module, cfg: OptimizerConfig, total_optimizer_steps: int
 ) -> tuple[torch.optim.AdamW, LambdaLR]:
-    """AdamW over the trainable parameters and a ``LambdaLR`` stepping once per optimizer step."""
+    """AdamW over the trainable parameters and a ``LambdaLR`` stepping once per optimizer step.
+
+    The fused kernel (one launch for all parameters) when every parameter is on CUDA, else the
+    multi-tensor ``foreach`` one (CPU, or FSDP shards offloaded to the host); same update rule.
+    """
     params = [p for p in model.parameters() if p.requires_grad]
+    on_cuda = bool(params) and all(p.device.type == "cuda" for p in params)
     optimizer = torch.optim.AdamW(
-        params, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, weight_decay=cfg.weight_decay, foreach=False
+        params, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, weight_decay=cfg.weight_decay,
+        **({"fused": True} if on_cuda else {"foreach": True}),
     )
     scheduler = LambdaLR(optimizer, lambda s: lr_factor(s, cfg, total_optimizer_steps))
     return optimizer, scheduler

@@ -38,6 +38,7 @@ from swerl.trainer.busy import BusyClock, MeteredBackend
 from swerl.trainer.config import TrainConfig
 from swerl.trainer.distributed import DistInfo
 from swerl.trainer.generator import probe_parity, sync_generator, write_sync_weights
+from swerl.trainer.concurrency import rank_sandbox
 from swerl.trainer.rollouts import RolloutRunner, gather_trajectories, rank_share
 from swerl.trainer.sampler import PromptSampler
 
@@ -101,10 +102,12 @@ class Context:
     emit_rollout: Callable[[int, Any], None]
 
     def runner(self, backend: Any) -> RolloutRunner:
-        """A rollout runner (own event loop and sandbox manager) on ``backend``."""
+        """A rollout runner (own event loop and sandbox manager) on ``backend``, with this rank's
+        share of the run's episodes in flight and sandbox slots (``concurrency.rank_sandbox``)."""
         cfg = self.config
-        return RolloutRunner(backend, backend.tokenizer, cfg.sandbox, cfg.agent,
-                             cfg.loop.rollout_concurrency or cfg.sandbox.concurrency,
+        sandbox, episodes = rank_sandbox(cfg.sandbox, cfg.loop.rollout_concurrency or cfg.sandbox.concurrency,
+                                         self.info.rank, self.info.world_size)
+        return RolloutRunner(backend, backend.tokenizer, sandbox, cfg.agent, episodes,
                              cfg.generator.max_batch_size, cfg.generator.batch_wait_s, cfg.seed)
 
     def collect_local(self, runner: RolloutRunner, step: int, indices: list[int], on_event: Any) -> list[Trajectory]:

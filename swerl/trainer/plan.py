@@ -12,6 +12,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from swerl.text import counted
+from swerl.trainer.concurrency import rank_sandbox, split_count
 from swerl.trainer.config import TrainConfig
 
 
@@ -51,7 +52,9 @@ class RunPlan(BaseModel):
 
 TRAIN_BYTES_PER_PARAM = 16  # fp32 master weight + fp32 grad + AdamW m and v
 CHECKPOINT_BYTES_PER_PARAM = 12  # DCP: fp32 weights + AdamW exp_avg and exp_avg_sq
-EXPORT_BYTES_PER_PARAM = 4  # fp32 safetensors
+def export_bytes_per_param(cfg: TrainConfig) -> int:
+    """HF exports are written in the training compute dtype (``checkpoint.export_hf``): 2 B bf16, 4 B fp32."""
+    return 2 if cfg.model.dtype == "bfloat16" else 4
 RANK_COUNTS = (8, 16, 32, 64)  # sized for a GPU config with FSDP that is not launched yet
 
 
@@ -185,10 +188,33 @@ def _trainer_lines(cfg: TrainConfig, ranks: tuple[int, ...]) -> list[tuple[str, 
     else:
         sized = ": " + ", ".join(f"{w} ranks {format_bytes(state / (w if m.fsdp else 1))}" for w in ranks)
     offload = " (+ host RAM with cpu_offload)" if m.cpu_offload else ""
+    if m.fsdp and m.grad_sync == "last_micro_batch" and ranks != (1,):
+        offload += (f" + {format_bytes(4 * n)} unsharded fp32 gradients between micro-batches on every rank "
+                    "(model.grad_sync=last_micro_batch; every_micro_batch keeps them sharded)")
     shards = " written by every rank, on a file system every rank sees" if ranks != (1,) else ""
     return [*lines, ("trainer state / rank", f"{count} params{what} x {TRAIN_BYTES_PER_PARAM} B{sized}{offload}"),
+            ("update activations / rank", _activation_words(cfg, shape)),
             ("checkpoint / export", f"{format_bytes(n * CHECKPOINT_BYTES_PER_PARAM)} DCP (fp32 weights + AdamW "
-             f"state){shards} / {format_bytes(n * EXPORT_BYTES_PER_PARAM)} fp32 safetensors")]
+             f"state){shards} / {format_bytes(n * export_bytes_per_param(cfg))} {'fp32' if m.dtype == 'float32' else m.dtype} "
+             "safetensors")]
+
+
+def _activation_words(cfg: TrainConfig, shape: dict) -> str:
+    """The update's largest tensors for one micro-batch at the full context window: the logits and
+    their gradient, one chunk's float32 graph of the log-probs (4 chunks of ``rl.logprobs.CHUNK_BYTES``:
+    bench/logprob_memory.py measures 1.00x the logits + 0.53 GB), and the checkpointed hidden state
+    of every layer."""
+    from swerl.rl.logprobs import CHUNK_BYTES
+
+    m, rows, window = cfg.model, cfg.loop.micro_batch_size, cfg.agent.limits.context_window_tokens
+    item = 2 if m.dtype == "bfloat16" else 4
+    logits = rows * window * shape["vocab_size"] * item
+    words = (f"logits + their gradient {format_bytes(2 * logits)} ({rows} x {window:,} x {shape['vocab_size']:,} "
+             f"{m.dtype}; log-probs in float32 chunks, +{format_bytes(4 * CHUNK_BYTES)})")
+    if not m.gradient_checkpointing:
+        return words + ", and every layer's activations (model.gradient_checkpointing=false)"
+    hidden = shape["num_hidden_layers"] * rows * window * shape["hidden_size"] * item
+    return words + f", {format_bytes(hidden)} checkpointed hidden states ({shape['num_hidden_layers']} layers)"
 
 
 def _vllm_where(cfg: TrainConfig, ranks: int) -> str:
@@ -230,6 +256,19 @@ def _generator_lines(cfg: TrainConfig, ranks: int, in_flight: int) -> list[tuple
     return lines
 
 
+def _in_flight_words(in_flight: int, ranks: tuple[int, ...]) -> str:
+    """The run's episodes in flight and each rank's share of them (``concurrency.split_count``)."""
+    source = "loop.rollout_concurrency or sandbox.concurrency"
+    if ranks == (1,):
+        return f"{in_flight} ({source})"
+    shares = []
+    for w in ranks:
+        low, high = split_count(in_flight, w - 1, w), split_count(in_flight, 0, w)
+        each = "none: raise it" if low == 0 else (f"{low}" if low == high else f"{low}-{high}")
+        shares.append(f"{each} per rank on {w}")
+    return f"{in_flight} for the whole run ({source}), each rank running its share: {', '.join(shares)}"
+
+
 def placement(cfg: TrainConfig, in_flight: int, world_size: int = 1) -> list[tuple[str, str]]:
     """What each node runs for ``cfg`` launched on ``world_size`` processes, and the numbers that
     size it (docs/scaling.md)."""
@@ -237,7 +276,7 @@ def placement(cfg: TrainConfig, in_flight: int, world_size: int = 1) -> list[tup
     return [
         *_trainer_lines(cfg, ranks),
         *_generator_lines(cfg, max(ranks), in_flight),
-        ("episodes in flight", f"{in_flight} (loop.rollout_concurrency or sandbox.concurrency)"),
+        ("episodes in flight", _in_flight_words(in_flight, ranks)),
         ("sandbox cores / memory", f"{in_flight} containers x task.toml cpus/memory_mb (default 1 core, 2048 MiB) "
          f"= {in_flight} cores, {math.ceil(in_flight * 2048 / 1024)} GiB on the Docker hosts"),
     ]
@@ -277,8 +316,10 @@ def make_plan(cfg: TrainConfig, num_tasks: int | None, world_size: int = 1) -> R
     ``world_size`` processes (torchrun's ``WORLD_SIZE``; the placement lines depend on it).
 
     With an unknown task count the run is assumed to stop at ``loop.max_steps``.
+    Raises: ConfigError when the run's concurrency leaves a rank nothing (``concurrency.rank_sandbox``).
     """
     loop = cfg.loop
+    rank_sandbox(cfg.sandbox, loop.rollout_concurrency or cfg.sandbox.concurrency, 0, world_size)
     if num_tasks is not None and cfg.data.limit is not None:
         num_tasks = min(num_tasks, cfg.data.limit)
     steps_per_epoch = None if num_tasks is None else num_tasks // loop.train_batch_size

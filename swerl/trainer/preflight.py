@@ -31,9 +31,9 @@ from swerl.text import counted
 from swerl.trainer.config import TrainConfig
 from swerl.trainer.plan import (
     CHECKPOINT_BYTES_PER_PARAM,
-    EXPORT_BYTES_PER_PARAM,
     RunPlan,
     exact_param_count,
+    export_bytes_per_param,
     format_bytes,
     make_plan,
     model_shape,
@@ -69,17 +69,22 @@ def run_preflight(cfg: TrainConfig, run_dir: Path, resume: str | None, world_siz
     on ``world_size`` processes).
 
     Raises:
-        TaskError / ConfigError: (exit 2) bad tasks, a 0-step plan, a run directory at odds with
-            ``--resume``, a bad model path, too little disk.
+        TaskError / ConfigError: (exit 2) bad tasks (or a network allowlist with sandbox.allow_network),
+            a 0-step plan, a run directory at odds with ``--resume``, a bad model path, too little disk.
         EnvironmentProblem: (exit 3) missing default model package, vllm, Docker, or a base image.
     """
+    from swerl.sandbox.network import check_network
+    from swerl.tasks.exclude import load_without_excluded
     from swerl.tasks.load import load_tasks
 
     check_task_source("data.tasks", cfg.data.tasks)
-    tasks = list(load_tasks(cfg.data.tasks, limit=cfg.data.limit, names=cfg.data.names))
+    tasks, _ = load_without_excluded(cfg.data.tasks, limit=cfg.data.limit, names=cfg.data.names,
+                                     exclude=cfg.data.exclude)
+    held_out = []
     if cfg.eval is not None:
         check_task_source("eval.tasks", cfg.eval.tasks)
-        load_tasks(cfg.eval.tasks, limit=cfg.eval.limit, names=cfg.eval.names)
+        held_out = list(load_tasks(cfg.eval.tasks, limit=cfg.eval.limit, names=cfg.eval.names))
+    check_network([*tasks, *held_out], cfg.sandbox)
     plan = make_plan(cfg, len(tasks), world_size)
     if plan.total_steps == 0:
         raise ConfigError(
@@ -188,7 +193,7 @@ def checkpoints_at_peak(cfg: TrainConfig, plan: RunPlan) -> int:
 def disk_needed(cfg: TrainConfig, plan: RunPlan, num_params: int) -> int:
     """Peak bytes of the run's checkpoints (:func:`checkpoints_at_peak`) and every export."""
     return num_params * (checkpoints_at_peak(cfg, plan) * CHECKPOINT_BYTES_PER_PARAM
-                         + len(plan.export_steps) * EXPORT_BYTES_PER_PARAM)
+                         + len(plan.export_steps) * export_bytes_per_param(cfg))
 
 
 def check_disk(cfg: TrainConfig, plan: RunPlan, run_dir: Path, model_folder: Path | None, result: Preflight) -> None:
@@ -213,7 +218,8 @@ def check_disk(cfg: TrainConfig, plan: RunPlan, run_dir: Path, model_folder: Pat
 
 
 def check_docker(cfg: TrainConfig, tasks: list) -> list[str]:
-    """The Docker engine answers and holds every image the tasks build ``FROM`` (or name prebuilt).
+    """The Docker engine answers and holds every image the tasks (and their separate verifiers) build
+    ``FROM`` or name prebuilt.
 
     Returns: the image references checked. Raises EnvironmentProblem (exit 3).
     """
@@ -227,6 +233,10 @@ def check_docker(cfg: TrainConfig, tasks: list) -> list[str]:
         dockerfile = task.dockerfile
         names = [task.config.environment.docker_image] if dockerfile is None else (
             from_images(dockerfile) if dockerfile.is_file() else [])
+        if task.verifier_image == "docker_image":  # a separate verifier's own image, prebuilt or built FROM one
+            names.append(task.config.verifier_environment.docker_image)
+        elif task.verifier_image == "tests_dockerfile":
+            names += from_images(task.tests_dir / "Dockerfile")
         for ref in names:
             refs.setdefault(ref, task.path)
     engine = cfg.sandbox.engine_list()[0]  # the other engines of a fleet get missing FROM images from a peer

@@ -40,14 +40,11 @@ def rank_share(num_tasks: int, step: int, rank: int, world_size: int) -> tuple[r
 
 
 def gather_trajectories(local: list[Trajectory]) -> list[Trajectory]:
-    """Every rank's trajectories, concatenated in rank order (= prompt order), on every rank."""
-    import torch.distributed as tdist
+    """Every rank's trajectories, concatenated in rank order (= prompt order), on every rank (over
+    the gloo group with a long timeout: the slowest rank's episodes may take hours)."""
+    from swerl.trainer.distributed import all_gather_objects
 
-    if not (tdist.is_available() and tdist.is_initialized()) or tdist.get_world_size() == 1:
-        return local
-    boxes: list[Any] = [None] * tdist.get_world_size()
-    tdist.all_gather_object(boxes, local)
-    return [traj for box in boxes for traj in box]
+    return [traj for box in all_gather_objects(local) for traj in box]
 
 
 class RolloutRunner:
@@ -133,29 +130,32 @@ class RolloutRunner:
         on_event: Callable[[RolloutEvent], None] | None = None,
         group_prefix: str | None = None,
         first_index: int = 0,
+        task_seed: int | None = None,
     ) -> list[Trajectory]:
         """``len(tasks) * n_samples`` trajectories of this step, groups contiguous in task order.
 
         ``group_prefix`` (default ``step{N}/``) prefixes every group id; ``first_index`` is the
-        batch index of ``tasks[0]`` (see :func:`rank_share`)."""
+        batch index of ``tasks[0]`` (see :func:`rank_share`); ``task_seed`` seeds the episodes
+        as an evaluation does (``swerl.agent.collect.eval_episode_seed``)."""
         assert self._loop is not None, "RolloutRunner used outside its context"
         prefix = f"step{step}/" if group_prefix is None else group_prefix
         if not tasks:
             return []
         self._collecting = True
         try:
-            return self._loop.run_until_complete(self._collect(tasks, n_samples, prefix, first_index, on_event))
+            return self._loop.run_until_complete(
+                self._collect(tasks, n_samples, prefix, first_index, on_event, task_seed))
         finally:
             self._collecting = False
 
     async def _collect(
         self, tasks: list[Any], n_samples: int, prefix: str, first_index: int,
-        on_event: Callable[[RolloutEvent], None] | None,
+        on_event: Callable[[RolloutEvent], None] | None, task_seed: int | None,
     ) -> list[Trajectory]:
         async with AsyncBatcher(self.backend, self.max_batch_size, self.batch_wait_s) as batcher:
             policy = BackendPolicy(batcher, self.tokenizer)
             return await collect_rollouts(
                 tasks, n_samples, policy, self._manager, self.agent_cfg,
                 concurrency=self.concurrency, on_event=on_event, group_prefix=prefix,
-                first_index=first_index,
+                first_index=first_index, task_seed=task_seed,
             )

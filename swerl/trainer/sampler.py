@@ -5,11 +5,17 @@ the next ``batch_size`` indices of it and the incomplete tail of an epoch is dro
 ``DataLoader(shuffle=True, drop_last=True)`` with a per-epoch seed does). The position
 ``(epoch, batch_in_epoch)`` is the whole state, so a checkpoint that stores it resumes on the
 exact same order.
+
+Quarantine (``data.quarantine``): :meth:`PromptSampler.quarantine` marks tasks to leave out from
+the first epoch that starts at or after a given step; that epoch's order is the same permutation
+without them (so it has fewer batches), and the state holds both the marks and the tasks the
+current epoch leaves out.
 """
 
 from __future__ import annotations
 
 import random
+import threading
 
 from swerl.errors import ConfigError
 
@@ -36,18 +42,38 @@ class PromptSampler:
         self.shuffle = shuffle
         self.epoch = 0
         self.batch_in_epoch = 0
+        self.steps_drawn = 0
+        self.left_out: list[int] = []
+        self.quarantined: dict[int, int] = {}
+        self._lock = threading.Lock()
 
     @property
     def batches_per_epoch(self) -> int:
-        """Full batches in one epoch (N // B)."""
-        return self.num_tasks // self.batch_size
+        """Full batches in the current epoch ((N - tasks it leaves out) // B)."""
+        return (self.num_tasks - len(self.left_out)) // self.batch_size
 
     def epoch_order(self, epoch: int) -> list[int]:
-        """The permutation of task indices used in ``epoch`` (deterministic in seed and epoch)."""
+        """The permutation of task indices used in ``epoch`` (deterministic in seed and epoch),
+        without the tasks the current epoch leaves out."""
         order = list(range(self.num_tasks))
         if self.shuffle:
             random.Random(self.seed * 1_000_003 + epoch).shuffle(order)
-        return order
+        left_out = set(self.left_out)
+        return [i for i in order if i not in left_out]
+
+    def quarantine(self, marks: dict[int, int]) -> None:
+        """Leave task ``i`` out of every epoch that starts at step ``marks[i]`` or later (thread
+        safe: the trainer marks while a producer thread draws)."""
+        with self._lock:
+            for index, step in marks.items():
+                self.quarantined.setdefault(index, step)
+
+    def _start_epoch(self) -> None:
+        """Move to the next epoch, leaving out the tasks quarantined by its first step."""
+        self.epoch += 1
+        self.batch_in_epoch = 0
+        first_step = self.steps_drawn + 1
+        self.left_out = sorted(i for i, step in self.quarantined.items() if step <= first_step)
 
     def next_batch(self) -> tuple[int, list[int]]:
         """Advance one step; returns ``(epoch, task indices)`` of length B.
@@ -55,24 +81,29 @@ class PromptSampler:
         Raises:
             ConfigError: the task set holds fewer tasks than one batch.
         """
-        if self.batches_per_epoch == 0:
-            raise ConfigError(
-                f"loop.train_batch_size={self.batch_size} needs at least that many tasks, the task set has "
-                f"{self.num_tasks}: lower loop.train_batch_size or add tasks"
-            )
-        if self.batch_in_epoch >= self.batches_per_epoch:
-            self.epoch += 1
-            self.batch_in_epoch = 0
-        start = self.batch_in_epoch * self.batch_size
-        indices = self.epoch_order(self.epoch)[start : start + self.batch_size]
-        self.batch_in_epoch += 1
-        return self.epoch, indices
+        with self._lock:
+            if self.batches_per_epoch == 0:
+                raise ConfigError(
+                    f"loop.train_batch_size={self.batch_size} needs at least that many tasks, the task set has "
+                    f"{self.num_tasks}: lower loop.train_batch_size or add tasks"
+                )
+            if self.batch_in_epoch >= self.batches_per_epoch:
+                self._start_epoch()
+            start = self.batch_in_epoch * self.batch_size
+            indices = self.epoch_order(self.epoch)[start : start + self.batch_size]
+            self.batch_in_epoch += 1
+            self.steps_drawn += 1
+            return self.epoch, indices
 
     def state_dict(self) -> dict:
         """Position and identity of the sampler (JSON-serialisable)."""
         return {
             "epoch": self.epoch,
             "batch_in_epoch": self.batch_in_epoch,
+            "batches_in_epoch": self.batches_per_epoch,
+            "steps_drawn": self.steps_drawn,
+            "left_out": list(self.left_out),
+            "quarantined": {str(i): step for i, step in sorted(self.quarantined.items())},
             "seed": self.seed,
             "num_tasks": self.num_tasks,
             "batch_size": self.batch_size,
@@ -94,3 +125,7 @@ class PromptSampler:
                 )
         self.epoch = int(state["epoch"])
         self.batch_in_epoch = int(state["batch_in_epoch"])
+        # Checkpoints before quarantine existed: no marks, and the steps drawn follow from the position.
+        self.steps_drawn = int(state.get("steps_drawn", self.epoch * self.batches_per_epoch + self.batch_in_epoch))
+        self.left_out = [int(i) for i in state.get("left_out", [])]
+        self.quarantined = {int(i): int(step) for i, step in state.get("quarantined", {}).items()}

@@ -3,7 +3,8 @@
 Per optimizer step (docs/algorithms.md, Loss reductions): count the step's denominators over all its micro-batches,
 SUM them over ranks (one all-reduce), then for each micro-batch forward at the sampling
 temperature, ``compute_policy_loss`` (PPO clip, TIS, reduction) and ``backward``; gradients are
-SUMMED over ranks (replicated models) or FSDP's average is cancelled by scaling the loss by W;
+SUMMED over ranks once per optimizer step (replicated models: one all-reduce; FSDP: one
+reduce-scatter after the last micro-batch, its average cancelled by scaling the loss by W);
 clip the global norm, step AdamW and the schedule. Nothing is divided by the number of
 micro-batches. Padding rows (rank balance) and failed rows carry an all-zero loss mask, so they
 reach neither a numerator nor a denominator.
@@ -18,7 +19,7 @@ import torch
 
 from swerl.rl.config import AlgorithmConfig
 from swerl.rl.loss import compute_policy_loss
-from swerl.rl.policy_loss import entropy_from_logits
+from swerl.rl.logprobs import next_token_logprobs
 from swerl.rl.reductions import StepDenominators, denominator_parts, dp_loss_scale
 from swerl.trainer.batch import MicroBatch, Row, collate, mini_batches, padding_row
 from swerl.trainer.distributed import DistInfo, all_reduce_grads, all_reduce_max, all_reduce_sum, rank_slice
@@ -38,6 +39,10 @@ class UpdateSettings:
         grad_clip: max global grad norm, or None.
         compute_dtype: autocast dtype on a replicated model (None = fp32).
         sharded: True when the model is FSDP-sharded (it averages gradients itself).
+        sync_grads_every_micro_batch: sharded only: reduce-scatter gradients after every
+            micro-batch (they stay sharded) instead of once, after the optimizer step's last
+            micro-batch (FSDP2 ``set_requires_gradient_sync``: fewer collectives, but each rank
+            holds the unsharded fp32 gradients of the whole model in between).
         pad_id: padding token id.
         skip_no_signal_rows: do not forward rows whose advantage is 0 or that have no trainable
             token (their policy loss and gradient are exactly 0); they still count in the
@@ -55,6 +60,7 @@ class UpdateSettings:
     grad_clip: float | None = 1.0
     compute_dtype: torch.dtype | None = None
     sharded: bool = False
+    sync_grads_every_micro_batch: bool = False
     pad_id: int = 0
     skip_no_signal_rows: bool = True
     reuse_pi_old: bool = True
@@ -78,8 +84,9 @@ def forward_logprobs(
     """log pi (and optionally the entropy) of every next token at the sampling temperature.
 
     Mixed precision: the model runs under ``compute_dtype`` autocast (replicated model) or in
-    FSDP's bf16 param dtype; its logits are upcast, and the temperature, log-softmax and
-    everything after them (the loss) are computed in float32 outside autocast.
+    FSDP's bf16 param dtype; the temperature, log-softmax and everything after them (the loss)
+    are computed in float32 outside autocast, a chunk of positions at a time
+    (``rl.logprobs.next_token_logprobs``: no float32 (L, V) tensor, same values and gradients).
 
     Only the columns from the micro-batch's first response column s0 on are computed: the LM head
     and the log-softmax skip the prompt positions before it (``logits_to_keep``; no row has a
@@ -91,11 +98,7 @@ def forward_logprobs(
     with _autocast(mb.input_ids.device, compute_dtype):
         logits = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask, use_cache=False,
                        logits_to_keep=mb.input_ids.shape[1] - start).logits  # (n, L - s0, V)
-    input_ids = mb.input_ids[:, start:]
-    logits = logits[:, :-1].float() / temperature
-    picked = logits.gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
-    logprobs = picked - torch.logsumexp(logits, dim=-1)
-    entropy = entropy_from_logits(logits) if with_entropy else None
+    logprobs, entropy = next_token_logprobs(logits, mb.input_ids[:, start:], temperature, with_entropy=with_entropy)
     return _from_column(logprobs, start), (None if entropy is None else _from_column(entropy, start))
 
 
@@ -131,6 +134,16 @@ def _pad_to_common_length(rows: list[Row], template: Row, s: UpdateSettings) -> 
         return rows
     longest = all_reduce_max(len(rows))
     return rows + [padding_row(rows[0] if rows else template)] * (longest - len(rows))
+
+
+def _require_grad_sync(model: torch.nn.Module, s: UpdateSettings, last: bool) -> None:
+    """FSDP2: reduce-scatter this micro-batch's gradients only when it is the optimizer step's
+    ``last`` (or always with ``sync_grads_every_micro_batch``); the earlier ones accumulate
+    unsharded. Every rank runs as many micro-batches, so they agree on which one is last."""
+    from torch.distributed.fsdp import FSDPModule
+
+    if s.sharded and isinstance(model, FSDPModule):
+        model.set_requires_gradient_sync(last or s.sync_grads_every_micro_batch)
 
 
 def _micro_batches(rows: list[Row], size: int) -> list[list[Row]]:
@@ -279,7 +292,8 @@ def train_on_batch(
             denominators, forwarded, micro = _plan_step(mini_rows, algo, s, dist_info)
             reused = reuse_first and index == 0  # its forward is the only one on the batch's weights
             totals: dict[str, float] = {}
-            for mb, adv in micro:
+            for index, (mb, adv) in enumerate(micro):
+                _require_grad_sync(model, s, last=index == len(micro) - 1)
                 mb = mb.to(device)
                 logprobs, entropy = forward_logprobs(model, mb, s.temperature, with_entropy, _autocast_dtype(s))
                 loss, metrics = compute_policy_loss(

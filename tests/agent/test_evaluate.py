@@ -44,6 +44,11 @@ def test_sigterm_leaves_a_partial_result_that_resume_completes(tiny_model_dir, t
     ref = tmp_path / "ref"
     done = subprocess.run(eval_argv(tiny_model_dir, ref), capture_output=True, text=True, timeout=600, env=ENV)
     assert done.returncode == 0, done.stderr[-2000:]
+    # Each line is a sample record swerl compare pairs: the seed of (--seed, task, sample) and pass/fail.
+    from swerl.agent.collect import eval_episode_seed
+
+    assert all(r["seed"] == eval_episode_seed(1, r["task"], r["sample_index"]) and r["passed"] == (
+        r["outcome"] == "passed") for r in rows(ref))
 
     # SIGTERM once two episodes are on disk.
     out = tmp_path / "stopped"

@@ -33,6 +33,25 @@ def _run_dir(tmp: Path) -> Path:
     return run
 
 
+def _arms(tmp: Path) -> list[str]:
+    """Two synthetic arms evaluated on the same 4 tasks with the same seeds (tests/report/_synthetic.py)."""
+    from report._synthetic import make_run
+
+    passes = {f"t{i}": [i % 2 == 0, True] for i in range(4)}
+    return [str(make_run(tmp / name, {"seed": 0, "arm": name}, [0.5] * 3, {3: passes})) for name in ("a", "b")]
+
+
+def _rollouts(tmp: Path) -> Path:
+    """A run folder with one step's rollout records (what the task health ledger reads)."""
+    run = _run_dir(tmp)
+    (run / "rollouts").mkdir()
+    (run / "rollouts" / "step_1.jsonl").write_text("".join(
+        json.dumps({"global_step": 1, "epoch": 0, "task": t, "sample_index": i, "passed": t == "easy",
+                    "failure_class": "none", "outcome": "passed" if t == "easy" else "failed"}) + "\n"
+        for t in ("easy", "hard") for i in range(2)))
+    return run
+
+
 def _model(tmp: Path) -> Path:
     folder = tmp / "model"
     folder.mkdir()
@@ -48,6 +67,8 @@ CASES = {
     "sandbox gc": (lambda t: ["sandbox", "gc"], {0}, list),  # dead runs' leftovers only: live runs are kept
     "tasks validate": (lambda t: ["tasks", "validate", str(FIXTURE_TASKS)], {0}, "valid"),
     "select-checkpoint": (lambda t: ["select-checkpoint", str(_run_dir(t))], {0}, "chosen"),
+    "compare": (lambda t: ["compare", *_arms(t)], {0}, "verdicts"),
+    "tasks health": (lambda t: ["tasks", "health", str(_rollouts(t)), "--last-groups", "1"], {0}, "tasks"),
     "report": (lambda t: ["report", *map(str, ARMS), "--out", str(t / "r.html")], {0}, "arms"),
     "train": (lambda t: ["train", str(DEMO_YAML), "--dry-run", "-o", str(t / "run"), "--set",
                          f"data.tasks={FIXTURE_TASKS}", "--set", "data.names=null", "--set",

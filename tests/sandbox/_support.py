@@ -35,3 +35,11 @@ def copy_task(name: str, dest: Path) -> Path:
 def containers_of(client, run_id: str) -> list:
     """Containers (any state) labelled with this run id."""
     return client.containers.list(all=True, filters={"label": f"swerl.run={run_id}"})
+
+
+def rewrite_in_schema_13(task_toml: Path) -> None:
+    """A HumanEval task.toml as issue 25 spells it in Harbor's schema 1.3: ``version = "1.3"``,
+    top-level artifacts, a separate verifier (no [verifier.environment]: the task image), no network."""
+    text = task_toml.read_text().replace('schema_version = "1.3"', 'version = "1.3"')
+    assert 'artifacts = ["/app"]' in text and 'network_mode = "no-network"' in text
+    task_toml.write_text(text.replace("[verifier]\n", '[verifier]\nenvironment_mode = "separate"\n'))

@@ -1,6 +1,7 @@
-"""`swerl sandbox-test --redteam` on the real engine: one HumanEval task made by the importer
-(every in-process exploit scores 0, the oracle 1) and the deliberately weak fixture task
-(the attempts that forge it are named, exit 1), in one CLI run."""
+"""`swerl sandbox-test --redteam` on the real engine: one HumanEval task made by the importer and
+rewritten in Harbor's schema 1.3 spelling with a separate verifier (every in-process exploit
+scores 0, the oracle 1, all in the clean room, as for the 1.0 spelling) and the deliberately weak
+fixture task (the attempts that forge it are named, exit 1), in one CLI run."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 from swerl.sandbox.redteam import CATALOGUE
 from swerl.tasks import import_humaneval
 
-from ._support import FIXTURES, containers_of
+from ._support import FIXTURES, containers_of, rewrite_in_schema_13
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -27,9 +28,11 @@ WEAK_FORGERS = {"exit0-at-import", "exit0-at-exit", "always-equal", "eq-subclass
 
 @pytest.fixture(scope="module")
 def redteam_run(tmp_path_factory: pytest.TempPathFactory):
-    """One `sandbox-test --redteam` over humaneval-000 and weak_exit_code: (process, records)."""
+    """One `sandbox-test --redteam` over humaneval-000 (schema 1.3, separate verifier) and
+    weak_exit_code: (process, records)."""
     root = tmp_path_factory.mktemp("redteam")
-    import_humaneval(root, limit=1)
+    [humaneval] = import_humaneval(root, limit=1)
+    rewrite_in_schema_13(humaneval / "task.toml")
     subprocess.run(["cp", "-r", str(FIXTURES / "weak_exit_code"), str(root)], check=True)
     out = subprocess.run([sys.executable, "-m", "swerl.cli", "sandbox-test", str(root), "--redteam", "-c", "2",
                           "--json", str(root / "r.json")], capture_output=True, text=True, timeout=900)

@@ -90,6 +90,6 @@ def test_every_outcome_has_a_failure_class_from_the_spec(outcome):
     expected = {
         "passed": "none", "failed": "none", "verifier_timeout": "zero", "oom": "zero",
         "no_reward_file": "mask", "bad_reward": "mask", "build_error": "mask",
-        "start_error": "mask", "daemon_error": "mask", "disk_limit": "mask",
+        "start_error": "mask", "daemon_error": "mask", "disk_limit": "mask", "healthcheck_failed": "mask",
     }
     assert outcome.failure_class == expected[outcome.value]

@@ -69,3 +69,24 @@ def test_import_humaneval_writes_and_refuses_to_overwrite(tmp_path: Path):
     assert proc.returncode == 2 and "--force" in proc.stderr
     forced = runner.invoke(app, ["tasks", "import", "humaneval", str(out), "--limit", "2", "--force"])
     assert forced.exit_code == 0, forced.output
+
+
+HARBOR13 = FIXTURES.parent / "harbor13"
+
+
+def test_validate_prints_each_fixtures_schema_and_the_keys_swerl_does_not_act_on():
+    """One fixture per schema 1.3 feature: its version, where its tests run, and each key swerl
+    does not act on with what it does instead; the multi-step one is malformed (one line)."""
+    unsupported = {"newer-schema": ["environment.mcp_servers", "environment.skills_dir", "agent.user",
+                                    "verifier.continuous", "not part of task.toml up to schema 1.3"]}
+    for folder in sorted(HARBOR13.iterdir()):
+        result = runner.invoke(app, ["tasks", "validate", str(folder)], env={"COLUMNS": "240"})
+        out = " ".join(result.stdout.split())
+        if folder.name == "multi-step":
+            assert result.exit_code == 1 and "multi-step tasks ([[steps]]) are not supported" in out, out
+            continue
+        assert result.exit_code == 0, result.output
+        version = "1.4" if folder.name == "newer-schema" else "1.3"
+        assert f"schema {version}: 1 task ({folder.name})" in out and "verification auto: clean room" in out, out
+        keys = unsupported.get(folder.name, [])
+        assert ("keys swerl does not act on" in out) == bool(keys) and all(k in out for k in keys), out

@@ -39,10 +39,10 @@ def build_tiny_model(vocab_size: int, seed: int = 0, tie_word_embeddings: bool =
                             pad_token_id=0, eos_token_id=5, bos_token_id=None)
 
 
-def save_tiny_model_dir(path: Path, seed: int = 0) -> Path:
+def save_tiny_model_dir(path: Path, seed: int = 0, tie_word_embeddings: bool = False) -> Path:
     """Write tokenizer + model to ``path`` (an HF folder) and return it."""
     tok = build_tiny_tokenizer()
-    model = build_tiny_model(len(tok), seed)
+    model = build_tiny_model(len(tok), seed, tie_word_embeddings)
     model.save_pretrained(path)
     tok.save_pretrained(path)
     return path

@@ -48,8 +48,27 @@ def update(out: Path | None, reduction: str, info: distributed.DistInfo) -> tupl
     return state, metrics
 
 
+def shared_dir_cases(out: Path, info: distributed.DistInfo) -> None:
+    """The run-directory check: one shared folder passes; a folder per rank (as on nodes that do
+    not share it) fails on every rank."""
+    from swerl.errors import ConfigError
+    from swerl.trainer.shared_dir import check_shared_run_dir
+
+    outcomes = {}
+    for name, folder in (("shared", out / "run"), ("per_rank", out / f"run-rank{info.rank}")):
+        folder.mkdir(exist_ok=True)
+        try:
+            check_shared_run_dir(folder, info, wait_s=0.5)
+            outcomes[name] = "ok"
+        except ConfigError as err:
+            outcomes[name] = str(err)
+        outcomes[name + "_left"] = sorted(p.name for p in folder.iterdir())
+    (out / f"shared-rank{info.rank}.json").write_text(json.dumps(outcomes))
+
+
 if __name__ == "__main__":
     dist_info = distributed.init_distributed("cpu")
     for name in sys.argv[2:]:
         update(Path(sys.argv[1]), name, dist_info)
+    shared_dir_cases(Path(sys.argv[1]), dist_info)
     distributed.destroy()

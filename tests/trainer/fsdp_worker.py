@@ -55,21 +55,42 @@ def model_for(info: distributed.DistInfo, *, sharded: bool, bf16: bool = False, 
     return model
 
 
+class CountReduceScatters:
+    """Counts FSDP2's gradient reduce-scatters (``torch.distributed.reduce_scatter_single``)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self._original = torch.distributed.reduce_scatter_single
+
+    def __enter__(self) -> "CountReduceScatters":
+        def counted(*args, **kwargs):
+            self.calls += 1
+            return self._original(*args, **kwargs)
+
+        torch.distributed.reduce_scatter_single = counted
+        return self
+
+    def __exit__(self, *exc) -> None:
+        torch.distributed.reduce_scatter_single = self._original
+
+
 def sgd_update(reduction: str, info: distributed.DistInfo, *, sharded: bool, bf16: bool = False,
-               checkpointing: bool = False, offload: bool = False) -> tuple[dict, dict]:
+               checkpointing: bool = False, offload: bool = False, every_micro_batch: bool = False) -> tuple[dict, dict]:
     """Two optimizer steps (2 update epochs) of SGD lr=1: weight changes are the gradients.
 
-    Returns: (full state dict on rank 0, metrics).
+    Returns: (full state dict on rank 0, metrics + ``reduce_scatters``: FSDP's gradient reduce-scatters).
     """
     batch, algo = rows(reduction)
     model = model_for(info, sharded=sharded, bf16=bf16, checkpointing=checkpointing, offload=offload)
     opt = torch.optim.SGD(model.parameters(), lr=1.0)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
     s = UpdateSettings(temperature=0.7, rows_per_mini_batch=9, micro_batch_size=2, update_epochs=2, grad_clip=None,
-                       compute_dtype=torch.bfloat16 if bf16 else None, sharded=sharded)
-    metrics = train_on_batch(model, opt, sched, batch, algo, s, info)
+                       compute_dtype=torch.bfloat16 if bf16 else None, sharded=sharded,
+                       sync_grads_every_micro_batch=every_micro_batch)
+    with CountReduceScatters() as counter:
+        metrics = train_on_batch(model, opt, sched, batch, algo, s, info)
     state = {k: v.clone() for k, v in ckpt.full_model_state_dict(model).items()}
-    return state, metrics
+    return state, {**metrics, "reduce_scatters": counter.calls}
 
 
 def adam_steps(model, opt, sched, seeds, info, sharded: bool) -> list[dict]:
@@ -108,9 +129,95 @@ def checkpoint_cases(out: Path, info: distributed.DistInfo) -> None:
     from_one = adam_steps(model3, opt3, sched3, [2, 3], info, True)
     from_one_state = ckpt.full_model_state_dict(model3)
     ckpt.export_hf(out / "run2", 3, model2, None, info, max_shard_bytes=20_000)  # several streamed shards
+    ckpt.export_hf(out / "run2", 4, model2, None, info, max_shard_bytes=20_000, dtype=torch.bfloat16)
+    streamed = [(name, None if t is None else t.dtype) for name, t in
+                ckpt.iter_full_state(model2, torch.bfloat16, keep=info.is_main)]
+    every_stream = [None] * info.world_size
+    torch.distributed.all_gather_object(every_stream, streamed)
     if info.is_main:
         torch.save({"expected": (expected, expected_state), "2to2": (got, got_state),
-                    "1to2": (from_one, from_one_state)}, out / "ckpt.pt")
+                    "1to2": (from_one, from_one_state), "streams": every_stream}, out / "ckpt.pt")
+
+
+def load_cases(out: Path, info: distributed.DistInfo) -> None:
+    """``load_policy`` on 2 ranks, FSDP (untied and tied embeddings) and replicated: the weights
+    file is read by rank 0 only; every rank ends with rank 0's values (buffers included)."""
+    from transformers import AutoModelForCausalLM
+
+    from swerl.trainer.config import ModelConfig
+    from swerl.trainer.model import load_policy
+
+    original, reads = AutoModelForCausalLM.from_pretrained, []
+
+    def counting(*args, **kwargs):
+        reads.append(str(args[0]))
+        return original(*args, **kwargs)
+
+    AutoModelForCausalLM.from_pretrained = counting
+    results = {}
+    ids = torch.tensor([[6, 7, 8, 9, 10, 11]])
+    try:
+        for name, folder, fsdp in (("fsdp", "model", True), ("fsdp_tied", "model_tied", True),
+                                   ("replicated", "model", False)):
+            reads.clear()
+            model, _, _ = load_policy(ModelConfig(path=str(out / folder), device="cpu", fsdp=fsdp), info)
+            with torch.no_grad():
+                logits = model(ids).logits
+            tied = model.lm_head.weight is model.model.embed_tokens.weight
+            local = {"reads": len(reads), "logits": logits, "tied": tied,
+                     "buffers": {k: v.clone() for k, v in model.named_buffers()},
+                     "state": None if fsdp else {k: v.clone() for k, v in model.state_dict().items()}}
+            full = ckpt.full_model_state_dict(model) if fsdp else None
+            every = [None] * info.world_size
+            torch.distributed.all_gather_object(every, local)
+            results[name] = {"ranks": every, "full": full}
+    finally:
+        AutoModelForCausalLM.from_pretrained = original
+    if info.is_main:
+        torch.save(results, out / "load.pt")
+
+
+class SilentOnOneRank:
+    """An HF engine over an unsharded replica of the policy whose samples on rank ``silent`` come
+    back without a token (``empty``) or fail (``fail``): what a vLLM engine may do to the probe."""
+
+    def __init__(self, inner, mode: str | None) -> None:
+        self.inner, self.mode, self.tokenizer = inner, mode, inner.tokenizer
+
+    def generate(self, prompts, sampling):
+        from swerl.errors import InferenceError
+
+        if self.mode == "fail":
+            raise InferenceError("server answered 500")
+        out = self.inner.generate(prompts, sampling)
+        return [g.model_copy(update={"token_ids": [], "logprobs": []}) for g in out] if self.mode == "empty" else out
+
+
+def probe_cases(out: Path, info: distributed.DistInfo) -> None:
+    """The parity probe of an FSDP policy when rank 1's engine returns nothing, then when it
+    fails: no rank hangs in the re-scoring forwards (collectives); every rank gets the outcome."""
+    from _support import build_tiny_tokenizer
+
+    from swerl.errors import InferenceError
+    from swerl.inference.hf import HFBackend
+    from swerl.trainer.config import TrainConfig
+    from swerl.trainer.generator import probe_parity
+
+    config = TrainConfig.model_validate({"data": {"tasks": "unused"}, "model": {"fsdp": True, "device": "cpu"},
+                                         "generator": {"backend": "vllm", "max_model_len": 32768, "probe_tokens": 6}})
+    model = model_for(info, sharded=True)
+    replica = HFBackend(build_tiny_model(16, seed=0).eval(), build_tiny_tokenizer(), seed=1)
+    outcomes = {}
+    for mode in ("empty", "fail"):
+        backend = SilentOnOneRank(replica, mode if info.rank == 1 else None)
+        try:
+            outcomes[mode] = probe_parity(backend, model, config, info)
+        except InferenceError as err:
+            outcomes[mode] = f"InferenceError: {err}"
+    every = [None] * info.world_size
+    torch.distributed.all_gather_object(every, outcomes)
+    if info.is_main:
+        (out / "probe.json").write_text(json.dumps(every))
 
 
 def main(out: Path) -> None:
@@ -121,10 +228,14 @@ def main(out: Path) -> None:
         results[reduction] = sgd_update(reduction, info, sharded=True)
     results["checkpointing+offload"] = sgd_update("token_mean", info, sharded=True, checkpointing=True, offload=True)
     results["bf16"] = sgd_update("seq_mean_token_sum_norm_global", info, sharded=True, bf16=True)
+    results["every_micro_batch"] = sgd_update("seq_mean_token_sum_norm_global", info, sharded=True,
+                                              every_micro_batch=True)
     if info.is_main:
         torch.save({k: v[0] for k, v in results.items()}, out / "weights.pt")
         (out / "metrics.json").write_text(json.dumps({k: v[1] for k, v in results.items()}))
     checkpoint_cases(out, info)
+    load_cases(out, info)
+    probe_cases(out, info)
     distributed.destroy()
 
 

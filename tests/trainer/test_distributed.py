@@ -45,6 +45,13 @@ def test_two_processes_equal_one(tmp_path):
         assert any(not torch.equal(dp_state[k], v) for k, v in initial.items())
         for key in ("loss/policy", "grad_norm", "policy/num_tokens", "policy/clip_fraction"):
             assert dp_metrics[key] == pytest.approx(single_metrics[key], rel=1e-5, abs=1e-7), (reduction, key)
+    # The run-directory check of the same launch: a shared folder passes and is left clean; a
+    # folder per rank fails on both ranks, naming rank 1.
+    for rank in (0, 1):
+        outcome = json.loads((tmp_path / f"shared-rank{rank}.json").read_text())
+        assert outcome["shared"] == "ok" and outcome["shared_left"] == []
+        assert "rank 1 on" in outcome["per_rank"] and "not shared by every rank" in outcome["per_rank"]
+        assert "rank 0 on" not in outcome["per_rank"]
 
 
 def build_initial():

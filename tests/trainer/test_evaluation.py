@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from swerl.agent.collect import eval_episode_seed
 from swerl.agent.trajectory import Trajectory
 from swerl.selection import select_checkpoint
 from swerl.trainer.config import TrainConfig
@@ -59,6 +60,16 @@ def test_eval_records_appear_at_the_interval(tmp_path, tiny_model_dir):
     assert "reward/avg_raw_reward" not in records[0]  # the step-0 record is the eval alone
     sel = select_checkpoint(run_dir, metric="eval/pass@1", interval=1)
     assert [c.step for c in sel.candidates] == [0, 2, 3] and sel.chosen is not None
+    # Every sample's record per evaluation: seeds from (eval.seed, task, sample) only, the same at
+    # every step (and in any run with that eval.seed), so evaluations pair sample by sample.
+    samples = {s: [json.loads(line) for line in (run_dir / "eval" / f"step_{s}.jsonl").read_text().splitlines()]
+               for s in (0, 2, 3)}
+    seeds = {s: {(r["task"], r["sample_index"]): r["seed"] for r in recs} for s, recs in samples.items()}
+    assert seeds[0] == seeds[2] == seeds[3] == {(t, i): eval_episode_seed(0, t, i)
+                                               for t in ("magic-c", "magic-d") for i in (0, 1)}
+    for s, recs in samples.items():  # no sample masked: pass@1 is the fraction of samples that passed
+        assert sum(r["passed"] for r in recs) / len(recs) == pytest.approx(records[s]["eval/pass@1"])
+    assert all(r["global_step"] == s for s, recs in samples.items() for r in recs)
 
 
 def test_the_learning_example_evaluates_on_held_out_tasks():

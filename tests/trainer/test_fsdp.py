@@ -23,6 +23,7 @@ from swerl.trainer.distributed import DistInfo
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
 import fsdp_worker as W  # noqa: E402
+from _support import save_tiny_model_dir  # noqa: E402
 
 ONE = DistInfo()
 
@@ -31,6 +32,8 @@ ONE = DistInfo()
 def fsdp_run(tmp_path_factory) -> Path:
     """One torchrun launch of every case (2 ranks); a 1-rank checkpoint is written first for 1 -> 2."""
     out = tmp_path_factory.mktemp("fsdp")
+    save_tiny_model_dir(out / "model", seed=3)
+    save_tiny_model_dir(out / "model_tied", seed=4, tie_word_embeddings=True)
     model, opt, sched = W.adam_setup(ONE, sharded=False)
     W.adam_steps(model, opt, sched, [1], ONE, False)
     ckpt.save_checkpoint(out / "run1", 1, model, opt, sched, {"sampler": {"epoch": 0}}, "seed: 0\n", ONE)
@@ -45,9 +48,10 @@ def _delta(state: dict, initial: dict) -> dict:
     return {k: state[k] - initial[k] for k in initial}
 
 
-@pytest.mark.parametrize("case", [*W.REDUCTIONS, "checkpointing+offload"])
+@pytest.mark.parametrize("case", [*W.REDUCTIONS, "checkpointing+offload", "every_micro_batch"])
 def test_two_fsdp_ranks_equal_one_process(fsdp_run, case):
-    reduction = "token_mean" if case == "checkpointing+offload" else case
+    reduction = {"checkpointing+offload": "token_mean", "every_micro_batch": "seq_mean_token_sum_norm_global"}.get(
+        case, case)
     ref_state, ref_metrics = W.sgd_update(reduction, ONE, sharded=False)
     state = torch.load(fsdp_run / "weights.pt")[case]
     metrics = json.loads((fsdp_run / "metrics.json").read_text())[case]
@@ -58,6 +62,17 @@ def test_two_fsdp_ranks_equal_one_process(fsdp_run, case):
         torch.testing.assert_close(state[key] - initial[key], value, rtol=1e-5, atol=1e-6)
     for key in ("loss/policy", "grad_norm", "policy/num_tokens", "policy/clip_fraction", "tis/imp_ratio_mean"):
         assert metrics[key] == pytest.approx(ref_metrics[key], rel=1e-5, abs=1e-7), key
+
+
+def test_gradients_are_reduce_scattered_once_per_optimizer_step(fsdp_run):
+    """Default: one reduce-scatter per FSDP unit (2 layers + root) per optimizer step, whatever the
+    micro-batches; every_micro_batch: one per unit per micro-batch. Both give the same update
+    (test above)."""
+    metrics = json.loads((fsdp_run / "metrics.json").read_text())
+    units, steps = 3, 2
+    micro = metrics["every_micro_batch"]["reduce_scatters"] / units
+    assert metrics["seq_mean_token_sum_norm_global"]["reduce_scatters"] == units * steps
+    assert micro > steps and micro == int(micro)
 
 
 def test_bf16_mixed_precision_matches_fp32_at_bf16_tolerance(fsdp_run):
@@ -117,3 +132,60 @@ def test_streamed_sharded_export_loads_with_transformers(fsdp_run):
     loaded = AutoModelForCausalLM.from_pretrained(export).state_dict()
     for key, value in got_state.items():
         assert torch.equal(loaded[key], value), key
+
+
+def test_bf16_export_is_gathered_in_bf16_and_kept_by_rank0_only(fsdp_run):
+    import json as _json
+
+    from safetensors import safe_open
+    from transformers import AutoModelForCausalLM
+
+    export = fsdp_run / "run2" / "exports" / "global_step_4"
+    results = torch.load(fsdp_run / "ckpt.pt", weights_only=False)
+    _, got_state = results["2to2"]
+    files = sorted(export.glob("model-*-of-*.safetensors"))
+    assert len(files) > 1  # bf16 halves the bytes: still several 20 kB shards
+    for file in files:
+        with safe_open(str(file), "pt") as handle:
+            assert all(handle.get_tensor(k).dtype == torch.bfloat16 for k in handle.keys())
+    assert _json.loads((export / "config.json").read_text())["dtype"] == "bfloat16"
+    loaded = AutoModelForCausalLM.from_pretrained(export, dtype=torch.bfloat16).state_dict()
+    for key, value in got_state.items():
+        assert torch.equal(loaded[key], value.to(torch.bfloat16)), key
+    rank0, rank1 = results["streams"]
+    assert [n for n, _ in rank0] == [n for n, _ in rank1] and rank0
+    assert {d for _, d in rank0} == {torch.bfloat16} and {d for _, d in rank1} == {None}
+
+
+@pytest.mark.parametrize("case", ["fsdp", "fsdp_tied", "replicated"])
+def test_only_rank0_reads_the_weights_and_every_rank_gets_them(fsdp_run, case):
+    """``load_policy`` on 2 ranks: rank 0 reads the folder, rank 1 builds on ``meta`` and receives
+    the values by broadcast: the same weights as ``from_pretrained``, bit for bit, the same
+    rotary buffers and the same logits on both ranks; tied embeddings stay tied."""
+    from transformers import AutoModelForCausalLM
+
+    folder = fsdp_run / ("model_tied" if case == "fsdp_tied" else "model")
+    expected = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).state_dict()
+    result = torch.load(fsdp_run / "load.pt", weights_only=False)[case]
+    rank0, rank1 = result["ranks"]
+    assert (rank0["reads"], rank1["reads"]) == (1, 0)
+    states = [result["full"]] if case != "replicated" else [rank0["state"], rank1["state"]]
+    for state in states:
+        assert set(state) == set(expected)
+        for key, value in expected.items():
+            assert torch.equal(state[key], value), key
+    assert rank0["buffers"].keys() == rank1["buffers"].keys() and rank0["buffers"]
+    for key, value in rank0["buffers"].items():
+        assert torch.equal(rank1["buffers"][key], value), key
+    assert torch.equal(rank0["logits"], rank1["logits"])
+    assert rank0["tied"] == rank1["tied"] == (case == "fsdp_tied")
+
+
+def test_parity_probe_of_a_sharded_policy_survives_an_empty_or_failed_sample_on_one_rank(fsdp_run):
+    """Rank 1's engine returns no token: both ranks finish the probe (rank 0's gap ~0 with shared
+    weights); rank 1's engine fails: both ranks raise the same error naming rank 1, none hangs."""
+    empty0, empty1 = (rank["empty"] for rank in json.loads((fsdp_run / "probe.json").read_text()))
+    assert empty0 == empty1
+    assert empty0["inference/logprob_diff_max"] < 1e-4  # rank 0's tokens, re-scored by the sharded policy
+    fail0, fail1 = (rank["fail"] for rank in json.loads((fsdp_run / "probe.json").read_text()))
+    assert fail0 == fail1 and fail0.startswith("InferenceError: rank 1: engine 0: logprob probe: server answered 500")

@@ -43,9 +43,15 @@ def test_placement_sizes_the_seed_run(tmp_path):
     lines = dict(plan.placement)
     assert "FSDP2 fully_shard" in lines["trainer"] and "one rank per GPU" in lines["trainer"]
     assert "8 ranks 16.4 GB" in lines["trainer state / rank"]  # 8.19 B x 16 B / 8
-    assert lines["episodes in flight"].startswith("64 ")
+    assert "+ 32.8 GB unsharded fp32 gradients between micro-batches" in lines["trainer state / rank"]
+    assert lines["update activations / rank"] == (  # 2 x 32768 x 151936 x 2 B; 36 x 32768 x 4096 x 2 B
+        "logits + their gradient 19.9 GB (1 x 32,768 x 151,936 bfloat16; log-probs in float32 chunks, +537 MB), "
+        "9.7 GB checkpointed hidden states (36 layers)")
+    assert lines["episodes in flight"] == (
+        "64 for the whole run (loop.rollout_concurrency or sandbox.concurrency), each rank running its share: "
+        "8 per rank on 8, 4 per rank on 16, 2 per rank on 32, 1 per rank on 64")
     assert "309.2 GB bfloat16" in lines["KV cache, all episodes at full context"]  # 64 x 32768 x 144 KiB
-    assert "98.3 GB DCP" in lines["checkpoint / export"] and "32.8 GB fp32" in lines["checkpoint / export"]
+    assert "98.3 GB DCP" in lines["checkpoint / export"] and "16.4 GB bfloat16" in lines["checkpoint / export"]
     assert "vLLM" in lines["generator"] and "64 cores" in lines["sandbox cores / memory"]
 
 
@@ -90,6 +96,9 @@ def test_a_torchrun_launch_sizes_its_own_ranks(tmp_path):
     assert lines["trainer"] == "2 ranks (torchrun) on CPU, replicated, gradients all-reduced, float32 compute"
     assert lines["trainer state / rank"].endswith("x 16 B: 2 ranks 2.2 GB")  # replicated: the whole state on each
     assert lines["generator"].startswith("HF generate on every rank, each with its live policy")
+    assert lines["episodes in flight"].startswith("16 for the whole run") and "8 per rank on 2" in lines["episodes in flight"]
+    with pytest.raises(ConfigError, match="below its 32 ranks"):
+        make_plan(load_train_config(DEMO_YAML, [f"model.path={tmp_path}"]), 12, world_size=32)
 
 
 def test_byte_figures_keep_small_sizes_readable():

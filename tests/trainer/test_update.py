@@ -161,34 +161,37 @@ def test_pi_old_from_the_first_training_forward_equals_the_separate_forward(dtyp
 
 
 @pytest.mark.parametrize("dtype", [None, torch.bfloat16], ids=["fp32", "bf16"])
-def test_the_lm_head_skips_the_prompt_columns_no_row_trains_on(dtype):
-    """forward_logprobs runs the LM head and the log-softmax only from the micro-batch's first
-    response column on; there its log-probs, entropies and gradients equal those of the whole
-    logits (fp32: 1e-6; bf16 autocast: 1e-5), and the columns before hold 0."""
-    trajs = make_trajectories(num_groups=2, group_size=2, seed=7)  # prompts of 3..6 tokens
-    mb = collate([row_from_trajectory(t, 1.0) for t in trajs])
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_forward_logprobs_skips_the_prompt_columns_and_equals_the_full_logits_graph(dtype, temperature, monkeypatch):
+    """forward_logprobs runs the LM head and the (chunked) log-softmax only from the micro-batch's
+    first response column s0 on; there its log-probs, entropies and every parameter gradient equal
+    those of the plain graph over the whole (n, L, V) float32 logits (fp32: 1e-6; bf16 autocast:
+    1e-5), and the columns before s0 hold 0."""
+    from swerl.rl import logprobs
+    from swerl.rl.logprobs import next_token_logprobs_unchunked
+
+    monkeypatch.setattr(logprobs, "CHUNK_BYTES", 3 * 16 * 4)  # 3 positions per chunk of the 16-id vocabulary
+    mb = collate([row_from_trajectory(t, 1.0) for t in make_trajectories(num_groups=2, group_size=2, seed=7)])
     start = int(mb.response_starts.min())
-    assert start > 0
-    grads, outs, kept = [], [], []
+    assert start > 0  # prompts of 3..6 tokens
+    results, kept = [], []
     for full in (True, False):
         model = build_tiny_model(16, 0)
         model.lm_head.register_forward_hook(lambda _m, _i, out: kept.append(out.shape[1]))
-        if full:  # the reference: every column through the LM head and the log-softmax
-            with torch.autocast("cpu", dtype=dtype or torch.float32, enabled=dtype is not None):
-                logits = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask).logits
-            logits = logits[:, :-1].float() / 0.7
-            lp = logits.gather(-1, mb.input_ids[:, 1:, None])[..., 0] - torch.logsumexp(logits, -1)
-            entropy = -(torch.softmax(logits, -1) * torch.log_softmax(logits, -1)).sum(-1)
+        if full:  # the reference: every column through the LM head and the unchunked log-softmax
+            with torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None):
+                logits = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask, use_cache=False).logits
+            lp, ent = next_token_logprobs_unchunked(logits, mb.input_ids, temperature, with_entropy=True)
         else:
-            lp, entropy = forward_logprobs(model, mb, 0.7, with_entropy=True, compute_dtype=dtype)
-        (lp * mb.loss_mask).sum().backward()
-        outs.append((lp, entropy))
-        grads.append([p.grad.clone() for p in model.parameters()])
+            lp, ent = forward_logprobs(model, mb, temperature, with_entropy=True, compute_dtype=dtype)
+        ((lp * mb.loss_mask).sum() + 0.1 * (ent * mb.loss_mask).sum()).backward()
+        results.append((lp.detach(), ent.detach(), [p.grad.clone() for p in model.parameters()]))
     assert kept == [mb.input_ids.shape[1], mb.input_ids.shape[1] - start]
-    (lp_ref, ent_ref), (lp, ent) = outs
+    (lp_r, ent_r, grads_r), (lp, ent, grads) = results
     tol = 1e-6 if dtype is None else 1e-5
-    assert lp.shape == lp_ref.shape and not lp[:, :start].any() and not ent[:, :start].any()
-    torch.testing.assert_close(lp[:, start:], lp_ref[:, start:], rtol=tol, atol=tol)
-    torch.testing.assert_close(ent[:, start:], ent_ref[:, start:], rtol=tol, atol=tol)
-    for a, b in zip(*grads):
+    assert lp.shape == lp_r.shape and not lp[:, :start].any() and not ent[:, :start].any()
+    torch.testing.assert_close(lp[:, start:], lp_r[:, start:], rtol=tol, atol=tol)
+    torch.testing.assert_close(ent[:, start:], ent_r[:, start:], rtol=tol, atol=tol)
+    for a, b in zip(grads, grads_r):
         torch.testing.assert_close(a, b, rtol=tol, atol=tol)
+    assert any(g.abs().max() > 0 for g in grads)

@@ -1,9 +1,11 @@
 """Clean-room verification: which mode a trial uses, and how the agent's work product travels.
 
-After the agent phase the work product (``[verifier] artifacts``, e.g. ``["/app"]``) is read
-out of the agent's container, the agent's container is removed, and the tests run in a fresh
-container of the pristine task image that holds the work product and nothing else the agent
-did (binaries on PATH, site-packages, config files in ``/``, ``/logs``, ``/tests``, processes).
+After the agent phase the work product (the declared ``artifacts``, e.g. ``["/app"]``, in either
+spelling, plus Harbor's ``/logs/artifacts``) is read out of the agent's container, the agent's
+container is removed, and the tests run in a fresh container of the pristine verifier image
+(the task image, or a separate verifier environment's: Harbor's ``environment_mode =
+"separate"``) that holds the work product and nothing else the agent did (binaries on PATH,
+site-packages, config files in ``/``, ``/logs``, ``/tests``, processes).
 
 Reading it out: one keeper command in the agent's container kills every process there, then
 ``tar -c`` of the paths, base64 on stdout. That container is the agent's, so its ``tar`` may
@@ -18,7 +20,8 @@ path a few ms inside the container.
 Writing it in: :func:`bundle` joins the checked work product and ``tests/`` into one tar that
 the verifier script extracts at ``/`` with the clean container's own (pristine) ``tar``,
 after clearing the declared paths (so a file the agent deleted from the image's ``/app`` is
-gone in the clean room too).
+gone in the clean room too). Tests that belong to a separate verifier's own image are in its
+``/tests`` already and are not uploaded again.
 """
 
 from __future__ import annotations
@@ -43,13 +46,14 @@ _KINDS = (tarfile.REGTYPE, tarfile.AREGTYPE, tarfile.DIRTYPE, tarfile.SYMTYPE, t
 
 
 def verification_mode(task: Task, config: SandboxConfig) -> Verification:
-    """Where ``task``'s tests run under ``config.verification`` (see its field description)."""
+    """Where ``task``'s tests run under ``config.verification`` (see its field description): the
+    run's choice, else the task's (:attr:`Task.auto_verification`); tests that live in a separate
+    verifier's own image can only run there (the clean room)."""
+    if task.tests_in_verifier_image:
+        return "clean_room"
     if config.verification != "auto":
         return config.verification
-    verifier = task.config.verifier
-    if verifier.artifacts is None or verifier.same_container:
-        return "same_container"
-    return "clean_room"
+    return task.auto_verification
 
 
 def copy_out_script(paths: list[str]) -> str:
@@ -128,10 +132,12 @@ def add_work_product(out: tarfile.TarFile, archive: bytes, paths: list[str], pre
     return copied
 
 
-def bundle(tests_dir: Path, work: list[tuple[bytes, str]], paths: list[str], prefix: str = "") -> bytes:
+def bundle(tests_dir: Path | None, work: list[tuple[bytes, str]], paths: list[str], prefix: str = "") -> bytes:
     """One tar holding ``tests/`` (as ``<prefix>tests/...``) and the checked work product.
 
     Args:
+        tests_dir: the task's ``tests/``; None when the tests belong to the verifier's own image
+            (``Task.tests_in_verifier_image``: they are in its ``/tests`` already, never uploaded).
         work: ``(tar bytes, rebase)`` pairs (see :func:`add_work_product`).
         prefix: a staging folder relative to ``/`` ending in ``/``, or ``""`` to extract at ``/``.
     """
@@ -140,13 +146,14 @@ def bundle(tests_dir: Path, work: list[tuple[bytes, str]], paths: list[str], pre
         for archive, rebase in work:
             if archive:
                 add_work_product(out, archive, paths, prefix, rebase)
-        add_tree(out, tests_dir, f"{prefix}tests/")
+        if tests_dir is not None:
+            add_tree(out, tests_dir, f"{prefix}tests/")
     return buf.getvalue()
 
 
 def too_large(task: Task, cap_mb: int) -> Exception:
     """The error of a work product over ``SandboxConfig.max_artifact_mb`` (outcome disk_limit)."""
     return SandboxError(
-        f"{task.name}: the work product {task.config.verifier.artifacts} is over {cap_mb} MiB "
+        f"{task.name}: the work product {task.clean_room_paths} is over {cap_mb} MiB "
         "(SandboxConfig.max_artifact_mb)", outcome=Outcome.disk_limit,
     )

@@ -24,6 +24,7 @@ from swerl.sandbox.runtime import cleanroom
 from swerl.sandbox.runtime.channel import Command
 from swerl.sandbox.runtime.commands import Commands
 from swerl.sandbox.runtime.files import file_from_tar, is_tar, tar_of_dir, tar_of_files
+from swerl.sandbox.runtime.healthcheck import wait_healthy
 from swerl.sandbox.runtime.keeper import KeeperChannel
 from swerl.sandbox.runtime.shell import Shell
 from swerl.sandbox.runtime.verifier import VERIFY_OUTPUT_BYTES, VERIFY_SCRIPT, parse_sections, verdict
@@ -71,6 +72,8 @@ class Sandbox:
         self._renew, self._retire = renew, retire
         self.disk_exceeded: str | None = None  # set by the manager's disk watcher before it kills the container
         self.engine: str | None = None  # URL of the Docker engine it runs on (set by the manager)
+        self.image: str | None = None  # the agent's image, and the clean room's (both set by the manager)
+        self.verifier_image: str | None = None
 
     async def exec(
         self,
@@ -145,48 +148,55 @@ class Sandbox:
 
         Where: :func:`~swerl.sandbox.runtime.cleanroom.verification_mode`. Clean room: kill every
         process in the agent's container, read the work product out, remove that container,
-        and run the protocol in a fresh one of the pristine image holding only the work
-        product. Same container: every process killed, then ``/logs/verifier`` and ``/tests``
+        and run the protocol in a fresh one of the pristine verifier image (the task's, or a
+        separate verifier environment's, whose own ``/tests`` is then kept) holding only the
+        work product. Same container: every process killed, then ``/logs/verifier`` and ``/tests``
         moved aside and recreated in a way the agent's permissions cannot block, then the protocol.
         Either way: ``tests/`` uploaded to ``/tests``, ``bash /tests/test.sh`` run
         (``[verifier] env`` applied) under ``timeout_s`` (default:
         ``SandboxConfig.verifier_timeout_s``, else task.toml ``[verifier] timeout_sec``), every
         process left killed, then ``reward.txt`` else ``reward.json`` read. Never raises for a
-        misbehaving verifier: the outcome says what happened; ``verification`` says where.
+        misbehaving verifier: the outcome says what happened; ``verification`` and
+        ``verifier_image`` say where.
 
         Raises:
             SandboxError: only when the container/daemon fails (``outcome`` daemon_error, oom,
-                start_error) or the trial passed its disk budget (``disk_limit``).
+                start_error), the trial passed its disk budget (``disk_limit``), or the clean
+                room's healthcheck never passed (``healthcheck_failed``).
         """
         limit = timeout_s or self._config.verifier_timeout_s or self.task.config.verifier.timeout_sec
         began = time.monotonic()
         self._check_disk()
         mode = cleanroom.verification_mode(self.task, self._config)
+        # Tests that belong to a separate verifier's own image are in its /tests (mode is then clean_room).
+        tests = None if self.task.tests_in_verifier_image else self.task.tests_dir
         if mode == "clean_room":
             paths = await self._work_paths()
             work = await self._copy_out(paths)
             await self._switch_container()
         else:
             paths, work = [], []
-        raw = await self._run_verify_script("-", limit, cleanroom.bundle(self.task.tests_dir, work, paths), paths)
+        raw = await self._run_verify_script("-", limit, tests is not None, cleanroom.bundle(tests, work, paths), paths)
         if "\x1enotar\x1f" in raw.output:  # no tar in the image: the daemon copies the files in first
             staging = f"/tmp/.swerl-verify-{uuid.uuid4().hex}"
-            await self._put_archive(cleanroom.bundle(self.task.tests_dir, work, paths, prefix=staging.lstrip("/") + "/"))
-            raw = await self._run_verify_script(staging, limit, None, paths)
+            await self._put_archive(cleanroom.bundle(tests, work, paths, prefix=staging.lstrip("/") + "/"))
+            raw = await self._run_verify_script(staging, limit, tests is not None, None, paths)
         if raw.timed_out:  # the stream outlived the deadline: kill everything from outside
             await self._commands.docker_exec.run(Command(script="kill -KILL -1", max_output_bytes=4096, wait_s=10.0))
         self._check_disk()
         result = verdict(parse_sections(raw.output), raw.timed_out, limit, time.monotonic() - began)
-        return result.model_copy(update={"verification": mode})
+        image = self.verifier_image if mode == "clean_room" else self.image
+        return result.model_copy(update={"verification": mode, "verifier_image": image})
 
     def _check_disk(self) -> None:
         if self.disk_exceeded is not None:
             raise SandboxError(self.disk_exceeded, outcome=Outcome.disk_limit)
 
     async def _work_paths(self) -> list[str]:
-        """The declared work product, else (clean room forced by the run) the image's WORKDIR."""
-        if self.task.config.verifier.artifacts is not None:
-            return self.task.config.verifier.artifacts
+        """The declared work product (:attr:`Task.clean_room_paths`), else (clean room forced by
+        the run) the image's WORKDIR."""
+        if (declared := self.task.clean_room_paths) is not None:
+            return declared
         attrs = await self._guard(self._call(self._client.api.inspect_container, self.container_id))
         workdir = (attrs.get("Config") or {}).get("WorkingDir") or ""
         if workdir.rstrip("/") == "":
@@ -236,21 +246,26 @@ class Sandbox:
         return await self._call(read), (parent + "/" if parent else "")
 
     async def _switch_container(self) -> None:
-        """Remove the agent's container and continue in a fresh one of the same image."""
+        """Remove the agent's container and continue in a fresh one of the verifier's image (the
+        task's, or a separate verifier environment's); its healthcheck, if any, runs first."""
         if self._renew is None or self._retire is None:
             raise SandboxError("clean-room verification needs a sandbox from SandboxManager.sandbox()", outcome=Outcome.start_error)
         await self.close_shells()
         self._retire(self.container_id)
         self.container_id, keeper = await self._renew()
         self._commands = Commands(self._call, self._client, self.container_id, keeper, self._config.docker_timeout_s)
+        if (check := self.task.config.verifier_environment.healthcheck) is not None:
+            await wait_healthy(self, check, "the verifier environment's healthcheck")
 
     async def _run_verify_script(
-        self, source: str, limit: float, stdin: bytes | None = None, clear: list[str] | None = None
+        self, source: str, limit: float, upload_tests: bool, stdin: bytes | None = None, clear: list[str] | None = None
     ) -> ExecResult:
         """:data:`VERIFY_SCRIPT` with no in-container timeout (it kills all but itself and PID 1
-        and bounds the tests itself), waited for ``limit`` + a grace."""
+        and bounds the tests itself), waited for ``limit`` + a grace. ``upload_tests``: the bundle
+        carries ``tests/`` (``/tests`` is wiped first); False: the image's ``/tests`` is kept."""
+        uploads = "upload" if upload_tests else "image"
         return await self._guard(self._commands.run(Command(
-            script=VERIFY_SCRIPT, args=(source, f"{limit:.3f}", *(clear or [])), stdin=stdin,
+            script=VERIFY_SCRIPT, args=(source, f"{limit:.3f}", uploads, *(clear or [])), stdin=stdin,
             env=dict(self.task.config.verifier.env) or None, max_output_bytes=VERIFY_OUTPUT_BYTES,
             wait_s=limit + _VERIFY_GRACE_S,
         )))

@@ -2,10 +2,11 @@
 
 After the agent stops: kill every process left, wipe and recreate ``/logs/verifier`` (a
 planted reward file is gone), put ``tests/`` at ``/tests`` (uploaded only now; in the clean
-room the work product arrives with it), run ``bash /tests/test.sh`` under the verifier
-timeout with its output in ``/logs/verifier/test-stdout.txt``, kill every process the tests
-left, then read ``reward.txt`` else ``reward.json`` (at most 1 MiB). All of it is one keeper
-command (or ``docker exec``) of :data:`VERIFY_SCRIPT`, which reports back in marked sections.
+room the work product arrives with it; a separate verifier's own image holds its ``/tests``),
+run ``bash /tests/test.sh`` under the verifier timeout with its output in
+``/logs/verifier/test-stdout.txt``, kill every process the tests left, then read ``reward.txt``
+else ``reward.json`` (at most 1 MiB). All of it is one keeper command (or ``docker exec``) of
+:data:`VERIFY_SCRIPT`, which reports back in marked sections.
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ from swerl.sandbox.types import Outcome, VerifierResult
 
 # $1: "-" = one tar on stdin to extract at / (tests/... and, in the clean room, the work
 # product), else a staging dir (uploaded before) whose contents are copied to /;
-# $2: timeout seconds; $3...: work-product paths to clear first (clean room).
+# $2: timeout seconds; $3: "upload" (tests/ arrives with the tar: /tests is wiped first) or
+# "image" (a separate verifier's fresh container whose image holds /tests: kept);
+# $4...: work-product paths to clear first (clean room).
 # Leftover processes die before the tests land, and those the tests started before the
 # reward is read.
 VERIFY_SCRIPT = r"""
@@ -40,13 +43,13 @@ wipe() {
   if [ ! -L /logs ] && [ -d /logs ] && chmod u+rwx /logs 2>/dev/null; then
     if [ -e /logs/verifier ] || [ -L /logs/verifier ]; then mv -f /logs/verifier "/logs/.swerl-stale-$t"; fi
   elif [ -e /logs ] || [ -L /logs ]; then mv -f /logs "/.swerl-stale-logs-$t"; fi
-  if [ -e /tests ] || [ -L /tests ]; then mv -f /tests "/.swerl-stale-tests-$t"; fi
+  if [ "$tests" = upload ] && { [ -e /tests ] || [ -L /tests ]; }; then mv -f /tests "/.swerl-stale-tests-$t"; fi
   for s in /logs/.swerl-stale-* /.swerl-stale-*; do
     if [ -e "$s" ] || [ -L "$s" ]; then chmod -R u+rwX "$s" 2>/dev/null; rm -rf "$s" 2>/dev/null; fi
   done
 }
 if [ "$1" = - ] && ! command -v tar >/dev/null 2>&1; then emit notar; exit 0; fi
-src=$1; limit=$2; shift 2
+src=$1; limit=$2; tests=$3; shift 3
 # test.sh runs in the image's WORKDIR (this script's start folder), entered again after the work
 # product replaced it: a folder deleted under a process stays its (dead) cwd.
 wd=$PWD; cd /
