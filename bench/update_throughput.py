@@ -8,7 +8,7 @@ is that forward's log-probs, detached; ``--separate-pi-old`` adds the separate p
 before), on the demo's shapes: rows of 172 prompt + 128 response tokens, 4 rows per micro-batch,
 one thread per process. FLOPs per token: 6N + 12*L*d*T (fwd/bwd; attention, PaLM's count), plus
 2N + 4*L*d*T with the separate pi_old forward; N = parameters that multiply (the tied LM head
-counted once). Prints the machine (CPU, bf16 probe, auto resolution), then one line per figure,
+counted once, and only for the response columns it runs on). Prints the machine (CPU, bf16 probe, auto resolution), then one line per figure,
 ``<mode>: <value> <unit>``; the TIS line checks that bf16 compute leaves the TIS ratio at 1
 against the fp32 HF generator (live fp32 module) with unchanged weights.
 
@@ -52,12 +52,16 @@ def demo_rows(num_rows: int, vocab: int, seed: int = 0):
 
 
 def flops_per_token(model: torch.nn.Module, separate_pi_old: bool) -> float:
-    """Matmul FLOPs of the update per token: 3 passes (fwd, bwd) or 4 with the pi_old forward."""
+    """Matmul FLOPs of the update per token: 3 passes (fwd, bwd) or 4 with the pi_old forward. The
+    LM head (V x d) runs only on the columns from the first response column on (``logits_to_keep``:
+    RESPONSE_TOKENS + 1 of the row's PROMPT_TOKENS + RESPONSE_TOKENS), so it counts for that share."""
     cfg = model.config
     n = sum(p.numel() for name, p in model.named_parameters() if "embed_tokens" not in name or cfg.tie_word_embeddings)
     seq = PROMPT_TOKENS + RESPONSE_TOKENS
+    head = cfg.vocab_size * cfg.hidden_size
     passes = 4 if separate_pi_old else 3
-    return passes * (2 * n + 4 * cfg.num_hidden_layers * cfg.hidden_size * seq)
+    return passes * (2 * (n - head) + 2 * head * (RESPONSE_TOKENS + 1) / seq
+                     + 4 * cfg.num_hidden_layers * cfg.hidden_size * seq)
 
 
 def worker(mode: str, steps: int, num_rows: int, separate_pi_old: bool) -> dict:
