@@ -183,7 +183,7 @@ def main() -> None:
             continue
         r = spawn(actual, args)
         tokens_s = r["tokens"] / r["seconds"]
-        speed[mode] = tokens_s
+        speed[mode] = speed[actual] = tokens_s  # auto counts as the dtype it resolved to
         gflops = tokens_s * r["flops_per_token"] / 1e9
         peak = peaks["bf16" if actual.endswith("bf16") else "fp32"] * r["ranks"]
         print(f"{mode}_update_tokens_per_s: {tokens_s:.1f} tokens/s" + (f" (= {actual})" if mode == "auto" else ""))
