@@ -21,7 +21,9 @@ by the SDK's ``attach_socket`` in a worker thread (no output can race the head h
 thread or event loop descheduled on a busy machine does: the process's output is then already
 on the socket when the head is read.
 
-Prints per way: per second, ms per call and (exec) outputs incomplete. Figures only.
+Prints per way: per second, ms per call and (exec) outputs incomplete. Figures only. The first
+lines name the machine (CPU, bf16 probe, what ``auto`` resolves to); ``auto`` chooses no precision
+or generator here (Docker streams only), so this bench has no ``auto`` mode.
 """
 
 from __future__ import annotations
@@ -162,6 +164,9 @@ def main() -> None:
     parser.add_argument("--engine", default=None, help="Docker engine URL (default: the local engine)")
     parser.add_argument("--preempt-ms", type=float, default=0.0, help="delay before each response head is read")
     args = parser.parse_args()
+    from swerl.trainer.auto import machine_summary
+
+    print("\n".join(machine_summary()), flush=True)
     if args.preempt_ms:
         preempt_head_reads(args.preempt_ms / 1000)
     asyncio.run(main_async(args.execs, engine_url(args.engine)))

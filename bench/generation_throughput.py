@@ -1,13 +1,16 @@
 """Generation throughput by backend on the default model (SmolLM2-135M-Instruct): the same 16
 HumanEval chat prompts, one batch, T=0.7, 128 new tokens, per-request seeds, one CPU core.
 
-Prints the machine line, then one line per mode, ``<mode>: <value> tokens/s`` (generated tokens /
-wall seconds of the batch, after a warm-up call). Modes: ``hf-fp32``, ``hf-bf16`` (transformers
-generate), ``vllm-inprocess`` (``vllm.LLM`` in this process), ``vllm-server`` (one vLLM OpenAI
-server that this script starts), ``vllm-inprocess-lora`` / ``vllm-server-lora`` (the same engines
-built with LoRA, every request with a rank-16 adapter on every linear: vLLM's CPU build then runs
-its Punica CPU kernels and no torch.compile). A figure, not a test; run it alone (``flock /tmp/swerl-heavy.lock ...``).
-Usage: python bench/generation_throughput.py [--modes hf-fp32,vllm-server] [--core 0] [--eager]
+First the machine (CPU model, bf16 units, load), its bf16 probe and what ``auto`` resolves to here;
+then one line per mode, ``<mode>: <value> tokens/s`` (generated tokens / wall seconds of the
+batch, after a warm-up call). Modes: ``hf-fp32``, ``hf-bf16`` (transformers generate),
+``vllm-inprocess`` (``vllm.LLM`` in this process, ``--vllm-dtype``), ``vllm-server`` (one vLLM
+OpenAI server that this script starts), ``auto`` (the generator ``generator.backend: auto``
+resolves to here: vllm-inprocess in its dtype, or hf-fp32; the line names it), ``vllm-inprocess-lora``
+/ ``vllm-server-lora`` (the same engines built with LoRA, every request with a rank-16 adapter on
+every linear: vLLM's CPU build then runs its Punica CPU kernels and no torch.compile). A figure, not a
+test; run it alone (``flock /tmp/swerl-heavy.lock ...``).
+Usage: python bench/generation_throughput.py [--modes hf-fp32,auto] [--core 0] [--eager]
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-MODES = ("hf-fp32", "hf-bf16", "vllm-inprocess", "vllm-server", "vllm-inprocess-lora", "vllm-server-lora")
+MODES = ("hf-fp32", "hf-bf16", "vllm-inprocess", "vllm-server", "auto", "vllm-inprocess-lora", "vllm-server-lora")
 LORA_RANK = 16
 
 
@@ -62,7 +65,15 @@ def timed(backend, prompts, sampling) -> float:
     return sum(len(g.token_ids) for g in generations) / (time.perf_counter() - start)
 
 
-def run_mode(mode: str, path: Path, prompts, sampling, args) -> float:
+def auto_mode() -> tuple[str, str]:
+    """(mode, vLLM dtype) that ``generator.backend: auto`` resolves to on this machine."""
+    from swerl.trainer.auto import machine_choice
+
+    _, choice = machine_choice("cpu")
+    return ("vllm-inprocess", choice.generator_dtype or "bfloat16") if choice.backend == "vllm" else ("hf-fp32", "")
+
+
+def run_mode(mode: str, path: Path, prompts, sampling, args, vllm_dtype: str) -> float:
     from swerl.inference.config import InferenceConfig
 
     if mode.startswith("hf-"):
@@ -70,7 +81,7 @@ def run_mode(mode: str, path: Path, prompts, sampling, args) -> float:
 
         return timed(HFBackend.from_pretrained(path, dtype="float32" if mode == "hf-fp32" else "bfloat16"), prompts,
                      sampling)
-    config = InferenceConfig(backend="vllm", dtype=args.vllm_dtype, max_model_len=2048, max_num_seqs=len(prompts),
+    config = InferenceConfig(backend="vllm", dtype=vllm_dtype, max_model_len=2048, max_num_seqs=len(prompts),
                              enforce_eager=args.eager, cpu_cores=[str(args.core)], kv_cache_space_gib=1,
                              vllm_mode="inprocess" if mode.startswith("vllm-inprocess") else "servers")
     from swerl.inference.factory import build_vllm
@@ -96,14 +107,20 @@ def main() -> None:
     parser.add_argument("--eager", action="store_true", help="vLLM without torch.compile (faster start)")
     args = parser.parse_args()
     import torch
+
+    from swerl.trainer.auto import machine_summary
+
+    for line in machine_summary():
+        print(line, flush=True)
     from transformers import AutoTokenizer
 
     from swerl.inference.base import SamplingParams
     from swerl.inference.model_files import resolve_model
 
-    from continuous_batching import machine
+    from swerl.trainer.auto import machine_summary
 
-    print(machine(), flush=True)
+    for line in machine_summary():
+        print(line, flush=True)
     os.sched_setaffinity(0, {args.core})
     torch.set_num_threads(1)
     path = resolve_model(None)
@@ -112,7 +129,12 @@ def main() -> None:
     for mode in args.modes.split(","):
         if mode not in MODES:
             parser.error(f"unknown mode {mode!r}; pick from {', '.join(MODES)}")
-        print(f"{mode}: {run_mode(mode, path, prompts, sampling, args):.1f} tokens/s", flush=True)
+        if mode == "auto":
+            resolved, dtype = auto_mode()
+            rate = run_mode(resolved, path, prompts, sampling, args, dtype)
+            print(f"auto: {rate:.1f} tokens/s (= {resolved}{' ' + dtype if dtype else ''})", flush=True)
+            continue
+        print(f"{mode}: {run_mode(mode, path, prompts, sampling, args, args.vllm_dtype):.1f} tokens/s", flush=True)
 
 
 if __name__ == "__main__":

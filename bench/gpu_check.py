@@ -13,11 +13,13 @@ mixed precision, micro-batch 1, the seed's 32768-token rows. Each step prints on
    unsharded fp32 gradients ``model.grad_sync: last_micro_batch`` holds, the checkpointed inputs
    of the 28 layers not built here).
 
-FLOPs per token: 8N + 16*L*d*T (pi_old forward 2N + forward/backward 6N, attention as PaLM counts
-it; the gradient-checkpointing recompute is not counted, as MFU conventions do). Qwen3-8B has 36
-layers; one H200 cannot hold fp32 master weights + AdamW for all of them (16 bytes/parameter =
-131 GB), so ``--layers`` keeps the 8B layer shapes and takes about one rank's share of an 8-GPU run.
-``--smoke`` runs every step on tiny shapes on CPU (gloo) for the test suite: its figures say that
+FLOPs per token: 6N + 12*L*d*T (forward/backward, attention as PaLM counts it; pi_old is the
+forward's own log-probs with one mini-batch and one update epoch, and the gradient-checkpointing
+recompute is not counted, as MFU conventions do). Qwen3-8B has 36 layers; one H200 cannot hold fp32
+master weights + AdamW for all of them (16 bytes/parameter = 131 GB), so ``--layers`` keeps the 8B
+layer shapes and takes about one rank's share of an 8-GPU run. The first lines name the machine: the
+CPU, its bf16 probe on the device and what ``auto`` resolves to there; ``--dtype auto`` trains in that
+dtype. ``--smoke`` runs every step on tiny shapes on CPU (gloo) for the test suite: its figures say that
 the code runs, not how fast or how big.
 """
 
@@ -73,15 +75,19 @@ def rows(n: int, seq_len: int, vocab: int):
 def peak_tflops(device: torch.device) -> tuple[float, str]:
     if device.type == "cuda":
         return H200_BF16_PEAK_TFLOPS, f"{torch.cuda.get_device_name(device)} bf16 peak (H200 datasheet)"
-    best = 0.0
-    for dtype in (torch.bfloat16, torch.float32):  # CPUs without bf16 units run fp32 faster
-        a, b = torch.randn(256, 256, dtype=dtype), torch.randn(256, 256, dtype=dtype)
-        a @ b
-        t0 = time.perf_counter()
-        for _ in range(5):
-            a @ b
-        best = max(best, 5 * 2 * 256**3 / (time.perf_counter() - t0) / 1e12)
-    return best, "measured CPU matmul peak, best of bf16/fp32"
+    from swerl.inference.machine import measure
+
+    probe = measure("cpu", budget_s=0.1)  # CPUs without bf16 units run fp32 faster
+    return max(probe.fp32_gflops, probe.bf16_gflops) / 1e3, "measured CPU matmul peak, best of bf16/fp32"
+
+
+def resolve_dtype(dtype: str, device: str) -> str:
+    """``--dtype``, with ``auto`` resolved as ``model.dtype: auto`` is on ``device``."""
+    if dtype != "auto":
+        return dtype
+    from swerl.trainer.auto import machine_choice
+
+    return machine_choice(device)[1].dtype
 
 
 def allocated(device: torch.device) -> int:
@@ -105,8 +111,8 @@ def peak(device: torch.device) -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def build(info, layers: int, smoke: bool, checkpointing: bool, seed: int = 0):
-    """A Qwen3-8B-shaped policy (random, ``seed``), FSDP2 + bf16, its AdamW and schedule; the
+def build(info, layers: int, smoke: bool, checkpointing: bool, seed: int = 0, dtype: str = "bfloat16"):
+    """A Qwen3-8B-shaped policy (random, ``seed``), FSDP2 + ``dtype`` compute, its AdamW and schedule; the
     seed run's algorithm and update settings (examples/rloo-seqnorm-tis-qwen3-8b.yaml)."""
     from transformers import AutoModelForCausalLM
 
@@ -120,7 +126,7 @@ def build(info, layers: int, smoke: bool, checkpointing: bool, seed: int = 0):
     torch.manual_seed(seed)
     with info.device:
         model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
-    prepare_policy(model, ModelConfig(device=info.device.type, dtype="bfloat16", gradient_checkpointing=checkpointing,
+    prepare_policy(model, ModelConfig(device=info.device.type, dtype=dtype, gradient_checkpointing=checkpointing,
                                       fsdp=True), info)
     algo = AlgorithmConfig(n_samples_per_prompt=8, min_group_size=4, eps_clip_low=0.2, eps_clip_high=0.05,
                            clip_ratio_c=3.0, use_tis=True, tis_imp_ratio_cap=2.0,
@@ -202,7 +208,7 @@ def step_update_and_split(info, args, machine: str) -> list[str]:
     smoke = args.smoke
     seq_len = args.seq_len or (64 if smoke else 32768)
     t0 = time.perf_counter()
-    model, cfg, algo, optimizer, scheduler, settings = build(info, args.layers, smoke, checkpointing=True)
+    model, cfg, algo, optimizer, scheduler, settings = build(info, args.layers, smoke, checkpointing=True, dtype=args.dtype)
     n_params = sum(p.numel() for p in model.parameters())
     weights = allocated(info.device)
     s = settings(temperature=0.7, rows_per_mini_batch=args.rows, micro_batch_size=1, grad_clip=0.9, sharded=True)
@@ -220,12 +226,12 @@ def step_update_and_split(info, args, machine: str) -> list[str]:
     update_peak = peak(info.device)
     step_s = min(times)
     tokens = args.rows * seq_len
-    tflops = tokens / step_s * (8 * n_params + 16 * cfg.num_hidden_layers * cfg.hidden_size * seq_len) / 1e12
+    tflops = tokens / step_s * (6 * n_params + 12 * cfg.num_hidden_layers * cfg.hidden_size * seq_len) / 1e12
     top, top_name = peak_tflops(info.device)
     finite = math.isfinite(metrics["loss/policy"]) and metrics["grad_norm"] > 0
     out = [line(finite, "update_throughput", f"{tokens / step_s:.1f} tokens/s, {tflops:.4g} TFLOP/s, MFU "
                 f"{100 * tflops / top:.1f} % of {top:.4g} ({top_name}); {n_params / 1e9:.3f} B params, "
-                f"{cfg.num_hidden_layers} layers, {args.rows} x {seq_len} tokens, built in {built_s:.0f} s", machine)]
+                f"{cfg.num_hidden_layers} layers, {args.rows} x {seq_len} tokens ({args.dtype}), built in {built_s:.0f} s", machine)]
     device_gib = torch.cuda.get_device_properties(info.device).total_memory / GIB if info.device.type == "cuda" else 0
     seed_gib, words = seed_split(n_params, cfg.num_hidden_layers, seq_len, cfg.hidden_size, state, update_peak)
     fits = smoke or seed_gib < 0.9 * device_gib
@@ -243,13 +249,20 @@ def main() -> None:
     parser.add_argument("--seq-len", type=int, default=None, help="tokens per row (default 32768; smoke 64)")
     parser.add_argument("--rows", type=int, default=2, help="rows per optimizer step (micro-batch 1 each)")
     parser.add_argument("--steps", type=int, default=3, help="optimizer steps; the first is warm-up")
+    parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32", "auto"],
+                        help="compute dtype (FSDP2 mixed precision); auto: as model.dtype: auto resolves here")
     args = parser.parse_args()
     if args.smoke:
         args.layers = 2
 
     from swerl.trainer import distributed
 
+    from swerl.trainer.auto import machine_summary
+
     info = distributed.init_distributed("cpu" if args.smoke else "cuda")
+    if info.is_main:
+        print("\n".join(machine_summary(info.device.type)), flush=True)
+    args.dtype = resolve_dtype(args.dtype, info.device.type)
     machine = machine_words(info.device.type)
     failed = False
     for step in (lambda: step_logprob_memory(info, args.smoke, machine),

@@ -2,8 +2,11 @@
 the CPU default (SmolLM2-135M, HumanEval verifiers in Docker), shrunk by overrides to fit a few
 minutes per k, with one of two generators (``--generator``):
 
-- ``hf`` (default): examples/humaneval-smollm2-cpu.yaml, the HF generator in the trainer's
-  process (at k >= 1 on its own copy of the policy);
+- ``auto`` (default): examples/humaneval-smollm2-cpu.yaml as it is: ``model.dtype`` and
+  ``generator.backend`` resolved for this machine (the first lines say to what);
+- ``hf``: the same example with today's fixed settings (``generator.backend=hf``,
+  ``model.dtype=float32``): the HF generator in the trainer's process (at k >= 1 on its own copy
+  of the policy);
 - ``vllm-server``: examples/humaneval-smollm2-cpu-vllm.yaml, one vLLM OpenAI server that swerl
   starts pinned to core 0 (``generator.cpu_cores: ["0"]``, its OpenMP threads bound there) while
   the trainer process keeps the other core (the verifiers' containers are not pinned). Each k
@@ -27,7 +30,7 @@ With ``hf`` on 2 cores the generator runs on one torch thread and the update on 
 ops release the GIL; ``generator.num_threads: 1`` sets one intra-op thread for the process), and
 the verifiers' containers share the same two cores.
 
-Usage: python bench/pipeline.py --tasks DIR [--generator hf|vllm-server] [--ks 0,1,2,4] [--steps 5]
+Usage: python bench/pipeline.py --tasks DIR [--generator auto|hf|vllm-server] [--ks 0,1,2,4] [--steps 5]
 [--set key=value ...]
 (DIR from ``swerl tasks import humaneval DIR``). Run it alone, under the CPU lock on a shared
 machine: it is a figure, not a test.
@@ -38,12 +41,15 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-EXAMPLES = {"hf": ROOT / "examples" / "humaneval-smollm2-cpu.yaml",
+EXAMPLES = {"auto": ROOT / "examples" / "humaneval-smollm2-cpu.yaml", "hf": ROOT / "examples" / "humaneval-smollm2-cpu.yaml",
             "vllm-server": ROOT / "examples" / "humaneval-smollm2-cpu-vllm.yaml"}
+FIXED = {"hf": ["generator.backend=hf", "model.dtype=float32"]}  # the CPU example before auto
 SHRINK = [  # fits a few minutes per k on 2 cores; no checkpoints or exports (the commit is not the subject)
     "loop.epochs=100", "checkpointing.ckpt_interval=0", "checkpointing.hf_save_interval=0",
     "checkpointing.save_final=false", "logging.tensorboard=false", "logging.dump_trajectories=false",
@@ -80,7 +86,8 @@ def run_k(k: int, generator: str, tasks: str, steps: int, extra: list[str], root
     from swerl.trainer.config import load_train_config
     from swerl.trainer.loop import train
 
-    overrides = [f"data.tasks={tasks}", f"loop.max_steps={steps}", f"loop.max_staleness_steps={k}", *SHRINK, *extra]
+    overrides = [f"data.tasks={tasks}", f"loop.max_steps={steps}", f"loop.max_staleness_steps={k}", *SHRINK,
+                 *FIXED.get(generator, []), *extra]
     result = train(load_train_config(EXAMPLES[generator], overrides), root / f"k{k}")
     return summarize(result.records)
 
@@ -88,18 +95,33 @@ def run_k(k: int, generator: str, tasks: str, steps: int, extra: list[str], root
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", required=True, help="HumanEval task folder (swerl tasks import humaneval DIR)")
-    parser.add_argument("--generator", choices=sorted(EXAMPLES), default="hf",
-                        help="hf: the HF generator in the trainer's process; vllm-server: one vLLM server on core 0")
+    parser.add_argument("--generator", choices=sorted(EXAMPLES), default="auto",
+                        help="auto: the CPU example as it is; hf: it with the HF generator in fp32 (before auto); "
+                        "vllm-server: one vLLM server on core 0")
     parser.add_argument("--ks", default="0,1,2,4", help="staleness bounds to run, comma-separated")
     parser.add_argument("--steps", type=int, default=5, help="training steps per k (the first is not averaged)")
     parser.add_argument("--set", dest="extra", action="append", default=[], help="more config overrides key=value")
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--one", nargs=2, metavar=("K", "ROOT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
+    if args.one:  # one k per process: an in-process vLLM engine cannot be built twice in one process
+        k, root = int(args.one[0]), Path(args.one[1])
+        print("RESULT " + json.dumps(run_k(k, args.generator, args.tasks, args.steps, args.extra, root)), flush=True)
+        return
+    from swerl.trainer.auto import machine_summary
+
+    print("\n".join(machine_summary()), flush=True)
     figures = {}
     with tempfile.TemporaryDirectory(prefix="swerl-bench-pipeline-") as tmp:
         for k in [int(x) for x in args.ks.split(",")]:
-            f = figures[k] = run_k(k, args.generator, args.tasks, args.steps, args.extra, Path(tmp))
+            argv = [sys.executable, __file__, "--one", str(k), tmp, "--tasks", args.tasks, "--generator", args.generator,
+                    "--steps", str(args.steps), *(a for kv in args.extra for a in ("--set", kv))]
+            proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+            results = [ln[len("RESULT "):] for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+            if proc.returncode != 0 or not results:
+                raise SystemExit(f"k={k} failed:\n{proc.stderr[-3000:]}")
+            f = figures[k] = json.loads(results[-1])
             print(f"k={k}: step {f['step_s']:.1f}s | phases rollout {f['rollout_s']:.1f}s (gen {f['gen_s']:.1f}s, "
                   f"sandbox {f['sandbox_s']:.1f}s), update {f['update_s']:.1f}s | longest {f['longest_s']:.1f}s, "
                   f"sum {f['sum_s']:.1f}s | step/longest {f['ratio']:.2f} | staleness mean {f['staleness_mean']:.2f} "

@@ -30,6 +30,8 @@ so the total stays CPU-bound: the mode measures the fleet's overhead and balance
 Prints trials/s and the per-trial overhead over the floor, per trial-slot
 (= wall seconds * concurrency / trials). The modes run interleaved in rounds of ``--chunk``
 tasks, so a busy shared machine slows them alike. Figures only: nothing here asserts a speed.
+The first lines name the machine (CPU, bf16 probe, what ``auto`` resolves to); ``auto`` chooses
+no precision or generator here (sandboxes and verifiers only), so this bench has no ``auto`` mode.
 """
 
 from __future__ import annotations
@@ -202,6 +204,9 @@ def main() -> None:
     parser.add_argument("--runtime", nargs="+", default=[None],
                         help="OCI runtime(s) of the swerl/clean containers, e.g. runc runsc (default: the engine's)")
     args = parser.parse_args()
+    from swerl.trainer.auto import machine_summary
+
+    print("\n".join(machine_summary()), flush=True)
     with tempfile.TemporaryDirectory(prefix="swerl-bench-", ignore_cleanup_errors=True) as tmp:
         source = args.tasks
         if source is None:

@@ -1,21 +1,22 @@
 """Policy-update throughput of the default model (SmolLM2-135M-Instruct) on CPU, fp32 vs bf16 vs
-FSDP2 on 2 gloo ranks vs LoRA (rank 16 on every linear, fp32 or bf16 base), next to this machine's
-measured matmul peak in each precision.
+``auto`` (the dtype ``model.dtype: auto`` resolves to here) vs FSDP2 on 2 gloo ranks vs LoRA (rank 16
+on every linear, fp32 or bf16 base), next to this machine's measured matmul peak in each precision.
 
-One update = what the demo's trainer does per micro-batch of a step: pi_old forward, then the
-forward/backward of ``compute_policy_loss`` and an AdamW step (``update.train_on_batch``), on
-the demo's shapes: rows of 172 prompt + 128 response tokens, 4 rows per micro-batch, one
-thread per process (the demo sets ``generator.num_threads: 1`` for the whole process).
-FLOPs per token: 8N + 16*L*d*T (pi_old forward 2N + fwd/bwd 6N; attention, PaLM's count),
-N = parameters that multiply (the tied LM head counted once). Prints one line per figure,
+One update = what the demo's trainer does per step (one mini-batch, one update epoch): the
+forward/backward of ``compute_policy_loss`` and an AdamW step (``update.train_on_batch``; pi_old
+is that forward's log-probs, detached; ``--separate-pi-old`` adds the separate pi_old forward of
+before), on the demo's shapes: rows of 172 prompt + 128 response tokens, 4 rows per micro-batch,
+one thread per process. FLOPs per token: 6N + 12*L*d*T (fwd/bwd; attention, PaLM's count), plus
+2N + 4*L*d*T with the separate pi_old forward; N = parameters that multiply (the tied LM head
+counted once, and only for the response columns it runs on). Prints the machine (CPU, bf16 probe, auto resolution), then one line per figure,
 ``<mode>: <value> <unit>``; the TIS line checks that bf16 compute leaves the TIS ratio at 1
-against the fp32 HF generator (live fp32 module, as in the demo) with unchanged weights.
+against the fp32 HF generator (live fp32 module) with unchanged weights.
 
 bf16 modes are skipped (one line saying so) where the measured bf16 matmul peak is below fp32's.
 LoRA modes print tokens/s and peak RSS only (their backward skips the frozen weights' gradients,
 so the full fine-tuning FLOP count does not apply).
-Usage: .venv/bin/python bench/update_throughput.py [--steps 2] [--rows 4] [--no-fsdp] [--no-tis] [--force-bf16]
-       [--modes fp32,lora_fp32]
+Usage: .venv/bin/python bench/update_throughput.py [--modes fp32,bf16,auto,lora_fp32,lora_bf16] [--steps 2]
+[--rows 4] [--no-fsdp] [--no-tis] [--force-bf16] [--separate-pi-old]
 Run it alone (under the CPU lock on a shared machine): it is a figure, not a test.
 """
 
@@ -35,24 +36,6 @@ import torch
 PROMPT_TOKENS, RESPONSE_TOKENS = 172, 128
 
 
-def matmul_peak_gflops(dtype: torch.dtype, n: int = 2048, reps: int = 6) -> float:
-    """Best-of-``reps`` GFLOP/s of an n x n matmul on this process's threads (n shrinks to 512
-    when a probe shows the dtype has no fast kernel here, e.g. bf16 without AVX512-BF16/AMX)."""
-    probe_a, probe_b = torch.randn(256, 256, dtype=dtype), torch.randn(256, 256, dtype=dtype)
-    t0 = time.perf_counter()
-    probe_a @ probe_b
-    if 2 * 256**3 / (time.perf_counter() - t0) < 5e9:
-        n, reps = 512, 2
-    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
-    a @ b  # warm-up (oneDNN/AMX kernel selection)
-    best = float("inf")
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        a @ b
-        best = min(best, time.perf_counter() - t0)
-    return 2 * n**3 / best / 1e9
-
-
 def demo_rows(num_rows: int, vocab: int, seed: int = 0):
     """Rows of the demo's shape: random ids, a trainable response, nonzero advantages, rollout mu."""
     from swerl.trainer.batch import Row
@@ -70,14 +53,20 @@ def demo_rows(num_rows: int, vocab: int, seed: int = 0):
     return rows
 
 
-def flops_per_token(model: torch.nn.Module) -> float:
+def flops_per_token(model: torch.nn.Module, separate_pi_old: bool) -> float:
+    """Matmul FLOPs of the update per token: 3 passes (fwd, bwd) or 4 with the pi_old forward. The
+    LM head (V x d) runs only on the columns from the first response column on (``logits_to_keep``:
+    RESPONSE_TOKENS + 1 of the row's PROMPT_TOKENS + RESPONSE_TOKENS), so it counts for that share."""
     cfg = model.config
     n = sum(p.numel() for name, p in model.named_parameters() if "embed_tokens" not in name or cfg.tie_word_embeddings)
     seq = PROMPT_TOKENS + RESPONSE_TOKENS
-    return 8 * n + 16 * cfg.num_hidden_layers * cfg.hidden_size * seq
+    head = cfg.vocab_size * cfg.hidden_size
+    passes = 4 if separate_pi_old else 3
+    return passes * (2 * (n - head) + 2 * head * (RESPONSE_TOKENS + 1) / seq
+                     + 4 * cfg.num_hidden_layers * cfg.hidden_size * seq)
 
 
-def worker(mode: str, steps: int, num_rows: int) -> dict:
+def worker(mode: str, steps: int, num_rows: int, separate_pi_old: bool) -> dict:
     from swerl.trainer import distributed
     from swerl.trainer.config import LoraConfig, ModelConfig, load_train_config
     from swerl.trainer.lora import hf_module
@@ -96,7 +85,7 @@ def worker(mode: str, steps: int, num_rows: int) -> dict:
     optimizer, scheduler = build_optimizer(model, cfg.optimizer, 100)
     settings = UpdateSettings(temperature=cfg.agent.temperature, rows_per_mini_batch=num_rows * info.world_size,
                               micro_batch_size=num_rows, compute_dtype=compute_dtype(model_cfg), sharded=sharded,
-                              pad_id=tokenizer.pad_token_id or 0)
+                              pad_id=tokenizer.pad_token_id or 0, reuse_pi_old=not separate_pi_old)
     rows = demo_rows(num_rows * info.world_size, model.config.vocab_size)
     model.train()
     times = []
@@ -105,10 +94,17 @@ def worker(mode: str, steps: int, num_rows: int) -> dict:
         train_on_batch(model, optimizer, scheduler, rows, cfg.algorithm, settings, info)
         times.append(time.perf_counter() - t0)
     out = {"seconds": min(times[1:] or times), "tokens": len(rows) * (PROMPT_TOKENS + RESPONSE_TOKENS),
-           "flops_per_token": flops_per_token(hf_module(model)),
+           "flops_per_token": flops_per_token(hf_module(model), separate_pi_old),
            "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "rank": info.rank}
     distributed.destroy()
     return out
+
+
+def auto_dtype() -> str:
+    """``fp32`` or ``bf16``: what ``model.dtype: auto`` resolves to on this machine."""
+    from swerl.trainer.auto import machine_choice
+
+    return {"float32": "fp32", "bfloat16": "bf16"}[machine_choice("cpu")[1].dtype]
 
 
 def tis_check(num_samples: int) -> float:
@@ -141,7 +137,8 @@ def tis_check(num_samples: int) -> float:
 
 def spawn(mode: str, args: argparse.Namespace) -> dict:
     """Run ``mode`` in fresh processes (peak RSS per mode); FSDP2 under torchrun with 2 ranks."""
-    me = [str(Path(__file__).resolve()), "--worker", mode, "--steps", str(args.steps), "--rows", str(args.rows)]
+    me = [str(Path(__file__).resolve()), "--worker", mode, "--steps", str(args.steps), "--rows", str(args.rows),
+          *(["--separate-pi-old"] if args.separate_pi_old else [])]
     if mode.startswith("fsdp2"):
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", *me]
     else:
@@ -162,36 +159,40 @@ def main() -> None:
     parser.add_argument("--no-tis", action="store_true")
     parser.add_argument("--tis-samples", type=int, default=4, help="completions sampled for the TIS check")
     parser.add_argument("--force-bf16", action="store_true", help="run bf16 modes even where bf16 matmul is slow")
-    parser.add_argument("--modes", help="comma-separated subset of fp32, bf16, fsdp2_2ranks_fp32, fsdp2_2ranks_bf16, "
-                        "lora_fp32, lora_bf16 (default: all, less fsdp with --no-fsdp)")
+    parser.add_argument("--modes", default="fp32,bf16,auto,lora_fp32,lora_bf16",
+                        help="of fp32, bf16, auto, lora_fp32, lora_bf16 (+ the FSDP2 modes unless --no-fsdp)")
+    parser.add_argument("--separate-pi-old", action="store_true", help="also run the separate pi_old forward (as before)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        print("RESULT " + json.dumps(worker(args.worker, args.steps, args.rows)), flush=True)
+        print("RESULT " + json.dumps(worker(args.worker, args.steps, args.rows, args.separate_pi_old)), flush=True)
         return
-    from continuous_batching import machine
+    from swerl.trainer.auto import machine_summary
 
-    print(machine())
+    for line in machine_summary():
+        print(line, flush=True)
     torch.set_num_threads(1)
-    peaks = {"fp32": matmul_peak_gflops(torch.float32), "bf16": matmul_peak_gflops(torch.bfloat16)}
+    from swerl.inference.machine import measure
+
+    peak = measure("cpu", budget_s=1.0)  # the probe of auto, longer: 1 s of matmuls per dtype
+    peaks = {"fp32": peak.fp32_gflops, "bf16": peak.bf16_gflops}
     print(f"matmul_peak_fp32_1thread: {peaks['fp32']:.0f} GFLOP/s")
     print(f"matmul_peak_bf16_1thread: {peaks['bf16']:.0f} GFLOP/s")
-    modes = ["fp32", "bf16"] + ([] if args.no_fsdp else ["fsdp2_2ranks_fp32", "fsdp2_2ranks_bf16"]) + [
-        "lora_fp32", "lora_bf16"]
-    modes = args.modes.split(",") if args.modes else modes
+    modes = args.modes.split(",") + ([] if args.no_fsdp else ["fsdp2_2ranks_fp32", "fsdp2_2ranks_bf16"])
     slow_bf16 = peaks["bf16"] < peaks["fp32"] and not args.force_bf16
     speed = {}
     for mode in modes:
-        if mode.endswith("bf16") and slow_bf16:
+        actual = auto_dtype() if mode == "auto" else mode  # the worker's mode
+        if actual.endswith("bf16") and slow_bf16:
             print(f"{mode}_update_tokens_per_s: skipped (bf16 matmul {peaks['bf16']:.1f} < fp32 {peaks['fp32']:.0f} "
                   "GFLOP/s: this CPU has no AMX/AVX512-BF16; --force-bf16 runs it)")
             continue
-        r = spawn(mode, args)
+        r = spawn(actual, args)
         tokens_s = r["tokens"] / r["seconds"]
-        speed[mode] = tokens_s
+        speed[mode] = speed[actual] = tokens_s  # auto counts as the dtype it resolved to
         gflops = tokens_s * r["flops_per_token"] / 1e9
-        peak = peaks["bf16" if mode.endswith("bf16") else "fp32"] * r["ranks"]
-        print(f"{mode}_update_tokens_per_s: {tokens_s:.1f} tokens/s")
+        peak = peaks["bf16" if actual.endswith("bf16") else "fp32"] * r["ranks"]
+        print(f"{mode}_update_tokens_per_s: {tokens_s:.1f} tokens/s" + (f" (= {actual})" if mode == "auto" else ""))
         if not mode.startswith("lora"):
             print(f"{mode}_update_gflops: {gflops:.1f} GFLOP/s ({100 * gflops / peak:.1f}% of {peak:.0f} GFLOP/s "
                   "matmul peak)")

@@ -7,8 +7,9 @@ swerl's re-pack of the tied ``lm_head``. Prints ``<case>: <mean> nats mean, <max
 Without the re-pack a head that the CPU build packed at load (oneDNN: fp32 on AVX2, bf16 with
 AVX512-BF16/AMX) stays stale; a bf16 head on an AVX2-only CPU is not packed (oneDNN has no bf16
 matmul there, vLLM falls back to ``F.linear`` on the live weight) and follows either way.
-Run alone (under the heavy lock).
-Usage: python bench/vllm_parity.py [--dtypes bfloat16,float32]
+The first lines name the machine (CPU, bf16 probe, what ``auto`` resolves to); ``auto`` in
+``--dtypes`` is the vLLM dtype ``generator.backend: auto`` takes here. Run alone (under the heavy lock).
+Usage: python bench/vllm_parity.py [--dtypes bfloat16,float32,auto]
 """
 
 from __future__ import annotations
@@ -34,8 +35,11 @@ def gaps(engine, model, prompts, sampling) -> tuple[float, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dtypes", default="bfloat16,float32")
+    parser.add_argument("--dtypes", default="bfloat16,float32,auto")
     args = parser.parse_args()
+    from swerl.trainer.auto import machine_choice, machine_summary, vllm_dtype_for
+
+    print("\n".join(machine_summary()), flush=True)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from swerl.inference.config import InferenceConfig
@@ -54,13 +58,15 @@ def main() -> None:
     trainer = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     sampling = probe_sampling(0.7, 64)
     work = Path(tempfile.mkdtemp(prefix="swerl-parity-"))
-    for dtype in args.dtypes.split(","):
+    for asked in args.dtypes.split(","):
+        dtype = vllm_dtype_for(machine_choice("cpu")[0]) if asked == "auto" else asked
         config = InferenceConfig(backend="vllm", vllm_mode="servers", dtype=dtype, enforce_eager=True,
                                  max_model_len=2048, max_num_seqs=8, cpu_cores=["0"], kv_cache_space_gib=1)
         engine = build_vllm(config, str(path), work / "logs")
         try:
             mean, peak = gaps(engine, trainer, prompts, sampling)
-            print(f"vllm-{dtype}: {mean:.4f} nats mean, {peak:.4f} nats max", flush=True)
+            print(f"vllm-{asked}: {mean:.4f} nats mean, {peak:.4f} nats max" + (f" (= {dtype})" if asked == "auto" else ""),
+                  flush=True)
             # lm_head.weight is left out: a tied model's state dict names the embedding twice, and
             # loading the untouched copy last would undo the move.
             state = {k: v.clone() for k, v in trainer.state_dict().items() if k != "lm_head.weight"}

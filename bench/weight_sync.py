@@ -8,7 +8,8 @@ Paths: ``disk-inprocess`` / ``adapter-inprocess`` (``vllm.LLM`` in this process)
 ``adapter-server`` (one vLLM server over HTTP). ``nccl`` needs CUDA GPUs and is reported as
 unavailable on CPU. Sizes: the default SmolLM2-135M and a random-weight Llama built from a config
 (``--big-layers`` layers of width 1024, ~0.4B params at 24).
-Prints the machine line, then ``<path>-<size>: <seconds> s/sync, <MB> MB/sync`` (median of
+Engine dtype: ``--dtype`` (default auto: what ``generator.dtype`` resolves to here).
+Prints the machine (CPU, bf16 probe, auto resolution), then ``<path>-<size>: <seconds> s/sync, <MB> MB/sync`` (median of
 ``--repeats``). Run alone, under the lock.
 Usage: python bench/weight_sync.py [--paths disk-inprocess,adapter-inprocess] [--repeats 3]
 """
@@ -44,8 +45,8 @@ def big_model_folder(root: Path, layers: int) -> Path:
 LORA_RANK = 16
 
 
-def seconds_per_sync(path: str, folder: Path, repeats: int, work: Path) -> tuple[float, int]:
-    """(median seconds, bytes) of one sync along ``path`` of the model in ``folder``."""
+def seconds_per_sync(path: str, folder: Path, repeats: int, work: Path, dtype: str) -> tuple[float, int]:
+    """(median seconds, bytes) of one sync along ``path`` of the model in ``folder`` (engine ``dtype``)."""
     from transformers import AutoModelForCausalLM
 
     from swerl.inference.config import InferenceConfig
@@ -56,7 +57,7 @@ def seconds_per_sync(path: str, folder: Path, repeats: int, work: Path) -> tuple
     from swerl.trainer.lora import add_adapters
 
     lora = path.startswith("adapter")
-    config = InferenceConfig(backend="vllm", dtype="bfloat16", enforce_eager=True, max_model_len=1024,
+    config = InferenceConfig(backend="vllm", dtype=dtype, enforce_eager=True, max_model_len=1024,
                              max_num_seqs=4, cpu_cores=["0"], kv_cache_space_gib=1,
                              vllm_mode="inprocess" if path.endswith("inprocess") else "servers")
     trainer = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
@@ -69,10 +70,10 @@ def seconds_per_sync(path: str, folder: Path, repeats: int, work: Path) -> tuple
             start = time.perf_counter()
             if lora:
                 out = work / "sync" / f"v{version}"
-                num_bytes = write_adapter(trainer, out, torch.bfloat16, str(folder))
+                num_bytes = write_adapter(trainer, out, getattr(torch, dtype), str(folder))
                 engine.load_adapter(f"bench-v{version}", str(out), version)
             else:
-                out = write_weights(trainer.state_dict(), work / "sync", torch.bfloat16, version)
+                out = write_weights(trainer.state_dict(), work / "sync", getattr(torch, dtype), version)
                 num_bytes = (out / "model.safetensors").stat().st_size
                 engine.reload_weights(str(out), version)
             times.append(time.perf_counter() - start)
@@ -86,19 +87,22 @@ def main() -> None:
     parser.add_argument("--paths", default="disk-inprocess,adapter-inprocess,disk-server,adapter-server,nccl")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--big-layers", type=int, default=24, help="0 = only the default model")
+    parser.add_argument("--dtype", default="auto", choices=["bfloat16", "float32", "auto"])
     parser.add_argument("--one", nargs=2, metavar=("PATH", "FOLDER"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    from swerl.trainer.auto import machine_choice, machine_summary, vllm_dtype_for
+
+    dtype = vllm_dtype_for(machine_choice("cpu")[0]) if args.dtype == "auto" else args.dtype
     if args.one:  # one engine per process: a second in-process vLLM engine in one process is not supported
         path, folder = args.one
         work = Path(tempfile.mkdtemp(prefix="swerl-bench-sync-"))
-        seconds, num_bytes = seconds_per_sync(path, Path(folder), args.repeats, work)
+        seconds, num_bytes = seconds_per_sync(path, Path(folder), args.repeats, work, dtype)
         print(f"{seconds:.3f} {num_bytes}")
         return
-    from continuous_batching import machine
-
+    print("\n".join(machine_summary()), flush=True)
+    print(f"engine dtype: {dtype}" + (" (auto)" if args.dtype == "auto" else ""), flush=True)
     from swerl.inference.model_files import resolve_model
 
-    print(machine(), flush=True)
     work = Path(tempfile.mkdtemp(prefix="swerl-bench-sync-"))
     sizes = {"135M": resolve_model(None)}
     if args.big_layers:
@@ -111,7 +115,7 @@ def main() -> None:
                     print(f"nccl-{size}: unavailable (no CUDA; vLLM's CPU build has no NCCL weight transfer)")
                     continue
                 raise SystemExit("nccl on GPU: run the GPU check instead (needs servers with --weight-transfer-config)")
-            argv = [sys.executable, __file__, "--one", path, str(folder), "--repeats", str(args.repeats)]
+            argv = [sys.executable, __file__, "--one", path, str(folder), "--repeats", str(args.repeats), "--dtype", dtype]
             result = subprocess.run(argv, capture_output=True, text=True, check=False)
             if result.returncode != 0:
                 raise SystemExit(f"{path}-{size} failed:\n{result.stderr[-2000:]}")

@@ -38,7 +38,7 @@ def plain_formatter() -> logging.Formatter:
 class HeldRecords(logging.Handler):
     """Keeps every record logged while it is attached to the root logger (:func:`hold_records`),
     for :func:`attach_run_log` to write first: what a command logs before its run directory may be
-    written (the preflight's warnings) still reaches ``train.log``."""
+    written (the preflight's warnings) still reaches ``train.log``; :meth:`take` ends it."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -47,14 +47,15 @@ class HeldRecords(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         self.records.append(record)
 
-    def release(self) -> list[logging.LogRecord]:
-        """Detach from the root logger; returns the records held, oldest first."""
+    def take(self) -> list[logging.LogRecord]:
+        """Detach from the root logger; returns the records held, oldest first. (Not ``release``:
+        ``logging.Handler.handle`` calls ``self.release()`` after every record to free its lock.)"""
         logging.getLogger().removeHandler(self)
         return self.records
 
 
 def hold_records() -> HeldRecords:
-    """Start holding this process's log records (until ``release()``)."""
+    """Start holding this process's log records (until ``take()``)."""
     held = HeldRecords()
     logging.getLogger().addHandler(held)
     return held

@@ -59,7 +59,7 @@ def test_an_agent_field_the_protocol_does_not_read_is_refused(field, refused_wit
 ])
 def test_a_generator_field_that_train_ignores_is_refused_naming_the_flag(override, why):
     with pytest.raises(ConfigError) as err:
-        load_train_config(DEMO_YAML, [override])
+        load_train_config(DEMO_YAML, ["generator.backend=hf", override])
     message = str(err.value)
     assert message.startswith(f"--set {override}:") and why in message and "\n" not in message
 
@@ -73,3 +73,23 @@ def test_a_task_asking_for_gpus_is_refused():
     with pytest.raises(ValidationError, match="gpus = 1 is not supported: swerl runs CPU sandboxes only"):
         TaskConfig.model_validate({"environment": {"gpus": 1}})
     assert TaskConfig.model_validate({"environment": {"gpus": 0}}).environment.gpus == 0
+
+
+def test_under_auto_the_fields_of_either_backend_wait_for_the_choice():
+    """generator.backend: auto accepts what hf alone reads (num_threads) and what vllm alone reads
+    (max_model_len, dtype); an explicit backend refuses the other's fields, and auto still
+    refuses fields that neither choice reads."""
+    both = ["generator.num_threads=1", "generator.max_model_len=2048", "generator.dtype=bfloat16"]
+    cfg = load_train_config(DEMO_YAML, ["generator.backend=auto", *both])
+    assert (cfg.generator.num_threads, cfg.generator.max_model_len) == (1, 2048)
+    with pytest.raises(ConfigError, match="max_batch_size is not read by backend 'vllm'.*set it to its default 8"):
+        load_train_config(DEMO_YAML, ["generator.backend=vllm", *both])  # the demo's batcher fields
+    batcher_defaults = ["generator.max_batch_size=8", "generator.batch_wait_s=0.05"]
+    with pytest.raises(ConfigError, match="generator.num_threads would be ignored"):
+        load_train_config(DEMO_YAML, ["generator.backend=vllm", *batcher_defaults, *both])
+    with pytest.raises(ConfigError, match="only read by backend 'vllm'"):
+        load_train_config(DEMO_YAML, ["generator.backend=hf", *both])
+    with pytest.raises(ConfigError, match="generator.device would be ignored"):
+        load_train_config(DEMO_YAML, ["generator.backend=auto", "generator.device=cuda:0"])
+    with pytest.raises(ConfigError, match="only read by backend 'openai'"):
+        load_train_config(DEMO_YAML, ["generator.backend=auto", "generator.tokenizer=/models/x"])

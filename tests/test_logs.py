@@ -144,13 +144,15 @@ def test_records_held_before_the_run_dir_exists_open_its_train_log(tmp_path):
     logger.setLevel(logging.INFO)
     held = hold_records()
     logger.warning("skipping malformed task: t1")
-    earlier = held.release()
-    logger.warning("not held")  # released: no longer kept
+    logger.info("auto: model.dtype -> float32")  # every record, not only the first
+    earlier = held.take()
+    logger.warning("not held")  # taken: no longer kept
     handler = attach_run_log(tmp_path / "run", earlier)
     logger.info("training")
     detach_run_log(handler)
     lines = (tmp_path / "run" / "train.log").read_text().splitlines()
-    assert [line.split(": ", 1)[1] for line in lines] == ["skipping malformed task: t1", "training"]
+    assert [line.split(": ", 1)[1] for line in lines] == ["skipping malformed task: t1", "auto: model.dtype -> float32",
+                                                          "training"]
     assert re.fullmatch(ISO + r" WARNING swerl\.test_logs: skipping malformed task: t1", lines[0])
 
 

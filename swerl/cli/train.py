@@ -79,16 +79,23 @@ def _replica_runs(seeds: str | None, target: Path, resume: str | None) -> list[t
 def _train_one(cfg, target: Path, resume: str | None, dry_run: bool, json_out: str | None) -> dict:  # noqa: ANN001
     """The preflight, then the dry-run plan or the run (rank 0 behind the live view); the result's JSON."""
     from swerl.logs import hold_records
+    from swerl.trainer.auto import resolve_auto
     from swerl.trainer.preflight import run_preflight
 
     held = hold_records()  # the preflight's warnings (e.g. a skipped task) go to train.log once it exists
     try:
+        # auto (model.dtype, generator.backend) resolved for this machine first: the preflight, the
+        # plan and the run see the resolved config, and train.log says what was chosen and why.
+        resolution = resolve_auto(cfg)
+        cfg = resolution.config
         # What the run would reject fails here, before any file; torchrun's WORLD_SIZE sizes the plan.
         checks = run_preflight(cfg, target, resume, int(os.environ.get("WORLD_SIZE", "1")))
+        for line in resolution.lines():  # after the preflight: bad input stays one line
+            logging.getLogger("swerl.cli").info("%s", line)
     finally:
-        earlier = held.release()
+        earlier = held.take()
     if dry_run:
-        return _train_dry_run(cfg, target, checks, json_out)
+        return _train_dry_run(cfg, target, checks, json_out, resolution)
     if os.environ.get("RANK", "0") != "0":  # torchrun: other ranks train quietly, rank 0 shows and reports
         import contextlib
 
@@ -156,8 +163,9 @@ def _log_selection_to_trackers(cfg, run_dir: Path) -> None:  # noqa: ANN001 - Tr
                                              "span": sel.span, "export_path": sel.chosen.export_path})
 
 
-def _train_dry_run(cfg, run_dir: Path, checks, json_out: str | None) -> dict:  # noqa: ANN001 - TrainConfig, Preflight
-    """Print the resolved config (YAML), the run plan and what the preflight checked; return the JSON payload."""
+def _train_dry_run(cfg, run_dir: Path, checks, json_out: str | None, resolution) -> dict:  # noqa: ANN001 - TrainConfig, Preflight, Resolution
+    """Print the resolved config (YAML), the run plan, what ``auto`` chose and why, and what the preflight
+    checked; return the JSON payload."""
     from rich.table import Table
 
     from swerl.trainer.plan import format_bytes
@@ -186,6 +194,7 @@ def _train_dry_run(cfg, run_dir: Path, checks, json_out: str | None) -> dict:  #
         ("token budget total (max)", f"{plan.token_budget_per_step * plan.total_steps:,}"),
         ("checkpoint steps", ", ".join(map(str, plan.checkpoint_steps)) or "none"),
         ("export steps", ", ".join(map(str, plan.export_steps)) or "none"),
+        *resolution.rows(),
         *plan.placement,
         ("disk: peak of checkpoints + exports", "unknown" if need is None else (
             f"{format_bytes(need)} ({counted(peak, 'checkpoint')} at once"
@@ -200,7 +209,7 @@ def _train_dry_run(cfg, run_dir: Path, checks, json_out: str | None) -> dict:  #
         err_console.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
     payload = {"config": cfg.model_dump(mode="json"), "plan": plan.model_dump(mode="json"),
                "disk_needed_bytes": need, "disk_free_bytes": checks.disk_free_bytes,
-               "images": checks.images, "notes": [*plan.notes, *checks.notes]}
+               "images": checks.images, "notes": [*plan.notes, *checks.notes], "auto": resolution.as_dict()}
     write_json(json_out, payload)
     return payload
 

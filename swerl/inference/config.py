@@ -23,6 +23,8 @@ SERVERS_ONLY: tuple[str, ...] = ("num_servers", "server_urls", "server_start_tim
 BATCHER_ONLY: tuple[str, ...] = ("max_batch_size", "batch_wait_s")
 """Fields of the async batcher, which vllm does without (continuous batching: each request goes to
 the engine as it comes, ``max_num_seqs`` bounds them)."""
+AUTO_CHOICES: tuple[str, ...] = ("hf", "vllm")
+"""What ``backend: auto`` resolves to (``swerl train`` only; ``trainer/auto.py``)."""
 
 
 class InferenceConfig(BaseModel):
@@ -33,8 +35,9 @@ class InferenceConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    backend: Literal["hf", "vllm", "openai"] = Field(
-        "hf", description="hf: transformers generate; vllm: vLLM engines (in-process or servers, CPU or GPU); openai: any server."
+    backend: Literal["hf", "vllm", "openai", "auto"] = Field(
+        "hf", description="hf: transformers generate; vllm: vLLM engines (in-process or servers, CPU or GPU); openai: any server; "
+        "auto (swerl train): hf or vllm, resolved at start from what the machine measures (trainer/auto.py)."
     )
     model: str | None = Field(
         None, description="HF folder or .gguf file (None = default SmolLM2-135M-Instruct); openai: the served name."
@@ -138,17 +141,22 @@ class InferenceConfig(BaseModel):
         if self.backend == "vllm" and self.dtype == "float16":
             raise ValueError("inference.dtype float16 is not supported with vllm; fix: use bfloat16 (trainer dtype)")
         for backend, names in ONLY_READ_BY.items():
-            stray = set_fields(self, names) if self.backend != backend else []
+            # auto: the fields of hf and vllm wait for the resolution (they apply when their backend is chosen)
+            undecided = self.backend == "auto" and backend in AUTO_CHOICES
+            stray = set_fields(self, names) if self.backend != backend and not undecided else []
             if stray:
                 raise ValueError(f"inference.{stray[0]} is only read by backend {backend!r}, not {self.backend!r}: "
                                  "remove it")
         stray = set_fields(self, BATCHER_ONLY) if self.backend == "vllm" else []
         if stray:
+            default = type(self).model_fields[stray[0]].get_default()
             raise ValueError(f"inference.{stray[0]} is not read by backend 'vllm' (continuous batching: every request "
-                             "goes to the engine as it comes, max_num_seqs bounds them): remove it")
+                             f"goes to the engine as it comes, max_num_seqs bounds them): remove it, or set it to its "
+                             f"default {default}")
         if self.weight_sync_address and self.weight_sync != "nccl":
             raise ValueError("inference.weight_sync_address is only read with weight_sync=nccl: remove it")
-        stray = set_fields(self, SERVERS_ONLY) if self.backend == "vllm" and self.vllm_mode == "inprocess" else []
+        in_process = self.backend in ("vllm", "auto") and self.vllm_mode == "inprocess"
+        stray = set_fields(self, SERVERS_ONLY) if in_process else []
         if stray:
             raise ValueError(f"inference.{stray[0]} is only read with vllm_mode=servers: remove it or set vllm_mode=servers")
         return self

@@ -31,7 +31,15 @@ def make_backend(kind: Literal["hf", "vllm", "openai"], model: str | None = None
 
 
 def build_backend(config: InferenceConfig) -> GenerationBackend:
-    """The backend ``config`` describes; every backend has ``tokenizer`` and ``weight_version``."""
+    """The backend ``config`` describes; every backend has ``tokenizer`` and ``weight_version``.
+
+    Raises:
+        ConfigError: ``backend: auto``, which only ``swerl train`` resolves (``trainer/auto.py``).
+    """
+    if config.backend == "auto":
+        from swerl.errors import ConfigError
+
+        raise ConfigError("inference.backend=auto is resolved by swerl train only: pick hf or vllm")
     if config.backend == "hf":
         from swerl.inference.hf import HFBackend
 

@@ -138,6 +138,16 @@ class LoggingConfig(StrictModel):
         """``wandb: true`` / ``mlflow: true`` turn a tracker on with its defaults; ``false`` turns it off."""
         return {} if value is True else None if value is False else value
 
+def generator_fields_ignored(backend: str) -> dict[str, str]:
+    """The ``generator`` fields ``swerl train`` never reads with ``backend`` (field -> why); with
+    ``auto`` only those that neither choice reads (the others apply when their backend is chosen)."""
+    ignored = {"device": "the generator runs on model.device"}
+    if backend == "hf":
+        ignored["dtype"] = "generator.backend=hf samples with the trained module itself, in its dtype"
+    elif backend != "auto":
+        ignored["num_threads"] = "it sets torch threads for generator.backend=hf only"
+    return ignored
+
 
 class TrainConfig(StrictModel):
     """Everything ``swerl train`` needs; see ``examples/*.yaml``."""
@@ -181,7 +191,7 @@ class TrainConfig(StrictModel):
                 f"generator.max_model_len={self.generator.max_model_len} is below agent.limits.context_window_tokens="
                 f"{self.agent.limits.context_window_tokens}: raise generator.max_model_len"
             )
-        if self.generator.weight_sync == "nccl" and (self.generator.backend != "vllm" or self.generator.vllm_mode != "servers"):
+        if self.generator.weight_sync == "nccl" and self.generator.vllm_mode != "servers":
             raise ValueError(
                 "generator.weight_sync=nccl sends weights to vLLM servers: set generator.vllm_mode=servers or weight_sync=disk"
             )
@@ -191,14 +201,12 @@ class TrainConfig(StrictModel):
         problem = colocation_problem(self.generator, self.loop.max_staleness_steps, self.model.device == "cuda")
         if problem is not None:
             raise ValueError(problem)
-        ignored = {"device": "the generator runs on model.device"}
-        if self.generator.backend == "hf":
-            ignored["dtype"] = "generator.backend=hf samples with the trained module itself, in its dtype"
-        else:
-            ignored["num_threads"] = "it sets torch threads for generator.backend=hf only"
+        ignored = generator_fields_ignored(self.generator.backend)
         stray = set_fields(self.generator, ignored)
         if stray:
-            raise ValueError(f"generator.{stray[0]} would be ignored by swerl train ({ignored[stray[0]]}): remove it")
+            default = InferenceConfig.model_fields[stray[0]].get_default()
+            raise ValueError(f"generator.{stray[0]} would be ignored by swerl train ({ignored[stray[0]]}): remove it "
+                             f"(or --set generator.{stray[0]}={'null' if default is None else default})")
         if self.model.reference_cpu_offload and not self.algorithm.use_kl_loss:
             raise ValueError("model.reference_cpu_offload would be ignored: there is a reference policy only with "
                              "algorithm.use_kl_loss=true; remove it")

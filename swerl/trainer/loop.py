@@ -57,6 +57,7 @@ from swerl.trainer.batch import rows_from_trajectory
 from swerl.trainer.config import TrainConfig
 from swerl.trainer.evaluation import is_due, run_eval
 from swerl.trainer import pipeline
+from swerl.trainer.auto import changes_since, check_ranks_agree, resolve_auto
 from swerl.trainer.busy import BusyClock
 from swerl.trainer.generator import close_generator, make_generator, probe_parity, publish_weights
 from swerl.trainer.masked_guard import MaskedGuard
@@ -190,10 +191,10 @@ def train(config: TrainConfig, run_dir: Path, resume: str | None = None, *,
     """Run (or resume) a training run in ``run_dir``.
 
     Args:
-        config: the validated config. run_dir: where config.yaml, metrics.jsonl, checkpoints/
-            and exports/ go. resume: None (fresh run; refuses a run_dir that already has
-            checkpoints), ``latest`` or a checkpoint folder path. on_event: progress callback
-            (rank 0 only).
+        config: the validated config (``auto`` resolved here unless the CLI did). run_dir: where
+            config.yaml, metrics.jsonl, checkpoints/ and exports/ go. resume: None (fresh run; refuses
+            a run_dir that already has checkpoints), ``latest`` or a checkpoint folder path.
+            on_event: progress callback (rank 0 only).
     Returns: TrainResult.
     Raises:
         ConfigError: bad settings found at run time (resume mismatch, existing checkpoints
@@ -201,10 +202,10 @@ def train(config: TrainConfig, run_dir: Path, resume: str | None = None, *,
         RunFailed: the plan trains 0 steps, or the run trained zero steps although steps were planned.
         SandboxError / EnvironmentProblem: Docker is unusable.
     """
-    run = _prepare(config, Path(run_dir), resume, on_event)
+    run = _prepare(config, Path(run_dir), resume, on_event)  # run.config: with auto resolved
     if _resume(run, resume):
         return run.result
-    nonfinite = NonFiniteStreak(config.optimizer.max_consecutive_nonfinite_steps)
+    nonfinite = NonFiniteStreak(run.config.optimizer.max_consecutive_nonfinite_steps)
     with contextlib.ExitStack() as stack:
         rollouts = _start_rollouts(run, stack)
         for step in range(run.start_step + 1, run.plan.total_steps + 1):
@@ -218,13 +219,13 @@ def train(config: TrainConfig, run_dir: Path, resume: str | None = None, *,
             quarantined = _watch(run, step, batch)
             # Failure classes and advantages: masked rows leave the baseline, failures score 0.
             run.emit(TrainEvent("phase", step, "advantages"))
-            advantages, adv_metrics, rows = _advantage_rows(config, batch.trajectories)
+            advantages, adv_metrics, rows = _advantage_rows(run.config, batch.trajectories)
             # Update: pi_old at the sampling temperature, then micro-batched optimizer step(s).
             run.emit(TrainEvent("phase", step, "update"))
             t0 = time.monotonic()
             run.model.train()
             with run.clock.busy("update"):
-                update_metrics = train_on_batch(run.model, run.optimizer, run.scheduler, rows, config.algorithm,
+                update_metrics = train_on_batch(run.model, run.optimizer, run.scheduler, rows, run.config.algorithm,
                                                 run.settings, run.info, run.reference)
             run.model.eval()
             timings["timing/update_s"] = time.monotonic() - t0
@@ -242,9 +243,17 @@ def train(config: TrainConfig, run_dir: Path, resume: str | None = None, *,
     if run.result.steps_trained == 0:
         raise RunFailed(
             f"trained 0 steps (planned {run.plan.total_steps}; {counted(len(run.tasks), 'task')}, train_batch_size "
-            f"{config.loop.train_batch_size}): raise loop.max_steps/epochs or add tasks"
+            f"{run.config.loop.train_batch_size}): raise loop.max_steps/epochs or add tasks"
         )
     return run.result
+
+
+def _resolve_auto(config: TrainConfig) -> TrainConfig:
+    """``config`` with ``auto`` resolved for this machine (``trainer/auto.py``), the choice logged."""
+    resolution = resolve_auto(config)
+    for line in resolution.lines():
+        log.info("%s", line)
+    return resolution.config
 
 
 def _prepare(
@@ -256,7 +265,9 @@ def _prepare(
     from swerl.tasks.exclude import load_without_excluded
     from swerl.tasks.load import load_tasks
 
+    config = _resolve_auto(config)
     info = dist.init_distributed(config.model.device)
+    check_ranks_agree(config)  # each rank resolved auto on its own machine
     emit = on_event if (on_event is not None and info.is_main) else (lambda event: None)
     seed_everything(config.seed)
     if info.is_main:
@@ -338,6 +349,10 @@ def _resume(run: _Run, resume: str | None) -> bool:
         run.result.already_finished = True
         return True
     if info.is_main:
+        # A resume says what differs from the run's config.yaml (e.g. auto resolved on another machine).
+        changes = changes_since(run.run_dir / CONFIG_FILE, config) if run.ckpt_path is not None else []
+        if changes:
+            log.warning("resumed with a config that differs from the run's config.yaml: %s", "; ".join(changes))
         (run.run_dir / CONFIG_FILE).write_text(config.to_yaml())
     return False
 

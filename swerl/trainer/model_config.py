@@ -36,10 +36,11 @@ class ModelConfig(StrictModel):
         None, description="HF folder or GGUF file of the initial policy; None = the default SmolLM2-135M-Instruct."
     )
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="Training device; auto = CUDA when present.")
-    dtype: Literal["float32", "bfloat16"] = Field(
+    dtype: Literal["float32", "bfloat16", "auto"] = Field(
         "float32",
         description="Compute dtype of trainer forwards/backwards (bf16: autocast when replicated, FSDP2 "
-        "MixedPrecisionPolicy when sharded); master weights, gradients, AdamW state, log-softmax and loss stay fp32.",
+        "MixedPrecisionPolicy when sharded); master weights, gradients, AdamW state, log-softmax and loss stay fp32. "
+        "auto: bfloat16 where this machine's bf16 matmul measures >= 1.5x its fp32 one, else float32 (trainer/auto.py).",
     )
     gradient_checkpointing: bool = Field(False, description="Recompute activations in backward (less memory, ~30% slower).")
     fsdp: bool = Field(

@@ -199,7 +199,8 @@ def _vllm_where(cfg: TrainConfig, ranks: int) -> str:
     hardware = {"cpu": f"CPU cores {', '.join(gen.cpu_cores) if gen.cpu_cores else '0..k-1 (one per engine)'}",
                 "cuda": "the rank's GPU"}.get(device, "the rank's GPU when present, else CPU cores")
     if gen.vllm_mode == "inprocess":
-        return f"vLLM in-process {'on every rank' if ranks > 1 else 'in this process'}, on {hardware}"
+        shared = "the trainer's cores" if device == "cpu" and not gen.cpu_cores else hardware
+        return f"vLLM in-process {'on every rank' if ranks > 1 else 'in this process'}, on {shared}"
     if gen.server_urls:
         return f"{counted(len(gen.server_urls), 'running vLLM server')} {each} at {', '.join(gen.server_urls)}"
     return f"{counted(gen.num_servers, 'vLLM server')} {each} started by swerl, on {hardware}"

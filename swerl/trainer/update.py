@@ -62,6 +62,10 @@ class UpdateSettings:
         skip_no_signal_rows: do not forward rows whose advantage is 0 or that have no trainable
             token (their policy loss and gradient are exactly 0); they still count in the
             denominators. Ignored when an entropy bonus or a KL term is on (they touch every token).
+        reuse_pi_old: with one update epoch, the first optimizer step's forward runs on the
+            weights that produced the batch, so its log-probs, detached, ARE log pi_old of its
+            rows: no separate pi_old forward for them (2 of the 8N FLOPs per token). False runs
+            it anyway (the reference path in tests and benches).
     """
 
     temperature: float
@@ -74,6 +78,7 @@ class UpdateSettings:
     sync_grads_every_micro_batch: bool = False
     pad_id: int = 0
     skip_no_signal_rows: bool = True
+    reuse_pi_old: bool = True
 
 
 def _autocast(device: torch.device, dtype: torch.dtype | None):
@@ -98,11 +103,23 @@ def forward_logprobs(
     are computed in float32 outside autocast, a chunk of positions at a time
     (``rl.logprobs.next_token_logprobs``: no float32 (L, V) tensor, same values and gradients).
 
-    Returns: (n, L-1) float32 log-probs, and (n, L-1) float32 entropies or None.
+    Only the columns from the micro-batch's first response column s0 on are computed: the LM head
+    and the log-softmax skip the prompt positions before it (``logits_to_keep``; no row has a
+    response token there, so those columns are loss-masked in every row).
+
+    Returns: (n, L-1) float32 log-probs, and (n, L-1) float32 entropies or None; 0 in columns < s0.
     """
+    start = int(mb.response_starts.min()) if mb.response_starts.numel() else 0
     with _autocast(mb.input_ids.device, compute_dtype):
-        logits = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask, use_cache=False).logits
-    return next_token_logprobs(logits, mb.input_ids, temperature, with_entropy=with_entropy)
+        logits = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask, use_cache=False,
+                       logits_to_keep=mb.input_ids.shape[1] - start).logits  # (n, L - s0, V)
+    logprobs, entropy = next_token_logprobs(logits, mb.input_ids[:, start:], temperature, with_entropy=with_entropy)
+    return _from_column(logprobs, start), (None if entropy is None else _from_column(entropy, start))
+
+
+def _from_column(values: torch.Tensor, start: int) -> torch.Tensor:
+    """(n, L-1-start) columns placed at ``start`` of an (n, L-1) grid of zeros."""
+    return torch.nn.functional.pad(values, (start, 0)) if start else values
 
 
 def rank_rows(mini_batch: list[Row], dist_info: DistInfo) -> list[Row]:
@@ -294,9 +311,11 @@ def train_on_batch(
 
     ``rows`` is the full training batch in group order, identical on every rank. It is cut into
     mini-batches of ``rows_per_mini_batch`` episodes (one optimizer step each); each rank keeps its
-    slice, computes pi_old for it with the weights that produced the batch (and pi_ref with
-    ``reference``, required when ``algo.use_kl_loss``), then runs ``update_epochs`` passes of
-    optimizer steps (every rank with equally many rows).
+    slice, computes pi_old for it with the weights that produced the batch (with one update epoch,
+    the first mini-batch's pi_old is its training forward's log-probs, detached: same weights,
+    same rows, same micro-batches) and pi_ref with ``reference`` (required when
+    ``algo.use_kl_loss``), then runs ``update_epochs`` passes of optimizer steps (every rank with
+    equally many rows).
 
     Returns: metrics averaged over the optimizer steps (``loss/*``, ``policy/*``, ``tis/*``,
         ``grad_norm``, ``lr``), plus ``policy/optimizer_steps``; the counts
@@ -307,20 +326,26 @@ def train_on_batch(
     scale = dp_loss_scale(dist_info.world_size, grads_averaged=s.sharded)
     if algo.use_kl_loss and reference is None:
         raise ValueError("algorithm.use_kl_loss needs the reference policy: pass reference=")
-    local = [_with_pi_old(model, mini, algo, s, dist_info) for mini in mini_batches(rows, s.rows_per_mini_batch)]
+    # pi_old of every mini-batch with the weights that produced the batch, before any optimizer
+    # step; the first one's comes from its own training forward when that runs on those weights.
+    reuse_first = s.reuse_pi_old and s.update_epochs == 1
+    local = [rank_rows(mini, dist_info) if reuse_first and i == 0 else _with_pi_old(model, mini, algo, s, dist_info)
+             for i, mini in enumerate(mini_batches(rows, s.rows_per_mini_batch))]
     if algo.use_kl_loss:  # log pi_ref of the same rows, once per step beside pi_old
         local = _with_pi_ref(reference, local, algo, s, dist_info)
     history: list[dict[str, float]] = []
     for _ in range(s.update_epochs):
-        for mini_rows in local:  # one optimizer step
+        for index, mini_rows in enumerate(local):  # one optimizer step
             denominators, forwarded, micro = _plan_step(mini_rows, algo, s, dist_info)
+            reused = reuse_first and index == 0  # its forward is the only one on the batch's weights
             totals: dict[str, float] = {}
             for index, (mb, adv) in enumerate(micro):
                 _require_grad_sync(model, s, last=index == len(micro) - 1)
                 mb = mb.to(device)
                 logprobs, entropy = forward_logprobs(model, mb, s.temperature, with_entropy, _autocast_dtype(s))
                 loss, metrics = compute_policy_loss(
-                    algo, logprobs=logprobs, old_logprobs=mb.old_logprobs, advantages=adv.to(device),
+                    algo, logprobs=logprobs, old_logprobs=logprobs.detach() if reused else mb.old_logprobs,
+                    advantages=adv.to(device),
                     loss_mask=mb.loss_mask, denominators=denominators, rollout_logprobs=mb.rollout_logprobs,
                     has_rollout_logprobs=mb.has_rollout_logprobs, ref_logprobs=mb.ref_logprobs, entropy=entropy,
                 )

@@ -46,7 +46,7 @@ def test_seed_run_example_has_every_seed_hyperparameter():
 
 def test_demo_example_validates():
     cfg = load_train_config(DEMO_YAML)
-    assert cfg.generator.backend == "hf" and cfg.agent.protocol == "single-turn"
+    assert (cfg.generator.backend, cfg.model.dtype, cfg.agent.protocol) == ("auto", "auto", "single-turn")
 
 
 def test_vllm_demo_variant_validates():

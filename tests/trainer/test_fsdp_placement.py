@@ -22,6 +22,8 @@ DEMO_YAML = ROOT / "examples" / "humaneval-smollm2-cpu.yaml"
 QWEN3_8B = {"hidden_size": 4096, "num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8,
             "head_dim": 128, "intermediate_size": 12288, "vocab_size": 151936, "tie_word_embeddings": False}
 # SmolLM2-135M's (the CPU demo's model): 134.5 M parameters.
+# The demo with the settings auto resolves to on an AVX2-only CPU (fixed: the plan's words must not depend on this machine).
+FIXED = ["model.dtype=float32", "generator.backend=hf"]
 SMOLLM2_135M = {"hidden_size": 576, "num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3,
                 "intermediate_size": 1536, "vocab_size": 49152, "tie_word_embeddings": True}
 
@@ -86,7 +88,8 @@ def test_dry_run_prints_the_placement(tmp_path):
     (tmp_path / "model").mkdir()
     (tmp_path / "model" / "config.json").write_text(json.dumps(SMOLLM2_135M))  # sizes the disk rows
     result = CliRunner().invoke(app, ["train", str(DEMO_YAML), "--dry-run", "--set", f"data.tasks={tmp_path / 'tasks'}",
-                                      "--set", f"model.path={tmp_path / 'model'}", "-o", str(tmp_path / "run")])
+                                      "--set", f"model.path={tmp_path / 'model'}", "-o", str(tmp_path / "run"),
+                                      *(arg for fixed in FIXED for arg in ("--set", fixed))])
     assert result.exit_code == 0, result.output
     assert "episodes in flight" in result.output and "HF generate in this process" in result.output
     assert "torchrun" not in result.output and "GPU" not in result.output
@@ -102,7 +105,7 @@ def test_dry_run_prints_the_placement(tmp_path):
 
 def test_a_one_process_cpu_plan_says_what_this_run_does(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(SMOLLM2_135M))
-    lines = dict(make_plan(load_train_config(DEMO_YAML, [f"model.path={tmp_path}"]), num_tasks=12).placement)
+    lines = dict(make_plan(load_train_config(DEMO_YAML, [f"model.path={tmp_path}", *FIXED]), num_tasks=12).placement)
     assert lines["trainer"] == "1 process on CPU, float32 compute"
     assert lines["trainer state / rank"] == ("134.5 M params x 16 B = 2.2 GB (fp32 weights, gradients, AdamW m and v)")
     assert lines["checkpoint / export"] == "1.6 GB DCP (fp32 weights + AdamW state) / 538 MB fp32 safetensors"
@@ -114,7 +117,7 @@ def test_a_one_process_cpu_plan_says_what_this_run_does(tmp_path):
 
 def test_a_torchrun_launch_sizes_its_own_ranks(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(SMOLLM2_135M))
-    lines = dict(make_plan(load_train_config(DEMO_YAML, [f"model.path={tmp_path}"]), 12, world_size=2).placement)
+    lines = dict(make_plan(load_train_config(DEMO_YAML, [f"model.path={tmp_path}", *FIXED]), 12, world_size=2).placement)
     assert lines["trainer"] == "2 ranks (torchrun) on CPU, replicated, gradients all-reduced, float32 compute"
     assert lines["trainer state / rank"].endswith("x 16 B: 2 ranks 2.2 GB")  # replicated: the whole state on each
     assert lines["generator"].startswith("HF generate on every rank, each with its live policy")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 
 import pytest
 import torch
@@ -25,7 +26,7 @@ def rows_of(trajs, algo):
 
 
 def run_update(rows, algo, micro_batch_size, rows_per_mini=None, update_epochs=1, lr=1e-2, seed=0, skip=True,
-               adam=False):
+               adam=False, **settings):
     model = build_tiny_model(16, seed)
     # SGD: the parameter change is lr * gradient, so parameters compare gradients exactly
     # (Adam's g / sqrt(v) would amplify fp32 noise on near-zero gradient entries).
@@ -33,7 +34,7 @@ def run_update(rows, algo, micro_batch_size, rows_per_mini=None, update_epochs=1
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
     s = UpdateSettings(temperature=0.7, rows_per_mini_batch=rows_per_mini or len(rows),
                        micro_batch_size=micro_batch_size, update_epochs=update_epochs, grad_clip=None,
-                       skip_no_signal_rows=skip)
+                       skip_no_signal_rows=skip, **settings)
     metrics = train_on_batch(model, opt, sched, rows, algo, s, DistInfo())
     return model, metrics
 
@@ -120,29 +121,77 @@ def test_skipping_rows_without_signal_changes_nothing():
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("dtype", [None, torch.bfloat16])
+def count_forwards(model) -> list[int]:
+    calls = [0]
+    model.register_forward_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
+    return calls
+
+
+@pytest.mark.parametrize("dtype", [None, torch.bfloat16], ids=["fp32", "bf16"])
+def test_pi_old_from_the_first_training_forward_equals_the_separate_forward(dtype):
+    """One update epoch: the first mini-batch's pi_old is its own training forward, detached; losses,
+    TIS figures, gradient norm and weights equal the separate pi_old forward's (fp32: to 1e-6
+    relative; bf16 autocast: to 1e-5 relative), and that mini-batch's pi_old forward is gone."""
+    algo = AlgorithmConfig(n_samples_per_prompt=4, min_group_size=2, use_tis=True, tis_imp_ratio_cap=2.0)
+    trajs = make_trajectories(num_groups=2, group_size=4, seed=6)
+    for i in (0, 4):
+        trajs[i] = trajs[i].model_copy(update={"reward": 1.0})
+        trajs[i + 1] = trajs[i + 1].model_copy(update={"reward": 0.0})
+    rows = [replace(r, rollout_logprobs=torch.full_like(r.loss_mask, -1.5, dtype=torch.float32))
+            for r in rows_of(trajs, algo)]
+    tol = 1e-6 if dtype is None else 1e-5
+    calls = {}
+    results = {}
+    for reuse in (False, True):
+        model = build_tiny_model(16, 0)
+        calls[reuse] = count_forwards(model)
+        opt = torch.optim.SGD(model.parameters(), lr=1e-2)
+        s = UpdateSettings(temperature=0.7, rows_per_mini_batch=4, micro_batch_size=2, grad_clip=None,
+                           compute_dtype=dtype, reuse_pi_old=reuse)
+        metrics = train_on_batch(model, opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0), rows, algo, s,
+                                 DistInfo())
+        results[reuse] = (model, metrics)
+    (m_ref, met_ref), (m_new, met_new) = results[False], results[True]
+    assert calls[False][0] - calls[True][0] == 2  # the first mini-batch's 2 micro-batches: no pi_old forward
+    for key in ("loss/policy", "tis/imp_ratio_mean", "tis/log_ratio_abs_mean", "policy/clip_fraction", "grad_norm"):
+        assert met_new[key] == pytest.approx(met_ref[key], rel=tol, abs=1e-7), key
+    assert met_ref["grad_norm"] > 0 and met_ref["tis/log_ratio_abs_mean"] > 0
+    for a, b in zip(m_ref.parameters(), m_new.parameters()):
+        torch.testing.assert_close(a, b, rtol=tol, atol=1e-7)
+
+
+@pytest.mark.parametrize("dtype", [None, torch.bfloat16], ids=["fp32", "bf16"])
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
-def test_forward_logprobs_equals_the_full_logits_graph_bit_for_bit(dtype, temperature, monkeypatch):
-    """The model's log-probs, entropies and every parameter gradient (fp32 model, and bf16 autocast)
-    equal those of the plain graph over the full (n, L, V) float32 logits (the pre-chunking path)."""
+def test_forward_logprobs_skips_the_prompt_columns_and_equals_the_full_logits_graph(dtype, temperature, monkeypatch):
+    """forward_logprobs runs the LM head and the (chunked) log-softmax only from the micro-batch's
+    first response column s0 on; there its log-probs, entropies and every parameter gradient equal
+    those of the plain graph over the whole (n, L, V) float32 logits (fp32: 1e-6; bf16 autocast:
+    1e-5), and the columns before s0 hold 0."""
     from swerl.rl import logprobs
     from swerl.rl.logprobs import next_token_logprobs_unchunked
 
     monkeypatch.setattr(logprobs, "CHUNK_BYTES", 3 * 16 * 4)  # 3 positions per chunk of the 16-id vocabulary
-
-    mb = collate([row_from_trajectory(t, 1.0) for t in make_trajectories(num_groups=1, group_size=3, seed=6)])
-    results = []
-    for chunked in (True, False):
+    mb = collate([row_from_trajectory(t, 1.0) for t in make_trajectories(num_groups=2, group_size=2, seed=7)])
+    start = int(mb.response_starts.min())
+    assert start > 0  # prompts of 3..6 tokens
+    results, kept = [], []
+    for full in (True, False):
         model = build_tiny_model(16, 0)
-        if chunked:
-            lp, ent = forward_logprobs(model, mb, temperature, with_entropy=True, compute_dtype=dtype)
-        else:
+        model.lm_head.register_forward_hook(lambda _m, _i, out: kept.append(out.shape[1]))
+        if full:  # the reference: every column through the LM head and the unchunked log-softmax
             with torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None):
                 logits = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask, use_cache=False).logits
             lp, ent = next_token_logprobs_unchunked(logits, mb.input_ids, temperature, with_entropy=True)
+        else:
+            lp, ent = forward_logprobs(model, mb, temperature, with_entropy=True, compute_dtype=dtype)
         ((lp * mb.loss_mask).sum() + 0.1 * (ent * mb.loss_mask).sum()).backward()
         results.append((lp.detach(), ent.detach(), [p.grad.clone() for p in model.parameters()]))
-    (lp_c, ent_c, grads_c), (lp_r, ent_r, grads_r) = results
-    assert torch.equal(lp_c, lp_r) and torch.equal(ent_c, ent_r)
-    assert all(torch.equal(a, b) for a, b in zip(grads_c, grads_r))
-    assert any(g.abs().max() > 0 for g in grads_c)
+    assert kept == [mb.input_ids.shape[1], mb.input_ids.shape[1] - start]
+    (lp_r, ent_r, grads_r), (lp, ent, grads) = results
+    tol = 1e-6 if dtype is None else 1e-5
+    assert lp.shape == lp_r.shape and not lp[:, :start].any() and not ent[:, :start].any()
+    torch.testing.assert_close(lp[:, start:], lp_r[:, start:], rtol=tol, atol=tol)
+    torch.testing.assert_close(ent[:, start:], ent_r[:, start:], rtol=tol, atol=tol)
+    for a, b in zip(grads, grads_r):
+        torch.testing.assert_close(a, b, rtol=tol, atol=tol)
+    assert any(g.abs().max() > 0 for g in grads)
