@@ -8,11 +8,14 @@ RUNSC=${SWERL_RUNSC:-0}
 DAEMON_JSON=${SWERL_DAEMON_JSON:-/etc/docker/daemon.json}
 export DEBIAN_FRONTEND=noninteractive
 # mmdebstrap builds the offline base image (sandboxes/build-base.sh) from the host's apt sources;
-# docker-registry (CNCF distribution) serves the fleet's registry test.
-if ! command -v mmdebstrap >/dev/null 2>&1 || ! command -v docker-registry >/dev/null 2>&1 || ! { docker info >/dev/null 2>&1 || command -v dockerd >/dev/null 2>&1; }; then
-  echo "swerl: installing docker.io, mmdebstrap and docker-registry (apt)" >&2
+# docker-registry (CNCF distribution) serves the fleet's registry test, iproute2 (`ip`) wires the
+# second engine's network namespace to it, and headless chromium renders the report and the viewer
+# in their tests.
+if ! command -v mmdebstrap >/dev/null 2>&1 || ! command -v docker-registry >/dev/null 2>&1 || ! command -v ip >/dev/null 2>&1 \
+    || ! command -v chromium >/dev/null 2>&1 || ! { docker info >/dev/null 2>&1 || command -v dockerd >/dev/null 2>&1; }; then
+  echo "swerl: installing docker.io, mmdebstrap, docker-registry, iproute2 and chromium (apt)" >&2
   apt-get update -qq
-  apt-get install -y -qq docker.io mmdebstrap docker-registry >/dev/null
+  apt-get install -y -qq docker.io mmdebstrap docker-registry iproute2 chromium >/dev/null
 fi
 runsc_failed() {
   echo "swerl: $1" >&2

@@ -82,7 +82,7 @@ def test_under_auto_the_fields_of_either_backend_wait_for_the_choice():
     both = ["generator.num_threads=1", "generator.max_model_len=2048", "generator.dtype=bfloat16"]
     cfg = load_train_config(DEMO_YAML, ["generator.backend=auto", *both])
     assert (cfg.generator.num_threads, cfg.generator.max_model_len) == (1, 2048)
-    with pytest.raises(ConfigError, match="max_batch_size is not read by backend 'vllm'.*set it to its default 8"):
+    with pytest.raises(ConfigError, match="max_batch_size, batch_wait_s not read by backend 'vllm'.*max_batch_size=8, batch_wait_s=0.05"):
         load_train_config(DEMO_YAML, ["generator.backend=vllm", *both])  # the demo's batcher fields
     batcher_defaults = ["generator.max_batch_size=8", "generator.batch_wait_s=0.05"]
     with pytest.raises(ConfigError, match="generator.num_threads would be ignored"):

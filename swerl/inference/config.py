@@ -149,10 +149,11 @@ class InferenceConfig(BaseModel):
                                  "remove it")
         stray = set_fields(self, BATCHER_ONLY) if self.backend == "vllm" else []
         if stray:
-            default = type(self).model_fields[stray[0]].get_default()
-            raise ValueError(f"inference.{stray[0]} is not read by backend 'vllm' (continuous batching: every request "
-                             f"goes to the engine as it comes, max_num_seqs bounds them): remove it, or set it to its "
-                             f"default {default}")
+            fields = type(self).model_fields
+            defaults = ", ".join(f"{name}={fields[name].get_default()}" for name in stray)
+            raise ValueError(f"inference.{', '.join(stray)} not read by backend 'vllm' (continuous batching: every "
+                             f"request goes to the engine as it comes, max_num_seqs bounds them): remove, or set to the "
+                             f"defaults {defaults}")
         if self.weight_sync_address and self.weight_sync != "nccl":
             raise ValueError("inference.weight_sync_address is only read with weight_sync=nccl: remove it")
         in_process = self.backend in ("vllm", "auto") and self.vllm_mode == "inprocess"

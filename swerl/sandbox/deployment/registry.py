@@ -13,7 +13,7 @@ image is streamed through swerl (``docker save | docker load``,
 The engines, not swerl, talk to the registry: each one's dockerd must reach ``HOST:PORT`` and
 trust it. A plain-HTTP registry must be listed in each dockerd's ``insecure-registries``
 (daemon.json; ``127.0.0.0/8`` is there by default); a TLS registry needs its CA in
-``/etc/docker/certs.d/HOST:PORT/ca.crt`` on each engine host (docs/sandboxes.md, Fleets).
+``/etc/docker/certs.d/HOST:PORT/ca.crt`` on each engine host (docs/sandbox.md, Fleets).
 """
 
 from __future__ import annotations
