@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -97,3 +98,22 @@ def atomic_dir(path: Path, write: Callable[[Path], None], fsync: bool = True) ->
         return replace_dir(tmp, path, fsync)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def walk_tree(root: str):  # noqa: ANN201 - Iterator[tuple[str, os.stat_result]]
+    """``(path, lstat)`` of every entry below ``root``, depth first, without recursion (a tree of any
+    depth costs no Python stack) and without following links; entries that vanish or cannot be read
+    (a path past PATH_MAX, a folder without permission) are skipped: callers that must not miss them
+    measure with a tool that can (``du``)."""
+    stack = [root]
+    while stack:
+        folder = stack.pop()
+        try:
+            with os.scandir(folder) as entries:
+                found = [(entry.path, entry.stat(follow_symlinks=False)) for entry in entries]
+        except OSError:
+            continue
+        for path, st in found:
+            yield path, st
+            if stat.S_ISDIR(st.st_mode):
+                stack.append(path)

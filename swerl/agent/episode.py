@@ -134,6 +134,9 @@ async def play_episode(
         if not deadline.expired():  # some other timeout: a bug, not the agent's budget
             raise
         end_reason, state.detail = "agent_timeout", f"agent exceeded its {timeout_s:g} s budget"
+    except Exception as err:  # noqa: BLE001 - whatever the attempt provoked: its tokens stay, its work is verified
+        end_reason, state.detail = "completed", f"the episode failed: {type(err).__name__}: {str(err)[:500]}"
+        logger.warning("%s: %s (verified as it stands)", task.name, state.detail)
     state.timings_s["agent_s"] = time.monotonic() - started
 
     if on_verify is not None:
@@ -299,6 +302,10 @@ async def _verify(sandbox: Any, state: _EpisodeState) -> tuple[Any | None, str |
     except SandboxError as err:
         state.detail = f"verification failed: {err}"
         return None, _outcome_name(err)
+    except Exception as err:  # noqa: BLE001 - e.g. the container's files provoked the scan: a control settles it
+        state.detail = f"verification failed: {type(err).__name__}: {str(err)[:500]}"
+        logger.warning("%s", state.detail)
+        return None, "trial_error"
     finally:
         state.timings_s["verify_s"] = time.monotonic() - started
 

@@ -282,3 +282,27 @@ def test_recorded_ids_are_exactly_what_the_policy_saw(add_two, smol_tokenizer):
     # Generated ids carry mask 1; everything in between (observations) mask 0.
     generated = sum(len(r) for r in replies[:2]) + 2 * (len(smol_tokenizer.encode(replies_text[3], add_special_tokens=False)) + 1)
     assert sum(traj.loss_mask) == generated
+
+
+def test_what_an_attempt_provokes_keeps_its_tokens_and_is_verified(add_two, smol_tokenizer):
+    """A reply nested past the JSON parser's depth, a lone surrogate in a command, and a directory
+    tree deeper than Python's recursion limit (the tamper scan walks it) once crashed the episode:
+    it then ended as an error with no trainable token, so the penalty never reached what caused it.
+    Each is now an ordinary episode: its wrong solution is verified (failed, reward 0, class none)
+    and every generated token keeps its loss mask."""
+    def call(command: str) -> str:
+        return "<tool_call>" + json.dumps({"name": "bash", "arguments": {"command": command}}) + "</tool_call>"
+
+    wrong = "printf 'def add_two(x):\\n    return x\\n' > /app/solution.py"
+    attacks = {
+        "nested": [call(wrong), "<tool_call>" + "[" * 1000 + "]" * 1000 + "</tool_call>"],
+        "surrogate": [call(wrong), '<tool_call>{"name": "bash", "arguments": {"command": "echo \\ud800"}}</tool_call>'],
+        "deep-tree": [call(wrong + " && cd /root && mkdir -p $(printf 'd/%.0s' $(seq 1200))")],
+    }
+    for name, replies in attacks.items():
+        cfg = AgentConfig(protocol="tool-call", limits=EpisodeLimits(max_turns=3, max_new_tokens_per_turn=4096,
+                                                                     context_window_tokens=32768))
+        traj, _ = run(episode(add_two, replies, smol_tokenizer, cfg))
+        assert (traj.outcome, traj.reward, traj.failure_class) == ("failed", 0.0, "none"), (name, traj.detail)
+        generated = sum(len(s.response_ids) for s in traj.segments) if traj.segments else len(traj.response_ids)
+        assert sum(traj.loss_mask) > 0 and generated > 0, name

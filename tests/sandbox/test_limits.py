@@ -144,3 +144,21 @@ def test_verification_mode_follows_the_run_then_the_task():
     assert [verification_mode(t, auto) for t in (task, declared, opted_out)] == ["same_container", "clean_room", "same_container"]
     assert {verification_mode(t, clean) for t in (task, declared, opted_out)} == {"clean_room"}
     assert {verification_mode(t, same) for t in (task, declared, opted_out)} == {"same_container"}
+
+
+def test_disk_is_measured_at_any_depth_in_allocated_blocks(tmp_path):
+    """A tree deeper than Python's recursion limit once stopped the disk watch
+    (and with it every trial's budget on the engine); ``du`` measures it, a sparse file costs its
+    blocks, a hard link counts once."""
+    import subprocess
+
+    from swerl.sandbox.deployment.limits import _measure_all, allocated_bytes
+
+    subprocess.run(["bash", "-c", "mkdir -p $(printf 'd/%.0s' $(seq 1500)) && cd $(printf 'd/%.0s' $(seq 1500)) "
+                    "&& head -c 3145728 /dev/urandom > deep && truncate -s 4G sparse && ln deep again"],
+                   cwd=tmp_path, check=True)
+    used = allocated_bytes(str(tmp_path))
+    assert 3 * 2**20 <= used < 3 * 2**20 + 1500 * 8192 + 2**20  # the deep file once, the folders' blocks, no 4 GiB
+    gone = str(tmp_path / "missing")
+    assert _measure_all({"a": lambda: used, "b": lambda: allocated_bytes(gone)}) == {"a": used}  # b falls back
+    subprocess.run(["rm", "-rf", str(tmp_path / "d")], check=True)

@@ -88,7 +88,7 @@ def _parse_once(reply: str) -> ParsedReply:
         return ParsedReply(error="No valid JSON found in response", warnings=warnings)
     try:
         data = json.loads(content)
-    except json.JSONDecodeError as err:
+    except (json.JSONDecodeError, RecursionError) as err:  # RecursionError: nesting past the parser's depth
         error = f"Invalid JSON: {err}"
         error += f" | Content: {content!r}" if len(content) < 200 else f" | Content preview: {content[:100]!r}..."
         return ParsedReply(error=error, warnings=warnings)
@@ -184,7 +184,7 @@ def _fix_mixed_content(reply: str, error: str) -> str | None:
     for match in _MIXED_CONTENT_RE.findall(reply):
         try:
             json.loads(match)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             continue
         return match
     return None

@@ -62,7 +62,7 @@ def parse_tool_calls(reply: str) -> tuple[list[str], str]:
     for i, block in enumerate(blocks, start=1):
         try:
             call = json.loads(block.strip())
-        except json.JSONDecodeError as err:
+        except (json.JSONDecodeError, RecursionError) as err:  # RecursionError: nesting past the parser's depth
             return [], f"Tool call {i} is not valid JSON: {err}"
         if not isinstance(call, dict) or call.get("name") != "bash":
             return [], f"Tool call {i}: unknown tool {call.get('name') if isinstance(call, dict) else call!r}; only 'bash' exists"
@@ -70,7 +70,7 @@ def parse_tool_calls(reply: str) -> tuple[list[str], str]:
         if isinstance(args, str):
             try:
                 args = json.loads(args)
-            except json.JSONDecodeError as err:
+            except (json.JSONDecodeError, RecursionError) as err:  # RecursionError: nesting past the parser's depth
                 return [], f"Tool call {i}: arguments are not a JSON object: {err}"
         if not isinstance(args, dict) or not isinstance(args.get("command"), str):
             return [], f"Tool call {i}: arguments need a 'command' string"

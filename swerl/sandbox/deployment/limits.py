@@ -9,7 +9,7 @@ and kills a container once it passes ``[environment] storage_mb``; the trial the
 the attempt's: ``zero``). The bound is storage_mb plus what the container writes in one poll interval.
 
 What is measured is the allocated blocks (``st_blocks``, hard links once) of overlay2's upper
-folder, walked on this host (~1 ms for a trial's few files), so a sparse file of many GiB costs
+folder, measured on this host by GNU `du` (any depth; a few ms for a trial's files), so a sparse file of many GiB costs
 what it really costs: next to nothing. Docker's own ``SizeRw`` (``GET /containers/json?size=1``)
 adds apparent sizes, so a sparse file would pass the budget at no disk cost; it is used only for
 containers whose upper folder this host cannot see (a remote engine), and then in one listing of
@@ -28,7 +28,7 @@ import functools
 import logging
 import os
 import shutil
-import stat
+import subprocess
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -54,22 +54,18 @@ def writable_layer_bytes(client: docker.DockerClient, labels: dict[str, str]) ->
 
 
 def allocated_bytes(folder: str) -> int:
-    """Bytes the files under ``folder`` hold on disk: ``st_blocks`` x 512 of every entry, each
-    hard-linked file once, symlinks never followed; entries that vanish during the walk are skipped."""
-    seen: set[tuple[int, int]] = set()
-    total = 0
-    for root, dirs, files in os.walk(folder):
-        for name in dirs + files:
-            try:
-                st = os.lstat(os.path.join(root, name))
-            except OSError:
-                continue
-            if st.st_nlink > 1 and not stat.S_ISDIR(st.st_mode):
-                if (st.st_dev, st.st_ino) in seen:
-                    continue
-                seen.add((st.st_dev, st.st_ino))
-            total += st.st_blocks * 512
-    return total
+    """Bytes the files under ``folder`` hold on disk, as GNU ``du -s -B1`` counts them: allocated
+    blocks, each hard-linked file once, links never followed, a tree of any depth (``du`` walks
+    past PATH_MAX; a Python walk would stop there or at its recursion limit).
+
+    Raises:
+        OSError: ``du`` printed no total (the folder is gone); the caller falls back to ``SizeRw``.
+    """
+    proc = subprocess.run(["du", "-s", "-B1", "-x", folder], capture_output=True, text=True, timeout=600)
+    total = proc.stdout.split("\t", 1)[0].strip()  # files vanishing mid-walk make du exit 1, with a total
+    if not total.isdigit():
+        raise OSError(f"du {folder}: {proc.stderr.strip()[-200:] or 'no total'}")
+    return int(total)
 
 
 def local_reader(client: docker.DockerClient, container_id: str) -> Callable[[], int] | None:
@@ -80,6 +76,17 @@ def local_reader(client: docker.DockerClient, container_id: str) -> Callable[[],
     if driver.get("Name") == "overlay2" and upper and os.path.isdir(upper):
         return functools.partial(allocated_bytes, upper)
     return None
+
+
+def _measure_all(readers: dict[str, Callable[[], int]]) -> dict[str, int]:
+    """Bytes by container id of those ``readers`` that measured; a failing one is left out."""
+    used = {}
+    for cid, reader in readers.items():
+        try:
+            used[cid] = reader()
+        except Exception as err:  # noqa: BLE001 - whatever the container's files provoke, the others are measured
+            log.warning("disk watch of %s: %s: %s", cid[:12], type(err).__name__, err)
+    return used
 
 
 class DiskWatch:
@@ -117,7 +124,9 @@ class DiskWatch:
             with contextlib.suppress(SandboxError, docker.errors.NotFound):  # going away: measured next time
                 self._readers[cid] = await self._call(local_reader, self._client, cid)
         local = {cid: r for cid, r in self._readers.items() if r is not None}
-        used = await asyncio.to_thread(lambda: {cid: reader() for cid, reader in local.items()}) if local else {}
+        used = await asyncio.to_thread(_measure_all, local) if local else {}
+        for cid in local.keys() - used.keys():  # not measurable here: the engine's SizeRw for it from now on
+            self._readers[cid] = None
         if any(cid in self._readers and self._readers[cid] is None for cid in ids):
             sizes = await self._call(writable_layer_bytes, self._client, self._labels)
             used.update({cid: n for cid, n in sizes.items() if cid in ids and cid not in local})
@@ -131,6 +140,9 @@ class DiskWatch:
                 used_by_id = await self._usage(watched)
             except SandboxError as err:  # the engine is busy or going away; the trials report that themselves
                 log.debug("disk watch: %s", err)
+                continue
+            except Exception:  # noqa: BLE001 - the watch must outlive anything a container can provoke
+                log.exception("disk watch: measuring failed; measuring again in %g s", self.poll_s)
                 continue
             for sandbox in watched:
                 used, limit = used_by_id.get(sandbox.container_id, 0), sandbox.task.config.environment.storage_mb * MIB

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import docker.errors
 
 from swerl.errors import SandboxError
+from swerl.fileio import walk_tree
 from swerl.sandbox.runtime.files import file_from_tar
 
 if TYPE_CHECKING:
@@ -198,13 +199,8 @@ def _walk_upper(upper: str, lowers: list[str]) -> list[Change]:
 
 def _entries(root: str) -> Iterator[tuple[str, os.stat_result]]:
     """``(path relative to root, lstat)`` of everything below ``root``; links are not followed."""
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in [*dirnames, *filenames]:
-            full = os.path.join(dirpath, name)
-            try:
-                yield os.path.relpath(full, root), os.lstat(full)
-            except OSError:
-                continue
+    for full, st in walk_tree(root):  # iterative: a tree of any depth costs no Python stack
+        yield os.path.relpath(full, root), st
 
 
 def _lstat_in(root: str, rel: str) -> os.stat_result | None:

@@ -36,6 +36,16 @@ _RC_RE = re.compile(rb"\x1eswerl-rc:([0-9a-f]{32}):(\d+)\x1f")
 _INIT_RE = re.compile(rb"\x1eswerl-init:([0-9a-f]{32}):(\d+)\x1f")
 
 
+
+def to_wire(text: str) -> bytes:
+    """``text`` as the bytes sent to the shell: UTF-8, bytes decoded with ``surrogateescape`` sent
+    back as they were, any other lone surrogate (which UTF-8 cannot encode) as ``?``."""
+    try:
+        return text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "replace")
+
+
 class ShellExited(SandboxError):
     """The persistent shell is gone: the agent ended it (``exit``, ``exec``, ``set -e`` then a failing
     command), or its container stopped. An episode ends there as completed and is verified."""
@@ -121,7 +131,7 @@ class Shell:
         Raises:
             ShellExited: the shell has exited (e.g. the agent typed ``exit``).
         """
-        data = KEY_NAMES.get(text, text.encode("utf-8", "surrogateescape"))
+        data = KEY_NAMES.get(text, to_wire(text))
         start = self._buf_start + len(self._buf)
         expected_prompts = data.count(b"\n") + data.count(b"\x03")
         self._write(data)
@@ -147,9 +157,7 @@ class Shell:
         start_pos = self._buf_start + len(self._buf)
         began = time.monotonic()
         self._write(
-            f"{{\n{command}\n}} </dev/null; printf '\\036swerl-rc:%s:%d\\037' {token} $?\n".encode(
-                "utf-8", "surrogateescape"
-            )
+            to_wire(f"{{\n{command}\n}} </dev/null; printf '\\036swerl-rc:%s:%d\\037' {token} $?\n")
         )
         match = await self._wait_for(
             lambda data: next((m for m in _RC_RE.finditer(data) if m.group(1).decode() == token), None),
