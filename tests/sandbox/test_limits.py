@@ -154,11 +154,13 @@ def test_disk_is_measured_at_any_depth_in_allocated_blocks(tmp_path):
 
     from swerl.sandbox.deployment.limits import _measure_all, allocated_bytes
 
-    subprocess.run(["bash", "-c", "mkdir -p $(printf 'd/%.0s' $(seq 1500)) && cd $(printf 'd/%.0s' $(seq 1500)) "
-                    "&& head -c 3145728 /dev/urandom > deep && truncate -s 4G sparse && ln deep again"],
-                   cwd=tmp_path, check=True)
-    used = allocated_bytes(str(tmp_path))
-    assert 3 * 2**20 <= used < 3 * 2**20 + 1500 * 8192 + 2**20  # the deep file once, the folders' blocks, no 4 GiB
-    gone = str(tmp_path / "missing")
-    assert _measure_all({"a": lambda: used, "b": lambda: allocated_bytes(gone)}) == {"a": used}  # b falls back
-    subprocess.run(["rm", "-rf", str(tmp_path / "d")], check=True)
+    try:
+        subprocess.run(["bash", "-c", "mkdir -p $(printf 'd/%.0s' $(seq 1500)) && cd $(printf 'd/%.0s' $(seq 1500)) "
+                        "&& head -c 3145728 /dev/urandom > deep && truncate -s 4G sparse && ln deep again"],
+                       cwd=tmp_path, check=True)
+        used = allocated_bytes(str(tmp_path))
+        assert 3 * 2**20 <= used < 3 * 2**20 + 1500 * 8192 + 2**20  # the deep file once, the folders' blocks, no 4 GiB
+        gone = str(tmp_path / "missing")
+        assert _measure_all({"a": lambda: used, "b": lambda: allocated_bytes(gone)}) == {"a": used}  # b falls back
+    finally:  # rm, not pytest's own cleanup: it recurses and would stop at this depth
+        subprocess.run(["rm", "-rf", str(tmp_path / "d")], check=True)
