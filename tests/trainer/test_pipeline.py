@@ -98,11 +98,11 @@ def async_run(tmp_path_factory, tiny_model_dir) -> Path:
         time.sleep(2.0)  # a trainer slower than the rollouts: batch s + 1 is sampled by version s - 1
         return real_update(*args, **kwargs)
 
-    async def crashing_episode(task, sandbox, policy, cfg, *, seed):
+    async def crashing_episode(task, sandbox, policy, cfg, *, seed, **kwargs):
         # The episode is known by its seed, made from its group id and sample index.
         if seed == agent_rollout._episode_seed(cfg.seed, f"{FAILED_GROUP}{task.name}", FAILED_SAMPLE):
             raise RuntimeError("injected episode crash")
-        return await real_episode(task, sandbox, policy, cfg, seed=seed)
+        return await real_episode(task, sandbox, policy, cfg, seed=seed, **kwargs)
 
     run_dir = tmp_path_factory.mktemp("async") / "run"
     with pytest.MonkeyPatch.context() as mp:

@@ -77,6 +77,13 @@ def restore_default_weights(backend, trainer_model, folder) -> None:
     backend.reload_weights(str(write_weights(trainer_model.state_dict(), folder, torch.bfloat16, 0)), 0)
 
 
+def reset_engines(backend, trainer_model, folder) -> None:
+    """No adapter on any of ``backend``'s engines, the default weights at version 0."""
+    for engine in backend.engines if isinstance(backend, EnginePool) else [backend]:
+        engine.unload_adapter()
+    restore_default_weights(backend, trainer_model, folder)
+
+
 def run_pipeline(backend, cfg: TrainConfig, run_dir) -> None:
     """A 3-step run at k = 1 on the session's ``backend``, its update slowed so the producer runs ahead."""
     import swerl.trainer.loop as loop
@@ -101,12 +108,11 @@ def vllm_run(backend, mode: str, model_path, trainer_model, tmp_path, lora: dict
              ) -> tuple[TrainConfig, Path]:
     """The run on ``backend`` (ENGINES[mode]); afterwards the backend holds version 0 again, no adapter."""
     cfg = vllm_config(model_path, mode, lora)
+    reset_engines(backend, trainer_model, tmp_path / "v0-before")  # whatever an earlier user of the session left
     try:
         run_pipeline(backend, cfg, tmp_path / "run")
     finally:
-        for engine in backend.engines if isinstance(backend, EnginePool) else [backend]:
-            engine.unload_adapter()
-        restore_default_weights(backend, trainer_model, tmp_path / "v0")
+        reset_engines(backend, trainer_model, tmp_path / "v0")
     return cfg, tmp_path / "run"
 
 
