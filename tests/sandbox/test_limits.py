@@ -160,7 +160,11 @@ def test_disk_is_measured_at_any_depth_in_allocated_blocks(tmp_path):
                        cwd=tmp_path, check=True)
         used = allocated_bytes(str(tmp_path))
         assert 3 * 2**20 <= used < 3 * 2**20 + 1500 * 8192 + 2**20  # the deep file once, the folders' blocks, no 4 GiB
-        gone = str(tmp_path / "missing")
-        assert _measure_all({"a": lambda: used, "b": lambda: allocated_bytes(gone)}) == {"a": used}  # b falls back
+        assert allocated_bytes(str(tmp_path / "removed")) == 0  # a container removed between two polls
+
+        def unreadable() -> int:
+            raise OSError("du: cannot read")
+
+        assert _measure_all({"a": lambda: used, "b": unreadable}) == {"a": used}  # b falls back to SizeRw
     finally:  # rm, not pytest's own cleanup: it recurses and would stop at this depth
         subprocess.run(["rm", "-rf", str(tmp_path / "d")], check=True)

@@ -59,8 +59,10 @@ def allocated_bytes(folder: str) -> int:
     past PATH_MAX; a Python walk would stop there or at its recursion limit).
 
     Raises:
-        OSError: ``du`` printed no total (the folder is gone); the caller falls back to ``SizeRw``.
+        OSError: ``du`` printed no total; the caller falls back to ``SizeRw``. A folder already gone is 0.
     """
+    if not os.path.isdir(folder):  # the container was removed between two polls: nothing left on disk
+        return 0
     proc = subprocess.run(["du", "-s", "-B1", "-x", folder], capture_output=True, text=True, timeout=600)
     total = proc.stdout.split("\t", 1)[0].strip()  # files vanishing mid-walk make du exit 1, with a total
     if not total.isdigit():
