@@ -79,7 +79,7 @@ def resolve_model(spec: str | os.PathLike[str] | None, cache_dir: Path | None = 
     if path.is_dir():
         raise ConfigError(f"model folder {path} has no config.json; fix: pass an HF model folder or a .gguf file")
     raise ConfigError(
-        f"model {spec!r} not found; fix: pass a local HF folder or .gguf file (swerl never downloads from a hub)"
+        f"model '{spec}' not found; fix: pass a local HF folder or .gguf file (swerl never downloads from a hub)"
     )
 
 
