@@ -152,7 +152,7 @@ def test_disk_is_measured_at_any_depth_in_allocated_blocks(tmp_path):
     blocks, a hard link counts once."""
     import subprocess
 
-    from swerl.sandbox.deployment.limits import _measure_all, allocated_bytes
+    from swerl.sandbox.deployment.limits import PartialMeasure, _measure_all, allocated_bytes
 
     try:
         subprocess.run(["bash", "-c", "mkdir -p $(printf 'd/%.0s' $(seq 1500)) && cd $(printf 'd/%.0s' $(seq 1500)) "
@@ -166,5 +166,10 @@ def test_disk_is_measured_at_any_depth_in_allocated_blocks(tmp_path):
             raise OSError("du: cannot read")
 
         assert _measure_all({"a": lambda: used, "b": unreadable}) == {"a": used}  # b falls back to SizeRw
+
+        def partial() -> int:  # du skipped a folder renamed mid-walk
+            raise PartialMeasure(4096)
+
+        assert _measure_all({"c": partial}, {"c": used}) == {"c": used}  # never lower than the last reading
     finally:  # rm, not pytest's own cleanup: it recurses and would stop at this depth
         subprocess.run(["rm", "-rf", str(tmp_path / "d")], check=True)

@@ -64,10 +64,20 @@ def allocated_bytes(folder: str) -> int:
     if not os.path.isdir(folder):  # the container was removed between two polls: nothing left on disk
         return 0
     proc = subprocess.run(["du", "-s", "-B1", "-x", folder], capture_output=True, text=True, timeout=600)
-    total = proc.stdout.split("\t", 1)[0].strip()  # files vanishing mid-walk make du exit 1, with a total
+    total = proc.stdout.split("\t", 1)[0].strip()
     if not total.isdigit():
         raise OSError(f"du {folder}: {proc.stderr.strip()[-200:] or 'no total'}")
+    if proc.returncode != 0:  # it skipped what it could not read (a folder renamed mid-walk): a lower bound
+        raise PartialMeasure(int(total))
     return int(total)
+
+
+class PartialMeasure(OSError):
+    """``du`` printed a total but skipped entries; ``total`` is a lower bound of the disk in use."""
+
+    def __init__(self, total: int) -> None:
+        super().__init__(f"du skipped entries (a lower bound: {total} bytes)")
+        self.total = total
 
 
 def local_reader(client: docker.DockerClient, container_id: str) -> Callable[[], int] | None:
@@ -80,12 +90,16 @@ def local_reader(client: docker.DockerClient, container_id: str) -> Callable[[],
     return None
 
 
-def _measure_all(readers: dict[str, Callable[[], int]]) -> dict[str, int]:
-    """Bytes by container id of those ``readers`` that measured; a failing one is left out."""
-    used = {}
+def _measure_all(readers: dict[str, Callable[[], int]], last: dict[str, int] | None = None) -> dict[str, int]:
+    """Bytes by container id of those ``readers`` that measured; a failing one is left out. A partial
+    reading (entries skipped) never lowers a container's count below its ``last`` reading: a
+    container cannot hide its disk by renaming folders while it is measured."""
+    used, last = {}, last or {}
     for cid, reader in readers.items():
         try:
             used[cid] = reader()
+        except PartialMeasure as err:
+            used[cid] = max(err.total, last.get(cid, 0))
         except Exception as err:  # noqa: BLE001 - whatever the container's files provoke, the others are measured
             log.warning("disk watch of %s: %s: %s", cid[:12], type(err).__name__, err)
     return used
@@ -106,6 +120,7 @@ class DiskWatch:
         self._call, self._client, self._labels, self.poll_s = call, client, labels, poll_s
         self._watched: set[Sandbox] = set()
         self._readers: dict[str, Callable[[], int] | None] = {}  # container id -> its local reader
+        self._last: dict[str, int] = {}  # container id -> bytes at the last poll
         self._task: asyncio.Task[None] | None = None
 
     def add(self, sandbox: Sandbox) -> None:
@@ -126,12 +141,13 @@ class DiskWatch:
             with contextlib.suppress(SandboxError, docker.errors.NotFound):  # going away: measured next time
                 self._readers[cid] = await self._call(local_reader, self._client, cid)
         local = {cid: r for cid, r in self._readers.items() if r is not None}
-        used = await asyncio.to_thread(_measure_all, local) if local else {}
+        used = await asyncio.to_thread(_measure_all, local, self._last) if local else {}
         for cid in local.keys() - used.keys():  # not measurable here: the engine's SizeRw for it from now on
             self._readers[cid] = None
         if any(cid in self._readers and self._readers[cid] is None for cid in ids):
             sizes = await self._call(writable_layer_bytes, self._client, self._labels)
             used.update({cid: n for cid, n in sizes.items() if cid in ids and cid not in local})
+        self._last = {cid: n for cid, n in used.items()}
         return used
 
     async def _poll(self) -> None:
