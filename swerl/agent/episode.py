@@ -130,13 +130,12 @@ async def play_episode(
         state.detail = f"the sampler failed: {err}"
         tamper = episode_tamper(protocol.actions, None)
         return PlayedEpisode(state, "sampler_error", None, Verdict("sampler_error", 0.0, FailureClass.mask), tamper)
-    except TimeoutError:
-        if not deadline.expired():  # some other timeout: a bug, not the agent's budget
-            raise
-        end_reason, state.detail = "agent_timeout", f"agent exceeded its {timeout_s:g} s budget"
     except Exception as err:  # noqa: BLE001 - whatever the attempt provoked: its tokens stay, its work is verified
-        end_reason, state.detail = "completed", f"the episode failed: {type(err).__name__}: {str(err)[:500]}"
-        logger.warning("%s: %s (verified as it stands)", task.name, state.detail)
+        if isinstance(err, TimeoutError) and deadline.expired():
+            end_reason, state.detail = "agent_timeout", f"agent exceeded its {timeout_s:g} s budget"
+        else:  # any other timeout too: what an inner wait gave up on is no reason to drop the tokens
+            end_reason, state.detail = "completed", f"the episode failed: {type(err).__name__}: {str(err)[:500]}"
+            logger.warning("%s: %s (verified as it stands)", task.name, state.detail)
     state.timings_s["agent_s"] = time.monotonic() - started
 
     if on_verify is not None:

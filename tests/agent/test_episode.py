@@ -306,3 +306,32 @@ def test_what_an_attempt_provokes_keeps_its_tokens_and_is_verified(add_two, smol
         assert (traj.outcome, traj.reward, traj.failure_class) == ("failed", 0.0, "none"), (name, traj.detail)
         generated = sum(len(s.response_ids) for s in traj.segments) if traj.segments else len(traj.response_ids)
         assert sum(traj.loss_mask) > 0 and generated > 0, name
+
+
+def test_a_timeout_other_than_the_deadline_keeps_the_tokens_and_is_verified(add_two, smol_tokenizer):
+    """A TimeoutError raised inside the agent phase by some inner wait (not the episode's deadline)
+    once left the episode as a tokenless error: now it ends like any other failure the attempt may
+    have provoked, its wrong solution verified (reward 0, class none) and its tokens trained."""
+    from swerl.sandbox.runtime.shell import Shell
+
+    def call(command: str) -> str:
+        return "<tool_call>" + json.dumps({"name": "bash", "arguments": {"command": command}}) + "</tool_call>"
+
+    real_run, calls = Shell.run, []
+
+    async def run_then_time_out(self, command, timeout_s=30.0):  # noqa: ANN001, ANN202
+        calls.append(command)
+        if len(calls) > 1:
+            raise TimeoutError("an inner wait gave up")
+        return await real_run(self, command, timeout_s)
+
+    wrong = "printf 'def add_two(x):\\n    return x\\n' > /app/solution.py"
+    cfg = AgentConfig(protocol="tool-call", limits=EpisodeLimits(max_turns=3, max_new_tokens_per_turn=4096,
+                                                                 context_window_tokens=32768))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Shell, "run", run_then_time_out)
+        traj, _ = run(episode(add_two, [call(wrong), call("echo next")], smol_tokenizer, cfg))
+    assert len(calls) == 2, calls
+    assert (traj.outcome, traj.reward, traj.failure_class) == ("failed", 0.0, "none"), traj.detail
+    assert "TimeoutError" in traj.detail
+    assert sum(traj.loss_mask) > 0
