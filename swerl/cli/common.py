@@ -107,9 +107,21 @@ def json_path_callback(value: Optional[str]) -> Optional[str]:
     parent = path.absolute().parent
     while not parent.exists():
         parent = parent.parent
-    if not parent.is_dir() or not os.access(parent, os.W_OK):
+    if not parent.is_dir() or not os.access(parent, os.W_OK) or not _can_create_in(parent):
         raise typer.BadParameter(f"{value}: {parent} is not a writable folder; pass another path, or '-'")
     return value
+
+
+def _can_create_in(folder: Path) -> bool:
+    """Whether a file can really be created in ``folder`` (``os.access`` says yes to root in
+    /proc or /sys, or on a read-only mount); the probe file is removed at once."""
+    import tempfile
+
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".swerl-probe-"):
+            return True
+    except OSError:
+        return False
 
 
 # Shared flags: the same name and meaning on every command.

@@ -118,3 +118,14 @@ def test_a_json_path_that_is_a_folder_fails_at_parse_time(argv, tmp_path):
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
     assert "--json" in lines[0] and "is a folder" in lines[0] and proc.stdout == ""
+
+
+@pytest.mark.parametrize("where", ["/proc/result.json", "/sys/result.json"])
+def test_a_json_path_where_nothing_can_be_created_fails_at_parse_time(where):
+    """Root passes ``os.access`` in /proc and /sys, yet no file can be created there: the
+    ``--json`` check creates (and removes) a probe file, so the run is refused before it starts."""
+    proc = subprocess.run([sys.executable, "-m", "swerl.cli", "tasks", "list", str(FIXTURE_TASKS), "--json", where],
+                          capture_output=True, text=True, timeout=60)
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode == 2 and len(lines) == 1 and "not a writable folder" in lines[0], proc.stderr
+    assert proc.stdout == ""
