@@ -16,6 +16,11 @@ The trainer process holds, at the peak of the update:
 - the logits, their log-softmax and its gradient (3 x rows x S x vocab floats);
 - with the HF generator in the process, the KV cache of the episodes in flight (a pipelined run
   adds an HF copy of the weights).
+On a GPU (``model.device: cuda``, or ``auto`` where a GPU is visible) the state, activations and
+logits live in GPU memory (the plan's per-rank rows); the host holds each rank's runtime and, on
+rank 0, the fp32 weights it reads before broadcasting them (the other ranks build on ``meta``),
+plus whatever ``model.cpu_offload`` (the training state, at most all of it on one node) and
+``model.reference_cpu_offload`` (the reference's weights) put there.
 S is the longest row the limits allow: the longest task instruction (:data:`CHARS_PER_TOKEN`
 characters a token, plus :data:`TEMPLATE_TOKENS` of chat template and system prompt) plus every
 turn's ``max_new_tokens_per_turn``; a multi-turn episode also holds observations, so it takes
@@ -56,6 +61,7 @@ class MemoryEstimate:
     generator_bytes: int
     sandbox_bytes: int
     row_tokens: int
+    on_gpu: bool = False
 
     @property
     def total_bytes(self) -> int:
@@ -88,9 +94,14 @@ def estimate_memory(cfg: TrainConfig, shape: dict, num_params: int, instructions
     m, gen = cfg.model, cfg.generator
     item = 2 if m.dtype == "bfloat16" else 4
     seq = longest_row_tokens(cfg, instructions)
+    in_flight = cfg.loop.rollout_concurrency or cfg.sandbox.concurrency
+    if trains_on_gpu(m.device):
+        host = RUNTIME_BYTES + num_params * 4  # rank 0 reads the fp32 weights, then broadcasts them
+        host += num_params * TRAIN_BYTES_PER_PARAM if m.cpu_offload else 0
+        host += num_params * item if m.reference_cpu_offload else 0
+        return MemoryEstimate(host, 0, in_flight * sandbox_memory_mb * 2**20, seq, on_gpu=True)
     trainer = RUNTIME_BYTES + num_params * TRAIN_BYTES_PER_PARAM
     trainer += update_bytes(shape, cfg.loop.micro_batch_size, seq, item, m.gradient_checkpointing)
-    in_flight = cfg.loop.rollout_concurrency or cfg.sandbox.concurrency
     generator = 0
     if gen.backend == "hf":
         trainer += in_flight * seq * kv_bytes_per_token(shape, item)
@@ -101,8 +112,20 @@ def estimate_memory(cfg: TrainConfig, shape: dict, num_params: int, instructions
     return MemoryEstimate(trainer, generator, in_flight * sandbox_memory_mb * 2**20, seq)
 
 
+def trains_on_gpu(device: str) -> bool:
+    """Whether ``model.device`` trains on a GPU: ``cuda``, or ``auto`` where the NVIDIA driver's
+    control device exists (no torch import: the dry-run stays fast)."""
+    return device == "cuda" or (device == "auto" and Path("/dev/nvidiactl").exists())
+
+
 def memory_lines(est: MemoryEstimate, cfg: TrainConfig) -> list[tuple[str, str]]:
     """The dry-run's rows: peak RAM per process kind and in all."""
+    if est.on_gpu:
+        extra = "".join([" + the training state (model.cpu_offload)" if cfg.model.cpu_offload else "",
+                         " + the reference's weights (model.reference_cpu_offload)" if cfg.model.reference_cpu_offload else ""])
+        return [("peak host RAM: trainer rank 0", f"{format_bytes(est.trainer_bytes)} (runtime + the fp32 weights it reads "
+                 f"and broadcasts{extra}; state and activations on the GPUs; other ranks: the runtime)"),
+                ("peak RAM: sandboxes (limits)", format_bytes(est.sandbox_bytes))]
     rows = [("peak RAM: trainer process", f"{format_bytes(est.trainer_bytes)} (runtime + state + one micro-batch of "
              f"{cfg.loop.micro_batch_size} x {est.row_tokens:,} tokens{' + HF KV cache' if cfg.generator.backend == 'hf' else ''})")]
     if est.generator_bytes:
@@ -128,6 +151,10 @@ def ram_note(est: MemoryEstimate, available: int | None) -> list[str]:
     needed = est.trainer_bytes + est.generator_bytes
     if available is None or needed <= available:
         return []
+    if est.on_gpu:
+        return [f"RAM: trainer rank 0 may peak at {format_bytes(needed)} of host RAM (the fp32 weights it reads, and "
+                f"what is offloaded) and {format_bytes(available)} is available here now; start rank 0 on a host with "
+                "more free RAM, or turn off model.cpu_offload / model.reference_cpu_offload"]
     return [f"RAM: the trainer{' and vLLM engines' if est.generator_bytes else ''} may peak at {format_bytes(needed)} "
             f"and {format_bytes(available)} is available now (sandboxes may take up to {format_bytes(est.sandbox_bytes)} "
             "more): lower loop.micro_batch_size, set model.gradient_checkpointing=true, or lower "

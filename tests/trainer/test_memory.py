@@ -6,7 +6,7 @@ import json
 
 from swerl.trainer.config import TrainConfig
 from swerl.trainer.memory import (
-    RUNTIME_BYTES, estimate_memory, longest_row_tokens, ram_note, time_line, update_bytes,
+    RUNTIME_BYTES, estimate_memory, longest_row_tokens, memory_lines, ram_note, time_line, update_bytes,
 )
 
 SMOLLM2_135M = {"hidden_size": 576, "num_hidden_layers": 30, "vocab_size": 49152, "num_attention_heads": 9,
@@ -55,6 +55,38 @@ def test_short_ram_is_a_warning_naming_the_fix():
     assert note.startswith("RAM: the trainer may peak at 8.") and "4.0 GB is available now" in note
     assert "model.gradient_checkpointing=true" in note
     assert ram_note(est, 64 * 10**9) == []
+
+
+QWEN3_8B = {"hidden_size": 4096, "num_hidden_layers": 36, "vocab_size": 151936, "num_attention_heads": 32,
+            "num_key_value_heads": 8, "intermediate_size": 12288, "head_dim": 128}
+QWEN3_8B_PARAMS = 8_190_735_360
+
+
+def test_on_a_gpu_host_ram_is_rank_zeros_weights_not_the_training_state():
+    """The seed's shape (Qwen3-8B, 32k rows, device cuda, FSDP): the state, activations and logits
+    are GPU memory (the plan's per-rank rows), so host RAM is the runtime plus the fp32 weights rank 0
+    reads, plus what an offload puts there; a CPU run of the same shape counts all of it."""
+    def cfg(device, **model):
+        data = _cfg(max_turns=8, context_window_tokens=32768).model_dump()
+        data["model"].update(device=device, fsdp=device == "cuda", dtype="bfloat16", **model)
+        data["generator"].update(backend="vllm", max_model_len=32768)
+        if model.get("reference_cpu_offload"):
+            data["algorithm"].update(use_kl_loss=True, kl_loss_coef=0.001)
+        data["algorithm"].update(max_seq_len=32768)
+        return TrainConfig.model_validate(data)
+
+    gpu = estimate_memory(cfg("cuda"), QWEN3_8B, QWEN3_8B_PARAMS, ["x"], 2048)
+    assert gpu.on_gpu and gpu.trainer_bytes == RUNTIME_BYTES + 4 * QWEN3_8B_PARAMS and gpu.generator_bytes == 0
+    cpu = estimate_memory(cfg("cpu"), QWEN3_8B, QWEN3_8B_PARAMS, ["x"], 2048)
+    assert not cpu.on_gpu and cpu.trainer_bytes > RUNTIME_BYTES + 16 * QWEN3_8B_PARAMS
+    offloaded = estimate_memory(cfg("cuda", cpu_offload=True, reference_cpu_offload=True), QWEN3_8B,
+                                QWEN3_8B_PARAMS, ["x"], 2048)
+    assert offloaded.trainer_bytes == gpu.trainer_bytes + 16 * QWEN3_8B_PARAMS + 2 * QWEN3_8B_PARAMS
+    (label, text), _ = memory_lines(gpu, cfg("cuda"))
+    assert label == "peak host RAM: trainer rank 0" and text.startswith("33.3 GB") and "on the GPUs" in text
+    (note,) = ram_note(gpu, 16 * 10**9)
+    assert note.startswith("RAM: trainer rank 0 may peak at 33.3 GB of host RAM") and "gradient_checkpointing" not in note
+    assert ram_note(gpu, 64 * 10**9) == []
 
 
 def test_wall_time_comes_from_the_last_run_next_to_this_one(tmp_path):
