@@ -63,11 +63,13 @@ def run_preflight(cfg: TrainConfig, run_dir: Path, resume: str | None, world_siz
     Raises:
         TaskError / ConfigError: (exit 2) bad tasks (or a network allowlist with sandbox.allow_network),
             a 0-step plan, a run directory at odds with ``--resume``, a bad model path, too little disk.
-        EnvironmentProblem: (exit 3) missing default model package, vllm, Docker, or a base image.
+        EnvironmentProblem: (exit 3) missing default model package, vllm, a tracker's package (wandb, mlflow),
+            Docker, or a base image.
     """
     from swerl.sandbox.network import check_network
     from swerl.tasks.exclude import load_without_excluded
     from swerl.tasks.load import load_tasks
+    from swerl.trainer.trackers import check_tracker_packages
 
     check_task_source("data.tasks", cfg.data.tasks)
     tasks, _ = load_without_excluded(cfg.data.tasks, limit=cfg.data.limit, names=cfg.data.names,
@@ -86,6 +88,7 @@ def run_preflight(cfg: TrainConfig, run_dir: Path, resume: str | None, world_siz
     check_run_dir(run_dir, resume)
     model_folder = check_model(cfg.model.path)
     check_backend(cfg)
+    check_tracker_packages(cfg.logging.wandb is not None, cfg.logging.mlflow is not None)
     result = Preflight(plan=plan, num_tasks=len(tasks))
     result.notes.extend(check_cores(cfg, tasks))
     size_memory_and_time(cfg, plan, tasks, run_dir, result)

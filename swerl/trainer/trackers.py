@@ -14,6 +14,7 @@ or logs to ``logging.mlflow.tracking_uri``.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import os
@@ -49,11 +50,26 @@ class WandbConfig(BaseModel):
     tags: list[str] = Field(default_factory=list, description="Run tags.")
 
 
+MISSING = {"wandb": "logging.wandb is set but wandb is not installed: pip install wandb",
+           "mlflow": "logging.mlflow is set but mlflow is not installed: pip install 'swerl[mlflow]'"}
+"""The one wording of a tracker whose package is missing, by package (raised at start or by the dry-run)."""
+
+
+def check_tracker_packages(wandb: bool, mlflow: bool) -> None:
+    """The packages of the trackers that are set are installed (found without importing them).
+
+    Raises: EnvironmentProblem (exit 3) naming the first missing one and its install command.
+    """
+    for name, wanted in (("wandb", wandb), ("mlflow", mlflow)):
+        if wanted and importlib.util.find_spec(name) is None:
+            raise EnvironmentProblem(MISSING[name])
+
+
 def _import_wandb() -> Any:
     try:
         import wandb
     except ImportError as err:
-        raise EnvironmentProblem("logging.wandb is set but wandb is not installed: pip install wandb") from err
+        raise EnvironmentProblem(MISSING["wandb"]) from err
     return wandb
 
 
@@ -128,7 +144,7 @@ def _mlflow_client(cfg: MlflowConfig, run_dir: Path) -> Any:
     try:
         from mlflow.tracking import MlflowClient
     except ImportError as err:
-        raise EnvironmentProblem("logging.mlflow is set but mlflow is not installed: pip install 'swerl[mlflow]'") from err
+        raise EnvironmentProblem(MISSING["mlflow"]) from err
     uri = cfg.tracking_uri or (run_dir / MLFLOW_DIR).resolve().as_uri()
     if uri.startswith("file:"):  # MLflow >= 3.7 refuses its file store unless this opt-out is set
         os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
