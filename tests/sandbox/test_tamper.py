@@ -108,3 +108,32 @@ def test_the_scan_can_be_turned_off(humaneval_task):
                 return await sb.verify()
 
     assert run(trial()).tamper == []
+
+
+def test_a_file_made_to_slow_the_text_rules_does_not_stall_the_event_loop(humaneval_task):
+    """The scan's text rules run on the event loop every sandbox of the run shares; a work-product
+    file of ``from os import `` repeated (256 KiB) held it 60-90 s under a quadratic rule."""
+    import time
+
+    async def trial():
+        stalls = [0.0]
+
+        async def heartbeat():
+            while True:
+                began = time.monotonic()
+                await asyncio.sleep(0.2)
+                stalls.append(time.monotonic() - began - 0.2)
+
+        async with SandboxManager(SandboxConfig(concurrency=1, warm_pool=False)) as mgr:
+            async with mgr.sandbox(humaneval_task) as sb:
+                made = await sb.exec("python3 -c \"open('/app/notes.txt', 'w').write(('from os import ' * 20000)[:262144])\"",
+                                     timeout_s=60)
+                assert made.exit_code == 0, made.output
+                beat = asyncio.create_task(heartbeat())
+                verdict = await sb.verify()
+                beat.cancel()
+        return verdict, max(stalls)
+
+    verdict, stall_s = run(trial())
+    assert verdict.reward == 0.0 and verdict.outcome.value == "failed"
+    assert stall_s < 10.0, f"the event loop stalled {stall_s:.1f} s during the tamper scan"
