@@ -137,3 +137,24 @@ def test_a_file_made_to_slow_the_text_rules_does_not_stall_the_event_loop(humane
     verdict, stall_s = run(trial())
     assert verdict.reward == 0.0 and verdict.outcome.value == "failed"
     assert stall_s < 10.0, f"the event loop stalled {stall_s:.1f} s during the tamper scan"
+
+
+def test_a_flood_of_files_cannot_blind_the_scan(humaneval_task):
+    """Empty files cost nothing against the disk budget; past the scan's bound (the default's cost,
+    ~1M files, ran the walk past its Docker deadline and the scan answered no reasons while it ran on
+    in its thread) the container is flagged for it, in the clean room and the same container."""
+    flood = "mkdir -p /tmp/flood && cd /tmp/flood && seq 3000 | xargs touch"
+    plant = f"echo 'import os' > {SITE}/zz.pth"
+
+    async def trial(verification: str):
+        config = SandboxConfig(concurrency=1, warm_pool=False, verification=verification, tamper_scan_max_changes=2000)
+        async with SandboxManager(config) as mgr:
+            async with mgr.sandbox(humaneval_task) as sb:
+                made = await sb.exec(f"{plant} && {flood}", timeout_s=60)
+                assert made.exit_code == 0, made.output
+                return await sb.verify()
+
+    for verification in ("clean_room", "same_container"):
+        verdict = run(trial(verification))
+        assert verdict.tamper == ["scan: the container changed over 2000 paths; the scan stopped there"], verdict.tamper
+        assert verdict.reward == 0.0

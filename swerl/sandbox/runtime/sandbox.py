@@ -224,7 +224,7 @@ class Sandbox:
             await self._guard(self._commands.run(Command(
                 script="kill -KILL -1 2>/dev/null; true", max_output_bytes=4096, wait_s=self._config.docker_timeout_s)))
         reader = LayerReader(self._call, self._client, self.container_id)
-        return await scan_container(reader, self.task.clean_room_paths)
+        return await scan_container(reader, self.task.clean_room_paths, self._config.tamper_scan_max_changes)
 
     def _check_disk(self) -> None:
         if self.disk_exceeded is not None:
