@@ -158,3 +158,35 @@ def test_a_flood_of_files_cannot_blind_the_scan(humaneval_task):
         verdict = run(trial(verification))
         assert verdict.tamper == ["scan: the container changed over 2000 paths; the scan stopped there"], verdict.tamper
         assert verdict.reward == 0.0
+
+
+def test_checking_a_large_work_product_does_not_stall_the_event_loop(humaneval_task):
+    """The clean room's check of the work product (every member, links resolved through chains)
+    runs off the event loop: 120k links through a chain of 39 took 10-20 s of it before."""
+    import time
+
+    chain = ("import os\nos.chdir('/app'); open('f', 'w').close(); prev = 'f'\n"
+             "for i in range(39): os.symlink(prev, f'c{i}'); prev = f'c{i}'\n"
+             "for i in range(120000): os.symlink('c38', f'l{i}')\n")
+
+    async def trial():
+        stalls = [0.0]
+
+        async def heartbeat():
+            while True:
+                began = time.monotonic()
+                await asyncio.sleep(0.2)
+                stalls.append(time.monotonic() - began - 0.2)
+
+        async with SandboxManager(SandboxConfig(concurrency=1, warm_pool=False)) as mgr:
+            async with mgr.sandbox(humaneval_task) as sb:
+                made = await sb.exec(f"python3 -c {shlex.quote(chain)}", timeout_s=300)
+                assert made.exit_code == 0, made.output
+                beat = asyncio.create_task(heartbeat())
+                verdict = await sb.verify()
+                beat.cancel()
+        return verdict, max(stalls)
+
+    verdict, stall_s = run(trial())
+    assert verdict.outcome.value == "failed" and verdict.work_product_dropped == {}
+    assert stall_s < 5.0, f"the event loop stalled {stall_s:.1f} s while the work product was checked"
