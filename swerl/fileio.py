@@ -100,17 +100,36 @@ def atomic_dir(path: Path, write: Callable[[Path], None], fsync: bool = True) ->
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def walk_tree(root: str):  # noqa: ANN201 - Iterator[tuple[str, os.stat_result]]
+class TooManyEntries(Exception):
+    """:func:`walk_tree` met more entries than its ``limit``."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"over {limit} entries")
+        self.limit = limit
+
+
+def walk_tree(root: str, limit: int | None = None):  # noqa: ANN201 - Iterator[tuple[str, os.stat_result]]
     """``(path, lstat)`` of every entry below ``root``, depth first, without recursion (a tree of any
     depth costs no Python stack) and without following links; entries that vanish or cannot be read
     (a path past PATH_MAX, a folder without permission) are skipped: callers that must not miss them
-    measure with a tool that can (``du``)."""
+    measure with a tool that can (``du``).
+
+    Raises:
+        TooManyEntries: more than ``limit`` entries (None: no limit); no more than ``limit`` + 1
+            are read, so the cost of a tree of millions of files is bounded by the caller.
+    """
     stack = [root]
+    seen = 0
     while stack:
         folder = stack.pop()
+        found = []
         try:
             with os.scandir(folder) as entries:
-                found = [(entry.path, entry.stat(follow_symlinks=False)) for entry in entries]
+                for entry in entries:
+                    seen += 1
+                    if limit is not None and seen > limit:
+                        raise TooManyEntries(limit)
+                    found.append((entry.path, entry.stat(follow_symlinks=False)))
         except OSError:
             continue
         for path, st in found:

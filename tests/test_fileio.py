@@ -8,7 +8,16 @@ import stat
 
 import pytest
 
-from swerl.fileio import atomic_dir, atomic_write, atomic_write_bytes, atomic_write_json, atomic_write_text, replace_dir
+from swerl.fileio import (
+    TooManyEntries,
+    atomic_dir,
+    atomic_write,
+    atomic_write_bytes,
+    atomic_write_json,
+    atomic_write_text,
+    replace_dir,
+    walk_tree,
+)
 
 
 def test_writes_create_parents_and_are_readable_under_a_private_umask(tmp_path):
@@ -60,3 +69,12 @@ def test_replace_dir_publishes_a_prepared_folder(tmp_path):
     (tmp / "state").write_text("new")
     final = replace_dir(tmp, tmp_path / "step")
     assert (final / "state").read_text() == "new" and not tmp.exists()
+
+
+def test_a_walk_reads_every_entry_up_to_its_limit_and_stops_past_it(tmp_path):
+    for i in range(5):
+        (tmp_path / "d" / str(i)).mkdir(parents=True)
+        (tmp_path / "d" / str(i) / "f").touch()
+    assert len(list(walk_tree(str(tmp_path), limit=11))) == 11  # d, its 5 folders, their 5 files
+    with pytest.raises(TooManyEntries):
+        list(walk_tree(str(tmp_path), limit=10))

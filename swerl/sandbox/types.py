@@ -201,6 +201,11 @@ class SandboxConfig(BaseModel):
         "the reasons on the result. Read from the engine's storage on this host (~1 ms) or its changes API (~0.4 s of "
         "engine CPU, Docker 20.10); False = no scan.",
     )
+    tamper_scan_max_changes: int = Field(
+        100_000, ge=1,
+        description="Most changed paths the tamper scan reads (~60 us each on this host); a container with more is "
+        "flagged `scan: ... over N paths` instead of judged, so a flood of empty files cannot blind the scan.",
+    )
 
     @model_validator(mode="after")
     def _one_way_to_name_engines(self) -> SandboxConfig:

@@ -108,3 +108,85 @@ def test_the_scan_can_be_turned_off(humaneval_task):
                 return await sb.verify()
 
     assert run(trial()).tamper == []
+
+
+def test_a_file_made_to_slow_the_text_rules_does_not_stall_the_event_loop(humaneval_task):
+    """The scan's text rules run on the event loop every sandbox of the run shares; a work-product
+    file of ``from os import `` repeated (256 KiB) held it 60-90 s under a quadratic rule."""
+    import time
+
+    async def trial():
+        stalls = [0.0]
+
+        async def heartbeat():
+            while True:
+                began = time.monotonic()
+                await asyncio.sleep(0.2)
+                stalls.append(time.monotonic() - began - 0.2)
+
+        async with SandboxManager(SandboxConfig(concurrency=1, warm_pool=False)) as mgr:
+            async with mgr.sandbox(humaneval_task) as sb:
+                made = await sb.exec("python3 -c \"open('/app/notes.txt', 'w').write(('from os import ' * 20000)[:262144])\"",
+                                     timeout_s=60)
+                assert made.exit_code == 0, made.output
+                beat = asyncio.create_task(heartbeat())
+                verdict = await sb.verify()
+                beat.cancel()
+        return verdict, max(stalls)
+
+    verdict, stall_s = run(trial())
+    assert verdict.reward == 0.0 and verdict.outcome.value == "failed"
+    assert stall_s < 10.0, f"the event loop stalled {stall_s:.1f} s during the tamper scan"
+
+
+def test_a_flood_of_files_cannot_blind_the_scan(humaneval_task):
+    """Empty files cost nothing against the disk budget; past the scan's bound (the default's cost,
+    ~1M files, ran the walk past its Docker deadline and the scan answered no reasons while it ran on
+    in its thread) the container is flagged for it, in the clean room and the same container."""
+    flood = "mkdir -p /tmp/flood && cd /tmp/flood && seq 3000 | xargs touch"
+    plant = f"echo 'import os' > {SITE}/zz.pth"
+
+    async def trial(verification: str):
+        config = SandboxConfig(concurrency=1, warm_pool=False, verification=verification, tamper_scan_max_changes=2000)
+        async with SandboxManager(config) as mgr:
+            async with mgr.sandbox(humaneval_task) as sb:
+                made = await sb.exec(f"{plant} && {flood}", timeout_s=60)
+                assert made.exit_code == 0, made.output
+                return await sb.verify()
+
+    for verification in ("clean_room", "same_container"):
+        verdict = run(trial(verification))
+        assert verdict.tamper == ["scan: the container changed over 2000 paths; the scan stopped there"], verdict.tamper
+        assert verdict.reward == 0.0
+
+
+def test_checking_a_large_work_product_does_not_stall_the_event_loop(humaneval_task):
+    """The clean room's check of the work product (every member, links resolved through chains)
+    runs off the event loop: 120k links through a chain of 39 took 10-20 s of it before."""
+    import time
+
+    chain = ("import os\nos.chdir('/app'); open('f', 'w').close(); prev = 'f'\n"
+             "for i in range(39): os.symlink(prev, f'c{i}'); prev = f'c{i}'\n"
+             "for i in range(120000): os.symlink('c38', f'l{i}')\n")
+
+    async def trial():
+        stalls = [0.0]
+
+        async def heartbeat():
+            while True:
+                began = time.monotonic()
+                await asyncio.sleep(0.2)
+                stalls.append(time.monotonic() - began - 0.2)
+
+        async with SandboxManager(SandboxConfig(concurrency=1, warm_pool=False)) as mgr:
+            async with mgr.sandbox(humaneval_task) as sb:
+                made = await sb.exec(f"python3 -c {shlex.quote(chain)}", timeout_s=300)
+                assert made.exit_code == 0, made.output
+                beat = asyncio.create_task(heartbeat())
+                verdict = await sb.verify()
+                beat.cancel()
+        return verdict, max(stalls)
+
+    verdict, stall_s = run(trial())
+    assert verdict.outcome.value == "failed" and verdict.work_product_dropped == {}
+    assert stall_s < 5.0, f"the event loop stalled {stall_s:.1f} s while the work product was checked"

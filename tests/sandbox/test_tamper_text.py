@@ -55,3 +55,31 @@ def test_reasons_of_many_texts_are_kept_once_in_order():
     texts = [("cat /tests/x", "a command"), ("cat /tests/y", "a command"), ("echo 1 > reward.txt", "a command")]
     assert texts_reasons(texts) == ["tests: a command names the hidden tests' folder /tests",
                                     "reward: a command names the verifier's reward file"]
+
+
+def test_os_exit_imported_on_the_line_is_flagged_and_on_another_line_is_not():
+    for text in ["from os import _exit", "from os import path, _exit as bye", "from  os\nimport sep, _exit",
+                 "from os import path\nfrom os import getpid, _exit"]:
+        assert "signal: a file ends its process without unwinding (os._exit)" in text_reasons(text, "a file"), text
+    for text in ["from os import path\n_exit = 1", "from os import _exits", "_exit from os import path"]:
+        assert text_reasons(text, "a file") == [], text
+
+
+# Texts that make a backtracking rule read a line again from each match of its start: each rule's
+# trigger words repeated without what completes them, at the largest size the scan reads.
+ADVERSARIAL = ["from os import ", "os.kill( ", "os.kill(os.getppid( ", "def pytest_a ", "kill ", "kill -9 1 x",
+               "/logs/", "site-packages .pth ", "reward.", "import _pytest"]
+
+
+@pytest.mark.parametrize("unit", ADVERSARIAL)
+def test_every_rule_reads_the_largest_scanned_file_in_linear_time(unit):
+    """The rules run on the event loop over files of up to MAX_TEXT_BYTES: a super-linear rule
+    stalls every sandbox of the run (a quadratic one took 60-90 s on one such file)."""
+    import time
+
+    from swerl.sandbox.tamper.scan import MAX_TEXT_BYTES
+
+    text = (unit * (MAX_TEXT_BYTES // len(unit) + 1))[:MAX_TEXT_BYTES]
+    started = time.process_time()
+    text_reasons(text, "a file")
+    assert time.process_time() - started < 2.0, unit

@@ -205,12 +205,18 @@ class Sandbox:
     async def _deliver_and_test(
         self, tests: Path | None, work: list[tuple[IO[bytes], str]], paths: list[str], limit: float
     ) -> tuple[ExecResult, WorkProductStats]:
-        """Send ``tests`` and the checked work product in as one tar and run the protocol on it."""
-        archive, stats = cleanroom.bundle(tests, work, paths)
+        """Send ``tests`` and the checked work product in as one tar and run the protocol on it.
+
+        The tar is checked and written on the engine's worker threads, within the verifier's time
+        ``limit``: up to ``MAX_WORK_MEMBERS`` members of the agent's choosing (links resolved through
+        chains of up to 40) cost seconds of CPU, which on the event loop would stall every sandbox of
+        the run (17 s for 199k chained links here); asyncio's default threads would queue the
+        engine's health pings behind it."""
+        archive, stats = await self._call(cleanroom.bundle, tests, work, paths, timeout_s=limit)
         raw = await self._run_verify_script("-", limit, tests is not None, archive, paths)
         if "\x1enotar\x1f" in raw.output:  # no tar in the image: the daemon copies the files in first
             staging = f"/tmp/.swerl-verify-{uuid.uuid4().hex}"
-            staged, _ = cleanroom.bundle(tests, work, paths, prefix=staging.lstrip("/") + "/")
+            staged, _ = await self._call(cleanroom.bundle, tests, work, paths, staging.lstrip("/") + "/", timeout_s=limit)
             await self._put_archive(staged)
             raw = await self._run_verify_script(staging, limit, tests is not None, None, paths)
         return raw, stats
@@ -224,7 +230,7 @@ class Sandbox:
             await self._guard(self._commands.run(Command(
                 script="kill -KILL -1 2>/dev/null; true", max_output_bytes=4096, wait_s=self._config.docker_timeout_s)))
         reader = LayerReader(self._call, self._client, self.container_id)
-        return await scan_container(reader, self.task.clean_room_paths)
+        return await scan_container(reader, self.task.clean_room_paths, self._config.tamper_scan_max_changes)
 
     def _check_disk(self) -> None:
         if self.disk_exceeded is not None:

@@ -14,8 +14,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from swerl.errors import SandboxError
-from swerl.sandbox.runtime.layer import Change, LayerReader
+from swerl.errors import SandboxError, SandboxTimeout
+from swerl.fileio import TooManyEntries
+from swerl.sandbox.runtime.layer import MAX_CHANGES, Change, LayerReader
 from swerl.sandbox.tamper.territory import LIB_DIRS, Territory, change_reasons, python_library
 from swerl.sandbox.tamper.text import module_reasons, text_reasons
 
@@ -29,22 +30,32 @@ MAX_TEXT_BYTES = 256 << 10  # per file; text past it is not scanned
 SWERL_FILES = frozenset({"/tmp/.swerl-keeper", "/tmp/.swerl-keeper/cmd.sh", "/tmp/.swerl-keeper/cmd.in"})
 
 
-async def scan_container(reader: LayerReader, work_paths: Sequence[str] | None) -> list[str]:
+async def scan_container(reader: LayerReader, work_paths: Sequence[str] | None,
+                         max_changes: int = MAX_CHANGES) -> list[str]:
     """Tamper reasons of one container, each once, at most :data:`MAX_REASONS` (then a count).
 
     Args:
         reader: the container's reader.
         work_paths: the declared work product; None = the image's working folder.
+        max_changes: most changed paths read (``SandboxConfig.tamper_scan_max_changes``).
 
-    Never raises: an engine failure is logged and yields the reasons found so far (none).
+    Never raises: an engine failure is logged and yields the reasons found so far (none). A container
+    the scan cannot see whole is itself a reason (``scan: ...``): over ``max_changes`` changed
+    paths, or changes that took past the Docker deadline to read; a flood of empty files must not
+    leave the scan blind and the episode unflagged.
     """
     try:
-        changes = [c for c in await reader.changes() if c.path not in SWERL_FILES]
+        changes = [c for c in await reader.changes(max_changes) if c.path not in SWERL_FILES]
         paths = list(work_paths) if work_paths is not None else [p for p in [reader.workdir] if p]
         territory = Territory.of(reader.env, paths)
         by_path = await change_reasons(changes, territory, reader)
         # A file already judged by its path is not read again for its text.
         reasons = [*by_path.values(), *await _text_reasons([c for c in changes if c.path not in by_path], territory, reader)]
+    except TooManyEntries:
+        return [f"scan: the container changed over {max_changes} paths; the scan stopped there"]
+    except SandboxTimeout as err:
+        log.warning("tamper scan of container %s: %s", reader.container_id[:12], err)
+        return [f"scan: reading the container's changes took too long ({err})"]
     except (SandboxError, OSError) as err:
         log.warning("tamper scan of container %s failed: %s", reader.container_id[:12], err)
         return []
