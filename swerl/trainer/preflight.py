@@ -15,6 +15,10 @@ Checks, in order (each raises one one-line :class:`SwerlError`):
 
 Not errors, but notes (the dry-run prints them, the run logs them as warnings): no parameter count
 yet (the model is converted at the first run), and CPU oversubscription (:func:`check_cores`).
+
+What the checks load and make (the config with ``auto`` resolved, the tasks, the plan, the
+checkpoint to resume) is the :class:`Preflight` that ``train()`` starts from: the tasks load once,
+the plan is made once, and each refusal above is written here only.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from pathlib import Path
 
 from swerl.errors import ConfigError, EnvironmentProblem
 from swerl.text import counted
+from swerl.trainer.auto import Resolution, resolve_auto
 from swerl.trainer.config import TrainConfig
 from swerl.trainer.model_size import exact_param_count, model_shape, model_size, param_count
 from swerl.trainer.plan import RunPlan, format_bytes, make_plan, stored_bytes
@@ -37,38 +42,59 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class Preflight:
-    """What the checks found.
+    """What the checks found: everything ``train()`` needs to start the run they checked.
 
     Attributes:
-        plan: the run plan over the loaded task set.
-        num_tasks: tasks in the training source (after ``data.names`` / ``data.limit``).
+        config: the config with ``auto`` resolved for this machine (what the run trains with).
+        resolution: what ``auto`` chose and why (the dry-run prints it, the run logs it).
+        run_dir: the run directory checked. resume: the ``--resume`` value checked (None: a fresh run).
+        ckpt_path: the checkpoint folder ``resume`` names (None for a fresh run, or ``--resume
+            latest`` before the first checkpoint).
+        tasks: the training tasks (after ``data.names`` / ``data.limit`` / ``data.exclude``).
+        held_out: the ``eval`` section's tasks ([] without one).
+        plan: the run plan over ``tasks``.
         disk_needed_bytes: checkpoints + exports the plan keeps at once (None: parameter count unknown).
         disk_free_bytes: free bytes on the run directory's file system.
         images: the base images the tasks need, all present.
         notes: checks that could not run (e.g. no parameter count for a GGUF not yet converted).
     """
 
+    config: TrainConfig
+    resolution: Resolution
+    run_dir: Path
+    resume: str | None
+    ckpt_path: Path | None
+    tasks: list
+    held_out: list
     plan: RunPlan
-    num_tasks: int
     disk_needed_bytes: int | None = None
     disk_free_bytes: int = 0
     images: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
 
-def run_preflight(cfg: TrainConfig, run_dir: Path, resume: str | None, world_size: int = 1) -> Preflight:
-    """Run every check for ``cfg`` in ``run_dir``; returns what they found (the plan for a launch
-    on ``world_size`` processes).
+def launch_world_size() -> int:
+    """Processes of this launch: torchrun's ``WORLD_SIZE`` (1 without torchrun)."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def run_preflight(cfg: TrainConfig, run_dir: Path, resume: str | None, world_size: int | None = None) -> Preflight:
+    """Resolve ``auto`` for this machine, then run every check for the resolved config in
+    ``run_dir``; returns what they found (the plan for a launch on ``world_size`` processes,
+    default :func:`launch_world_size`).
 
     Raises:
         TaskError / ConfigError: (exit 2) bad tasks (or a network allowlist with sandbox.allow_network),
-            a 0-step plan, a run directory at odds with ``--resume``, a bad model path, too little disk.
+            a 0-step plan, a run directory at odds with ``--resume``, a bad model path, too little disk,
+            a config that ``auto`` made invalid.
         EnvironmentProblem: (exit 3) missing default model package, vllm, Docker, or a base image.
     """
     from swerl.sandbox.network import check_network
     from swerl.tasks.exclude import load_without_excluded
     from swerl.tasks.load import load_tasks
 
+    resolution = resolve_auto(cfg)
+    cfg = resolution.config
     check_task_source("data.tasks", cfg.data.tasks)
     tasks, _ = load_without_excluded(cfg.data.tasks, limit=cfg.data.limit, names=cfg.data.names,
                                      exclude=cfg.data.exclude)
@@ -77,16 +103,16 @@ def run_preflight(cfg: TrainConfig, run_dir: Path, resume: str | None, world_siz
         check_task_source("eval.tasks", cfg.eval.tasks)
         held_out = list(load_tasks(cfg.eval.tasks, limit=cfg.eval.limit, names=cfg.eval.names))
     check_network([*tasks, *held_out], cfg.sandbox)
-    plan = make_plan(cfg, len(tasks), world_size)
+    plan = make_plan(cfg, len(tasks), launch_world_size() if world_size is None else world_size)
     if plan.total_steps == 0:
         raise ConfigError(
             f"the plan trains 0 steps: {counted(len(tasks), 'task')} in {cfg.data.tasks} < loop.train_batch_size="
             f"{cfg.loop.train_batch_size}; lower loop.train_batch_size or add tasks"
         )
-    check_run_dir(run_dir, resume)
+    ckpt_path = check_run_dir(run_dir, resume)
     model_folder = check_model(cfg.model.path)
     check_backend(cfg)
-    result = Preflight(plan=plan, num_tasks=len(tasks))
+    result = Preflight(cfg, resolution, Path(run_dir), resume, ckpt_path, tasks, held_out, plan)
     result.notes.extend(check_cores(cfg, tasks))
     size_memory_and_time(cfg, plan, tasks, run_dir, result)
     check_disk(cfg, plan, run_dir, model_folder, result)
@@ -109,13 +135,16 @@ def check_task_source(field_name: str, source: str) -> None:
     raise ConfigError(f"{field_name}: {where} does not exist; {fix}")
 
 
-def check_run_dir(run_dir: Path, resume: str | None) -> None:
-    """A fresh run needs a run directory without checkpoints; ``--resume`` needs one to resume from."""
+def check_run_dir(run_dir: Path, resume: str | None) -> Path | None:
+    """A fresh run needs a run directory without checkpoints; ``--resume`` needs one to resume from.
+
+    Returns: the checkpoint folder to resume from (None: a fresh run, or ``latest`` before the first
+    checkpoint)."""
     from swerl.trainer import checkpoint as ckpt
 
     if resume is None and ckpt.list_checkpoints(run_dir / ckpt.CKPT_DIR):
         raise ConfigError(f"{run_dir} already holds checkpoints: pass --resume latest, or another --out")
-    ckpt.resolve_resume(run_dir, resume)
+    return ckpt.resolve_resume(run_dir, resume)
 
 
 def check_model(spec: str | None) -> Path | None:
