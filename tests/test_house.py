@@ -13,7 +13,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel
 
-from swerl.trainer.config import TrainConfig
+from swerl.trainer.setup.config import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 MAX_FUNCTION_LINES = 60

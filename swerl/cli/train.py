@@ -41,7 +41,7 @@ def train_cmd(
 
     Data parallel: launch with `torchrun --nproc_per_node N -m swerl.cli train CONFIG`.
     """
-    from swerl.trainer.config import load_train_config
+    from swerl.trainer.setup.config import load_train_config
 
     overrides = [*(set_ or []), *([f"loop.rollout_concurrency={concurrency}"] if concurrency else [])]
     target = run_dir or Path("runs") / config.stem
@@ -79,7 +79,7 @@ def _replica_runs(seeds: str | None, target: Path, resume: str | None) -> list[t
 def _train_one(cfg, target: Path, resume: str | None, dry_run: bool, json_out: str | None) -> dict:  # noqa: ANN001
     """The preflight, then the dry-run plan or the run (rank 0 behind the live view); the result's JSON."""
     from swerl.logs import hold_records
-    from swerl.trainer.preflight import run_preflight
+    from swerl.trainer.setup.preflight import run_preflight
 
     held = hold_records()  # the preflight's warnings (e.g. a skipped task) go to train.log once it exists
     try:
@@ -149,7 +149,7 @@ def _print_verdict(console, run_dir: Path) -> None:  # noqa: ANN001 - rich Conso
 def _log_selection_to_trackers(cfg, run_dir: Path) -> None:  # noqa: ANN001 - TrainConfig
     """Give the run's trackers the checkpoint `swerl select-checkpoint` would pick (if any)."""
     from swerl.selection import select_checkpoint
-    from swerl.trainer.trackers import log_selection
+    from swerl.trainer.tracking.trackers import log_selection
 
     try:
         sel = select_checkpoint(run_dir, skip_bad_lines=True)
@@ -166,8 +166,8 @@ def _train_dry_run(checks, json_out: str | None) -> dict:  # noqa: ANN001 - Pref
     checked; return the JSON payload."""
     from rich.table import Table
 
-    from swerl.trainer.plan import format_bytes
-    from swerl.trainer.preflight import checkpoints_at_peak
+    from swerl.trainer.setup.plan import format_bytes
+    from swerl.trainer.setup.preflight import checkpoints_at_peak
 
     cfg, run_dir, plan = checks.config, checks.run_dir, checks.plan
     console = results_console(json_out)

@@ -7,7 +7,7 @@ its batch ends, and a request arriving meanwhile would wait for the whole batch.
 The loop runs on the engine's owner thread (``engine_thread.py``) while any request is queued or
 in flight, then returns, so that control calls queued on that thread (weight reload, sleep, close)
 run only once the engine is idle: the weight sync drains by holding new requests back
-(``trainer/busy.py``) and waiting for the loop to end.
+(``trainer/rollouts/busy.py``) and waiting for the loop to end.
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ def build_backend(config: InferenceConfig) -> GenerationBackend:
     """The backend ``config`` describes; every backend has ``tokenizer`` and ``weight_version``.
 
     Raises:
-        ConfigError: ``backend: auto``, which only ``swerl train`` resolves (``trainer/auto.py``).
+        ConfigError: ``backend: auto``, which only ``swerl train`` resolves (``trainer/setup/auto.py``).
     """
     if config.backend == "auto":
         from swerl.errors import ConfigError

@@ -8,7 +8,7 @@ resume), then one loop whose blocks each call a named step of a lower stage:
     failure classes ->
     advantages -> pi_old (and pi_ref with a KL term) at the sampling temperature -> micro-batched
     policy update (clip, AdamW, LR schedule) -> publish weights to the generator -> commit (HF export, checkpoint, metrics
-    record as one unit: ``commit.py``) -> log.
+    record as one unit: ``persistence/commit.py``) -> log.
 
 How it departs from a textbook PPO/GRPO trainer (see ``docs/algorithms.md``):
 - No critic, no std normalization: RLOO-n advantages with infrastructure failures left out of
@@ -17,10 +17,10 @@ How it departs from a textbook PPO/GRPO trainer (see ``docs/algorithms.md``):
   never a mean of per-micro-batch means; gradients are SUMMED over ranks.
 - Rollout corrections (TIS by default) against the sampler's own per-token log-probs; pi_old is
   recomputed by the trainer with logits divided by the sampling temperature.
-- An optional KL term to the initial policy, a frozen copy held by the trainer (``reference.py``).
+- An optional KL term to the initial policy, a frozen copy held by the trainer (``policy/reference.py``).
 - One optimizer step per training batch by default (the ratio is ~1: REINFORCE with a
   leave-one-out baseline); mini-batches and update epochs are options.
-- Rollouts with bounded staleness (``pipeline.py``, ``docs/async.md``): with
+- Rollouts with bounded staleness (``rollouts/pipeline.py``, ``docs/async.md``): with
   ``loop.max_staleness_steps = 0`` each batch is sampled with the current weights (synchronous);
   with k >= 1 a producer thread collects later batches while the trainer updates, and no turn
   of a batch is sampled by weights more than k steps older than those it is trained from.
@@ -50,29 +50,29 @@ from swerl.rl.advantages import group_index
 from swerl.rl.loss import compute_advantages
 from swerl.run_layout import CONFIG_FILE, ROLLOUTS_DIR, step_file_name
 from swerl.text import counted
-from swerl.trainer import checkpoint as ckpt
-from swerl.trainer import commit
-from swerl.trainer import distributed as dist
-from swerl.trainer.batch import rows_from_trajectory
-from swerl.trainer.config import TrainConfig
-from swerl.trainer.evaluation import is_due, run_eval
-from swerl.trainer import pipeline
-from swerl.trainer.auto import changes_since, check_ranks_agree
-from swerl.trainer.busy import BusyClock
-from swerl.trainer.generator import close_generator, make_generator, probe_parity, publish_weights
-from swerl.trainer.masked_guard import MaskedGuard
-from swerl.trainer.metrics import MetricsSink, dump_trajectories, effective_reward, record_flagged, rollout_metrics
-from swerl.trainer.model import compute_dtype, load_policy
-from swerl.trainer.nonfinite import NonFiniteStreak
-from swerl.trainer.optim import build_optimizer
-from swerl.trainer.plan import RunPlan
-from swerl.trainer.preflight import Preflight, run_preflight
-from swerl.trainer.quarantine import Quarantine
-from swerl.trainer.reference import ReferencePolicy, make_reference
-from swerl.trainer.sampler import PromptSampler
-from swerl.trainer.shared_dir import check_shared_run_dir
-from swerl.trainer.trackers import open_trackers
-from swerl.trainer.update import UpdateSettings, train_on_batch
+from swerl.trainer.persistence import checkpoint as ckpt
+from swerl.trainer.persistence import commit
+from swerl.trainer.policy import distributed as dist
+from swerl.trainer.step.batch import rows_from_trajectory
+from swerl.trainer.setup.config import TrainConfig
+from swerl.trainer.rollouts.evaluation import is_due, run_eval
+from swerl.trainer.rollouts import pipeline
+from swerl.trainer.setup.auto import changes_since, check_ranks_agree
+from swerl.trainer.rollouts.busy import BusyClock
+from swerl.trainer.rollouts.generator import close_generator, make_generator, probe_parity, publish_weights
+from swerl.trainer.step.masked_guard import MaskedGuard
+from swerl.trainer.tracking.metrics import MetricsSink, dump_trajectories, effective_reward, record_flagged, rollout_metrics
+from swerl.trainer.policy.model import compute_dtype, load_policy
+from swerl.trainer.step.nonfinite import NonFiniteStreak
+from swerl.trainer.step.optim import build_optimizer
+from swerl.trainer.setup.plan import RunPlan
+from swerl.trainer.setup.preflight import Preflight, run_preflight
+from swerl.trainer.tracking.quarantine import Quarantine
+from swerl.trainer.policy.reference import ReferencePolicy, make_reference
+from swerl.trainer.rollouts.sampler import PromptSampler
+from swerl.trainer.persistence.shared_dir import check_shared_run_dir
+from swerl.trainer.tracking.trackers import open_trackers
+from swerl.trainer.step.update import UpdateSettings, train_on_batch
 
 log = logging.getLogger(__name__)
 
@@ -411,7 +411,7 @@ def _advantage_rows(config: TrainConfig, trajs: list) -> tuple[torch.Tensor, dic
 def _commit(run: _Run, step: int, batch: pipeline.RolloutBatch, position: dict[str, Any], metrics: dict[str, float],
             advantages: torch.Tensor, t_step: float) -> None:
     """Commit the step: HF export, then the checkpoint holding the step's record, then
-    metrics.jsonl (rank 0 writes; ``commit.py``); then one log line."""
+    metrics.jsonl (rank 0 writes; ``persistence/commit.py``); then one log line."""
     config, info, run_dir, model = run.config, run.info, run.run_dir, run.model
     if info.is_main:  # every episode's sample record (the task health ledger reads them), always
         write_sample_records(run_dir / ROLLOUTS_DIR / step_file_name(step), batch.trajectories, global_step=step,

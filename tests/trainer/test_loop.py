@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 from swerl.cli import app
 from swerl.errors import ConfigError
 from swerl.selection import select_checkpoint
-from swerl.trainer import checkpoint as ckpt
-from swerl.trainer.config import TrainConfig
+from swerl.trainer.persistence import checkpoint as ckpt
+from swerl.trainer.setup.config import TrainConfig
 from swerl.trainer.loop import train
 
 from ._support import tiny_run_config

@@ -28,9 +28,9 @@ import torch
 from swerl.inference.engine_pool import EnginePool
 from swerl.inference.weight_sync.disk import write_weights
 from swerl.tasks.load import load_tasks
-from swerl.trainer.config import TrainConfig
-from swerl.trainer.generator import attach_sync
-from swerl.trainer.sampler import PromptSampler
+from swerl.trainer.setup.config import TrainConfig
+from swerl.trainer.rollouts.generator import attach_sync
+from swerl.trainer.rollouts.sampler import PromptSampler
 
 from .test_loop import TASKS, records
 from .test_pipeline import dumped

@@ -123,7 +123,7 @@ def test_a_runnable_config_passes_and_prints_the_checks_as_json(tmp_path):
 def test_each_refusal_reads_the_same_from_swerl_train_and_from_train(tmp_path, refusal):
     """One wording per refusal: ``swerl train`` (its preflight) and ``train()`` called as a
     library (which runs the same preflight itself) raise the same error, before any file."""
-    from swerl.trainer.config import load_train_config
+    from swerl.trainer.setup.config import load_train_config
     from swerl.trainer.loop import train
 
     run_dir = tmp_path / "run"

@@ -9,7 +9,7 @@ import torch.distributed as tdist
 import torch.multiprocessing as mp
 
 from swerl.agent.trajectory import Trajectory
-from swerl.trainer.rollouts import gather_trajectories, rank_share
+from swerl.trainer.rollouts.runner import gather_trajectories, rank_share
 
 
 def test_shares_cover_the_prompts_contiguously_with_the_single_rank_prefix() -> None:

@@ -34,7 +34,7 @@ def _slow_train(cfg, run_dir, resume, *, on_event):  # noqa: ANN001 - stands in 
 
 @pytest.mark.docker  # the preflight before the run checks the Docker engine and the base image
 def test_train_log_in_the_run_dir_is_appended_and_has_heartbeats(tmp_path, monkeypatch):
-    from swerl.trainer.preflight import usable_cores
+    from swerl.trainer.setup.preflight import usable_cores
 
     monkeypatch.setattr("swerl.trainer.loop.train", _slow_train)
     monkeypatch.setenv("SWERL_HEARTBEAT_S", "0.1")

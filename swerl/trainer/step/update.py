@@ -24,14 +24,14 @@ from swerl.rl.config import AlgorithmConfig
 from swerl.rl.logprobs import next_token_logprobs
 from swerl.rl.loss import TOKEN_MEAN_METRICS, compute_policy_loss, kl_share, reported_metric_keys
 from swerl.rl.reductions import StepDenominators, denominator_parts, dp_loss_scale
-from swerl.trainer.batch import MicroBatch, Row, collate, mini_batches, padding_row
-from swerl.trainer.distributed import DistInfo, all_reduce_grads, all_reduce_max, all_reduce_sum, rank_slice
-from swerl.trainer.nonfinite import SKIPPED, skip_counts, step_if_finite
+from swerl.trainer.step.batch import MicroBatch, Row, collate, mini_batches, padding_row
+from swerl.trainer.policy.distributed import DistInfo, all_reduce_grads, all_reduce_max, all_reduce_sum, rank_slice
+from swerl.trainer.step.nonfinite import SKIPPED, skip_counts, step_if_finite
 
 
 
 class ReferencePolicy(Protocol):
-    """What the update reads of the KL term's frozen reference (swerl.trainer.reference implements
+    """What the update reads of the KL term's frozen reference (swerl.trainer.policy.reference implements
     it; named here so the update does not import the module that builds on its forward)."""
 
     def logprobs(self, mb: MicroBatch) -> torch.Tensor:

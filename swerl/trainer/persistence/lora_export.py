@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from swerl.inference.weight_sync.adapter import write_adapter
-from swerl.trainer.lora import hf_module
+from swerl.trainer.policy.lora import hf_module
 
 MERGED_DIR = "merged"
 BASE_SUFFIX = ".base_layer.weight"
@@ -24,7 +24,7 @@ def write_lora_export(folder: Path, model: torch.nn.Module, tokenizer: Any, is_m
                       merged: bool) -> None:
     """Collective: the adapter folder of ``model`` (a peft model) in ``folder``, and ``folder/merged``
     when ``merged``; rank 0 writes."""
-    from swerl.trainer.hf_folder import write_hf_folder
+    from swerl.trainer.persistence.hf_folder import write_hf_folder
 
     base = hf_module(model)
     write_adapter(model, folder, torch.float32, getattr(base, "name_or_path", None) or None, is_main)
@@ -53,7 +53,7 @@ def _full(value: torch.Tensor) -> torch.Tensor:
 def _merged_entries(model: torch.nn.Module) -> list[tuple[str, str, torch.Tensor]]:
     """(HF name, state-dict name, tensor) of every weight the merged folder holds: the base's
     state dict without the adapters, ``.base_layer`` dropped from the names, tied weights once."""
-    from swerl.trainer.hf_folder import untied_state
+    from swerl.trainer.persistence.hf_folder import untied_state
 
     return [(name.replace(".base_layer", ""), name, value) for name, value in untied_state(hf_module(model))
             if ".lora_" not in name]

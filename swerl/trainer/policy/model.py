@@ -18,8 +18,8 @@ from typing import Any
 
 import torch
 
-from swerl.trainer.config import ModelConfig
-from swerl.trainer.distributed import DistInfo, is_distributed
+from swerl.trainer.setup.config import ModelConfig
+from swerl.trainer.policy.distributed import DistInfo, is_distributed
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +41,7 @@ def load_policy(cfg: ModelConfig, dist_info: DistInfo) -> tuple[torch.nn.Module,
     n_params = sum(p.numel() for p in model.parameters())
     log.info("policy %s: %.1fM parameters on %s", path, n_params / 1e6, dist_info.device)
     if cfg.lora is not None:
-        from swerl.trainer.lora import describe
+        from swerl.trainer.policy.lora import describe
 
         log.info("%s", describe(cfg.lora, model))
     return model, tokenizer, path
@@ -77,7 +77,7 @@ def _load_from_rank0(path: Path, cfg: ModelConfig, dist_info: DistInfo) -> torch
     model = _checkpointing_and_adapters(model, cfg)  # rank 0's random adapter init is the one broadcast
     full_state = model.state_dict() if dist_info.is_main else {}  # rank 0's host tensors, kept for the broadcast
     if cfg.fsdp:
-        from swerl.trainer.fsdp import shard_model
+        from swerl.trainer.policy.fsdp import shard_model
 
         shard_model(model, dist_info, bf16=cfg.dtype == "bfloat16", cpu_offload=cfg.cpu_offload)
     # Broadcasts run on the process group's device: NCCL needs every tensor on the GPU, offloaded or not.
@@ -112,7 +112,7 @@ def _checkpointing_and_adapters(model: torch.nn.Module, cfg: ModelConfig) -> tor
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.config.use_cache = False
     if cfg.lora is not None:
-        from swerl.trainer.lora import add_adapters
+        from swerl.trainer.policy.lora import add_adapters
 
         if cfg.dtype == "bfloat16":
             model.to(torch.bfloat16)
@@ -131,7 +131,7 @@ def prepare_policy(model: torch.nn.Module, cfg: ModelConfig, dist_info: DistInfo
     model.to(dist_info.device)
     model = _checkpointing_and_adapters(model, cfg)
     if cfg.fsdp:
-        from swerl.trainer.fsdp import shard_model
+        from swerl.trainer.policy.fsdp import shard_model
 
         shard_model(model, dist_info, bf16=cfg.dtype == "bfloat16", cpu_offload=cfg.cpu_offload)
     return model

@@ -31,7 +31,7 @@ from swerl.fileio import atomic_write_text
 from swerl.text import counted
 from swerl.run_layout import CKPT_DIR, EXPORT_DIR, METRICS_FILE, TMP_PREFIX
 from swerl.run_layout import STEP_DIR_RE as _STEP_DIR
-from swerl.trainer.metrics import MetricsSink, make_record
+from swerl.trainer.tracking.metrics import MetricsSink, make_record
 
 log = logging.getLogger(__name__)
 

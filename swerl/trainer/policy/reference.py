@@ -20,11 +20,11 @@ from pathlib import Path
 
 import torch
 
-from swerl.trainer.batch import MicroBatch
-from swerl.trainer.config import ModelConfig
-from swerl.trainer.distributed import DistInfo
-from swerl.trainer.model import load_causal_lm
-from swerl.trainer.update import forward_logprobs
+from swerl.trainer.step.batch import MicroBatch
+from swerl.trainer.setup.config import ModelConfig
+from swerl.trainer.policy.distributed import DistInfo
+from swerl.trainer.policy.model import load_causal_lm
+from swerl.trainer.step.update import forward_logprobs
 
 log = logging.getLogger(__name__)
 
@@ -66,10 +66,10 @@ class ReferencePolicy:
 
 class AdaptersOffReference(ReferencePolicy):
     """A LoRA policy's frozen base as the reference: ``module`` is the policy (a peft model), run
-    with its adapters off (``swerl.trainer.lora.adapters_off``); it holds no weights of its own."""
+    with its adapters off (``swerl.trainer.policy.lora.adapters_off``); it holds no weights of its own."""
 
     def forward_context(self) -> contextlib.AbstractContextManager:
-        from swerl.trainer.lora import adapters_off
+        from swerl.trainer.policy.lora import adapters_off
 
         return adapters_off(self.module)
 

@@ -33,9 +33,9 @@ from pathlib import Path
 import yaml
 
 from swerl.run_layout import CONFIG_FILE, METRICS_FILE
-from swerl.trainer.config import TrainConfig
-from swerl.trainer.model_size import kv_bytes_per_token
-from swerl.trainer.plan import TRAIN_BYTES_PER_PARAM, format_bytes
+from swerl.trainer.setup.config import TrainConfig
+from swerl.trainer.setup.model_size import kv_bytes_per_token
+from swerl.trainer.setup.plan import TRAIN_BYTES_PER_PARAM, format_bytes
 
 RUNTIME_BYTES = 500_000_000
 """Resident size of Python + torch + transformers with a model loaded lazily (measured: 0.48 GB

@@ -111,7 +111,7 @@ def _tb_config(writer: Any, config: dict[str, Any]) -> None:
     import yaml
     from torch.utils.tensorboard.summary import hparams
 
-    from swerl.trainer.trackers import flat_config
+    from swerl.trainer.tracking.trackers import flat_config
 
     writer.add_text("config", "```yaml\n" + yaml.safe_dump(config, sort_keys=False) + "```", 0)
     values = {k: v if isinstance(v, (bool, int, float, str)) else json.dumps(v) for k, v in flat_config(config).items()}
@@ -147,7 +147,7 @@ def episodes_markdown(trajs: list[Trajectory], advantages: list[float], k: int =
 
 class MetricsSink:
     """Appends one JSON line per step to ``RUN_DIR/metrics.jsonl`` and, when asked, TensorBoard and
-    the experiment trackers (``trainer/trackers.py``: objects with ``log(step, metrics)`` and
+    the experiment trackers (``trainer/tracking/trackers.py``: objects with ``log(step, metrics)`` and
     ``close()``).
 
     A line is written with a single ``write`` + flush + fsync, so an interrupted run leaves whole

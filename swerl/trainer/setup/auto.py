@@ -30,7 +30,7 @@ from pydantic import ValidationError
 from swerl.errors import ConfigError
 from swerl.inference.config import AUTO_CHOICES, BATCHER_ONLY, ONLY_READ_BY, InferenceConfig
 from swerl.inference.machine import MachineProbe
-from swerl.trainer.config import TrainConfig, generator_fields_ignored
+from swerl.trainer.setup.config import TrainConfig, generator_fields_ignored
 
 BF16_MIN_SPEEDUP = 1.5
 """bf16 / fp32 matmul rate from which ``auto`` trains in bf16 (and samples with vLLM on CPU)."""
@@ -255,7 +255,7 @@ def check_ranks_agree(config: TrainConfig) -> None:
     Raises:
         ConfigError: on every rank, naming the ranks' choices and the fix (explicit values).
     """
-    from swerl.trainer import distributed as dist
+    from swerl.trainer.policy import distributed as dist
 
     if not dist.is_distributed():
         return

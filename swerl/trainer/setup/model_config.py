@@ -1,5 +1,5 @@
 """The ``model:`` section of ``swerl train``'s config: the policy being trained and its LoRA
-adapters (``swerl.trainer.config.TrainConfig.model``; importable from ``swerl.trainer.config``)."""
+adapters (``swerl.trainer.setup.config.TrainConfig.model``; importable from ``swerl.trainer.setup.config``)."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ class ModelConfig(StrictModel):
         "float32",
         description="Compute dtype of trainer forwards/backwards (bf16: autocast when replicated, FSDP2 "
         "MixedPrecisionPolicy when sharded); master weights, gradients, AdamW state, log-softmax and loss stay fp32. "
-        "auto: bfloat16 where this machine's bf16 matmul measures >= 1.5x its fp32 one, else float32 (trainer/auto.py).",
+        "auto: bfloat16 where this machine's bf16 matmul measures >= 1.5x its fp32 one, else float32 (trainer/setup/auto.py).",
     )
     gradient_checkpointing: bool = Field(False, description="Recompute activations in backward (less memory, ~30% slower).")
     fsdp: bool = Field(

@@ -21,10 +21,10 @@ from swerl.inference.config import InferenceConfig
 from swerl.rl.config import AlgorithmConfig
 from swerl.sandbox.types import SandboxConfig
 from swerl.text import did_you_mean
-from swerl.trainer.evaluation import EvalDuringTrainingConfig
-from swerl.trainer.model_config import LoraConfig, ModelConfig, StrictModel  # noqa: F401 - LoraConfig re-exported
-from swerl.trainer.task_health import QuarantineConfig
-from swerl.trainer.trackers import MlflowConfig, WandbConfig
+from swerl.trainer.rollouts.evaluation import EvalDuringTrainingConfig
+from swerl.trainer.setup.model_config import LoraConfig, ModelConfig, StrictModel  # noqa: F401 - LoraConfig re-exported
+from swerl.trainer.tracking.task_health import QuarantineConfig
+from swerl.trainer.tracking.trackers import MlflowConfig, WandbConfig
 
 
 class DataConfig(StrictModel):
@@ -195,9 +195,9 @@ class TrainConfig(StrictModel):
             raise ValueError(
                 "generator.weight_sync=nccl sends weights to vLLM servers: set generator.vllm_mode=servers or weight_sync=disk"
             )
-        from swerl.trainer.colocation import colocation_problem
+        from swerl.trainer.setup.colocation import colocation_problem
 
-        # device auto: the GPU half is checked again once the run knows its device (trainer/generator.py)
+        # device auto: the GPU half is checked again once the run knows its device (trainer/rollouts/generator.py)
         problem = colocation_problem(self.generator, self.loop.max_staleness_steps, self.model.device == "cuda")
         if problem is not None:
             raise ValueError(problem)

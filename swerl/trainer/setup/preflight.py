@@ -32,10 +32,10 @@ from pathlib import Path
 
 from swerl.errors import ConfigError, EnvironmentProblem
 from swerl.text import counted
-from swerl.trainer.auto import Resolution, resolve_auto
-from swerl.trainer.config import TrainConfig
-from swerl.trainer.model_size import exact_param_count, model_shape, model_size, param_count
-from swerl.trainer.plan import RunPlan, format_bytes, make_plan, stored_bytes
+from swerl.trainer.setup.auto import Resolution, resolve_auto
+from swerl.trainer.setup.config import TrainConfig
+from swerl.trainer.setup.model_size import exact_param_count, model_shape, model_size, param_count
+from swerl.trainer.setup.plan import RunPlan, format_bytes, make_plan, stored_bytes
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +140,7 @@ def check_run_dir(run_dir: Path, resume: str | None) -> Path | None:
 
     Returns: the checkpoint folder to resume from (None: a fresh run, or ``latest`` before the first
     checkpoint)."""
-    from swerl.trainer import checkpoint as ckpt
+    from swerl.trainer.persistence import checkpoint as ckpt
 
     if resume is None and ckpt.list_checkpoints(run_dir / ckpt.CKPT_DIR):
         raise ConfigError(f"{run_dir} already holds checkpoints: pass --resume latest, or another --out")
@@ -204,9 +204,9 @@ def check_cores(cfg: TrainConfig, tasks: list) -> list[str]:
 
 
 def size_memory_and_time(cfg: TrainConfig, plan: RunPlan, tasks: list, run_dir: Path, result: Preflight) -> None:
-    """The plan's peak RAM rows (``trainer/memory.py``) and wall-time row; a note when the RAM
+    """The plan's peak RAM rows (``trainer/setup/memory.py``) and wall-time row; a note when the RAM
     available now is short."""
-    from swerl.trainer.memory import available_ram_bytes, estimate_memory, memory_lines, ram_note, time_line
+    from swerl.trainer.setup.memory import available_ram_bytes, estimate_memory, memory_lines, ram_note, time_line
 
     shape, num_params, _ = model_size(cfg.model.path)
     if shape is not None and num_params is not None and tasks:

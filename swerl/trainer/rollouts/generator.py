@@ -23,9 +23,9 @@ from swerl.inference.engine_pool import EnginePool
 from swerl.inference.hf import HFBackend
 from swerl.inference.weight_sync.base import Staged, WeightSync, owned_indices
 from swerl.run_layout import ENGINE_LOGS_DIR, WEIGHT_SYNC_DIR
-from swerl.trainer import distributed as dist
-from swerl.trainer.config import TrainConfig
-from swerl.trainer.distributed import DistInfo
+from swerl.trainer.policy import distributed as dist
+from swerl.trainer.setup.config import TrainConfig
+from swerl.trainer.policy.distributed import DistInfo
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ def make_generator(
         ConfigError: ``weight_sync=nccl`` on CPU, or a colocated engine with async rollouts on GPU.
         EnvironmentProblem: vLLM missing, a server down or lacking a route, too few GPUs.
     """
-    from swerl.trainer.lora import hf_module
+    from swerl.trainer.policy.lora import hf_module
 
     gen = config.generator
     if gen.backend == "hf":
@@ -114,7 +114,7 @@ def check_colocation(config: TrainConfig, on_cpu: bool) -> None:
         ConfigError: one line naming the two fields and the fixes.
     """
     from swerl.errors import ConfigError
-    from swerl.trainer.colocation import colocation_problem
+    from swerl.trainer.setup.colocation import colocation_problem
 
     problem = colocation_problem(config.generator, config.loop.max_staleness_steps, on_gpu=not on_cpu)
     if problem is not None:
@@ -146,7 +146,7 @@ def attach_sync(backend: Any, config: TrainConfig, model: torch.nn.Module, run_d
     shared = bool(gen.server_urls) and info.world_size > 1
     owned = owned_indices(len(engines), info.rank, info.world_size, shared)
     dtype = getattr(torch, gen.resolved_dtype())
-    from swerl.trainer.lora import is_lora
+    from swerl.trainer.policy.lora import is_lora
 
     if is_lora(model):
         from swerl.inference.weight_sync.adapter import AdapterSync

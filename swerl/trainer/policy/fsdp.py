@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from swerl.trainer.distributed import DistInfo
+from swerl.trainer.policy.distributed import DistInfo
 
 
 def device_mesh(dist_info: DistInfo):
@@ -45,7 +45,7 @@ def shard_model(
     mp = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if bf16
           else MixedPrecisionPolicy())
     offload = CPUOffloadPolicy(pin_memory=dist_info.device.type == "cuda") if cpu_offload else OffloadPolicy()
-    from swerl.trainer.lora import hf_module
+    from swerl.trainer.policy.lora import hf_module
 
     mesh = device_mesh(dist_info)
     for layer in hf_module(model).model.layers:

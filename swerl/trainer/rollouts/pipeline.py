@@ -35,13 +35,13 @@ import torch
 
 from swerl.agent.trajectory import Trajectory
 from swerl.inference.weight_sync.module_share import ModuleCopy, ModuleShare
-from swerl.trainer.busy import BusyClock, metered
-from swerl.trainer.config import TrainConfig
-from swerl.trainer.distributed import DistInfo
-from swerl.trainer.concurrency import rank_sandbox
-from swerl.trainer.generator import Generator, apply_weights, probe_parity, publish_weights
-from swerl.trainer.rollouts import RolloutRunner, gather_trajectories, rank_share
-from swerl.trainer.sampler import PromptSampler
+from swerl.trainer.rollouts.busy import BusyClock, metered
+from swerl.trainer.setup.config import TrainConfig
+from swerl.trainer.policy.distributed import DistInfo
+from swerl.trainer.setup.concurrency import rank_sandbox
+from swerl.trainer.rollouts.generator import Generator, apply_weights, probe_parity, publish_weights
+from swerl.trainer.rollouts.runner import RolloutRunner, gather_trajectories, rank_share
+from swerl.trainer.rollouts.sampler import PromptSampler
 
 log = logging.getLogger(__name__)
 
@@ -184,7 +184,7 @@ class PipelinedRollouts:
         self.generator = ctx.generator
         if isinstance(ctx.generator.sync, ModuleShare):  # HF on the live module: generate on a copy
             from swerl.inference.hf import HFBackend
-            from swerl.trainer.lora import hf_module
+            from swerl.trainer.policy.lora import hf_module
 
             policy_copy = copy.deepcopy(ctx.model).eval()
             copy_backend = HFBackend(hf_module(policy_copy), ctx.generator.backend.tokenizer,

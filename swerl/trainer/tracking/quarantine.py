@@ -1,7 +1,7 @@
 """``data.quarantine``: tasks the task health ledger flags leave the prompt order of later epochs.
 
 Stage: ``trainer/`` (the loop's trainer thread, every rank alike: all ranks see every batch).
-Every batch the trainer takes is added to a :class:`~swerl.trainer.task_health.TaskLedger`. At
+Every batch the trainer takes is added to a :class:`~swerl.trainer.tracking.task_health.TaskLedger`. At
 the end of an epoch (its last batch taken), the tasks flagged by the configured rules and flags
 are marked in the prompt sampler, to be left out of every epoch that starts after step
 ``s + k + 1`` (s = the epoch's last step, k = ``loop.max_staleness_steps``): a rollout producer
@@ -20,8 +20,8 @@ import logging
 from typing import Any
 
 from swerl.agent.records import sample_record
-from swerl.trainer.sampler import PromptSampler
-from swerl.trainer.task_health import QuarantineConfig, TaskLedger
+from swerl.trainer.rollouts.sampler import PromptSampler
+from swerl.trainer.tracking.task_health import QuarantineConfig, TaskLedger
 
 log = logging.getLogger(__name__)
 

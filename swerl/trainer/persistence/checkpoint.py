@@ -50,9 +50,9 @@ from swerl.inference.rng import restore_rng_state, save_rng_state
 from swerl.logs import phase
 from swerl.run_layout import CKPT_DIR, CONFIG_FILE, EXPORT_DIR, LATEST_FILE, TMP_PREFIX, step_dir_name
 from swerl.run_layout import STEP_DIR_RE as _STEP_RE
-from swerl.trainer.distributed import DistInfo, barrier, is_distributed
-from swerl.trainer.hf_folder import untied_state, write_hf_folder
-from swerl.trainer.model_card import finish_export
+from swerl.trainer.policy.distributed import DistInfo, barrier, is_distributed
+from swerl.trainer.persistence.hf_folder import untied_state, write_hf_folder
+from swerl.trainer.persistence.model_card import finish_export
 
 log = logging.getLogger(__name__)
 
@@ -311,7 +311,7 @@ def export_hf(
     with ``merged`` also the merged weights in ``merged/`` (``lora_export.write_lora_export``).
     Returns: the export folder.
     """
-    from swerl.trainer.lora import hf_module, is_lora
+    from swerl.trainer.policy.lora import hf_module, is_lora
 
     root = run_dir / EXPORT_DIR
     final = root / step_dir_name(step)
@@ -321,7 +321,7 @@ def export_hf(
         _remove_stale_temps(root)
         tmp.mkdir()
     if is_lora(model):
-        from swerl.trainer.lora_export import write_lora_export
+        from swerl.trainer.persistence.lora_export import write_lora_export
 
         write_lora_export(tmp, model, tokenizer, dist_info.is_main, max_shard_bytes, merged)
     else:

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from swerl.trainer.config import LoraConfig
+from swerl.trainer.setup.config import LoraConfig
 
 
 def is_lora(model: torch.nn.Module) -> bool:

@@ -10,9 +10,9 @@ import math
 from pydantic import BaseModel
 
 from swerl.text import counted
-from swerl.trainer.concurrency import rank_sandbox, split_count
-from swerl.trainer.config import TrainConfig
-from swerl.trainer.model_size import kv_bytes_per_token, lora_param_count, model_size
+from swerl.trainer.setup.concurrency import rank_sandbox, split_count
+from swerl.trainer.setup.config import TrainConfig
+from swerl.trainer.setup.model_size import kv_bytes_per_token, lora_param_count, model_size
 
 
 class RunPlan(BaseModel):
