@@ -117,7 +117,7 @@ def test_heartbeat_names_the_eval_before_training(monkeypatch, caplog):
     monkeypatch.setenv("SWERL_HEARTBEAT_S", "0.05")
     plan = make_plan(load_train_config(DEMO_YAML, [f"model.path={FIXTURE_TASKS}"]), 12)
 
-    def train(cfg, run_dir, resume, *, on_event):  # noqa: ANN001 - stands in for swerl.trainer.loop.train
+    def train(cfg, run_dir, resume, *, on_event, checked):  # noqa: ANN001 - stands in for swerl.trainer.loop.train
         on_event(TrainEvent("plan", data=plan))
         on_event(TrainEvent("phase", 0, "eval (before training)"))
         time.sleep(0.4)
@@ -144,7 +144,7 @@ def test_off_a_terminal_train_beats_the_checkpoint_save_by_name_and_draws_no_bar
     during: list[str] = []
     after: list[str] = []
 
-    def train(cfg, run_dir, resume, *, on_event):  # noqa: ANN001 - stands in for swerl.trainer.loop.train
+    def train(cfg, run_dir, resume, *, on_event, checked):  # noqa: ANN001 - stands in for swerl.trainer.loop.train
         on_event(TrainEvent("plan", data=plan))
         on_event(TrainEvent("step_start", 1, 4))
         on_event(TrainEvent("phase", 1, "update"))

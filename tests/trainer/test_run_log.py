@@ -24,7 +24,7 @@ TINY = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num
         "num_attention_heads": 4, "vocab_size": 512}
 
 
-def _slow_train(cfg, run_dir, resume, *, on_event):  # noqa: ANN001 - stands in for swerl.trainer.loop.train
+def _slow_train(cfg, run_dir, resume, *, on_event, checked):  # noqa: ANN001 - stands in for swerl.trainer.loop.train
     """Logs one line, then sits in a rollout phase long enough for heartbeats."""
     logging.getLogger("swerl.trainer.loop").info("resume=%s", resume)
     on_event(TrainEvent("step_start", 1, 4))
