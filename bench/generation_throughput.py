@@ -77,7 +77,7 @@ def run_mode(mode: str, path: Path, prompts, sampling, args, vllm_dtype: str) ->
     from swerl.inference.config import InferenceConfig
 
     if mode.startswith("hf-"):
-        from swerl.inference.hf import HFBackend
+        from swerl.inference.backends.hf import HFBackend
 
         return timed(HFBackend.from_pretrained(path, dtype="float32" if mode == "hf-fp32" else "bfloat16"), prompts,
                      sampling)
@@ -114,7 +114,7 @@ def main() -> None:
         print(line, flush=True)
     from transformers import AutoTokenizer
 
-    from swerl.inference.base import SamplingParams
+    from swerl.inference.backends.base import SamplingParams
     from swerl.inference.model_files import resolve_model
 
     from swerl.trainer.setup.auto import machine_summary

@@ -61,7 +61,7 @@ API = [
 ]
 LLM_METHODS = ["generate", "sleep", "wake_up", "collective_rpc", "reset_prefix_cache", "get_tokenizer"]
 ENGINE_METHODS = ["add_request", "step", "has_unfinished_requests", "abort_request"]
-"""``LLMEngine`` calls of swerl's continuous batching (``swerl/inference/engine_pump.py``)."""
+"""``LLMEngine`` calls of swerl's continuous batching (``swerl/inference/engines/engine_pump.py``)."""
 
 
 def line(status: str, step: str, value: str, machine: str) -> str:

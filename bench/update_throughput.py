@@ -109,8 +109,8 @@ def auto_dtype() -> str:
 
 def tis_check(num_samples: int) -> float:
     """Mean TIS ratio pi_trainer(bf16 autocast) / mu(fp32 HF generator) on sampled demo-like completions."""
-    from swerl.inference.base import SamplingParams
-    from swerl.inference.hf import HFBackend
+    from swerl.inference.backends.base import SamplingParams
+    from swerl.inference.backends.hf import HFBackend
     from swerl.trainer.step.batch import Row, collate
     from swerl.trainer.step.update import forward_logprobs
 

@@ -15,9 +15,9 @@ import torch
 import torch.distributed as tdist
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from swerl.inference.base import SamplingParams
-from swerl.inference.engine_pool import EnginePool
-from swerl.inference.vllm_server import VLLMServerBackend
+from swerl.inference.backends.base import SamplingParams
+from swerl.inference.engines.engine_pool import EnginePool
+from swerl.inference.engines.vllm_server import VLLMServerBackend
 from swerl.trainer.policy import distributed
 from swerl.trainer.rollouts.busy import BusyClock, metered
 from swerl.trainer.setup.config import TrainConfig

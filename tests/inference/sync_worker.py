@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).parent))  # this folder's conftest first
 from conftest import build_tiny_model, build_tiny_tokenizer  # noqa: E402
 
 from swerl.errors import InferenceError  # noqa: E402
-from swerl.inference.hf import HFBackend  # noqa: E402
+from swerl.inference.backends.hf import HFBackend  # noqa: E402
 from swerl.inference.weight_sync.base import Staged, WeightSync  # noqa: E402
 from swerl.inference.weight_sync.disk import write_version  # noqa: E402
 from swerl.trainer.policy import distributed  # noqa: E402

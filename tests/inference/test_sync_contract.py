@@ -13,8 +13,8 @@ import torch
 from safetensors.torch import load_file
 
 from swerl.errors import InferenceError
-from swerl.inference.engine_pool import EnginePool
-from swerl.inference.hf import HFBackend
+from swerl.inference.engines.engine_pool import EnginePool
+from swerl.inference.backends.hf import HFBackend
 from swerl.trainer.setup.config import TrainConfig
 from swerl.trainer.policy.distributed import DistInfo
 from swerl.inference.weight_sync.disk import DiskReload

@@ -19,7 +19,7 @@ import pytest
 import requests
 import torch
 
-from swerl.inference.base import SamplingParams
+from swerl.inference.backends.base import SamplingParams
 from swerl.inference.probe import logprob_gap, probe_sampling
 from swerl.inference.weight_sync.disk import write_weights
 from swerl.logs import set_phase_display

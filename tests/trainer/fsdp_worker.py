@@ -270,7 +270,7 @@ def probe_cases(out: Path, info: distributed.DistInfo) -> None:
     from _support import build_tiny_tokenizer
 
     from swerl.errors import InferenceError
-    from swerl.inference.hf import HFBackend
+    from swerl.inference.backends.hf import HFBackend
     from swerl.trainer.setup.config import TrainConfig
     from swerl.inference.weight_sync.module_share import ModuleShare
     from swerl.trainer.rollouts.generator import Generator, probe_parity

@@ -8,7 +8,7 @@ import threading
 import time
 from concurrent.futures import Future
 
-from swerl.inference.base import ContinuousBackend, Generation, SamplingParams
+from swerl.inference.backends.base import ContinuousBackend, Generation, SamplingParams
 from swerl.trainer.rollouts.busy import BusyClock, MeteredBackend, MeteredStream, metered
 
 

@@ -30,7 +30,7 @@ def _gather(rank: int, port: int, out) -> None:
 
 
 def test_two_ranks_all_gather_in_prompt_order() -> None:
-    from swerl.inference.server_process import free_port
+    from swerl.inference.engines.server_process import free_port
 
     with mp.Manager() as manager:
         out = manager.dict()

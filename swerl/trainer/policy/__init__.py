@@ -1,1 +1,1 @@
-"""The policy being trained: loading it, its ranks (data parallel, FSDP2), LoRA adapters, and the frozen reference policy of the KL term."""
+"""The policy being trained: loading, ranks (data parallel, FSDP2), LoRA adapters, the KL reference."""

@@ -1,1 +1,1 @@
-"""Where each training step's batch comes from: the prompt sampler, the generator and its weight publishing, the per-rank rollout runner, the bounded-staleness pipeline, and the held-out evaluation."""
+"""Each step's batch: prompt sampler, generator and weight publishing, rollout runner, pipeline, held-out eval."""

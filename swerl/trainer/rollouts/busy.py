@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from typing import Any
 
-from swerl.inference.base import ContinuousBackend
+from swerl.inference.backends.base import ContinuousBackend
 
 Interval = tuple[float, float]
 

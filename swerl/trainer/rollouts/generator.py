@@ -19,8 +19,8 @@ from typing import Any
 
 import torch
 
-from swerl.inference.engine_pool import EnginePool
-from swerl.inference.hf import HFBackend
+from swerl.inference.engines.engine_pool import EnginePool
+from swerl.inference.backends.hf import HFBackend
 from swerl.inference.weight_sync.base import Staged, WeightSync, owned_indices
 from swerl.run_layout import ENGINE_LOGS_DIR, WEIGHT_SYNC_DIR
 from swerl.trainer.policy import distributed as dist
@@ -83,7 +83,7 @@ def make_generator(
         # the transformers model inside a peft policy generates WITH its live adapters
         return attach_sync(HFBackend(hf_module(model), tokenizer, seed=gen.seed), config, model, run_dir, info)
     from swerl.inference.factory import build_vllm, engine_cores, parse_cores
-    from swerl.inference.gpu_placement import server_gpus, visible_gpus
+    from swerl.inference.engines.gpu_placement import server_gpus, visible_gpus
     from swerl.inference.weight_sync.nccl import check_nccl_supported
 
     on_cpu = info.device.type == "cpu"
@@ -133,7 +133,7 @@ def attach_sync(backend: Any, config: TrainConfig, model: torch.nn.Module, run_d
     Raises:
         TypeError: a backend no sync is written for. EnvironmentProblem: an engine lacks an API.
     """
-    from swerl.inference.vllm_backend import VLLMBackend
+    from swerl.inference.engines.vllm_backend import VLLMBackend
 
     gen = config.generator
     if isinstance(backend, HFBackend):
@@ -153,7 +153,7 @@ def attach_sync(backend: Any, config: TrainConfig, model: torch.nn.Module, run_d
 
         sync: WeightSync = AdapterSync(engines, owned, weights_dir(config, run_dir), dtype, None, shared)
     elif gen.weight_sync == "nccl":
-        from swerl.inference.server_process import free_port
+        from swerl.inference.engines.server_process import free_port
         from swerl.inference.weight_sync.nccl import NcclBroadcast
 
         sync = NcclBroadcast(engines, owned, model, dtype, sync_address(config),
@@ -281,7 +281,7 @@ def rescore_everywhere(model: torch.nn.Module, prompt: list[int], samples: list,
 
     Returns: one (T_i,) float32 tensor per entry of ``samples`` (empty for a failed sample).
     """
-    from swerl.inference.base import Generation
+    from swerl.inference.backends.base import Generation
     from swerl.inference.probe import rescore
 
     ids = [[] if isinstance(sample, str) else sample.token_ids for sample in samples]
@@ -301,7 +301,7 @@ def reduce_probes(results: list[dict[str, float]]) -> dict[str, float]:
 
 def close_generator(generator: Generator) -> None:
     """Release the sync and stop what the generator owns (servers swerl started, in-process engines)."""
-    from swerl.inference.vllm_backend import VLLMBackend
+    from swerl.inference.engines.vllm_backend import VLLMBackend
 
     generator.sync.close()
     if generator.owns_backend and isinstance(generator.backend, (VLLMBackend, EnginePool)):

@@ -183,7 +183,7 @@ class PipelinedRollouts:
         self.next_step, self.last_step = start_step + 1, last_step
         self.generator = ctx.generator
         if isinstance(ctx.generator.sync, ModuleShare):  # HF on the live module: generate on a copy
-            from swerl.inference.hf import HFBackend
+            from swerl.inference.backends.hf import HFBackend
             from swerl.trainer.policy.lora import hf_module
 
             policy_copy = copy.deepcopy(ctx.model).eval()

@@ -21,7 +21,7 @@ from swerl.agent.config import AgentConfig
 from swerl.agent.policy import BackendPolicy
 from swerl.agent.collect import RolloutEvent, collect_rollouts
 from swerl.agent.trajectory import Trajectory
-from swerl.inference.batcher import make_front
+from swerl.inference.backends.batcher import make_front
 from swerl.sandbox.types import SandboxConfig
 
 log = logging.getLogger(__name__)

@@ -102,7 +102,7 @@ def vllm_dtype_for(probe: MachineProbe) -> str:
 def _choose_backend(probe: MachineProbe, fast: bool, fsdp: bool, vllm_installed: bool, measured: str) -> tuple[str, str]:
     """(hf or vllm, why) for ``generator.backend: auto``."""
     if fsdp and not vllm_installed:
-        from swerl.inference.vllm_backend import VLLM_FIX
+        from swerl.inference.engines.vllm_backend import VLLM_FIX
 
         raise ConfigError(f"model.fsdp with generator.backend=auto needs vLLM (a sharded module cannot generate), which "
                           f"is not installed; fix: {VLLM_FIX}")

@@ -164,7 +164,7 @@ def check_model(spec: str | None) -> Path | None:
 def check_backend(cfg: TrainConfig) -> None:
     """The generator's package is importable (found without importing it: ``import vllm`` takes seconds)."""
     if cfg.generator.backend == "vllm" and importlib.util.find_spec("vllm") is None:
-        from swerl.inference.vllm_backend import VLLM_FIX
+        from swerl.inference.engines.vllm_backend import VLLM_FIX
 
         raise EnvironmentProblem(f"generator.backend=vllm needs the vllm package, which is not installed; fix: {VLLM_FIX}")
 

@@ -1,1 +1,1 @@
-"""What a run reports: metrics records and sinks, experiment trackers, the task health ledger and the quarantine it drives."""
+"""What a run reports: metrics records and sinks, experiment trackers, task health and the quarantine."""

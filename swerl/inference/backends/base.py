@@ -44,7 +44,7 @@ class Generation(BaseModel):
 
 @runtime_checkable
 class GenerationBackend(Protocol):
-    """A batched, synchronous generator. Async callers go through ``inference.batcher``."""
+    """A batched, synchronous generator. Async callers go through ``backends/batcher.py``."""
 
     def generate(self, prompts: list[list[int]], sampling: SamplingParams) -> list[Generation]:
         """Sample one continuation per prompt (prompt = list of token ids); same order as ``prompts``."""
@@ -56,7 +56,7 @@ class ContinuousBackend(ABC):
     submitted the moment an episode needs its turn, and its future resolves when THAT request
     finishes. No batch barrier: a short turn never waits for a long one, and the engine decodes
     every request in flight (up to its ``max_num_seqs``) in each step. Async callers go through
-    ``inference.batcher.RequestStream``; :meth:`generate` is the blocking form.
+    ``batcher.RequestStream``; :meth:`generate` is the blocking form.
     """
 
     @abstractmethod

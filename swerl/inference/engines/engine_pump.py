@@ -20,8 +20,8 @@ from concurrent.futures import Future
 from typing import Any
 
 from swerl.errors import InferenceError
-from swerl.inference.base import Generation
-from swerl.inference.engine_thread import EngineThread
+from swerl.inference.backends.base import Generation
+from swerl.inference.engines.engine_thread import EngineThread
 from swerl.logs import phase
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from swerl.inference.base import ContinuousBackend, Generation, SamplingParams
+from swerl.inference.backends.base import ContinuousBackend, Generation, SamplingParams
 
 
 def split_evenly(count: int, parts: int) -> list[range]:

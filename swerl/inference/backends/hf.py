@@ -21,8 +21,8 @@ from torch import Tensor, nn
 from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 
 from swerl.errors import ConfigError, InferenceError
-from swerl.inference.base import Generation, SamplingParams
-from swerl.inference.sampling import finish_row, processed_logprobs, sample_rows
+from swerl.inference.backends.base import Generation, SamplingParams
+from swerl.inference.backends.sampling import finish_row, processed_logprobs, sample_rows
 from swerl.logs import PhaseClock, phase
 
 log = logging.getLogger(__name__)

@@ -17,7 +17,7 @@ from typing import Any, Literal
 import requests
 
 from swerl.errors import InferenceError
-from swerl.inference.base import Generation, SamplingParams
+from swerl.inference.backends.base import Generation, SamplingParams
 
 log = logging.getLogger(__name__)
 

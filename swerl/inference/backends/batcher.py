@@ -21,7 +21,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from swerl.errors import InferenceError
-from swerl.inference.base import ContinuousBackend, Generation, GenerationBackend, SamplingParams
+from swerl.inference.backends.base import ContinuousBackend, Generation, GenerationBackend, SamplingParams
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ Data requests go to ``POST /v1/completions`` with the prompt as token ids, ``ret
 and ``logprobs: 0`` (the sampled token's processed log-prob), one request per prompt with its own
 seed; the server batches concurrent requests itself. Control goes to the dev routes
 (``VLLM_SERVER_DEV_MODE=1``): ``POST /collective_rpc`` runs swerl's worker extension
-(``swerl.inference.vllm_worker``) and ``POST /reset_prefix_cache`` drops KV blocks of old weights.
+(``swerl.inference.engines.vllm_worker``) and ``POST /reset_prefix_cache`` drops KV blocks of old weights.
 A server the user starts must have the same flags (``server_process.server_command`` prints them).
 """
 
@@ -20,8 +20,8 @@ import requests
 import requests.adapters
 
 from swerl.errors import EnvironmentProblem, InferenceError
-from swerl.inference.base import ContinuousBackend, Generation, SamplingParams
-from swerl.inference.server_process import SERVED_NAME
+from swerl.inference.backends.base import ContinuousBackend, Generation, SamplingParams
+from swerl.inference.engines.server_process import SERVED_NAME
 from swerl.logs import phase
 
 RELOAD_ROUTES = ("/collective_rpc", "/reset_prefix_cache")
@@ -184,7 +184,7 @@ class VLLMServerBackend(ContinuousBackend):
         if missing:
             raise EnvironmentProblem(
                 f"vLLM server {self.url} has no {missing[0]} route, which {purpose} needs; fix: start it with "
-                "VLLM_SERVER_DEV_MODE=1 and swerl's flags (swerl.inference.server_process.server_command), on a vLLM "
+                "VLLM_SERVER_DEV_MODE=1 and swerl's flags (swerl.inference.engines.server_process.server_command), on a vLLM "
                 "version that has the route"
             )
 

@@ -18,7 +18,7 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-EXTENSION_QUALNAME = "swerl.inference.vllm_worker.SwerlWorkerExtension"
+EXTENSION_QUALNAME = "swerl.inference.engines.vllm_worker.SwerlWorkerExtension"
 
 
 def repack_tied_heads(model: Any) -> list[str]:

@@ -7,10 +7,10 @@ How the engine lives in our process: on GPU ``distributed_executor_backend="exte
 executor with ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` (the engine core and its worker run in this
 process). Either way the worker reseeds every global RNG at start, so construction is wrapped in
 :func:`swerl.inference.rng.save_rng_state` / ``restore_rng_state``. One owner thread
-(:class:`swerl.inference.engine_thread.EngineThread`) builds the engine and makes every call into it,
+(:class:`swerl.inference.engines.engine_thread.EngineThread`) builds the engine and makes every call into it,
 whichever thread calls the backend (the rollout producer, the trainer). See ``docs/inference.md``.
 The pure helpers at the top (engine and sampling kwargs, output conversion) are tested without
-vLLM; requests are stepped by :class:`swerl.inference.engine_pump.RequestPump` (continuous batching).
+vLLM; requests are stepped by :class:`swerl.inference.engines.engine_pump.RequestPump` (continuous batching).
 """
 
 from __future__ import annotations
@@ -26,11 +26,11 @@ from concurrent.futures import Future
 from typing import Any
 
 from swerl.errors import ConfigError, EnvironmentProblem, InferenceError
-from swerl.inference.base import ContinuousBackend, Generation, SamplingParams
-from swerl.inference.engine_pump import RequestPump
+from swerl.inference.backends.base import ContinuousBackend, Generation, SamplingParams
+from swerl.inference.engines.engine_pump import RequestPump
 from swerl.inference.config import InferenceConfig
-from swerl.inference.engine_state import EngineState
-from swerl.inference.engine_thread import EngineThread
+from swerl.inference.engines.engine_state import EngineState
+from swerl.inference.engines.engine_thread import EngineThread
 from swerl.inference.rng import restore_rng_state, save_rng_state
 from swerl.logs import route_to_run_log
 
@@ -55,7 +55,7 @@ def engine_kwargs(config: InferenceConfig, model_path: str, on_cpu: bool,
         knobs and seed; on GPU also ``external_launcher`` and the GPU memory fraction; with LoRA
         ``enable_lora``, ``max_lora_rank`` (:func:`lora_slot_rank`) and one adapter slot.
     """
-    from swerl.inference.vllm_worker import EXTENSION_QUALNAME
+    from swerl.inference.engines.vllm_worker import EXTENSION_QUALNAME
 
     kwargs: dict[str, Any] = {
         "model": model_path,

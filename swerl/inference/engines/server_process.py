@@ -18,8 +18,8 @@ import requests
 
 from swerl.errors import EnvironmentProblem
 from swerl.inference.config import InferenceConfig
-from swerl.inference.vllm_backend import cpu_engine_env
-from swerl.inference.vllm_worker import EXTENSION_QUALNAME
+from swerl.inference.engines.vllm_backend import cpu_engine_env
+from swerl.inference.engines.vllm_worker import EXTENSION_QUALNAME
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ def server_command(config: InferenceConfig, model_path: str, port: int, max_lora
     if not config.enable_prefix_caching:
         argv.append("--no-enable-prefix-caching")
     if max_lora_rank is not None:
-        from swerl.inference.vllm_backend import lora_slot_rank
+        from swerl.inference.engines.vllm_backend import lora_slot_rank
 
         argv += ["--enable-lora", "--max-lora-rank", str(lora_slot_rank(max_lora_rank)), "--max-loras", "1"]
     return argv
@@ -75,7 +75,7 @@ def server_env(config: InferenceConfig, cores: str | None, gpu: str | None, base
 
     Args:
         cores: CPU only, ``VLLM_CPU_OMP_THREADS_BIND`` (e.g. ``"0"``). gpu: GPU only, its id as the
-            parent's ``CUDA_VISIBLE_DEVICES`` names it (``swerl.inference.gpu_placement``).
+            parent's ``CUDA_VISIBLE_DEVICES`` names it (``swerl.inference.engines.gpu_placement``).
     """
     env = dict(base)
     env.update({"VLLM_SERVER_DEV_MODE": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"})
