@@ -1,8 +1,8 @@
 """The training loop of ``swerl train``: RLOO-n with PPO-clip, TIS and step-level loss reductions,
 rewards from real verifiers in Docker sandboxes.
 
-Reads top to bottom like nanoGPT ``train.py``: setup (ranks, seeds, tasks, policy, optimizer,
-resume), then one loop whose blocks each call a named step of a lower stage:
+Reads top to bottom like nanoGPT ``train.py``: setup (from the preflight's tasks and plan: ranks,
+seeds, policy, optimizer, resume), then one loop whose blocks each call a named step of a lower stage:
 
     take the step's batch from the rollout pipeline (prompts -> agent + sandboxes + verifier) ->
     failure classes ->
