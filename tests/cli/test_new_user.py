@@ -10,6 +10,7 @@ import logging
 import re
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -124,7 +125,7 @@ def test_heartbeat_names_the_eval_before_training(monkeypatch, caplog):
         return TrainResult(run_dir=run_dir)
 
     caplog.set_level(logging.INFO, logger="swerl.heartbeat")
-    _train_with_live_view(None, Path("run"), None, train)
+    _train_with_live_view(SimpleNamespace(config=None, run_dir=Path("run"), resume=None), train)  # a preflight's fields
     beats = [r.getMessage() for r in caplog.records if r.name == "swerl.heartbeat"]
     assert beats and all(b.startswith("eval (before training): ") for b in beats), beats
 
@@ -160,7 +161,7 @@ def test_off_a_terminal_train_beats_the_checkpoint_save_by_name_and_draws_no_bar
         return TrainResult(run_dir=run_dir)
 
     caplog.set_level(logging.INFO, logger="swerl.heartbeat")
-    _train_with_live_view(None, Path("run"), None, train)
+    _train_with_live_view(SimpleNamespace(config=None, run_dir=Path("run"), resume=None), train)  # a preflight's fields
     beats = during[1:]  # the first may have been composed just before the save began
     assert beats and all(b.startswith(f"step 1/{plan.total_steps} checkpoint save: ") for b in beats), during
     assert after[1:] and all(b.startswith(f"step 1/{plan.total_steps} done: ") for b in after[1:]), after
