@@ -41,7 +41,7 @@ def plan(episodes: int, turns: int, seed: int = 0) -> list[list[tuple[int, float
 
 async def episode(front, prompt: list[int], turns: list[tuple[int, float]], latencies: list[float]) -> int:
     """One episode's turns; returns the tokens it generated."""
-    from swerl.inference.base import SamplingParams
+    from swerl.inference.backends.base import SamplingParams
 
     generated = 0
     observation = list(range(1000, 1020))
@@ -68,11 +68,11 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=3)
     parser.add_argument("--batch", type=int, default=8, help="batched front: prompts per generate call")
     args = parser.parse_args()
-    from swerl.inference.base import SamplingParams
-    from swerl.inference.batcher import AsyncBatcher, RequestStream
+    from swerl.inference.backends.base import SamplingParams
+    from swerl.inference.backends.batcher import AsyncBatcher, RequestStream
     from swerl.inference.config import InferenceConfig
     from swerl.inference.model_files import resolve_model
-    from swerl.inference.vllm_backend import VLLMBackend
+    from swerl.inference.engines.vllm_backend import VLLMBackend
 
     print(machine())
     config = InferenceConfig(backend="vllm", dtype="bfloat16", enforce_eager=True, max_model_len=2048,

@@ -164,7 +164,7 @@ def main() -> None:
     parser.add_argument("--engine", default=None, help="Docker engine URL (default: the local engine)")
     parser.add_argument("--preempt-ms", type=float, default=0.0, help="delay before each response head is read")
     args = parser.parse_args()
-    from swerl.trainer.auto import machine_summary
+    from swerl.trainer.setup.auto import machine_summary
 
     print("\n".join(machine_summary()), flush=True)
     if args.preempt_ms:

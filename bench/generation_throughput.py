@@ -31,8 +31,8 @@ def random_adapter(path: Path, out: Path) -> Path:
     from transformers import AutoModelForCausalLM
 
     from swerl.inference.weight_sync.adapter import write_adapter
-    from swerl.trainer.config import LoraConfig
-    from swerl.trainer.lora import add_adapters
+    from swerl.trainer.setup.config import LoraConfig
+    from swerl.trainer.policy.lora import add_adapters
 
     model = add_adapters(AutoModelForCausalLM.from_pretrained(path), LoraConfig(rank=LORA_RANK, alpha=2.0 * LORA_RANK))
     with torch.no_grad():
@@ -67,7 +67,7 @@ def timed(backend, prompts, sampling) -> float:
 
 def auto_mode() -> tuple[str, str]:
     """(mode, vLLM dtype) that ``generator.backend: auto`` resolves to on this machine."""
-    from swerl.trainer.auto import machine_choice
+    from swerl.trainer.setup.auto import machine_choice
 
     _, choice = machine_choice("cpu")
     return ("vllm-inprocess", choice.generator_dtype or "bfloat16") if choice.backend == "vllm" else ("hf-fp32", "")
@@ -77,7 +77,7 @@ def run_mode(mode: str, path: Path, prompts, sampling, args, vllm_dtype: str) ->
     from swerl.inference.config import InferenceConfig
 
     if mode.startswith("hf-"):
-        from swerl.inference.hf import HFBackend
+        from swerl.inference.backends.hf import HFBackend
 
         return timed(HFBackend.from_pretrained(path, dtype="float32" if mode == "hf-fp32" else "bfloat16"), prompts,
                      sampling)
@@ -108,16 +108,16 @@ def main() -> None:
     args = parser.parse_args()
     import torch
 
-    from swerl.trainer.auto import machine_summary
+    from swerl.trainer.setup.auto import machine_summary
 
     for line in machine_summary():
         print(line, flush=True)
     from transformers import AutoTokenizer
 
-    from swerl.inference.base import SamplingParams
+    from swerl.inference.backends.base import SamplingParams
     from swerl.inference.model_files import resolve_model
 
-    from swerl.trainer.auto import machine_summary
+    from swerl.trainer.setup.auto import machine_summary
 
     for line in machine_summary():
         print(line, flush=True)

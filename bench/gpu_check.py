@@ -59,7 +59,7 @@ def qwen3_8b_config(layers: int, smoke: bool):
 
 def rows(n: int, seq_len: int, vocab: int):
     """``n`` rows of ``seq_len`` tokens: a 1/8 prompt, a trainable response, rollout mu, A = +-1."""
-    from swerl.trainer.batch import Row
+    from swerl.trainer.step.batch import Row
 
     gen = torch.Generator().manual_seed(0)
     prompt = seq_len // 8
@@ -85,7 +85,7 @@ def resolve_dtype(dtype: str, device: str) -> str:
     """``--dtype``, with ``auto`` resolved as ``model.dtype: auto`` is on ``device``."""
     if dtype != "auto":
         return dtype
-    from swerl.trainer.auto import machine_choice
+    from swerl.trainer.setup.auto import machine_choice
 
     return machine_choice(device)[1].dtype
 
@@ -117,10 +117,10 @@ def build(info, layers: int, smoke: bool, checkpointing: bool, seed: int = 0, dt
     from transformers import AutoModelForCausalLM
 
     from swerl.rl.config import AlgorithmConfig
-    from swerl.trainer.config import ModelConfig, OptimizerConfig
-    from swerl.trainer.model import prepare_policy
-    from swerl.trainer.optim import build_optimizer
-    from swerl.trainer.update import UpdateSettings
+    from swerl.trainer.setup.config import ModelConfig, OptimizerConfig
+    from swerl.trainer.policy.model import prepare_policy
+    from swerl.trainer.step.optim import build_optimizer
+    from swerl.trainer.step.update import UpdateSettings
 
     cfg = qwen3_8b_config(layers, smoke)
     torch.manual_seed(seed)
@@ -157,7 +157,7 @@ def step_logprob_memory(info, smoke: bool, machine: str) -> list[str]:
 def one_update(info, layers: int, seq_len: int, smoke: bool, checkpointing: bool) -> tuple[dict, int]:
     """The first optimizer step on one row (its metrics), then a second one whose peak is measured
     (AdamW's state exists by then, so the peak is the forward/backward's, not the state's allocation)."""
-    from swerl.trainer.update import train_on_batch
+    from swerl.trainer.step.update import train_on_batch
 
     model, cfg, algo, optimizer, scheduler, settings = build(info, layers, smoke, checkpointing)
     s = settings(temperature=0.7, rows_per_mini_batch=1, micro_batch_size=1, grad_clip=0.9, sharded=True)
@@ -203,7 +203,7 @@ def seed_split(n_params: int, layers: int, seq_len: int, hidden: int, state: int
 
 def step_update_and_split(info, args, machine: str) -> list[str]:
     """The seed's update on ``--layers`` layers: throughput, MFU, and the memory split."""
-    from swerl.trainer.update import train_on_batch
+    from swerl.trainer.step.update import train_on_batch
 
     smoke = args.smoke
     seq_len = args.seq_len or (64 if smoke else 32768)
@@ -255,9 +255,9 @@ def main() -> None:
     if args.smoke:
         args.layers = 2
 
-    from swerl.trainer import distributed
+    from swerl.trainer.policy import distributed
 
-    from swerl.trainer.auto import machine_summary
+    from swerl.trainer.setup.auto import machine_summary
 
     info = distributed.init_distributed("cpu" if args.smoke else "cuda")
     if info.is_main:

@@ -61,7 +61,7 @@ API = [
 ]
 LLM_METHODS = ["generate", "sleep", "wake_up", "collective_rpc", "reset_prefix_cache", "get_tokenizer"]
 ENGINE_METHODS = ["add_request", "step", "has_unfinished_requests", "abort_request"]
-"""``LLMEngine`` calls of swerl's continuous batching (``swerl/inference/engine_pump.py``)."""
+"""``LLMEngine`` calls of swerl's continuous batching (``swerl/inference/engines/engine_pump.py``)."""
 
 
 def line(status: str, step: str, value: str, machine: str) -> str:
@@ -238,7 +238,7 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true", help="tiny shapes on CPU (the suite runs this)")
     parser.add_argument("--layers", type=int, default=4, help="Qwen3-8B-shaped decoder layers of the engine's model")
     args = parser.parse_args()
-    from swerl.trainer.auto import machine_summary
+    from swerl.trainer.setup.auto import machine_summary
 
     print("\n".join(machine_summary("cpu" if args.smoke else "cuda")), flush=True)  # CPU/GPU, bf16 probe, auto
     machine = machine_words("cpu" if args.smoke else "cuda")

@@ -152,7 +152,7 @@ def main() -> None:
         print(json.dumps(measure_one(impl, int(length), int(vocab), getattr(torch, dtype.removeprefix("torch.")),
                                      "cpu", entropy == "1")))
         return
-    from swerl.trainer.auto import machine_summary
+    from swerl.trainer.setup.auto import machine_summary
 
     print("\n".join(machine_summary(args.device)), flush=True)  # the CPU, its bf16 probe, what auto picks here
     machine = machine_words(args.device)

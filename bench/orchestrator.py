@@ -52,7 +52,7 @@ from bench._machine import cpu_words  # noqa: E402
 from swerl.agent.collect import collect_rollouts  # noqa: E402
 from swerl.agent.config import AgentConfig, EpisodeLimits  # noqa: E402
 from swerl.agent.protocols import terminus2  # noqa: E402
-from swerl.inference.base import Generation, SamplingParams  # noqa: E402
+from swerl.inference.backends.base import Generation, SamplingParams  # noqa: E402
 from swerl.sandbox import SandboxConfig, SandboxManager  # noqa: E402
 from swerl.sandbox.engine_config import EngineConfig  # noqa: E402
 from swerl.sandbox.docker_api import LOCAL_ENGINE_URL  # noqa: E402

@@ -83,7 +83,7 @@ def summarize(records: list[dict]) -> dict[str, float | list[float]]:
 def run_k(k: int, generator: str, tasks: str, steps: int, extra: list[str], root: Path) -> dict:
     """Train a fresh run at staleness bound ``k`` with ``generator`` (a key of ``EXAMPLES``);
     returns :func:`summarize` of its records."""
-    from swerl.trainer.config import load_train_config
+    from swerl.trainer.setup.config import load_train_config
     from swerl.trainer.loop import train
 
     overrides = [f"data.tasks={tasks}", f"loop.max_steps={steps}", f"loop.max_staleness_steps={k}", *SHRINK,
@@ -109,7 +109,7 @@ def main() -> None:
         k, root = int(args.one[0]), Path(args.one[1])
         print("RESULT " + json.dumps(run_k(k, args.generator, args.tasks, args.steps, args.extra, root)), flush=True)
         return
-    from swerl.trainer.auto import machine_summary
+    from swerl.trainer.setup.auto import machine_summary
 
     print("\n".join(machine_summary()), flush=True)
     figures = {}

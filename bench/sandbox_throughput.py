@@ -204,7 +204,7 @@ def main() -> None:
     parser.add_argument("--runtime", nargs="+", default=[None],
                         help="OCI runtime(s) of the swerl/clean containers, e.g. runc runsc (default: the engine's)")
     args = parser.parse_args()
-    from swerl.trainer.auto import machine_summary
+    from swerl.trainer.setup.auto import machine_summary
 
     print("\n".join(machine_summary()), flush=True)
     with tempfile.TemporaryDirectory(prefix="swerl-bench-", ignore_cleanup_errors=True) as tmp:

@@ -38,7 +38,7 @@ PROMPT_TOKENS, RESPONSE_TOKENS = 172, 128
 
 def demo_rows(num_rows: int, vocab: int, seed: int = 0):
     """Rows of the demo's shape: random ids, a trainable response, nonzero advantages, rollout mu."""
-    from swerl.trainer.batch import Row
+    from swerl.trainer.step.batch import Row
 
     gen = torch.Generator().manual_seed(seed)
     rows = []
@@ -67,12 +67,12 @@ def flops_per_token(model: torch.nn.Module, separate_pi_old: bool) -> float:
 
 
 def worker(mode: str, steps: int, num_rows: int, separate_pi_old: bool) -> dict:
-    from swerl.trainer import distributed
-    from swerl.trainer.config import LoraConfig, ModelConfig, load_train_config
-    from swerl.trainer.lora import hf_module
-    from swerl.trainer.model import compute_dtype, load_policy
-    from swerl.trainer.optim import build_optimizer
-    from swerl.trainer.update import UpdateSettings, train_on_batch
+    from swerl.trainer.policy import distributed
+    from swerl.trainer.setup.config import LoraConfig, ModelConfig, load_train_config
+    from swerl.trainer.policy.lora import hf_module
+    from swerl.trainer.policy.model import compute_dtype, load_policy
+    from swerl.trainer.step.optim import build_optimizer
+    from swerl.trainer.step.update import UpdateSettings, train_on_batch
 
     torch.set_num_threads(1)
     cfg = load_train_config(Path(__file__).parent.parent / "examples" / "humaneval-smollm2-cpu.yaml")
@@ -102,17 +102,17 @@ def worker(mode: str, steps: int, num_rows: int, separate_pi_old: bool) -> dict:
 
 def auto_dtype() -> str:
     """``fp32`` or ``bf16``: what ``model.dtype: auto`` resolves to on this machine."""
-    from swerl.trainer.auto import machine_choice
+    from swerl.trainer.setup.auto import machine_choice
 
     return {"float32": "fp32", "bfloat16": "bf16"}[machine_choice("cpu")[1].dtype]
 
 
 def tis_check(num_samples: int) -> float:
     """Mean TIS ratio pi_trainer(bf16 autocast) / mu(fp32 HF generator) on sampled demo-like completions."""
-    from swerl.inference.base import SamplingParams
-    from swerl.inference.hf import HFBackend
-    from swerl.trainer.batch import Row, collate
-    from swerl.trainer.update import forward_logprobs
+    from swerl.inference.backends.base import SamplingParams
+    from swerl.inference.backends.hf import HFBackend
+    from swerl.trainer.step.batch import Row, collate
+    from swerl.trainer.step.update import forward_logprobs
 
     torch.set_num_threads(1)
     backend = HFBackend.from_pretrained(None, dtype="float32")
@@ -167,7 +167,7 @@ def main() -> None:
     if args.worker:
         print("RESULT " + json.dumps(worker(args.worker, args.steps, args.rows, args.separate_pi_old)), flush=True)
         return
-    from swerl.trainer.auto import machine_summary
+    from swerl.trainer.setup.auto import machine_summary
 
     for line in machine_summary():
         print(line, flush=True)

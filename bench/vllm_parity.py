@@ -37,7 +37,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dtypes", default="bfloat16,float32,auto")
     args = parser.parse_args()
-    from swerl.trainer.auto import machine_choice, machine_summary, vllm_dtype_for
+    from swerl.trainer.setup.auto import machine_choice, machine_summary, vllm_dtype_for
 
     print("\n".join(machine_summary()), flush=True)
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -47,7 +47,7 @@ def main() -> None:
     from swerl.inference.model_files import resolve_model
     from swerl.inference.probe import probe_sampling
     from swerl.inference.weight_sync.disk import write_weights
-    from swerl.trainer.generator import probe_prompt
+    from swerl.trainer.rollouts.generator import probe_prompt
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling bench module
     from generation_throughput import humaneval_prompts

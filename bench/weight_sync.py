@@ -53,8 +53,8 @@ def seconds_per_sync(path: str, folder: Path, repeats: int, work: Path, dtype: s
     from swerl.inference.factory import build_vllm
     from swerl.inference.weight_sync.adapter import write_adapter
     from swerl.inference.weight_sync.disk import write_weights
-    from swerl.trainer.config import LoraConfig
-    from swerl.trainer.lora import add_adapters
+    from swerl.trainer.setup.config import LoraConfig
+    from swerl.trainer.policy.lora import add_adapters
 
     lora = path.startswith("adapter")
     config = InferenceConfig(backend="vllm", dtype=dtype, enforce_eager=True, max_model_len=1024,
@@ -90,7 +90,7 @@ def main() -> None:
     parser.add_argument("--dtype", default="auto", choices=["bfloat16", "float32", "auto"])
     parser.add_argument("--one", nargs=2, metavar=("PATH", "FOLDER"), help=argparse.SUPPRESS)
     args = parser.parse_args()
-    from swerl.trainer.auto import machine_choice, machine_summary, vllm_dtype_for
+    from swerl.trainer.setup.auto import machine_choice, machine_summary, vllm_dtype_for
 
     dtype = vllm_dtype_for(machine_choice("cpu")[0]) if args.dtype == "auto" else args.dtype
     if args.one:  # one engine per process: a second in-process vLLM engine in one process is not supported

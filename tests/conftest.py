@@ -49,7 +49,7 @@ def engine(model_path):  # noqa: ANN201
     """One in-process vLLM engine (bf16) on the default model for the whole session; sleep mode on
     (read on GPU only: on CPU vLLM's sleep is a no-op) so the sleep/wake cycle runs on either; built
     for LoRA adapters (rank <= LORA_RANK) so the adapter tests need no engine of their own."""
-    from swerl.inference.vllm_backend import VLLMBackend
+    from swerl.inference.engines.vllm_backend import VLLMBackend
     from vllm_support import LORA_RANK, engine_config
 
     backend = VLLMBackend(engine_config(enable_sleep_mode=True), str(model_path), max_lora_rank=LORA_RANK)

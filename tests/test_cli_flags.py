@@ -120,7 +120,7 @@ def test_train_concurrency_flag_sets_rollout_concurrency(tmp_path, monkeypatch):
         seen.update(cfg=cfg, run_dir=run_dir)
         raise typer.Exit(0)
 
-    monkeypatch.setattr("swerl.trainer.preflight.run_preflight", stop)
+    monkeypatch.setattr("swerl.trainer.setup.preflight.run_preflight", stop)
     result = runner.invoke(app, ["train", str(DEMO_YAML), "-c", "3", "--run-dir", str(tmp_path / "r"), "--dry-run"])
     assert result.exit_code == 0, result.output
     assert seen["cfg"].loop.rollout_concurrency == 3 and seen["run_dir"] == tmp_path / "r"

@@ -1,5 +1,6 @@
 """House rules that a reader relies on: every function of the library within the 60-line budget,
-no reference to files outside the repository, and every config key the docs name exists."""
+every folder within 15 modules and summed up in its __init__.py, no reference to files outside
+the repository, and every config key the docs name exists."""
 
 from __future__ import annotations
 
@@ -7,16 +8,18 @@ import ast
 import re
 import subprocess
 import typing
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 import yaml
 from pydantic import BaseModel
 
-from swerl.trainer.config import TrainConfig
+from swerl.trainer.setup.config import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 MAX_FUNCTION_LINES = 60
+MAX_FOLDER_MODULES = 15
 OUTSIDE = re.compile("|".join(map(re.escape, ["../" + "shared", "shared/" + "spec", "DEVELOPERS" + ".md", "/wo" + "rk/"])))
 
 
@@ -35,6 +38,20 @@ def test_every_library_function_fits_the_budget():
                 if lines > MAX_FUNCTION_LINES:
                     long.append(f"{rel}:{node.lineno} {node.name} ({lines} lines)")
     assert not long, "functions over the budget: " + "; ".join(long)
+
+
+def test_every_library_folder_is_small_and_says_what_it_holds():
+    """A folder past ~15 modules gets rooms (sub-folders named for what they hold), and every
+    package's ``__init__.py`` sums it up in a docstring (``report/`` is a namespace package)."""
+    modules = _tracked("swerl/*.py")
+    sizes = Counter(path.parent for path in modules)
+    big = [f"{folder.relative_to(ROOT)} ({count} modules)" for folder, count in sorted(sizes.items())
+           if count > MAX_FOLDER_MODULES]
+    assert not big, f"folders over {MAX_FOLDER_MODULES} modules (split them into rooms): " + "; ".join(big)
+    inits = [folder / "__init__.py" for folder in sorted(sizes) if (folder / "__init__.py").is_file()]
+    silent = [str(init.relative_to(ROOT)) for init in inits if not ast.get_docstring(ast.parse(init.read_text(encoding="utf-8")))]
+    assert not silent, "folders whose __init__.py has no docstring: " + ", ".join(silent)
+    assert len(sizes) > 15 and sizes[ROOT / "swerl" / "trainer" / "step"] >= 5  # the walk saw the rooms
 
 
 def test_no_reference_to_files_outside_the_repository():

@@ -13,8 +13,14 @@ the trainer, whose eval-from-run resolves the picked export. Inside ``sandbox/``
 floors too: the ground floor (types, engine settings, the Docker wire and API, signals) ->
 ``runtime/`` (and ``tamper/`` beside it: the scan reads a container's layer, the runtime calls
 the scan) -> ``deployment/`` -> the modules that join them (manager, network, red team,
-self-test, control runs, the package's ``__init__``). Any two modules importing each other, directly or
-through others, fail as a circle.
+self-test, control runs, the package's ``__init__``). Inside ``inference/``: the ground floor
+(config, model files, the machine probe, RNG state) -> ``backends/`` (the contract, HF,
+OpenAI-compatible, the batcher) -> ``engines/`` (vLLM in process and as servers) ->
+``weight_sync/`` -> the modules that join them (factory, parity probe, the package's ``__init__``).
+``trainer/``'s rooms (setup, policy, rollouts, step, persistence, tracking) share one floor: each
+config section's model lives beside the code that reads it (``setup/config.py`` imports the
+evaluation, tracker and task-health settings), so the rooms have no order, only no circle. Any
+two modules importing each other, directly or through others, fail as a circle.
 """
 
 from __future__ import annotations
@@ -25,9 +31,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 LEAVES = ("swerl", "swerl.errors", "swerl.fields", "swerl.fileio", "swerl.logs", "swerl.text", "swerl.run_layout")
 STAGES = ("tasks", "sandbox", "inference", "agent", "rl", "selection", "trainer", "report", "cli")
-SANDBOX_ROOMS = ("runtime", "deployment")  # between the ground floor and the joining modules
-SANDBOX_TOP = ("manager", "network", "redteam", "selftest", "control")
-SANDBOX_BESIDE = {"tamper": "runtime"}  # a room on the floor of another: the tamper scan reads a container's layer
+# Stages whose rooms stand on floors: (rooms between the ground floor and the joining modules,
+# lowest first; the joining modules at the stage's root; rooms on the floor of another).
+ROOMS = {
+    "sandbox": (("runtime", "deployment"), ("manager", "network", "redteam", "selftest", "control"),
+                {"tamper": "runtime"}),  # the tamper scan reads a container's layer
+    "inference": (("backends", "engines", "weight_sync"), ("factory", "probe"), {}),
+}
 
 
 def _module_name(root: Path, path: Path) -> str:
@@ -67,12 +77,15 @@ def _floor(module: str) -> tuple[int, int]:
         return (0, 0)
     parts = module.split(".")
     stage = STAGES.index(parts[1]) + 1
-    if parts[1] != "sandbox" or len(parts) == 2:
-        return (stage, 3 if parts[1] == "sandbox" else 0)
-    room = SANDBOX_BESIDE.get(parts[2], parts[2])
-    if room in SANDBOX_ROOMS:
-        return (stage, SANDBOX_ROOMS.index(room) + 1)
-    return (stage, 3 if parts[2] in SANDBOX_TOP else 0)
+    if parts[1] not in ROOMS:
+        return (stage, 0)
+    rooms, top, beside = ROOMS[parts[1]]
+    if len(parts) == 2:  # the package's __init__ joins its rooms
+        return (stage, len(rooms) + 1)
+    room = beside.get(parts[2], parts[2])
+    if room in rooms:
+        return (stage, rooms.index(room) + 1)
+    return (stage, len(rooms) + 1 if parts[2] in top else 0)
 
 
 def _against(root: Path = ROOT) -> list[str]:
@@ -120,7 +133,7 @@ def test_no_import_circle():
 def test_the_checks_see_a_circle_and_an_arrow_against_the_flow(tmp_path):
     """The checks fail on the mistakes they exist for (a small package with them planted)."""
     package = tmp_path / "swerl"
-    for sub in ("tasks", "sandbox/deployment", "trainer"):
+    for sub in ("tasks", "sandbox/deployment", "inference/backends", "inference/engines", "trainer"):
         (package / sub).mkdir(parents=True)
         (package / sub / "__init__.py").write_text("")
     (package / "__init__.py").write_text("")
@@ -130,7 +143,13 @@ def test_the_checks_see_a_circle_and_an_arrow_against_the_flow(tmp_path):
     (package / "tasks" / "load.py").write_text("def f():\n    from swerl.tasks.rows import g\n")
     (package / "tasks" / "rows.py").write_text("def g():\n    from . import load\n")
     (package / "trainer" / "run.py").write_text("from swerl import trainer\nfrom swerl.tasks import load\n")
+    (package / "inference" / "engines" / "vllm_backend.py").write_text("from swerl.inference.backends import hf\n")
+    (package / "inference" / "backends" / "hf.py").write_text("def f():\n    from swerl.inference import factory\n")
+    (package / "inference" / "factory.py").write_text("from swerl.inference.engines import vllm_backend\n")
     assert _against(tmp_path) == [
-        "swerl/errors.py:3 imports swerl.sandbox.types", "swerl/sandbox/types.py:1 imports swerl.sandbox.deployment.config"]
+        "swerl/errors.py:3 imports swerl.sandbox.types", "swerl/inference/backends/hf.py:2 imports swerl.inference.factory",
+        "swerl/sandbox/types.py:1 imports swerl.sandbox.deployment.config"]
     assert _circles(tmp_path) == ["swerl.errors -> swerl.sandbox.types -> swerl.sandbox.deployment.config -> swerl.errors",
+                                  "swerl.inference.backends.hf -> swerl.inference.factory -> swerl.inference.engines.vllm_backend"
+                                  " -> swerl.inference.backends.hf",
                                   "swerl.tasks.load -> swerl.tasks.rows -> swerl.tasks.load"]

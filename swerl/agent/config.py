@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from swerl.fields import set_fields
-from swerl.inference.base import SamplingParams
+from swerl.inference.backends.base import SamplingParams
 
 ProtocolName = Literal["terminus-json", "terminus-json-fast", "tool-call", "single-turn"]
 AgentFailurePolicy = Literal["zero", "passthrough"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol, runtime_checkable
 
-from swerl.inference.base import Generation, SamplingParams
+from swerl.inference.backends.base import Generation, SamplingParams
 
 
 @runtime_checkable

@@ -41,7 +41,7 @@ from swerl.agent.protocols.terminus_texts import (
 )
 from swerl.agent.tokens import ChatFormat, TokenRecord
 from swerl.agent.trajectory import Segment, SegmentKind
-from swerl.inference.base import Generation
+from swerl.inference.backends.base import Generation
 
 UNWIND_TARGET_FREE_TOKENS = 4000
 """terminus-2 ``_unwind_messages_to_free_tokens(chat, target_free_tokens=4000)``."""

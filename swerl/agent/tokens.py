@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from swerl.errors import InferenceError
-from swerl.inference.base import Generation
+from swerl.inference.backends.base import Generation
 
 _PLACEHOLDER = "\u2063SWERL_ASSISTANT_PLACEHOLDER\u2063"
 _BASE_CONVERSATION = [

@@ -157,7 +157,7 @@ def tasks_health(
     from rich.table import Table
 
     from swerl.report.health import build_health, health_rows, summary_line, write_patch
-    from swerl.trainer.task_health import HealthRules
+    from swerl.trainer.tracking.task_health import HealthRules
 
     rules = HealthRules(last_groups=last_groups, infra_fraction=infra_fraction, verifier_fraction=verifier_fraction)
     report = build_health(run_dir, rules, recheck=recheck)

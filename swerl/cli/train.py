@@ -41,7 +41,7 @@ def train_cmd(
 
     Data parallel: launch with `torchrun --nproc_per_node N -m swerl.cli train CONFIG`.
     """
-    from swerl.trainer.config import load_train_config
+    from swerl.trainer.setup.config import load_train_config
 
     overrides = [*(set_ or []), *([f"loop.rollout_concurrency={concurrency}"] if concurrency else [])]
     target = run_dir or Path("runs") / config.stem
@@ -79,23 +79,21 @@ def _replica_runs(seeds: str | None, target: Path, resume: str | None) -> list[t
 def _train_one(cfg, target: Path, resume: str | None, dry_run: bool, json_out: str | None) -> dict:  # noqa: ANN001
     """The preflight, then the dry-run plan or the run (rank 0 behind the live view); the result's JSON."""
     from swerl.logs import hold_records
-    from swerl.trainer.auto import resolve_auto
-    from swerl.trainer.preflight import run_preflight
+    from swerl.trainer.setup.preflight import run_preflight
 
     held = hold_records()  # the preflight's warnings (e.g. a skipped task) go to train.log once it exists
     try:
-        # auto (model.dtype, generator.backend) resolved for this machine first: the preflight, the
-        # plan and the run see the resolved config, and train.log says what was chosen and why.
-        resolution = resolve_auto(cfg)
-        cfg = resolution.config
-        # What the run would reject fails here, before any file; torchrun's WORLD_SIZE sizes the plan.
-        checks = run_preflight(cfg, target, resume, int(os.environ.get("WORLD_SIZE", "1")))
-        for line in resolution.lines():  # after the preflight: bad input stays one line
+        # What the run would reject fails here, before any file: auto (model.dtype, generator.backend)
+        # resolved for this machine first, then the checks on the resolved config; torchrun's
+        # WORLD_SIZE sizes the plan. The run starts from what they loaded (tasks, plan, checkpoint).
+        checks = run_preflight(cfg, target, resume)
+        for line in checks.resolution.lines():  # after the preflight: bad input stays one line
             logging.getLogger("swerl.cli").info("%s", line)
     finally:
         earlier = held.take()
+    cfg = checks.config
     if dry_run:
-        return _train_dry_run(cfg, target, checks, json_out, resolution)
+        return _train_dry_run(checks, json_out)
     if os.environ.get("RANK", "0") != "0":  # torchrun: other ranks train quietly, rank 0 shows and reports
         import contextlib
 
@@ -103,7 +101,7 @@ def _train_one(cfg, target: Path, resume: str | None, dry_run: bool, json_out: s
         from swerl.trainer.loop import train
 
         set_phase_display(lambda clock: contextlib.nullcontext())
-        train(cfg, target, resume)
+        train(cfg, target, resume, checked=checks)
         return {}
     from swerl.logs import attach_run_log, detach_run_log
 
@@ -113,7 +111,7 @@ def _train_one(cfg, target: Path, resume: str | None, dry_run: bool, json_out: s
             logging.getLogger("swerl.cli").warning("%s", note)
         from swerl.trainer.loop import train  # torch, transformers: their import-time warnings land here too
 
-        result = _train_with_live_view(cfg, target, resume, train)
+        result = _train_with_live_view(checks, train)
     finally:
         detach_run_log(run_log)
     payload = {"run_dir": str(target), "steps_trained": result.steps_trained, "last_step": result.last_step,
@@ -151,7 +149,7 @@ def _print_verdict(console, run_dir: Path) -> None:  # noqa: ANN001 - rich Conso
 def _log_selection_to_trackers(cfg, run_dir: Path) -> None:  # noqa: ANN001 - TrainConfig
     """Give the run's trackers the checkpoint `swerl select-checkpoint` would pick (if any)."""
     from swerl.selection import select_checkpoint
-    from swerl.trainer.trackers import log_selection
+    from swerl.trainer.tracking.trackers import log_selection
 
     try:
         sel = select_checkpoint(run_dir, skip_bad_lines=True)
@@ -163,15 +161,15 @@ def _log_selection_to_trackers(cfg, run_dir: Path) -> None:  # noqa: ANN001 - Tr
                                              "span": sel.span, "export_path": sel.chosen.export_path})
 
 
-def _train_dry_run(cfg, run_dir: Path, checks, json_out: str | None, resolution) -> dict:  # noqa: ANN001 - TrainConfig, Preflight, Resolution
+def _train_dry_run(checks, json_out: str | None) -> dict:  # noqa: ANN001 - Preflight
     """Print the resolved config (YAML), the run plan, what ``auto`` chose and why, and what the preflight
     checked; return the JSON payload."""
     from rich.table import Table
 
-    from swerl.trainer.plan import format_bytes
-    from swerl.trainer.preflight import checkpoints_at_peak
+    from swerl.trainer.setup.plan import format_bytes
+    from swerl.trainer.setup.preflight import checkpoints_at_peak
 
-    plan = checks.plan
+    cfg, run_dir, plan = checks.config, checks.run_dir, checks.plan
     console = results_console(json_out)
     console.print(cfg.to_yaml(), highlight=False, markup=False)
     table = Table(title=f"run plan ({run_dir})", title_justify="left")
@@ -194,7 +192,7 @@ def _train_dry_run(cfg, run_dir: Path, checks, json_out: str | None, resolution)
         ("token budget total (max)", f"{plan.token_budget_per_step * plan.total_steps:,}"),
         ("checkpoint steps", ", ".join(map(str, plan.checkpoint_steps)) or "none"),
         ("export steps", ", ".join(map(str, plan.export_steps)) or "none"),
-        *resolution.rows(),
+        *checks.resolution.rows(),
         *plan.placement,
         ("disk: peak of checkpoints + exports", "unknown" if need is None else (
             f"{format_bytes(need)} ({counted(peak, 'checkpoint')} at once"
@@ -209,13 +207,14 @@ def _train_dry_run(cfg, run_dir: Path, checks, json_out: str | None, resolution)
         err_console.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
     payload = {"config": cfg.model_dump(mode="json"), "plan": plan.model_dump(mode="json"),
                "disk_needed_bytes": need, "disk_free_bytes": checks.disk_free_bytes,
-               "images": checks.images, "notes": [*plan.notes, *checks.notes], "auto": resolution.as_dict()}
+               "images": checks.images, "notes": [*plan.notes, *checks.notes], "auto": checks.resolution.as_dict()}
     write_json(json_out, payload)
     return payload
 
 
-def _train_with_live_view(cfg, run_dir: Path, resume, train):  # noqa: ANN001, ANN202
-    """Run ``train`` behind a rich progress bar (episodes of the step) and one line per step."""
+def _train_with_live_view(checks, train):  # noqa: ANN001, ANN202 - Preflight, loop.train
+    """Run ``train`` from the preflight ``checks`` behind a rich progress bar (episodes of the
+    step) and one line per step."""
     from swerl.cli.progress import RolloutTally, new_progress, phases_into
     from swerl.logs import PhaseClock, command_heartbeat
 
@@ -252,4 +251,4 @@ def _train_with_live_view(cfg, run_dir: Path, resume, train):  # noqa: ANN001, A
                 clock.start("done", scope=f"step {event.step}/{state['total']}")  # then the next batch, or teardown
                 progress.update(bar, status=f"done  {state['last']}")
 
-        return train(cfg, run_dir, resume, on_event=on_event)
+        return train(checks.config, checks.run_dir, checks.resume, on_event=on_event, checked=checks)

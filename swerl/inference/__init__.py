@@ -1,17 +1,14 @@
 """swerl.inference stage: token ids in; token ids, sampling log-probs (mu), a finish reason and the
 weight version out.
 
-Modules: ``base`` (SamplingParams, Generation, GenerationBackend, ContinuousBackend), ``sampling``
-(processed log-prob math), ``hf`` (transformers backend), ``vllm_backend`` (in-process vLLM engine),
-``engine_thread`` (its owner thread), ``engine_pump`` (its continuous batching loop),
-``engine_state`` (its sleep/wake state machine), ``vllm_server`` (vLLM OpenAI servers: start,
-token-in/token-out client, reload), ``vllm_worker`` (code run inside vLLM workers: weight reload +
-tied-head re-pack), ``engine_pool`` (several engines behind one backend), ``gpu_placement`` (which
-GPUs a rank's servers take), ``weight_sync/`` (the WeightSync interface and its implementations:
-HF module share/copy, disk reload, NCCL), ``openai_backend`` (any OpenAI-compatible server),
-``batcher`` (RequestStream and AsyncBatcher for concurrent episodes), ``model_files`` (model
-resolution, GGUF -> cached HF folder), ``config`` (InferenceConfig), ``factory`` (make_backend,
-build_vllm, make_batcher), ``probe`` (engine/trainer log-prob parity), ``rng`` (process RNG state
-capture/restore, shared with trainer checkpoints). Nothing heavy is
+Rooms, lowest first: the ground floor (``config``: InferenceConfig; ``model_files``: a path, a
+GGUF or the default model -> an HF folder; ``machine``: the bf16/fp32 matmul probe; ``rng``:
+process RNG state capture/restore, shared with trainer checkpoints) -> ``backends/`` (the
+contract ``base``, ``hf``, ``openai_backend``, the async ``batcher``, the ``sampling`` math) ->
+``engines/`` (vLLM: in process with its thread, pump and sleep state, or as OpenAI servers with
+their processes and GPU placement; the worker extension; the pool over several engines) ->
+``weight_sync/`` (the WeightSync interface and its implementations: HF module share, disk
+reload, NCCL, LoRA adapters) -> the modules that join them: ``factory`` (make_backend,
+build_vllm, make_batcher) and ``probe`` (engine/trainer log-prob parity). Nothing heavy is
 imported here, so ``import swerl.inference`` stays cheap. See ``docs/inference.md``.
 """

@@ -24,7 +24,7 @@ BATCHER_ONLY: tuple[str, ...] = ("max_batch_size", "batch_wait_s")
 """Fields of the async batcher, which vllm does without (continuous batching: each request goes to
 the engine as it comes, ``max_num_seqs`` bounds them)."""
 AUTO_CHOICES: tuple[str, ...] = ("hf", "vllm")
-"""What ``backend: auto`` resolves to (``swerl train`` only; ``trainer/auto.py``)."""
+"""What ``backend: auto`` resolves to (``swerl train`` only; ``trainer/setup/auto.py``)."""
 
 
 class InferenceConfig(BaseModel):
@@ -37,7 +37,7 @@ class InferenceConfig(BaseModel):
 
     backend: Literal["hf", "vllm", "openai", "auto"] = Field(
         "hf", description="hf: transformers generate; vllm: vLLM engines (in-process or servers, CPU or GPU); openai: any server; "
-        "auto (swerl train): hf or vllm, resolved at start from what the machine measures (trainer/auto.py)."
+        "auto (swerl train): hf or vllm, resolved at start from what the machine measures (trainer/setup/auto.py)."
     )
     model: str | None = Field(
         None, description="HF folder or .gguf file (None = default SmolLM2-135M-Instruct); openai: the served name."

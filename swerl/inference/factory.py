@@ -8,8 +8,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Literal
 
-from swerl.inference.base import GenerationBackend
-from swerl.inference.batcher import AsyncBatcher, RequestStream, make_front
+from swerl.inference.backends.base import GenerationBackend
+from swerl.inference.backends.batcher import AsyncBatcher, RequestStream, make_front
 from swerl.inference.config import InferenceConfig
 
 log = logging.getLogger(__name__)
@@ -34,14 +34,14 @@ def build_backend(config: InferenceConfig) -> GenerationBackend:
     """The backend ``config`` describes; every backend has ``tokenizer`` and ``weight_version``.
 
     Raises:
-        ConfigError: ``backend: auto``, which only ``swerl train`` resolves (``trainer/auto.py``).
+        ConfigError: ``backend: auto``, which only ``swerl train`` resolves (``trainer/setup/auto.py``).
     """
     if config.backend == "auto":
         from swerl.errors import ConfigError
 
         raise ConfigError("inference.backend=auto is resolved by swerl train only: pick hf or vllm")
     if config.backend == "hf":
-        from swerl.inference.hf import HFBackend
+        from swerl.inference.backends.hf import HFBackend
 
         if config.num_threads is not None:
             import torch
@@ -52,7 +52,7 @@ def build_backend(config: InferenceConfig) -> GenerationBackend:
                                          adapter=config.lora_adapter)
     if config.backend == "vllm":
         return build_vllm_with_adapter(config)
-    from swerl.inference.openai_backend import OpenAIBackend
+    from swerl.inference.backends.openai_backend import OpenAIBackend
 
     assert config.base_url is not None  # checked by InferenceConfig
     return OpenAIBackend(
@@ -123,14 +123,14 @@ def build_vllm(config: InferenceConfig, model_path: str, log_dir: Path, gpus: li
     import torch
 
     if config.vllm_mode == "inprocess":
-        from swerl.inference.vllm_backend import VLLMBackend
+        from swerl.inference.engines.vllm_backend import VLLMBackend
 
         return VLLMBackend(config, model_path, max_lora_rank=max_lora_rank)
     from transformers import AutoTokenizer
 
-    from swerl.inference.engine_pool import EnginePool
-    from swerl.inference.server_process import start_servers
-    from swerl.inference.vllm_server import VLLMServerBackend
+    from swerl.inference.engines.engine_pool import EnginePool
+    from swerl.inference.engines.server_process import start_servers
+    from swerl.inference.engines.vllm_server import VLLMServerBackend
 
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     servers: list[Any] = []

@@ -4,7 +4,7 @@ The probe times a square matmul in float32 and in bfloat16 on one thread (CPU) o
 keeps the best rate of each. On a CPU with AMX or AVX512-BF16 the bf16 rate is several times the
 fp32 one; on an AVX2-only CPU it is tens of times lower (no bf16 kernel, oneDNN converts). The
 CPU's flags are read too, but only as a hint printed beside the figures: the choice that
-``trainer/auto.py`` makes rests on the measured rates, never on a model name or a flag.
+``trainer/setup/auto.py`` makes rests on the measured rates, never on a model name or a flag.
 
 The result is cached as JSON under ``<cache>/machine/<key>.json`` (``<cache>`` is
 ``$SWERL_CACHE`` or ``~/.cache/swerl``), the key hashing the device name, the CPU flags, the torch

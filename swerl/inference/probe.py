@@ -13,8 +13,8 @@ import torch
 from torch import nn
 
 from swerl.errors import InferenceError
-from swerl.inference.base import Generation, GenerationBackend, SamplingParams
-from swerl.inference.sampling import processed_logprobs
+from swerl.inference.backends.base import Generation, GenerationBackend, SamplingParams
+from swerl.inference.backends.sampling import processed_logprobs
 
 
 def rescore(model: nn.Module, prompt: list[int], generation: Generation, sampling: SamplingParams,

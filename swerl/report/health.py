@@ -1,4 +1,4 @@
-"""``swerl tasks health RUN_DIR``: the task health ledger of a run (``trainer/task_health.py``),
+"""``swerl tasks health RUN_DIR``: the task health ledger of a run (``trainer/tracking/task_health.py``),
 an optional re-check of the flagged tasks' verifiers in sandboxes, and the patch file that
 ``data.exclude`` reads.
 
@@ -16,7 +16,7 @@ from swerl.run_layout import METRICS_FILE, ROLLOUTS_DIR
 from swerl.run_layout import HEALTH_PATCH_FILE as PATCH_FILE
 from swerl.tasks.exclude import write_exclude_file
 from swerl.text import counted
-from swerl.trainer.task_health import FLAGS, HealthRules, TaskHealth, outcome_summary, read_ledger
+from swerl.trainer.tracking.task_health import FLAGS, HealthRules, TaskHealth, outcome_summary, read_ledger
 
 COLUMNS = ["task", "attempts", "judged", "passed", "solve rate per epoch", "masked", "first solved", "last solved",
            "outcomes", "flags"]

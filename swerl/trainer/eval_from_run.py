@@ -27,7 +27,7 @@ from swerl.agent.evaluate import EvalConfig
 from swerl.errors import ConfigError
 from swerl.run_layout import CONFIG_FILE, EXPORT_DIR, STEP_DIR_RE, export_dir
 from swerl.selection import MetricsFileError, select_checkpoint
-from swerl.trainer.config import load_train_config
+from swerl.trainer.setup.config import load_train_config
 
 # `swerl eval` options (Python parameter names) whose value --from-run takes from the run.
 RUN_FLAGS = {

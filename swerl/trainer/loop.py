@@ -1,14 +1,14 @@
 """The training loop of ``swerl train``: RLOO-n with PPO-clip, TIS and step-level loss reductions,
 rewards from real verifiers in Docker sandboxes.
 
-Reads top to bottom like nanoGPT ``train.py``: setup (ranks, seeds, tasks, policy, optimizer,
-resume), then one loop whose blocks each call a named step of a lower stage:
+Reads top to bottom like nanoGPT ``train.py``: setup (from the preflight's tasks and plan: ranks,
+seeds, policy, optimizer, resume), then one loop whose blocks each call a named step of a lower stage:
 
     take the step's batch from the rollout pipeline (prompts -> agent + sandboxes + verifier) ->
     failure classes ->
     advantages -> pi_old (and pi_ref with a KL term) at the sampling temperature -> micro-batched
     policy update (clip, AdamW, LR schedule) -> publish weights to the generator -> commit (HF export, checkpoint, metrics
-    record as one unit: ``commit.py``) -> log.
+    record as one unit: ``persistence/commit.py``) -> log.
 
 How it departs from a textbook PPO/GRPO trainer (see ``docs/algorithms.md``):
 - No critic, no std normalization: RLOO-n advantages with infrastructure failures left out of
@@ -17,10 +17,10 @@ How it departs from a textbook PPO/GRPO trainer (see ``docs/algorithms.md``):
   never a mean of per-micro-batch means; gradients are SUMMED over ranks.
 - Rollout corrections (TIS by default) against the sampler's own per-token log-probs; pi_old is
   recomputed by the trainer with logits divided by the sampling temperature.
-- An optional KL term to the initial policy, a frozen copy held by the trainer (``reference.py``).
+- An optional KL term to the initial policy, a frozen copy held by the trainer (``policy/reference.py``).
 - One optimizer step per training batch by default (the ratio is ~1: REINFORCE with a
   leave-one-out baseline); mini-batches and update epochs are options.
-- Rollouts with bounded staleness (``pipeline.py``, ``docs/async.md``): with
+- Rollouts with bounded staleness (``rollouts/pipeline.py``, ``docs/async.md``): with
   ``loop.max_staleness_steps = 0`` each batch is sampled with the current weights (synchronous);
   with k >= 1 a producer thread collects later batches while the trainer updates, and no turn
   of a batch is sampled by weights more than k steps older than those it is trained from.
@@ -45,33 +45,34 @@ import numpy as np
 import torch
 
 from swerl.agent.records import write_sample_records
-from swerl.errors import ConfigError, RunFailed
+from swerl.errors import RunFailed
 from swerl.rl.advantages import group_index
 from swerl.rl.loss import compute_advantages
 from swerl.run_layout import CONFIG_FILE, ROLLOUTS_DIR, step_file_name
 from swerl.text import counted
-from swerl.trainer import checkpoint as ckpt
-from swerl.trainer import commit
-from swerl.trainer import distributed as dist
-from swerl.trainer.batch import rows_from_trajectory
-from swerl.trainer.config import TrainConfig
-from swerl.trainer.evaluation import is_due, run_eval
-from swerl.trainer import pipeline
-from swerl.trainer.auto import changes_since, check_ranks_agree, resolve_auto
-from swerl.trainer.busy import BusyClock
-from swerl.trainer.generator import close_generator, make_generator, probe_parity, publish_weights
-from swerl.trainer.masked_guard import MaskedGuard
-from swerl.trainer.metrics import MetricsSink, dump_trajectories, effective_reward, record_flagged, rollout_metrics
-from swerl.trainer.model import compute_dtype, load_policy
-from swerl.trainer.nonfinite import NonFiniteStreak
-from swerl.trainer.optim import build_optimizer
-from swerl.trainer.plan import RunPlan, make_plan
-from swerl.trainer.quarantine import Quarantine
-from swerl.trainer.reference import ReferencePolicy, make_reference
-from swerl.trainer.sampler import PromptSampler
-from swerl.trainer.shared_dir import check_shared_run_dir
-from swerl.trainer.trackers import open_trackers
-from swerl.trainer.update import UpdateSettings, train_on_batch
+from swerl.trainer.persistence import checkpoint as ckpt
+from swerl.trainer.persistence import commit
+from swerl.trainer.policy import distributed as dist
+from swerl.trainer.step.batch import rows_from_trajectory
+from swerl.trainer.setup.config import TrainConfig
+from swerl.trainer.rollouts.evaluation import is_due, run_eval
+from swerl.trainer.rollouts import pipeline
+from swerl.trainer.setup.auto import changes_since, check_ranks_agree
+from swerl.trainer.rollouts.busy import BusyClock
+from swerl.trainer.rollouts.generator import close_generator, make_generator, probe_parity, publish_weights
+from swerl.trainer.step.masked_guard import MaskedGuard
+from swerl.trainer.tracking.metrics import MetricsSink, dump_trajectories, effective_reward, record_flagged, rollout_metrics
+from swerl.trainer.policy.model import compute_dtype, load_policy
+from swerl.trainer.step.nonfinite import NonFiniteStreak
+from swerl.trainer.step.optim import build_optimizer
+from swerl.trainer.setup.plan import RunPlan
+from swerl.trainer.setup.preflight import Preflight, run_preflight
+from swerl.trainer.tracking.quarantine import Quarantine
+from swerl.trainer.policy.reference import ReferencePolicy, make_reference
+from swerl.trainer.rollouts.sampler import PromptSampler
+from swerl.trainer.persistence.shared_dir import check_shared_run_dir
+from swerl.trainer.tracking.trackers import open_trackers
+from swerl.trainer.step.update import UpdateSettings, train_on_batch
 
 log = logging.getLogger(__name__)
 
@@ -187,22 +188,22 @@ class _Run:
 
 
 def train(config: TrainConfig, run_dir: Path, resume: str | None = None, *,
-          on_event: Callable[[TrainEvent], None] | None = None) -> TrainResult:
+          on_event: Callable[[TrainEvent], None] | None = None, checked: Preflight | None = None) -> TrainResult:
     """Run (or resume) a training run in ``run_dir``.
 
     Args:
-        config: the validated config (``auto`` resolved here unless the CLI did). run_dir: where
-            config.yaml, metrics.jsonl, checkpoints/ and exports/ go. resume: None (fresh run; refuses
-            a run_dir that already has checkpoints), ``latest`` or a checkpoint folder path.
-            on_event: progress callback (rank 0 only).
+        config: the validated config. run_dir: where config.yaml, metrics.jsonl, checkpoints/ and
+            exports/ go. resume: None (fresh run; refuses a run_dir that already has checkpoints),
+            ``latest`` or a checkpoint folder path. on_event: progress callback (rank 0 only).
+            checked: ``run_preflight`` of these three (``swerl train`` passes its own; None: run here);
+            the run starts from its config (``auto`` resolved), tasks, plan and checkpoint.
     Returns: TrainResult.
     Raises:
-        ConfigError: bad settings found at run time (resume mismatch, existing checkpoints
-            without ``--resume``).
-        RunFailed: the plan trains 0 steps, or the run trained zero steps although steps were planned.
-        SandboxError / EnvironmentProblem: Docker is unusable.
+        ConfigError / TaskError / EnvironmentProblem / SandboxError: what the preflight refuses, a
+            checkpoint that does not fit, Docker unusable. ValueError: ``checked`` of another run.
+        RunFailed: the run trained zero steps although steps were planned.
     """
-    run = _prepare(config, Path(run_dir), resume, on_event)  # run.config: with auto resolved
+    run = _prepare(_preflight(config, Path(run_dir), resume, checked), on_event)  # run.config: with auto resolved
     if _resume(run, resume):
         return run.result
     nonfinite = NonFiniteStreak(run.config.optimizer.max_consecutive_nonfinite_steps)
@@ -248,24 +249,25 @@ def train(config: TrainConfig, run_dir: Path, resume: str | None = None, *,
     return run.result
 
 
-def _resolve_auto(config: TrainConfig) -> TrainConfig:
-    """``config`` with ``auto`` resolved for this machine (``trainer/auto.py``), the choice logged."""
-    resolution = resolve_auto(config)
-    for line in resolution.lines():
-        log.info("%s", line)
-    return resolution.config
+def _preflight(config: TrainConfig, run_dir: Path, resume: str | None, checked: Preflight | None) -> Preflight:
+    """``checked`` when it is the preflight of ``run_dir`` and ``resume``; None: the preflight run
+    here, with what ``auto`` chose logged. Raises ValueError for another run's preflight."""
+    if checked is None:
+        checked = run_preflight(config, run_dir, resume)
+        for line in checked.resolution.lines():
+            log.info("%s", line)
+    elif (checked.run_dir, checked.resume) != (run_dir, resume):
+        raise ValueError(f"checked is the preflight of {checked.run_dir} (resume {checked.resume}), not of "
+                         f"{run_dir} (resume {resume})")
+    return checked
 
 
-def _prepare(
-    config: TrainConfig, run_dir: Path, resume: str | None, on_event: Callable[[TrainEvent], None] | None
-) -> _Run:
-    """Setup: ranks, seeds, run directory, tasks, the prompt sampler and the plan, then the policy,
-    its optimizer and LR schedule (in this order: the seeds fix the model's initialization), and
-    the KL term's reference policy (the initial weights, before a resume loads a checkpoint)."""
-    from swerl.tasks.exclude import load_without_excluded
-    from swerl.tasks.load import load_tasks
-
-    config = _resolve_auto(config)
+def _prepare(checked: Preflight, on_event: Callable[[TrainEvent], None] | None) -> _Run:
+    """Setup from the preflight's findings: ranks, seeds, run directory, the prompt sampler, then
+    the policy, its optimizer and LR schedule (in this order: the seeds fix the model's
+    initialization), and the KL term's reference policy (the initial weights, before a resume
+    loads a checkpoint)."""
+    config, run_dir, tasks, plan = checked.config, checked.run_dir, checked.tasks, checked.plan
     info = dist.init_distributed(config.model.device)
     check_ranks_agree(config)  # each rank resolved auto on its own machine
     emit = on_event if (on_event is not None and info.is_main) else (lambda event: None)
@@ -273,24 +275,11 @@ def _prepare(
     if info.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
     check_shared_run_dir(run_dir, info)  # one clear error now, not stranded DCP shards later
-    ckpt_path = ckpt.resolve_resume(run_dir, resume)
-    if resume is None and ckpt.list_checkpoints(run_dir / ckpt.CKPT_DIR):
-        raise ConfigError(f"{run_dir} already holds checkpoints: pass --resume latest, or another --run-dir")
 
-    tasks, _ = load_without_excluded(config.data.tasks, limit=config.data.limit, names=config.data.names,
-                                     exclude=config.data.exclude)
-    held_out = [] if config.eval is None else list(
-        load_tasks(config.eval.tasks, limit=config.eval.limit, names=config.eval.names))
     sampler = PromptSampler(len(tasks), config.loop.train_batch_size, config.data_seed, config.data.shuffle)
     quarantine = None if config.data.quarantine is None else Quarantine(
         config.data.quarantine, [t.name for t in tasks], sampler, config.loop.max_staleness_steps)
-    plan: RunPlan = make_plan(config, len(tasks), info.world_size)
     emit(TrainEvent("plan", data=plan))
-    if plan.total_steps == 0:
-        raise RunFailed(
-            f"the plan trains 0 steps: {counted(len(tasks), 'task')} < loop.train_batch_size={config.loop.train_batch_size}; "
-            "lower the batch size or add tasks"
-        )
     log.info("plan: %s x %s x %s, %s", counted(plan.total_steps, "step"), counted(plan.prompts_per_step, "prompt"),
              counted(config.n_samples, "sample"), counted(plan.total_optimizer_steps, "optimizer step"))
 
@@ -299,8 +288,8 @@ def _prepare(
     settings = _update_settings(config, tokenizer)
     reference = make_reference(config.model, model, model_path, info, settings.temperature, settings.compute_dtype) \
         if config.algorithm.use_kl_loss else None
-    return _Run(config, run_dir, info, emit, tasks, held_out, sampler, plan, model, tokenizer, model_path, optimizer,
-                scheduler, settings, ckpt_path, reference, quarantine=quarantine)
+    return _Run(config, run_dir, info, emit, tasks, checked.held_out, sampler, plan, model, tokenizer, model_path,
+                optimizer, scheduler, settings, checked.ckpt_path, reference, quarantine=quarantine)
 
 
 def _update_settings(config: TrainConfig, tokenizer: Any) -> UpdateSettings:
@@ -422,7 +411,7 @@ def _advantage_rows(config: TrainConfig, trajs: list) -> tuple[torch.Tensor, dic
 def _commit(run: _Run, step: int, batch: pipeline.RolloutBatch, position: dict[str, Any], metrics: dict[str, float],
             advantages: torch.Tensor, t_step: float) -> None:
     """Commit the step: HF export, then the checkpoint holding the step's record, then
-    metrics.jsonl (rank 0 writes; ``commit.py``); then one log line."""
+    metrics.jsonl (rank 0 writes; ``persistence/commit.py``); then one log line."""
     config, info, run_dir, model = run.config, run.info, run.run_dir, run.model
     if info.is_main:  # every episode's sample record (the task health ledger reads them), always
         write_sample_records(run_dir / ROLLOUTS_DIR / step_file_name(step), batch.trajectories, global_step=step,

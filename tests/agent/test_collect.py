@@ -14,8 +14,8 @@ from swerl.agent.config import AgentConfig, EpisodeLimits
 from swerl.agent.evaluate import evaluate, write_eval_outputs
 from swerl.agent.policy import BackendPolicy, ScriptedPolicy
 from swerl.agent.collect import collect_rollouts
-from swerl.inference.batcher import AsyncBatcher
-from swerl.inference.hf import HFBackend
+from swerl.inference.backends.batcher import AsyncBatcher
+from swerl.inference.backends.hf import HFBackend
 from swerl.sandbox import SandboxConfig, SandboxManager
 from swerl.tasks.load import load_task
 

@@ -27,7 +27,7 @@ from swerl.agent.protocols.terminus_texts import (
 )
 from swerl.agent.tokens import ChatFormat
 from swerl.sandbox import SandboxConfig, SandboxManager
-from swerl.trainer.batch import rows_from_trajectory
+from swerl.trainer.step.batch import rows_from_trajectory
 from tests.agent.test_episode import humaneval_task, terminus, write_file_keys  # noqa: F401 (fixture)
 from tests.agent.test_terminus2_golden import INSTRUCTION, PROMPT_LINE, hello_world_task, normalize
 

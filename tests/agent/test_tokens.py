@@ -8,8 +8,8 @@ import copy
 import pytest
 
 from swerl.agent.tokens import ChatFormat, TokenRecord
-from swerl.inference.base import Generation, SamplingParams
-from swerl.inference.hf import HFBackend
+from swerl.inference.backends.base import Generation, SamplingParams
+from swerl.inference.backends.hf import HFBackend
 
 ODD_OBSERVATIONS = [
     "New Terminal Output:\n\tcafe\u0301  \u00a0x\r\n  \u200b\U0001F600 trailing   \n\n\n",

@@ -10,6 +10,7 @@ import logging
 import re
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -17,7 +18,7 @@ from typer.testing import CliRunner
 
 from swerl.cli import app
 from swerl.errors import ConfigError
-from swerl.trainer.config import load_train_config
+from swerl.trainer.setup.config import load_train_config
 from swerl.trainer.loop import TrainEvent, TrainResult
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,7 +48,7 @@ def test_a_missing_task_folder_says_how_to_make_tasks(tmp_path):
 
 
 def _default_model_row(monkeypatch, cache: Path) -> str:
-    from swerl.trainer.plan import make_plan
+    from swerl.trainer.setup.plan import make_plan
 
     monkeypatch.setenv("SWERL_CACHE", str(cache))
     cfg = load_train_config(DEMO_YAML)
@@ -89,7 +90,7 @@ def _cores_config(concurrency: int, **sets: str):  # noqa: ANN202 - TrainConfig
 
 def test_oversubscribed_cores_give_one_warning_line():
     from swerl.tasks.load import load_tasks
-    from swerl.trainer.preflight import check_cores, usable_cores
+    from swerl.trainer.setup.preflight import check_cores, usable_cores
 
     tasks = list(load_tasks(FIXTURE_TASKS))
     crowded = 8 * usable_cores() + 1
@@ -112,19 +113,19 @@ def test_boolean_flags_render_as_plain_flags_in_help(args):
 
 def test_heartbeat_names_the_eval_before_training(monkeypatch, caplog):
     from swerl.cli.train import _train_with_live_view
-    from swerl.trainer.plan import make_plan
+    from swerl.trainer.setup.plan import make_plan
 
     monkeypatch.setenv("SWERL_HEARTBEAT_S", "0.05")
     plan = make_plan(load_train_config(DEMO_YAML, [f"model.path={FIXTURE_TASKS}"]), 12)
 
-    def train(cfg, run_dir, resume, *, on_event):  # noqa: ANN001 - stands in for swerl.trainer.loop.train
+    def train(cfg, run_dir, resume, *, on_event, checked):  # noqa: ANN001 - stands in for swerl.trainer.loop.train
         on_event(TrainEvent("plan", data=plan))
         on_event(TrainEvent("phase", 0, "eval (before training)"))
         time.sleep(0.4)
         return TrainResult(run_dir=run_dir)
 
     caplog.set_level(logging.INFO, logger="swerl.heartbeat")
-    _train_with_live_view(None, Path("run"), None, train)
+    _train_with_live_view(SimpleNamespace(config=None, run_dir=Path("run"), resume=None), train)  # a preflight's fields
     beats = [r.getMessage() for r in caplog.records if r.name == "swerl.heartbeat"]
     assert beats and all(b.startswith("eval (before training): ") for b in beats), beats
 
@@ -137,18 +138,18 @@ def test_help_text_keeps_its_square_brackets():
 def test_off_a_terminal_train_beats_the_checkpoint_save_by_name_and_draws_no_bar(monkeypatch, caplog, capfd):
     from swerl.cli.train import _train_with_live_view
     from swerl.logs import phase
-    from swerl.trainer.plan import make_plan
+    from swerl.trainer.setup.plan import make_plan
 
     monkeypatch.setenv("SWERL_HEARTBEAT_S", "0.05")
     plan = make_plan(load_train_config(DEMO_YAML, [f"model.path={FIXTURE_TASKS}"]), 12)
     during: list[str] = []
     after: list[str] = []
 
-    def train(cfg, run_dir, resume, *, on_event):  # noqa: ANN001 - stands in for swerl.trainer.loop.train
+    def train(cfg, run_dir, resume, *, on_event, checked):  # noqa: ANN001 - stands in for swerl.trainer.loop.train
         on_event(TrainEvent("plan", data=plan))
         on_event(TrainEvent("step_start", 1, 4))
         on_event(TrainEvent("phase", 1, "update"))
-        with phase("checkpoint save"):  # what swerl.trainer.checkpoint.save_checkpoint is
+        with phase("checkpoint save"):  # what swerl.trainer.persistence.checkpoint.save_checkpoint is
             first = len(caplog.records)
             time.sleep(0.5)
             during.extend(r.getMessage() for r in caplog.records[first:] if r.name == "swerl.heartbeat")
@@ -160,7 +161,7 @@ def test_off_a_terminal_train_beats_the_checkpoint_save_by_name_and_draws_no_bar
         return TrainResult(run_dir=run_dir)
 
     caplog.set_level(logging.INFO, logger="swerl.heartbeat")
-    _train_with_live_view(None, Path("run"), None, train)
+    _train_with_live_view(SimpleNamespace(config=None, run_dir=Path("run"), resume=None), train)  # a preflight's fields
     beats = during[1:]  # the first may have been composed just before the save began
     assert beats and all(b.startswith(f"step 1/{plan.total_steps} checkpoint save: ") for b in beats), during
     assert after[1:] and all(b.startswith(f"step 1/{plan.total_steps} done: ") for b in after[1:]), after

@@ -15,13 +15,13 @@ import torch
 import torch.distributed as tdist
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from swerl.inference.base import SamplingParams
-from swerl.inference.engine_pool import EnginePool
-from swerl.inference.vllm_server import VLLMServerBackend
-from swerl.trainer import distributed
-from swerl.trainer.busy import BusyClock, metered
-from swerl.trainer.config import TrainConfig
-from swerl.trainer.generator import apply_weights, attach_sync
+from swerl.inference.backends.base import SamplingParams
+from swerl.inference.engines.engine_pool import EnginePool
+from swerl.inference.engines.vllm_server import VLLMServerBackend
+from swerl.trainer.policy import distributed
+from swerl.trainer.rollouts.busy import BusyClock, metered
+from swerl.trainer.setup.config import TrainConfig
+from swerl.trainer.rollouts.generator import apply_weights, attach_sync
 
 
 def main(out: Path, model_path: str, urls: list[str]) -> None:

@@ -22,13 +22,13 @@ sys.path.insert(0, str(Path(__file__).parent))  # this folder's conftest first
 from conftest import build_tiny_model, build_tiny_tokenizer  # noqa: E402
 
 from swerl.errors import InferenceError  # noqa: E402
-from swerl.inference.hf import HFBackend  # noqa: E402
+from swerl.inference.backends.hf import HFBackend  # noqa: E402
 from swerl.inference.weight_sync.base import Staged, WeightSync  # noqa: E402
 from swerl.inference.weight_sync.disk import write_version  # noqa: E402
-from swerl.trainer import distributed  # noqa: E402
-from swerl.trainer.config import TrainConfig  # noqa: E402
-from swerl.trainer.fsdp import shard_model  # noqa: E402
-from swerl.trainer.generator import Generator, apply_weights, probe_parity  # noqa: E402
+from swerl.trainer.policy import distributed  # noqa: E402
+from swerl.trainer.setup.config import TrainConfig  # noqa: E402
+from swerl.trainer.policy.fsdp import shard_model  # noqa: E402
+from swerl.trainer.rollouts.generator import Generator, apply_weights, probe_parity  # noqa: E402
 
 CONFIG = TrainConfig(data={"tasks": "unused"}, agent={"temperature": 0.7, "limits": {"context_window_tokens": 256,
                      "max_new_tokens_per_turn": 64}}, generator={"probe_tokens": 8})

@@ -9,9 +9,9 @@ from concurrent.futures import Future
 import pytest
 
 from swerl.errors import InferenceError
-from swerl.inference.base import ContinuousBackend, Generation, SamplingParams
-from swerl.inference.batcher import AsyncBatcher, RequestStream, make_front
-from swerl.inference.hf import HFBackend
+from swerl.inference.backends.base import ContinuousBackend, Generation, SamplingParams
+from swerl.inference.backends.batcher import AsyncBatcher, RequestStream, make_front
+from swerl.inference.backends.hf import HFBackend
 
 GREEDY = SamplingParams(temperature=0.0, max_new_tokens=6)
 

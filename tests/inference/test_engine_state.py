@@ -1,4 +1,4 @@
-"""The sleep/wake state machine of an in-process vLLM engine (``inference/engine_state.py``): a
+"""The sleep/wake state machine of an in-process vLLM engine (``inference/engines/engine_state.py``): a
 level-2 sleep discards the weights, so the KV cache may wake only after every weight is loaded
 again; level 1 wakes directly; invalid transitions are refused. The real engine goes through
 this cycle in ``test_vllm_engines.py`` (sleep, refused requests, the sync's reload wakes it)."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from swerl.errors import InferenceError
-from swerl.inference.engine_state import EngineState
+from swerl.inference.engines.engine_state import EngineState
 
 
 def test_state_machine_level2_needs_full_load_before_kv_and_generation() -> None:

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from swerl.inference.engine_thread import EngineThread
+from swerl.inference.engines.engine_thread import EngineThread
 
 
 def test_every_call_runs_on_one_thread_whichever_thread_calls() -> None:

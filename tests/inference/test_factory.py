@@ -9,11 +9,11 @@ import pytest
 from pydantic import ValidationError
 
 from swerl.errors import ConfigError, EnvironmentProblem
-from swerl.inference.batcher import AsyncBatcher
+from swerl.inference.backends.batcher import AsyncBatcher
 from swerl.inference.config import InferenceConfig
 from swerl.inference.factory import make_backend, make_batcher
-from swerl.inference.hf import HFBackend
-from swerl.inference.openai_backend import OpenAIBackend
+from swerl.inference.backends.hf import HFBackend
+from swerl.inference.backends.openai_backend import OpenAIBackend
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from swerl.errors import EnvironmentProblem
-from swerl.inference.gpu_placement import server_gpus, visible_gpus
+from swerl.inference.engines.gpu_placement import server_gpus, visible_gpus
 
 
 def test_visible_gpus_follow_the_parents_variable_or_the_device_count() -> None:

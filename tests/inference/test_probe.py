@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from swerl.errors import InferenceError
-from swerl.inference.base import SamplingParams
-from swerl.inference.hf import HFBackend
+from swerl.inference.backends.base import SamplingParams
+from swerl.inference.backends.hf import HFBackend
 from swerl.inference.probe import logprob_gap
 
 PROMPT = [1, 24, 22, 8, 21, 36, 11, 12]

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from swerl.inference.sampling import finish_row, processed_logprobs, sample_rows
+from swerl.inference.backends.sampling import finish_row, processed_logprobs, sample_rows
 
 
 def test_plain_temperature_equals_log_softmax_of_scaled_logits() -> None:

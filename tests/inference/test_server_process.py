@@ -4,7 +4,7 @@ swerl's worker extension, LoRA flags) and environment (dev routes, offline, its 
 from __future__ import annotations
 
 from swerl.inference.config import InferenceConfig
-from swerl.inference.server_process import server_command, server_env
+from swerl.inference.engines.server_process import server_command, server_env
 
 
 def test_server_command_and_env_loopback_dev_mode_own_cores() -> None:
@@ -14,7 +14,7 @@ def test_server_command_and_env_loopback_dev_mode_own_cores() -> None:
     flags = dict(zip(argv[3::], argv[4::]))
     assert flags["--host"] == "127.0.0.1" and flags["--port"] == "8123"
     assert flags["--logprobs-mode"] == "processed_logprobs" and "--enforce-eager" in argv
-    assert flags["--worker-extension-cls"] == "swerl.inference.vllm_worker.SwerlWorkerExtension"
+    assert flags["--worker-extension-cls"] == "swerl.inference.engines.vllm_worker.SwerlWorkerExtension"
     env = server_env(config, "1", None, {"PATH": "/bin"})
     assert env["VLLM_SERVER_DEV_MODE"] == "1" and env["HF_HUB_OFFLINE"] == "1"
     assert env["VLLM_CPU_OMP_THREADS_BIND"] == "1" and env["VLLM_CPU_KVCACHE_SPACE"] == "2"

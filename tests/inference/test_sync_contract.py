@@ -1,4 +1,4 @@
-"""The trainer's sync + parity probe (``swerl.trainer.generator``) against engines that honour the
+"""The trainer's sync + parity probe (``swerl.trainer.rollouts.generator``) against engines that honour the
 vLLM engine contract by reading the safetensors folder into their own copy of the model: a
 faithful engine agrees with the trainer after a sync; one that ignores the folder stops the run.
 The sync is chosen by the backend's type, never by its attributes."""
@@ -13,13 +13,13 @@ import torch
 from safetensors.torch import load_file
 
 from swerl.errors import InferenceError
-from swerl.inference.engine_pool import EnginePool
-from swerl.inference.hf import HFBackend
-from swerl.trainer.config import TrainConfig
-from swerl.trainer.distributed import DistInfo
+from swerl.inference.engines.engine_pool import EnginePool
+from swerl.inference.backends.hf import HFBackend
+from swerl.trainer.setup.config import TrainConfig
+from swerl.trainer.policy.distributed import DistInfo
 from swerl.inference.weight_sync.disk import DiskReload
 from swerl.inference.weight_sync.module_share import ModuleShare
-from swerl.trainer.generator import attach_sync, publish_weights
+from swerl.trainer.rollouts.generator import attach_sync, publish_weights
 
 
 class DiskEngine:

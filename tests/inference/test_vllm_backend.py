@@ -16,9 +16,9 @@ import pytest
 import torch
 
 from swerl.errors import ConfigError, EnvironmentProblem, InferenceError
-from swerl.inference.base import SamplingParams
+from swerl.inference.backends.base import SamplingParams
 from swerl.inference.config import InferenceConfig
-from swerl.inference.vllm_backend import (
+from swerl.inference.engines.vllm_backend import (
     VLLMBackend,
     check_alloc_conf,
     cpu_engine_env,
@@ -67,7 +67,7 @@ def test_engine_kwargs_gpu_colocated_processed_logprobs_bf16() -> None:
     kwargs = engine_kwargs(config, "/m", on_cpu=False)
     assert kwargs["distributed_executor_backend"] == "external_launcher"
     assert kwargs["logprobs_mode"] == "processed_logprobs"
-    assert kwargs["worker_extension_cls"] == "swerl.inference.vllm_worker.SwerlWorkerExtension"
+    assert kwargs["worker_extension_cls"] == "swerl.inference.engines.vllm_worker.SwerlWorkerExtension"
     assert kwargs["dtype"] == "bfloat16" and kwargs["enable_sleep_mode"] is True
     assert kwargs["gpu_memory_utilization"] == 0.4 and kwargs["max_model_len"] == 4096
     assert "hf_overrides" not in kwargs
@@ -82,7 +82,7 @@ def test_engine_kwargs_cpu_in_process_has_no_gpu_knobs() -> None:
 
 
 def test_engine_kwargs_with_lora_take_one_adapter_slot_of_an_accepted_rank() -> None:
-    from swerl.inference.vllm_backend import lora_slot_rank
+    from swerl.inference.engines.vllm_backend import lora_slot_rank
 
     assert "enable_lora" not in engine_kwargs(InferenceConfig(backend="vllm"), "/m", on_cpu=True)
     kwargs = engine_kwargs(InferenceConfig(backend="vllm"), "/m", on_cpu=True, max_lora_rank=12)

@@ -19,7 +19,7 @@ import pytest
 import requests
 import torch
 
-from swerl.inference.base import SamplingParams
+from swerl.inference.backends.base import SamplingParams
 from swerl.inference.probe import logprob_gap, probe_sampling
 from swerl.inference.weight_sync.disk import write_weights
 from swerl.logs import set_phase_display
@@ -200,7 +200,7 @@ def test_requests_join_the_running_batch_and_a_sleeping_engine_wakes_on_its_sync
     assert greedy.token_ids == engine.generate([prompt], long)[0].token_ids  # batching does not change greedy ids
 
     from swerl.inference.weight_sync.disk import DiskReload
-    from swerl.trainer.generator import Generator
+    from swerl.trainer.rollouts.generator import Generator
 
     generator = Generator(engine, DiskReload([engine], [0], tmp_path, torch.bfloat16), sleeps_during_update=True,
                           owns_backend=False)
@@ -246,8 +246,8 @@ def lora_policy(trainer_model: torch.nn.Module) -> torch.nn.Module:
     """The trainer's model with rank-8 adapters on every linear (a copy: the session's model stays plain)."""
     import copy
 
-    from swerl.trainer.config import LoraConfig
-    from swerl.trainer.lora import add_adapters
+    from swerl.trainer.setup.config import LoraConfig
+    from swerl.trainer.policy.lora import add_adapters
     from vllm_support import LORA_RANK
 
     torch.manual_seed(0)
@@ -269,7 +269,7 @@ def check_adapter_sync(engines: list, policy: torch.nn.Module, prompt: list[int]
     """Two versions through ``AdapterSync``: after each, the engines hold the adapter (probe within the
     limit) and not the base (the base's probe is stopped); only the newest version's folder stays."""
     from swerl.inference.weight_sync.adapter import AdapterSync
-    from swerl.trainer.lora import adapters_off, trainable_count
+    from swerl.trainer.policy.lora import adapters_off, trainable_count
 
     sync = AdapterSync(engines, list(range(len(engines))), root, torch.bfloat16, None)
     sync.check()
@@ -293,9 +293,9 @@ def test_lora_adapter_sync_in_process_each_version_a_new_adapter_the_probe_holds
     """In process: every version is a new LoRARequest, the probe holds after each; a colocated engine
     with an adapter sleeps at level 1 only and the adapter sync wakes it; an export (fp32 peft folder)
     loads as an adapter too."""
-    from swerl.trainer import checkpoint as ckpt
-    from swerl.trainer.distributed import DistInfo
-    from swerl.trainer.generator import Generator
+    from swerl.trainer.persistence import checkpoint as ckpt
+    from swerl.trainer.policy.distributed import DistInfo
+    from swerl.trainer.rollouts.generator import Generator
 
     policy = lora_policy(trainer_model)
     try:

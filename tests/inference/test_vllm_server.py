@@ -13,11 +13,11 @@ import pytest
 import torch
 
 from swerl.errors import ConfigError, EnvironmentProblem, InferenceError
-from swerl.inference.base import ContinuousBackend, Generation, SamplingParams
+from swerl.inference.backends.base import ContinuousBackend, Generation, SamplingParams
 from swerl.inference.config import InferenceConfig
-from swerl.inference.engine_pool import EnginePool, split_evenly
+from swerl.inference.engines.engine_pool import EnginePool, split_evenly
 from swerl.inference.factory import engine_cores, parse_cores
-from swerl.inference.vllm_server import VLLMServerBackend, completion_request, generation_from_choice
+from swerl.inference.engines.vllm_server import VLLMServerBackend, completion_request, generation_from_choice
 from swerl.inference.weight_sync.disk import untied_state_dict, write_weights
 from swerl.inference.weight_sync.nccl import cast_source, check_nccl_supported, check_transfer_api, sender_rank
 

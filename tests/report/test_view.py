@@ -16,7 +16,7 @@ from swerl.cli import app
 from swerl.errors import ConfigError
 from swerl.report.view import load_episodes, render_terminal
 from swerl.report.viewer import render_html
-from swerl.trainer.metrics import dump_trajectories
+from swerl.trainer.tracking.metrics import dump_trajectories
 
 from trainer._support import save_tiny_model_dir  # tests/ is on sys.path (rootdir-relative packages)
 

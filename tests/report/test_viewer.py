@@ -16,7 +16,7 @@ import yaml
 from swerl.agent.trajectory import Trajectory
 from swerl.report.view import load_episodes
 from swerl.report.viewer import write_html
-from swerl.trainer.metrics import dump_trajectories
+from swerl.trainer.tracking.metrics import dump_trajectories
 
 REPLY = json.dumps({"analysis": "The file is missing.", "plan": "Write it.",
                     "commands": [{"keystrokes": "echo MAGIC > /app/solution.py\n", "duration": 0.1}],

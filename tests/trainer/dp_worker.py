@@ -19,10 +19,10 @@ from _support import build_tiny_model, make_trajectories  # noqa: E402
 from swerl.rl.advantages import group_index  # noqa: E402
 from swerl.rl.config import AlgorithmConfig  # noqa: E402
 from swerl.rl.loss import compute_advantages  # noqa: E402
-from swerl.trainer import distributed  # noqa: E402
-from swerl.trainer.batch import row_from_trajectory  # noqa: E402
-from swerl.trainer.reference import FrozenReference  # noqa: E402
-from swerl.trainer.update import UpdateSettings, train_on_batch  # noqa: E402
+from swerl.trainer.policy import distributed  # noqa: E402
+from swerl.trainer.step.batch import row_from_trajectory  # noqa: E402
+from swerl.trainer.policy.reference import FrozenReference  # noqa: E402
+from swerl.trainer.step.update import UpdateSettings, train_on_batch  # noqa: E402
 
 KL_CASE = "kl+sequence_mask"
 
@@ -67,7 +67,7 @@ def shared_dir_cases(out: Path, info: distributed.DistInfo) -> None:
     """The run-directory check: one shared folder passes; a folder per rank (as on nodes that do
     not share it) fails on every rank."""
     from swerl.errors import ConfigError
-    from swerl.trainer.shared_dir import check_shared_run_dir
+    from swerl.trainer.persistence.shared_dir import check_shared_run_dir
 
     outcomes = {}
     for name, folder in (("shared", out / "run"), ("per_rank", out / f"run-rank{info.rank}")):

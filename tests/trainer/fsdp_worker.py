@@ -23,15 +23,15 @@ from dp_worker import KL_CASE, algorithm  # noqa: E402
 
 from swerl.rl.advantages import group_index  # noqa: E402
 from swerl.rl.loss import compute_advantages  # noqa: E402
-from swerl.trainer import checkpoint as ckpt  # noqa: E402
-from swerl.trainer import distributed  # noqa: E402
-from swerl.trainer.batch import row_from_trajectory  # noqa: E402
-from swerl.trainer.config import LoraConfig, ModelConfig, OptimizerConfig  # noqa: E402
-from swerl.trainer.fsdp import shard_model  # noqa: E402
-from swerl.trainer.model import prepare_policy  # noqa: E402
-from swerl.trainer.optim import build_optimizer  # noqa: E402
-from swerl.trainer.reference import FrozenReference  # noqa: E402
-from swerl.trainer.update import UpdateSettings, train_on_batch  # noqa: E402
+from swerl.trainer.persistence import checkpoint as ckpt  # noqa: E402
+from swerl.trainer.policy import distributed  # noqa: E402
+from swerl.trainer.step.batch import row_from_trajectory  # noqa: E402
+from swerl.trainer.setup.config import LoraConfig, ModelConfig, OptimizerConfig  # noqa: E402
+from swerl.trainer.policy.fsdp import shard_model  # noqa: E402
+from swerl.trainer.policy.model import prepare_policy  # noqa: E402
+from swerl.trainer.step.optim import build_optimizer  # noqa: E402
+from swerl.trainer.policy.reference import FrozenReference  # noqa: E402
+from swerl.trainer.step.update import UpdateSettings, train_on_batch  # noqa: E402
 
 REDUCTIONS = ["token_mean", "sequence_mean", "seq_mean_token_sum_norm", "seq_mean_token_sum_norm_global"]
 OPT = OptimizerConfig(lr=1e-2, schedule="cosine", warmup_steps=2, grad_clip=0.5)
@@ -206,9 +206,9 @@ def load_cases(out: Path, info: distributed.DistInfo) -> None:
     rank ends with rank 0's values (buffers and adapters included)."""
     from transformers import AutoModelForCausalLM
 
-    from swerl.trainer.config import ModelConfig
-    from swerl.trainer.model import load_policy
-    from swerl.trainer.reference import load_reference
+    from swerl.trainer.setup.config import ModelConfig
+    from swerl.trainer.policy.model import load_policy
+    from swerl.trainer.policy.reference import load_reference
 
     original, reads = AutoModelForCausalLM.from_pretrained, []
 
@@ -270,10 +270,10 @@ def probe_cases(out: Path, info: distributed.DistInfo) -> None:
     from _support import build_tiny_tokenizer
 
     from swerl.errors import InferenceError
-    from swerl.inference.hf import HFBackend
-    from swerl.trainer.config import TrainConfig
+    from swerl.inference.backends.hf import HFBackend
+    from swerl.trainer.setup.config import TrainConfig
     from swerl.inference.weight_sync.module_share import ModuleShare
-    from swerl.trainer.generator import Generator, probe_parity
+    from swerl.trainer.rollouts.generator import Generator, probe_parity
 
     config = TrainConfig.model_validate({"data": {"tasks": "unused"}, "model": {"fsdp": True, "device": "cpu"},
                                          "generator": {"backend": "vllm", "max_model_len": 32768, "probe_tokens": 6}})

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from swerl.agent.trajectory import Segment, Trajectory
-from swerl.trainer.batch import collate, mini_batches, row_from_trajectory, rows_from_trajectory
+from swerl.trainer.step.batch import collate, mini_batches, row_from_trajectory, rows_from_trajectory
 
 
 def summarized(failure_class: str = "none") -> Trajectory:

@@ -1,4 +1,4 @@
-"""The metered front of a continuous engine (``trainer/busy.py``): a weight update waits for the
+"""The metered front of a continuous engine (``trainer/rollouts/busy.py``): a weight update waits for the
 requests in flight, holds the ones that arrive meanwhile without blocking their sender, and sends
 them after, so no request straddles an update and each carries the version it ran with."""
 
@@ -8,8 +8,8 @@ import threading
 import time
 from concurrent.futures import Future
 
-from swerl.inference.base import ContinuousBackend, Generation, SamplingParams
-from swerl.trainer.busy import BusyClock, MeteredBackend, MeteredStream, metered
+from swerl.inference.backends.base import ContinuousBackend, Generation, SamplingParams
+from swerl.trainer.rollouts.busy import BusyClock, MeteredBackend, MeteredStream, metered
 
 
 class VersionedEngine(ContinuousBackend):

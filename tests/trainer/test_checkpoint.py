@@ -17,12 +17,12 @@ from swerl.errors import ConfigError
 from swerl.rl.advantages import group_index
 from swerl.rl.config import AlgorithmConfig
 from swerl.rl.loss import compute_advantages
-from swerl.trainer import checkpoint as ckpt
-from swerl.trainer.batch import row_from_trajectory
-from swerl.trainer.config import OptimizerConfig
-from swerl.trainer.distributed import DistInfo
-from swerl.trainer.optim import build_optimizer
-from swerl.trainer.update import UpdateSettings, train_on_batch
+from swerl.trainer.persistence import checkpoint as ckpt
+from swerl.trainer.step.batch import row_from_trajectory
+from swerl.trainer.setup.config import OptimizerConfig
+from swerl.trainer.policy.distributed import DistInfo
+from swerl.trainer.step.optim import build_optimizer
+from swerl.trainer.step.update import UpdateSettings, train_on_batch
 
 from ._support import build_tiny_model, build_tiny_tokenizer, make_trajectories
 
@@ -74,7 +74,7 @@ CRASH_SCRIPT = textwrap.dedent("""
     import sys, time, torch
     sys.path.insert(0, {tests_dir!r})
     from trainer.test_checkpoint import setup, save
-    from swerl.trainer import checkpoint as ckpt
+    from swerl.trainer.persistence import checkpoint as ckpt
     run_dir = __import__("pathlib").Path(sys.argv[1])
     model, opt, sched = setup()
     save(run_dir, 1, model, opt, sched)

@@ -13,9 +13,9 @@ import yaml
 from pydantic import ValidationError
 
 from swerl.errors import ConfigError
-from swerl.trainer.config import TrainConfig, load_train_config
-from swerl.trainer.generator import check_colocation
-from swerl.trainer.plan import make_plan
+from swerl.trainer.setup.config import TrainConfig, load_train_config
+from swerl.trainer.rollouts.generator import check_colocation
+from swerl.trainer.setup.plan import make_plan
 
 ROOT = Path(__file__).resolve().parents[2]
 SEED_YAML = ROOT / "examples" / "rloo-seqnorm-tis-qwen3-8b.yaml"

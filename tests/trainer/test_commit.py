@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from swerl.trainer import commit
-from swerl.trainer.metrics import make_record
+from swerl.trainer.persistence import commit
+from swerl.trainer.tracking.metrics import make_record
 
 
 def write_metrics(run_dir: Path, steps: list[int], torn: bool = False) -> None:

@@ -9,8 +9,8 @@ from typer.testing import CliRunner
 
 from swerl.cli import app
 from swerl.errors import ConfigError
-from swerl.trainer.config import load_train_config
-from swerl.trainer.plan import make_plan
+from swerl.trainer.setup.config import load_train_config
+from swerl.trainer.setup.plan import make_plan
 
 ROOT = Path(__file__).resolve().parents[2]
 SEED_YAML = ROOT / "examples" / "rloo-seqnorm-tis-qwen3-8b.yaml"

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from swerl.trainer import checkpoint as ckpt
-from swerl.trainer.distributed import DistInfo
+from swerl.trainer.persistence import checkpoint as ckpt
+from swerl.trainer.policy.distributed import DistInfo
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))

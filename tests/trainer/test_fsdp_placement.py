@@ -11,9 +11,9 @@ from typer.testing import CliRunner
 
 from swerl.cli import app
 from swerl.errors import ConfigError
-from swerl.trainer.config import load_train_config
-from swerl.trainer.model_size import kv_bytes_per_token, lora_param_count, param_count
-from swerl.trainer.plan import format_bytes, make_plan
+from swerl.trainer.setup.config import load_train_config
+from swerl.trainer.setup.model_size import kv_bytes_per_token, lora_param_count, param_count
+from swerl.trainer.setup.plan import format_bytes, make_plan
 
 ROOT = Path(__file__).resolve().parents[2]
 SEED_YAML = ROOT / "examples" / "rloo-seqnorm-tis-qwen3-8b.yaml"

@@ -9,14 +9,17 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from typer.testing import CliRunner
 
 from swerl.cli import app
-from swerl.errors import ConfigError, RunFailed
+from swerl.errors import ConfigError
 from swerl.selection import select_checkpoint
-from swerl.trainer import checkpoint as ckpt
-from swerl.trainer.config import TrainConfig
+from swerl.trainer.persistence import checkpoint as ckpt
+from swerl.trainer.setup.config import TrainConfig
 from swerl.trainer.loop import train
+
+from ._support import tiny_run_config
 
 ROOT = Path(__file__).resolve().parents[2]
 TASKS = ROOT / "examples" / "learning_tasks"
@@ -61,10 +64,36 @@ def without_timing(record: dict) -> dict:
     return {k: v for k, v in record.items() if not k.startswith(("timing/", "async/busy"))}
 
 
-def test_zero_planned_steps_is_a_failed_run(tmp_path, tiny_model_dir):
+def test_zero_planned_steps_is_refused_before_any_file(tmp_path, tiny_model_dir):
     cfg = tiny_config(tiny_model_dir, train_batch_size=5)  # 4 tasks < one batch
-    with pytest.raises(RunFailed, match="trains 0 steps"):
-        train(cfg, tmp_path / "run")
+    with pytest.raises(ConfigError, match="the plan trains 0 steps: 4 tasks"):
+        train(cfg, tmp_path / "run")  # train() without a preflight runs it
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.docker
+def test_swerl_train_reads_each_task_once(tmp_path, tiny_model_dir, monkeypatch):
+    """The run starts from what its preflight loaded: every task folder (training and held-out)
+    is read once by the real loader, not once by the preflight and again by ``train()``."""
+    from swerl.tasks import load as task_load
+
+    read, real = [], task_load.load_task
+
+    def counted(path, **kwargs):  # noqa: ANN001, ANN003
+        read.append(Path(path).name)
+        return real(path, **kwargs)
+
+    monkeypatch.setattr(task_load, "load_task", counted)
+    config = tiny_run_config(tiny_model_dir, loop={"train_batch_size": 2, "max_steps": 1, "micro_batch_size": 4},
+                             eval={"tasks": str(TASKS), "names": ["magic-a"]}, logging={"tensorboard": False})
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump(config))
+    result = CliRunner().invoke(app, ["train", str(path), "--run-dir", str(tmp_path / "run")])
+    assert result.exit_code == 0, result.output
+    # Once for the training source, once for the held-out source (the loader reads each of its
+    # folders to match eval.names); a second load by train() would double both.
+    assert sorted(read) == sorted(["magic-a", "magic-b", "magic-c", "magic-d"] * 2)
+    assert len(records(tmp_path / "run")) == 1
 
 
 @pytest.mark.docker

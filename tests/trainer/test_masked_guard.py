@@ -17,7 +17,7 @@ import pytest
 
 from swerl.agent.trajectory import Trajectory
 from swerl.errors import RunFailed
-from swerl.trainer.masked_guard import MaskedGuard
+from swerl.trainer.step.masked_guard import MaskedGuard
 
 from .test_loop import tiny_config
 

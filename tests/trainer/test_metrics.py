@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from swerl.trainer.metrics import (
+from swerl.trainer.tracking.metrics import (
     FLAGGED_FILE, MetricsSink, dump_trajectories, effective_reward, record_flagged, rollout_metrics,
 )
 
@@ -67,7 +67,7 @@ def test_sink_writes_one_record_per_step_with_global_step_and_tensorboard(tmp_pa
 def test_tensorboard_gets_the_config_as_text_and_hparams_and_a_few_episodes(tmp_path, caplog):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    caplog.set_level("INFO", logger="swerl.trainer.metrics")
+    caplog.set_level("INFO", logger="swerl.trainer.tracking.metrics")
     sink = MetricsSink(tmp_path, tensorboard=True, config={"algorithm": {"use_tis": True, "lr": 1e-6}, "names": ["a"]})
     trajs = make_trajectories(num_groups=2, group_size=3)
     trajs[0] = trajs[0].model_copy(update={"outcome": "passed", "reward": 1.0})

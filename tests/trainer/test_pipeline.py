@@ -13,9 +13,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from swerl.trainer import checkpoint as ckpt
-from swerl.trainer import pipeline
-from swerl.trainer.busy import BusyClock
+from swerl.trainer.persistence import checkpoint as ckpt
+from swerl.trainer.rollouts import pipeline
+from swerl.trainer.rollouts.busy import BusyClock
 from swerl.trainer.loop import train
 
 from .test_loop import records, tiny_config
@@ -147,8 +147,8 @@ def test_a_crashed_episode_is_settled_by_a_control_and_its_step_trains(async_run
 
 
 def test_the_dry_run_plan_shows_the_pipeline_of_the_seed_config():
-    from swerl.trainer.config import load_train_config
-    from swerl.trainer.plan import make_plan
+    from swerl.trainer.setup.config import load_train_config
+    from swerl.trainer.setup.plan import make_plan
 
     root = Path(__file__).resolve().parents[2] / "examples"
     lines = dict(make_plan(load_train_config(root / "rloo-seqnorm-tis-qwen3-8b.yaml"), 1000).placement)
@@ -160,7 +160,7 @@ def test_the_dry_run_plan_shows_the_pipeline_of_the_seed_config():
 def test_weights_staged_during_a_generate_call_reach_the_next_call():
     import threading
 
-    from swerl.trainer.busy import MeteredBackend
+    from swerl.trainer.rollouts.busy import MeteredBackend
 
     class SlowBackend:  # returns the version it generated with
         weight_version = 0

@@ -10,7 +10,7 @@ import signal
 import pytest
 
 from swerl.tasks.load import load_tasks
-from swerl.trainer.sampler import PromptSampler
+from swerl.trainer.rollouts.sampler import PromptSampler
 
 from .test_loop import records, tiny_config
 from .test_pipeline import dumped

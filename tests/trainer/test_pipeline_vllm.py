@@ -10,7 +10,7 @@ step's sync loads a new adapter into both servers at runtime (``AdapterSync``), 
 ``inference/weight_sync_bytes`` is the bf16 adapter's size; the in-process run is full fine-tuning.
 
 The in-process engine is called from the producer's threads and the trainer's: it runs every call
-on its own owner thread (``swerl/inference/engine_thread.py``); before that, the first call from
+on its own owner thread (``swerl/inference/engines/engine_thread.py``); before that, the first call from
 the producer could fail in vLLM and leave the engine spinning (seen when torch ran on 1 thread).
 
 Run: ``pytest -m vllm tests/trainer/test_pipeline_vllm.py`` (~2-4 min per engine kind on 2 cores).
@@ -25,12 +25,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from swerl.inference.engine_pool import EnginePool
+from swerl.inference.engines.engine_pool import EnginePool
 from swerl.inference.weight_sync.disk import write_weights
 from swerl.tasks.load import load_tasks
-from swerl.trainer.config import TrainConfig
-from swerl.trainer.generator import attach_sync
-from swerl.trainer.sampler import PromptSampler
+from swerl.trainer.setup.config import TrainConfig
+from swerl.trainer.rollouts.generator import attach_sync
+from swerl.trainer.rollouts.sampler import PromptSampler
 
 from .test_loop import TASKS, records
 from .test_pipeline import dumped

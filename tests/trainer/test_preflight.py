@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from swerl.cli import app
-from swerl.errors import EnvironmentProblem
+from swerl.errors import ConfigError, EnvironmentProblem
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO_YAML = ROOT / "examples" / "humaneval-smollm2-cpu.yaml"
@@ -117,3 +117,30 @@ def test_a_runnable_config_passes_and_prints_the_checks_as_json(tmp_path):
     assert report["plan"]["num_tasks"] == 3 and report["images"] == ["python:3.10-slim"]
     assert 0 < report["disk_needed_bytes"] < report["disk_free_bytes"]
     assert not run_dir.exists()
+
+
+@pytest.mark.parametrize("refusal", ["existing checkpoints", "zero-step plan", "not a checkpoint"])
+def test_each_refusal_reads_the_same_from_swerl_train_and_from_train(tmp_path, refusal):
+    """One wording per refusal: ``swerl train`` (its preflight) and ``train()`` called as a
+    library (which runs the same preflight itself) raise the same error, before any file."""
+    from swerl.trainer.setup.config import load_train_config
+    from swerl.trainer.loop import train
+
+    run_dir = tmp_path / "run"
+    sets = [f"data.tasks={FIXTURE_TASKS}", "data.names=null", f"model.path={_model(tmp_path)}",
+            "loop.train_batch_size=4" if refusal == "zero-step plan" else "loop.train_batch_size=1"]
+    resume = str(tmp_path / "elsewhere") if refusal == "not a checkpoint" else None
+    if refusal == "existing checkpoints":
+        (run_dir / "checkpoints" / "global_step_1").mkdir(parents=True)
+        (run_dir / "checkpoints" / "global_step_1" / "trainer_state.json").write_text("{}")
+    result = CliRunner().invoke(app, ["train", str(DEMO_YAML), "--out", str(run_dir), *(["--resume", resume] if resume else []),
+                                      *[a for s in sets for a in ("--set", s)]])
+    assert isinstance(result.exception, ConfigError), result.output  # CliRunner: main() would print it, exit 2
+    with pytest.raises(ConfigError) as raised:
+        train(load_train_config(DEMO_YAML, sets), run_dir, resume)
+    assert str(raised.value) == str(result.exception)
+    expected = {"existing checkpoints": "already holds checkpoints: pass --resume latest, or another --out",
+                "zero-step plan": "the plan trains 0 steps: 3 tasks", "not a checkpoint": "not a checkpoint folder"}
+    assert expected[refusal] in str(raised.value)
+    left = sorted(p.name for p in run_dir.iterdir()) if run_dir.exists() else []
+    assert left == (["checkpoints"] if refusal == "existing checkpoints" else [])

@@ -45,7 +45,7 @@ CHILD = textwrap.dedent("""
         marker.write_text(point)
         time.sleep(600)
 
-    from swerl.trainer import checkpoint as ckpt
+    from swerl.trainer.persistence import checkpoint as ckpt
     real_replace, real_save = os.replace, ckpt.save_checkpoint
 
     def replace(src, dst, *args, **kwargs):

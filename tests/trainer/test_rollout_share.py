@@ -9,7 +9,7 @@ import torch.distributed as tdist
 import torch.multiprocessing as mp
 
 from swerl.agent.trajectory import Trajectory
-from swerl.trainer.rollouts import gather_trajectories, rank_share
+from swerl.trainer.rollouts.runner import gather_trajectories, rank_share
 
 
 def test_shares_cover_the_prompts_contiguously_with_the_single_rank_prefix() -> None:
@@ -30,7 +30,7 @@ def _gather(rank: int, port: int, out) -> None:
 
 
 def test_two_ranks_all_gather_in_prompt_order() -> None:
-    from swerl.inference.server_process import free_port
+    from swerl.inference.engines.server_process import free_port
 
     with mp.Manager() as manager:
         out = manager.dict()

@@ -24,7 +24,7 @@ TINY = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num
         "num_attention_heads": 4, "vocab_size": 512}
 
 
-def _slow_train(cfg, run_dir, resume, *, on_event):  # noqa: ANN001 - stands in for swerl.trainer.loop.train
+def _slow_train(cfg, run_dir, resume, *, on_event, checked):  # noqa: ANN001 - stands in for swerl.trainer.loop.train
     """Logs one line, then sits in a rollout phase long enough for heartbeats."""
     logging.getLogger("swerl.trainer.loop").info("resume=%s", resume)
     on_event(TrainEvent("step_start", 1, 4))
@@ -34,7 +34,7 @@ def _slow_train(cfg, run_dir, resume, *, on_event):  # noqa: ANN001 - stands in 
 
 @pytest.mark.docker  # the preflight before the run checks the Docker engine and the base image
 def test_train_log_in_the_run_dir_is_appended_and_has_heartbeats(tmp_path, monkeypatch):
-    from swerl.trainer.preflight import usable_cores
+    from swerl.trainer.setup.preflight import usable_cores
 
     monkeypatch.setattr("swerl.trainer.loop.train", _slow_train)
     monkeypatch.setenv("SWERL_HEARTBEAT_S", "0.1")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from swerl.errors import ConfigError
-from swerl.trainer.sampler import PromptSampler
+from swerl.trainer.rollouts.sampler import PromptSampler
 
 
 def take(sampler: PromptSampler, n: int) -> list[tuple[int, list[int]]]:

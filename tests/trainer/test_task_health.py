@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from swerl.tasks.exclude import excluded, read_exclude_file, write_exclude_file
-from swerl.trainer.task_health import HealthRules, TaskLedger
+from swerl.trainer.tracking.task_health import HealthRules, TaskLedger
 
 
 def _rec(task: str, passed: bool = False, outcome: str | None = None, failure_class: str = "none", **extra) -> dict:
@@ -101,7 +101,7 @@ def test_a_real_run_flags_the_saturated_and_the_never_solved_task(tmp_path, tiny
 
     from swerl.cli import app
     from swerl.tasks.exclude import load_without_excluded
-    from swerl.trainer.config import TrainConfig
+    from swerl.trainer.setup.config import TrainConfig
     from swerl.trainer.loop import train
 
     from ._support import tiny_run_config

@@ -10,7 +10,7 @@ import pytest
 
 from swerl.cli import main
 from swerl.errors import EnvironmentProblem
-from swerl.trainer.trackers import MISSING, _import_wandb, check_tracker_packages
+from swerl.trainer.tracking.trackers import MISSING, _import_wandb, check_tracker_packages
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO_YAML = ROOT / "examples" / "humaneval-smollm2-cpu.yaml"

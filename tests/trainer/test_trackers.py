@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from swerl.trainer.config import LoggingConfig, TrainConfig
-from swerl.trainer.metrics import MetricsSink
-from swerl.trainer.plan import make_plan
-from swerl.trainer.trackers import MlflowConfig, WandbConfig, log_selection, open_trackers
+from swerl.trainer.setup.config import LoggingConfig, TrainConfig
+from swerl.trainer.tracking.metrics import MetricsSink
+from swerl.trainer.setup.plan import make_plan
+from swerl.trainer.tracking.trackers import MlflowConfig, WandbConfig, log_selection, open_trackers
 
 from ._support import train_tiny_run
 from ._wandb_file import read_wandb_run
@@ -23,7 +23,7 @@ def _wandb_runs(run_dir: Path) -> list[dict]:
 
 def test_wandb_offline_run_holds_metrics_config_plan_and_selection(tmp_path, monkeypatch, caplog):
     monkeypatch.setenv("WANDB_MODE", "offline")
-    caplog.set_level("INFO", logger="swerl.trainer.trackers")
+    caplog.set_level("INFO", logger="swerl.trainer.tracking.trackers")
     cfg = TrainConfig.model_validate({"data": {"tasks": "tasks/"}, "logging": {"wandb": {"project": "swerl-test"}},
                                       "loop": {"train_batch_size": 2}})
     plan = make_plan(cfg, 4)

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from swerl.trainer.config import TrainConfig
-from swerl.trainer.metrics import MetricsSink
-from swerl.trainer.plan import make_plan
-from swerl.trainer.trackers import _mlflow_client, log_selection, mlflow_key, open_trackers
+from swerl.trainer.setup.config import TrainConfig
+from swerl.trainer.tracking.metrics import MetricsSink
+from swerl.trainer.setup.plan import make_plan
+from swerl.trainer.tracking.trackers import _mlflow_client, log_selection, mlflow_key, open_trackers
 
 from ._support import train_tiny_run
 
@@ -35,7 +35,7 @@ def test_mlflow_keys_keep_slashes_and_spell_out_at():
 
 
 def test_mlflow_store_holds_metrics_config_plan_and_selection(tmp_path, caplog):
-    caplog.set_level("INFO", logger="swerl.trainer.trackers")
+    caplog.set_level("INFO", logger="swerl.trainer.tracking.trackers")
     cfg = TrainConfig.model_validate({"data": {"tasks": "tasks/"}, "logging": {"mlflow": {"experiment": "swerl-test"}},
                                       "loop": {"train_batch_size": 2}})
     plan = make_plan(cfg, 4)

@@ -26,8 +26,8 @@ from swerl.inference.weight_sync.base import Staged, WeightSync
 from swerl.inference.weight_sync.disk import publish_folder, run_token
 
 if TYPE_CHECKING:
-    from swerl.inference.vllm_backend import VLLMBackend
-    from swerl.inference.vllm_server import VLLMServerBackend
+    from swerl.inference.engines.vllm_backend import VLLMBackend
+    from swerl.inference.engines.vllm_server import VLLMServerBackend
 
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 ADAPTER_CONFIG = "adapter_config.json"

@@ -1,6 +1,6 @@
 """The weight-sync interface: how the trainer's weights reach one rank's generator after an
 optimizer step. One implementation per way the weights travel; the run picks it by the type of
-generator backend it built (``swerl.trainer.generator.attach_sync``), never by probing attributes.
+generator backend it built (``swerl.trainer.rollouts.generator.attach_sync``), never by probing attributes.
 
 | class | engines | what travels |
 |---|---|---|

@@ -30,8 +30,8 @@ from swerl.fileio import atomic_write
 from swerl.inference.weight_sync.base import Staged, WeightSync
 
 if TYPE_CHECKING:
-    from swerl.inference.vllm_backend import VLLMBackend
-    from swerl.inference.vllm_server import VLLMServerBackend
+    from swerl.inference.engines.vllm_backend import VLLMBackend
+    from swerl.inference.engines.vllm_server import VLLMServerBackend
 
 log = logging.getLogger(__name__)
 

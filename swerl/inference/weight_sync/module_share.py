@@ -8,7 +8,7 @@ import time
 
 import torch
 
-from swerl.inference.hf import HFBackend
+from swerl.inference.backends.hf import HFBackend
 from swerl.inference.weight_sync.base import Staged, WeightSync
 
 

@@ -21,7 +21,7 @@ from swerl.errors import ConfigError, EnvironmentProblem
 from swerl.inference.weight_sync.base import Staged, WeightSync
 
 if TYPE_CHECKING:
-    from swerl.inference.vllm_server import VLLMServerBackend
+    from swerl.inference.engines.vllm_server import VLLMServerBackend
 
 TRANSFER_MODULES = ("vllm.distributed.weight_transfer.base", "vllm.distributed.weight_transfer.clients",
                     "vllm.distributed.weight_transfer.factory", "vllm.distributed.weight_transfer.nccl_engine")

@@ -1,0 +1,1 @@
+"""Generation backends behind one contract: HF generate, OpenAI-compatible servers, the batcher, sampling math."""

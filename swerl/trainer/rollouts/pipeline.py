@@ -1,0 +1,338 @@
+"""Where each training step's batch comes from: the rollout pipeline with bounded staleness
+(``loop.max_staleness_steps = k``), see ``docs/async.md``.
+
+Batch s is always the sampler's s-th batch of prompts (the plan's order), every prompt sampled
+``n`` times, groups complete (a failed episode is a masked row, never a missing one).
+
+- ``k = 0`` (:class:`InlineRollouts`): the trainer collects batch s itself, with the weights
+  after s - 1 steps, then trains on it: the synchronous loop.
+- ``k >= 1`` (:class:`PipelinedRollouts`): a producer thread collects batch s + 1, s + 2, ...
+  while the trainer updates on batch s. Admission control: the producer starts batch s only
+  once the generator holds weight version >= s - 1 - k, so every turn of batch s is sampled by a
+  version the trainer has not moved more than k steps past when it trains on it
+  (staleness = (s - 1) - oldest turn's version <= k). Nothing finished is ever discarded.
+  Weights reach the producer's generator between requests (``busy.metered``): an HF copy takes
+  them at once when idle, else at its next generate call; vLLM engines (each turn one request,
+  continuous batching) reload them once the requests in flight have finished, new ones held back
+  meanwhile, and are probed. In-flight episodes continue with the new version, recorded per turn.
+
+A checkpoint stores the sampler position of the last TRAINED batch; batches the producer had
+collected or started beyond it were never trained and are collected again after a resume.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from swerl.agent.trajectory import Trajectory
+from swerl.inference.weight_sync.module_share import ModuleCopy, ModuleShare
+from swerl.trainer.rollouts.busy import BusyClock, metered
+from swerl.trainer.setup.config import TrainConfig
+from swerl.trainer.policy.distributed import DistInfo
+from swerl.trainer.setup.concurrency import rank_sandbox
+from swerl.trainer.rollouts.generator import Generator, apply_weights, probe_parity, publish_weights
+from swerl.trainer.rollouts.runner import RolloutRunner, gather_trajectories, rank_share
+from swerl.trainer.rollouts.sampler import PromptSampler
+
+log = logging.getLogger(__name__)
+
+THREADED_AT_ZERO = False  # tests: run k = 0 through the producer thread too (it must change nothing)
+
+
+@dataclass
+class RolloutBatch:
+    """One training step's rollouts, as the trainer receives them.
+
+    Attributes:
+        step: the global step that trains on it.
+        epoch: the sampler's epoch of its prompts.
+        trajectories: N = B * n trajectories, all ranks, groups contiguous in prompt order.
+        sampler_state: the sampler position right after this batch (what a checkpoint stores).
+        metrics: ``timing/rollout_s`` (seconds collecting it), ``timing/wait_for_rollouts_s``
+            (seconds the trainer waited for it), ``rollout/buffer_depth`` (finished batches
+            waiting when the trainer asked), ``async/staleness_mean`` / ``_max`` (steps).
+    """
+
+    step: int
+    epoch: int
+    trajectories: list[Trajectory]
+    sampler_state: dict
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+def staleness(trajs: list[Trajectory], step: int) -> list[int]:
+    """Per trajectory with at least one sampled turn: (step - 1) - version of its oldest turn, in steps.
+
+    Step s trains the weights of version s - 1, so 0 means on-policy."""
+    out = []
+    for traj in trajs:
+        versions = traj.turn_weight_versions
+        if versions:
+            out.append(step - 1 - min(versions))
+    return out
+
+
+def staleness_metrics(trajs: list[Trajectory], step: int) -> dict[str, float]:
+    """``async/staleness_mean`` and ``async/staleness_max`` of a batch (steps; 0 when no turn was sampled)."""
+    values = staleness(trajs, step)
+    return {"async/staleness_mean": sum(values) / len(values) if values else 0.0,
+            "async/staleness_max": float(max(values, default=0))}
+
+
+@dataclass
+class Context:
+    """What both rollout sources need from the loop's setup."""
+
+    config: TrainConfig
+    tasks: list[Any]
+    sampler: PromptSampler
+    generator: Generator
+    model: torch.nn.Module
+    run_dir: Path
+    info: DistInfo
+    clock: BusyClock
+    emit_rollout: Callable[[int, Any], None]
+
+    def runner(self, backend: Any) -> RolloutRunner:
+        """A rollout runner (own event loop and sandbox manager) on ``backend``, with this rank's
+        share of the run's episodes in flight and sandbox slots (``concurrency.rank_sandbox``)."""
+        cfg = self.config
+        sandbox, episodes = rank_sandbox(cfg.sandbox, cfg.loop.rollout_concurrency or cfg.sandbox.concurrency,
+                                         self.info.rank, self.info.world_size)
+        return RolloutRunner(backend, backend.tokenizer, sandbox, cfg.agent, episodes,
+                             cfg.generator.max_batch_size, cfg.generator.batch_wait_s, cfg.seed)
+
+    def collect_local(self, runner: RolloutRunner, step: int, indices: list[int], on_event: Any) -> list[Trajectory]:
+        """This rank's share of batch ``step`` (prompts ``indices``), timed as ``rollout``."""
+        batch_tasks = [self.tasks[i] for i in indices]
+        share, prefix = rank_share(len(batch_tasks), step, self.info.rank, self.info.world_size)
+        with self.clock.busy("rollout"):
+            return runner.collect([batch_tasks[i] for i in share], self.config.n_samples, step,
+                                  on_event=on_event, group_prefix=prefix, first_index=share.start)
+
+
+def group_batch(trajs: list[Trajectory]) -> list[Trajectory]:
+    """Groups contiguous, in first-appearance order, samples by ``sample_index`` (mini-batches cut
+    along groups)."""
+    order = {g: i for i, g in enumerate(dict.fromkeys(t.group_id for t in trajs))}
+    return sorted(trajs, key=lambda t: (order[t.group_id], t.sample_index))
+
+
+class InlineRollouts:
+    """``k = 0``: batch s is collected when the trainer asks for it, with the current weights.
+
+    ``runner`` is also the runner of held-out evaluation.
+    """
+
+    def __init__(self, ctx: Context, start_step: int) -> None:
+        self.ctx = ctx
+        self.metered = metered(ctx.generator.backend, ctx.clock)
+        self.runner = ctx.runner(self.metered)
+
+    def __enter__(self) -> "InlineRollouts":
+        self.runner.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.runner.__exit__(*exc)
+
+    def take(self, step: int) -> RolloutBatch:
+        """Collect batch ``step`` now (every rank its share, then gathered)."""
+        ctx = self.ctx
+        epoch, indices = ctx.sampler.next_batch()
+        t0 = time.monotonic()
+        ctx.model.eval()
+        local = ctx.collect_local(self.runner, step, indices, lambda ev: ctx.emit_rollout(step, ev))
+        ctx.generator.sleep_for_update()  # a colocated engine frees the GPU for the update; the sync wakes it
+        trajs = group_batch(gather_trajectories(local))
+        waited = time.monotonic() - t0
+        metrics = {"timing/rollout_s": waited, "timing/wait_for_rollouts_s": waited, "rollout/buffer_depth": 0.0,
+                   **staleness_metrics(trajs, step)}
+        return RolloutBatch(step, epoch, trajs, ctx.sampler.state_dict(), metrics)
+
+    def publish(self, step: int) -> dict[str, float]:
+        """Give the generator the weights after ``step`` steps (then the parity probe)."""
+        ctx = self.ctx
+        with ctx.clock.busy("update"):
+            return publish_weights(ctx.generator, ctx.model, ctx.config, ctx.info, version=step)
+
+    def position(self) -> dict[str, Any]:
+        """The pipeline's part of a checkpoint's trainer state."""
+        return {"max_staleness_steps": 0, "buffered_steps": [], "producing_step": None}
+
+
+class PipelinedRollouts:
+    """``k >= 1``: a producer thread collects batches ahead of the trainer within the staleness bound.
+
+    The producer generates with its own weights: an HF copy of the policy (the trainer's module
+    changes under it), or the run's vLLM engines; both behind a metered, gated front (``busy.py``).
+    """
+
+    def __init__(self, ctx: Context, start_step: int, last_step: int, max_staleness: int) -> None:
+        self.ctx = ctx
+        self.k = max_staleness
+        self.next_step, self.last_step = start_step + 1, last_step
+        self.generator = ctx.generator
+        if isinstance(ctx.generator.sync, ModuleShare):  # HF on the live module: generate on a copy
+            from swerl.inference.backends.hf import HFBackend
+            from swerl.trainer.policy.lora import hf_module
+
+            policy_copy = copy.deepcopy(ctx.model).eval()
+            copy_backend = HFBackend(hf_module(policy_copy), ctx.generator.backend.tokenizer,
+                                     seed=ctx.config.generator.seed, weight_version=start_step)
+            self.generator = Generator(copy_backend, ModuleCopy(copy_backend, policy_copy), owns_backend=False)
+        self.metered = metered(self.generator.backend, ctx.clock)
+        self.runner = ctx.runner(self.metered)  # held-out eval, in the trainer's thread
+        self._published = start_step  # the newest version handed to the generator
+        self._ready: dict[int, RolloutBatch] = {}
+        self._producing: int | None = None
+        self._error: BaseException | None = None
+        self._stop = threading.Event()
+        self._cond = threading.Condition()
+        self._producer_runner: RolloutRunner | None = None
+        self._thread = threading.Thread(target=self._produce, name="swerl-rollout-producer", daemon=True)
+
+    def __enter__(self) -> "PipelinedRollouts":
+        self.runner.__enter__()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        with self._cond:
+            self._cond.notify_all()
+        runner = self._producer_runner
+        if runner is not None:
+            runner.cancel_threadsafe()  # in-flight episodes close their sandboxes
+        self._thread.join()
+        self.runner.__exit__(*exc)
+
+    # ---- producer thread ------------------------------------------------------------------
+
+    def _admitted(self, step: int) -> bool:
+        """Wait until batch ``step`` may start: the generator holds version >= step - 1 - k.
+        False when stopping."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._stop.is_set() or self._published >= step - 1 - self.k)
+            if self._stop.is_set():
+                return False
+            self._producing = step
+        self.metered.apply_staged()  # a version staged while a generate call ran
+        assert self.metered.inner.weight_version >= step - 1 - self.k
+        return True
+
+    def _produce(self) -> None:
+        ctx = self.ctx
+        try:
+            with ctx.runner(self.metered) as runner:
+                self._producer_runner = runner
+                for step in range(self.next_step, self.last_step + 1):
+                    if not self._admitted(step):
+                        return
+                    epoch, indices = ctx.sampler.next_batch()
+                    t0 = time.monotonic()
+                    local = ctx.collect_local(runner, step, indices, None)
+                    batch = RolloutBatch(step, epoch, local, ctx.sampler.state_dict(),
+                                         {"timing/rollout_s": time.monotonic() - t0})
+                    with self._cond:
+                        self._ready[step] = batch
+                        self._producing = None
+                        self._cond.notify_all()
+        except BaseException as err:  # handed to the trainer, which raises it in its own thread
+            if not self._stop.is_set():
+                log.exception("rollout producer failed")
+                with self._cond:
+                    self._error = err
+                    self._cond.notify_all()
+        finally:
+            self._producer_runner = None
+
+    # ---- trainer thread -------------------------------------------------------------------
+
+    def take(self, step: int) -> RolloutBatch:
+        """Batch ``step``, waiting for the producer if it is not finished yet.
+
+        Raises:
+            the error that stopped the producer (a Docker outage, an inference error), as it was.
+        """
+        t0 = time.monotonic()
+        with self._cond:
+            depth = len(self._ready)
+            self._cond.wait_for(lambda: step in self._ready or self._error is not None)
+            if step not in self._ready:
+                log.error("the rollout producer stopped before batch %d", step)
+                assert self._error is not None
+                raise self._error
+            batch = self._ready.pop(step)
+        waited = time.monotonic() - t0
+        batch.trajectories = group_batch(gather_trajectories(batch.trajectories))
+        batch.metrics.update({"timing/wait_for_rollouts_s": waited, "rollout/buffer_depth": float(depth),
+                              **staleness_metrics(batch.trajectories, step)})
+        return batch
+
+    def publish(self, step: int) -> dict[str, float]:
+        """Push the weights after ``step`` steps to the producer's generator between two requests,
+        then admit the batches this version allows."""
+        if isinstance(self.generator.sync, ModuleCopy):
+            with self.ctx.clock.busy("update"):
+                metrics = self._publish_to_copy(step)
+        else:
+            metrics = self._publish_to_engines(step)
+        with self._cond:
+            self._published = step
+            self._cond.notify_all()
+        return metrics
+
+    def _publish_to_engines(self, step: int) -> dict[str, float]:
+        """vLLM: stage the new weights while the engines keep generating (a ``disk`` write), wait
+        until no request of this rank is in flight (turns, not episodes: each episode's next turn is
+        a new request), then apply and probe while none runs. The wait is
+        ``timing/weight_sync_wait_s``; staging, applying and probing are busy as ``update``."""
+        ctx = self.ctx
+        with ctx.clock.busy("update"):
+            staged = self.generator.sync.stage(ctx.model, step)
+        t0 = time.monotonic()
+        with self.metered.exclusive():
+            waited = time.monotonic() - t0
+            with ctx.clock.busy("update"):
+                metrics = apply_weights(self.generator, staged, ctx.model, ctx.config, ctx.info)
+        return {**metrics, "timing/weight_sync_wait_s": waited + metrics.get("timing/weight_sync_wait_s", 0.0)}
+
+    def _publish_to_copy(self, step: int) -> dict[str, float]:
+        """The HF copy: copy the weights in now and probe parity when no generate call runs; else
+        have the next generate call apply the snapshot first (the trainer does not wait)."""
+        ctx, sync = self.ctx, self.generator.sync
+        t0 = time.monotonic()
+        staged = sync.stage(ctx.model, step)
+        with self.metered.exclusive(blocking=False) as backend:
+            if backend is not None:
+                sync.apply(staged)
+                return {**probe_parity(self.generator, ctx.model, ctx.config, ctx.info),
+                        "timing/weight_sync_s": time.monotonic() - t0,
+                        "inference/weight_sync_bytes": float(staged.num_bytes)}
+        self.metered.stage(lambda backend: sync.apply(staged))
+        return {"timing/weight_sync_s": time.monotonic() - t0, "inference/weight_sync_bytes": float(staged.num_bytes)}
+
+    def position(self) -> dict[str, Any]:
+        """The pipeline's part of a checkpoint's trainer state (informative: a resume re-collects
+        every batch after the checkpoint's step)."""
+        with self._cond:
+            return {"max_staleness_steps": self.k, "buffered_steps": sorted(self._ready),
+                    "producing_step": self._producing}
+
+
+def open_rollouts(ctx: Context, start_step: int, last_step: int) -> InlineRollouts | PipelinedRollouts:
+    """The rollout source for ``loop.max_staleness_steps`` (use as a context manager)."""
+    k = ctx.config.loop.max_staleness_steps
+    if k == 0 and not THREADED_AT_ZERO:
+        return InlineRollouts(ctx, start_step)
+    return PipelinedRollouts(ctx, start_step, last_step, k)

@@ -1,0 +1,162 @@
+"""The generation phase of each training step, run on EVERY rank: each rank takes a contiguous
+share of the step's prompts (groups stay whole on one rank), runs their episodes with its own
+generator, and the trajectories are all-gathered so every rank trains on the same batch. One event
+loop and one ``SandboxManager`` (warm pools survive across steps) for the whole run; in front of the
+rank's generation backend an async front per collection (vLLM: each turn submitted as it comes;
+HF: batched).
+
+Episodes run concurrently (bounded by ``concurrency``): while one episode's verifier runs in its
+container, other episodes keep generating. Each step's group ids are prefixed ``step{N}/`` so
+that the per-episode sampling seeds differ from step to step yet are reproducible on resume.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from swerl.agent.config import AgentConfig
+from swerl.agent.policy import BackendPolicy
+from swerl.agent.collect import RolloutEvent, collect_rollouts
+from swerl.agent.trajectory import Trajectory
+from swerl.inference.backends.batcher import make_front
+from swerl.sandbox.types import SandboxConfig
+
+log = logging.getLogger(__name__)
+
+
+def rank_share(num_tasks: int, step: int, rank: int, world_size: int) -> tuple[range, str]:
+    """This rank's prompts of a step and the step's group-id prefix.
+
+    Returns:
+        (contiguous task indices, ``step{N}/``). Pass ``share.start`` as ``first_index`` so group
+        ids (hence episode seeds) are the same on any number of ranks.
+    """
+    base, extra = divmod(num_tasks, world_size)
+    start = rank * base + min(rank, extra)
+    share = range(start, start + base + (1 if rank < extra else 0))
+    return share, f"step{step}/"
+
+
+def gather_trajectories(local: list[Trajectory]) -> list[Trajectory]:
+    """Every rank's trajectories, concatenated in rank order (= prompt order), on every rank (over
+    the gloo group with a long timeout: the slowest rank's episodes may take hours)."""
+    from swerl.trainer.policy.distributed import all_gather_objects
+
+    return [traj for box in all_gather_objects(local) for traj in box]
+
+
+class RolloutRunner:
+    """Collects trajectories step after step; use as a context manager (it owns Docker resources).
+
+    Args:
+        backend: this rank's generation backend (``HFBackend`` on the live policy, a vLLM engine or pool).
+        tokenizer: the policy's tokenizer (chat template).
+        sandbox_cfg: settings of the run's sandbox manager.
+        agent_cfg: protocol, limits, sampling; ``seed`` None is replaced by ``seed``.
+        concurrency: most episodes in flight.
+        max_batch_size, batch_wait_s: async batcher settings (prompts per call, seconds).
+        seed: base sampling seed when ``agent_cfg.seed`` is None.
+    """
+
+    def __init__(
+        self,
+        backend: Any,
+        tokenizer: Any,
+        sandbox_cfg: SandboxConfig,
+        agent_cfg: AgentConfig,
+        concurrency: int,
+        max_batch_size: int,
+        batch_wait_s: float,
+        seed: int,
+    ) -> None:
+        self.backend = backend
+        self.tokenizer = tokenizer
+        self.sandbox_cfg = sandbox_cfg
+        self.agent_cfg = agent_cfg if agent_cfg.seed is not None else agent_cfg.model_copy(update={"seed": seed})
+        self.concurrency = concurrency
+        self.max_batch_size = max_batch_size
+        self.batch_wait_s = batch_wait_s
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._manager: Any = None
+        self._collecting = False
+
+    def __enter__(self) -> "RolloutRunner":
+        from swerl.sandbox.manager import SandboxManager
+
+        self._loop = asyncio.new_event_loop()
+        manager = SandboxManager(self.sandbox_cfg)
+        self._manager = self._loop.run_until_complete(manager.__aenter__())
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._loop is not None
+        try:
+            # Episodes interrupted mid-step (SIGTERM, an error): cancel them so their sandboxes close.
+            pending = asyncio.all_tasks(self._loop)
+            for task in pending:
+                task.cancel()
+            if pending:
+                self._loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            if self._manager is not None:
+                self._loop.run_until_complete(self._manager.__aexit__(*exc))
+        finally:
+            self._loop.close()
+            self._loop = None
+
+    def cancel_threadsafe(self) -> None:
+        """From another thread: cancel the episodes in flight (their sandboxes close as they unwind)."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+
+        def cancel_all() -> None:
+            if not self._collecting:  # between collections (or while closing): nothing to cancel
+                return
+            for task in asyncio.all_tasks(loop):
+                task.cancel()
+
+        try:
+            loop.call_soon_threadsafe(cancel_all)
+        except RuntimeError:  # closed in between
+            pass
+
+    def collect(
+        self,
+        tasks: list[Any],
+        n_samples: int,
+        step: int,
+        on_event: Callable[[RolloutEvent], None] | None = None,
+        group_prefix: str | None = None,
+        first_index: int = 0,
+        task_seed: int | None = None,
+    ) -> list[Trajectory]:
+        """``len(tasks) * n_samples`` trajectories of this step, groups contiguous in task order.
+
+        ``group_prefix`` (default ``step{N}/``) prefixes every group id; ``first_index`` is the
+        batch index of ``tasks[0]`` (see :func:`rank_share`); ``task_seed`` seeds the episodes
+        as an evaluation does (``swerl.agent.collect.eval_episode_seed``)."""
+        assert self._loop is not None, "RolloutRunner used outside its context"
+        prefix = f"step{step}/" if group_prefix is None else group_prefix
+        if not tasks:
+            return []
+        self._collecting = True
+        try:
+            return self._loop.run_until_complete(
+                self._collect(tasks, n_samples, prefix, first_index, on_event, task_seed))
+        finally:
+            self._collecting = False
+
+    async def _collect(
+        self, tasks: list[Any], n_samples: int, prefix: str, first_index: int,
+        on_event: Callable[[RolloutEvent], None] | None, task_seed: int | None,
+    ) -> list[Trajectory]:
+        async with make_front(self.backend, self.max_batch_size, self.batch_wait_s) as batcher:
+            policy = BackendPolicy(batcher, self.tokenizer)
+            return await collect_rollouts(
+                tasks, n_samples, policy, self._manager, self.agent_cfg,
+                concurrency=self.concurrency, on_event=on_event, group_prefix=prefix,
+                first_index=first_index, task_seed=task_seed,
+            )

@@ -1,0 +1,296 @@
+"""``auto`` in a TrainConfig (``model.dtype``, ``generator.backend``) resolved for this machine from
+what it measures (``inference/machine.py``), and what a resume on another machine changed.
+
+Rules (an explicit value always wins; ``choose`` is the whole logic, a pure function):
+
+- ``model.dtype: auto`` -> ``bfloat16`` (autocast, fp32 master weights) where the probe's bf16
+  matmul rate is at least :data:`BF16_MIN_SPEEDUP` x its fp32 rate, else ``float32``. The
+  update's other work (fp32 log-softmax and AdamW, autocast's casts) dilutes the matmul gain:
+  2.9x in matmul gave 1.5x in the update on an AVX512-BF16 EPYC, so below ~1.5x bf16 would not pay.
+- ``generator.backend: auto`` -> ``vllm`` (in process unless ``vllm_mode`` says servers) where vLLM
+  is installed and the trainer is on a GPU, or bf16 is fast here, or ``model.fsdp`` is on (a
+  sharded module cannot generate); else ``hf`` on the live policy. vLLM's dtype, when
+  ``generator.dtype`` is unset: bf16 where bf16 is fast, else fp32. On an AVX2-only CPU (no bf16
+  kernel) HF generate in fp32 outran the vLLM CPU build, which is today's CPU default.
+- The ``generator`` fields that only the other backend reads (``num_threads`` for hf; ``max_model_len``,
+  ``kv_cache_space_gib``, ... for vllm) are reset to their defaults in the resolved config: they
+  apply when their backend is chosen, and are not an error under ``auto``.
+
+The resolved config is what the run uses and what ``RUN_DIR/config.yaml`` records.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from swerl.errors import ConfigError
+from swerl.inference.config import AUTO_CHOICES, BATCHER_ONLY, ONLY_READ_BY, InferenceConfig
+from swerl.inference.machine import MachineProbe
+from swerl.trainer.setup.config import TrainConfig, generator_fields_ignored
+
+BF16_MIN_SPEEDUP = 1.5
+"""bf16 / fp32 matmul rate from which ``auto`` trains in bf16 (and samples with vLLM on CPU)."""
+BF16_UNITS = ("amx_bf16", "avx512_bf16", "bf16")
+"""CPU flags of a native bf16 matmul unit: only compared with the measurement, in words."""
+
+
+@dataclass(frozen=True)
+class AutoChoice:
+    """What ``auto`` became, and why.
+
+    Attributes:
+        dtype: the resolved ``model.dtype``.
+        backend: the resolved ``generator.backend``.
+        generator_dtype: the resolved ``generator.dtype`` (None: left as configured).
+        reasons: (field, value, why) for each field resolved from ``auto``.
+    """
+
+    dtype: str
+    backend: str
+    generator_dtype: str | None
+    reasons: tuple[tuple[str, str, str], ...]
+
+
+def _flag_note(probe: MachineProbe, fast: bool) -> str:
+    """A word when the CPU flags disagree with the measurement (the measurement decides)."""
+    has_unit = any(flag in probe.flags for flag in BF16_UNITS)
+    if probe.device != "cpu" or has_unit == fast or not probe.flags:
+        return ""
+    return f"; the CPU flags ({probe.hint()}) suggest {'a' if has_unit else 'no'} bf16 unit, the measurement decides"
+
+
+def choose(probe: MachineProbe, *, dtype: str, backend: str, generator_dtype: str | None = None,
+           fsdp: bool = False, vllm_installed: bool = True) -> AutoChoice:
+    """Resolve ``auto`` values from a probe (a measured one, or a forced one in tests).
+
+    Args:
+        probe: the machine's bf16 and fp32 matmul rates on the trainer's device.
+        dtype: ``model.dtype`` as configured (``auto``, ``float32`` or ``bfloat16``).
+        backend: ``generator.backend`` as configured (``auto``, ``hf`` or ``vllm``).
+        generator_dtype: ``generator.dtype`` as configured (None = unset).
+        fsdp: ``model.fsdp``. vllm_installed: the vllm package is importable.
+    Raises:
+        ConfigError: ``model.fsdp`` with ``generator.backend: auto`` where vLLM is not installed.
+    """
+    speedup = probe.bf16_speedup
+    fast = speedup >= BF16_MIN_SPEEDUP
+    measured = f"bf16 matmul {speedup:.2f}x fp32 here, {'>=' if fast else '<'} {BF16_MIN_SPEEDUP}x"
+    reasons = []
+    if dtype == "auto":
+        dtype = "bfloat16" if fast else "float32"
+        what = "bf16 autocast, fp32 master weights" if fast else "bf16 would be slower here"
+        reasons.append(("model.dtype", dtype, f"{measured}: {what}{_flag_note(probe, fast)}"))
+    new_generator_dtype = None
+    if backend == "auto":
+        backend, why = _choose_backend(probe, fast, fsdp, vllm_installed, measured)
+        reasons.append(("generator.backend", backend, why))
+        if backend == "vllm" and generator_dtype is None:
+            new_generator_dtype = vllm_dtype_for(probe)
+            reasons.append(("generator.dtype", new_generator_dtype, f"{measured}: vLLM's dtype when auto chose vLLM"))
+    return AutoChoice(dtype=dtype, backend=backend, generator_dtype=new_generator_dtype, reasons=tuple(reasons))
+
+
+def vllm_dtype_for(probe: MachineProbe) -> str:
+    """vLLM's dtype under ``auto``: bfloat16 where bf16 is fast on the probe, else float32."""
+    return "bfloat16" if probe.bf16_speedup >= BF16_MIN_SPEEDUP else "float32"
+
+
+def _choose_backend(probe: MachineProbe, fast: bool, fsdp: bool, vllm_installed: bool, measured: str) -> tuple[str, str]:
+    """(hf or vllm, why) for ``generator.backend: auto``."""
+    if fsdp and not vllm_installed:
+        from swerl.inference.engines.vllm_backend import VLLM_FIX
+
+        raise ConfigError(f"model.fsdp with generator.backend=auto needs vLLM (a sharded module cannot generate), which "
+                          f"is not installed; fix: {VLLM_FIX}")
+    if fsdp:
+        return "vllm", "model.fsdp: a sharded module cannot generate"
+    if not vllm_installed:
+        return "hf", "the vllm package is not installed"
+    if probe.device == "cuda":
+        return "vllm", f"the trainer is on a GPU ({probe.name})"
+    if fast:
+        return "vllm", f"{measured}: the vLLM CPU build in bf16 samples several times faster than HF generate"
+    return "hf", f"{measured}: HF generate on the live policy, faster than the vLLM CPU build without bf16 kernels"
+
+
+def uses_auto(config: TrainConfig) -> bool:
+    """True when ``model.dtype`` or ``generator.backend`` is ``auto``."""
+    return config.model.dtype == "auto" or config.generator.backend == "auto"
+
+
+def probe_device(config: TrainConfig) -> str:
+    """The device the trainer computes on: ``cuda`` (set, or ``auto`` with a GPU present), else ``cpu``."""
+    if config.model.device == "cpu":
+        return "cpu"
+    import torch
+
+    return "cuda" if config.model.device == "cuda" or torch.cuda.is_available() else "cpu"
+
+
+def unread_generator_fields(backend: str) -> tuple[str, ...]:
+    """The ``generator`` fields ``swerl train`` does not read with the chosen ``backend`` (hf or vllm)
+    that it would read with the other choice."""
+    others = [name for other in AUTO_CHOICES if other != backend for name in ONLY_READ_BY[other]]
+    if backend == "vllm":  # continuous batching: the HF batcher's fields are not read
+        others += BATCHER_ONLY
+    never = generator_fields_ignored("auto")  # read by neither choice: still refused
+    return tuple(dict.fromkeys(name for name in [*others, *generator_fields_ignored(backend)] if name not in never))
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """A config with ``auto`` resolved.
+
+    Attributes:
+        config: the resolved config (no ``auto`` left); the input itself when it had none.
+        probe: the machine probe it rests on (None when nothing was ``auto``).
+        choice: what was chosen and why (None when nothing was ``auto``).
+        reset: ``generator.<field>=<value>`` entries the chosen backend does not read, reset to defaults.
+    """
+
+    config: TrainConfig
+    probe: MachineProbe | None = None
+    choice: AutoChoice | None = None
+    reset: tuple[str, ...] = ()
+
+    def rows(self) -> list[tuple[str, str]]:
+        """(item, value) rows of the dry-run's plan: the machine and its probe, each choice and why,
+        the fields reset; none when nothing was ``auto``."""
+        if self.choice is None or self.probe is None:
+            return []
+        rows = [("auto: machine", self.probe.describe()),
+                *((f"auto: {field}", f"{value} ({why})") for field, value, why in self.choice.reasons)]
+        if self.reset:
+            rows.append((f"auto: not read by {self.choice.backend}", f"{', '.join(self.reset)} (they apply when the "
+                         "other backend is chosen)"))
+        return rows
+
+    def lines(self) -> list[str]:
+        """:meth:`rows` as log lines (``train.log``)."""
+        return [f"{item} -> {value}" if item != "auto: machine" else f"{item}: {value}" for item, value in self.rows()]
+
+    def as_dict(self) -> dict[str, Any]:
+        """The resolution as JSON-ready data (``--json``)."""
+        if self.choice is None or self.probe is None:
+            return {}
+        return {"machine": self.probe.describe(), "bf16_speedup": self.probe.bf16_speedup,
+                "fp32_gflops": self.probe.fp32_gflops, "bf16_gflops": self.probe.bf16_gflops,
+                "model.dtype": self.config.model.dtype, "generator.backend": self.config.generator.backend,
+                "generator.dtype": self.config.generator.dtype,
+                "reasons": {field: why for field, _, why in self.choice.reasons},
+                "reset": list(self.reset)}
+
+
+def resolve_auto(config: TrainConfig, probe: MachineProbe | None = None) -> Resolution:
+    """``config`` with its ``auto`` values resolved for this machine (``probe`` given or measured, cached).
+
+    Raises:
+        ConfigError: the resolved config is invalid (e.g. ``generator.max_model_len`` below the
+            context window once vllm is chosen), named with what ``auto`` chose.
+    """
+    if not uses_auto(config):
+        return Resolution(config=config)
+    from swerl.inference.machine import probe_machine, vllm_installed
+
+    probe = probe or probe_machine(probe_device(config))
+    choice = choose(probe, dtype=config.model.dtype, backend=config.generator.backend,
+                    generator_dtype=config.generator.dtype, fsdp=config.model.fsdp, vllm_installed=vllm_installed())
+    data = config.model_dump(mode="json", exclude_unset=True)
+    data.setdefault("model", {})["dtype"] = choice.dtype
+    generator = data.setdefault("generator", {})
+    reset: list[str] = []
+    if config.generator.backend == "auto":
+        generator["backend"] = choice.backend
+        defaults = InferenceConfig.model_fields
+        for name in unread_generator_fields(choice.backend):
+            if name in generator and generator[name] != defaults[name].get_default(call_default_factory=True):
+                reset.append(f"generator.{name}={generator.pop(name)}")
+    if choice.generator_dtype is not None:
+        generator["dtype"] = choice.generator_dtype
+    try:
+        resolved = TrainConfig.model_validate(data)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise ConfigError(f"auto chose model.dtype={choice.dtype}, generator.backend={choice.backend} on this machine, and "
+                          f"then {where}: {first['msg'].removeprefix('Value error, ')}") from err
+    return Resolution(config=resolved, probe=probe, choice=choice, reset=tuple(reset))
+
+
+def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
+    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}`` (lists are values)."""
+    if not isinstance(data, dict):
+        return {prefix: data}
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        out.update(_flatten(value, f"{prefix}.{key}" if prefix else str(key)))
+    return out
+
+
+def config_changes(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    """``key: old -> new`` for every dotted key whose value differs between two config dicts
+    (e.g. a run's ``config.yaml`` and the config that resumes it on another machine)."""
+    old, new = _flatten(before), _flatten(after)
+    missing = "(unset)"
+    return [f"{key}: {old.get(key, missing)} -> {new.get(key, missing)}"
+            for key in sorted(old.keys() | new.keys()) if old.get(key, missing) != new.get(key, missing)]
+
+
+def changes_since(path: Path, config: TrainConfig) -> list[str]:
+    """:func:`config_changes` from a run's ``config.yaml`` at ``path`` to ``config``; [] when there is none."""
+    import yaml
+
+    if not path.is_file():
+        return []
+    return config_changes(yaml.safe_load(path.read_text()) or {}, config.model_dump(mode="json"))
+
+
+def check_ranks_agree(config: TrainConfig) -> None:
+    """Every rank resolved ``auto`` alike (each probes its own machine: nodes may differ).
+
+    Raises:
+        ConfigError: on every rank, naming the ranks' choices and the fix (explicit values).
+    """
+    from swerl.trainer.policy import distributed as dist
+
+    if not dist.is_distributed():
+        return
+    import torch
+
+    mine = (config.model.dtype, config.generator.backend, config.generator.resolved_dtype())
+    every: list[Any] = [None] * torch.distributed.get_world_size()
+    torch.distributed.all_gather_object(every, mine)
+    if len(set(every)) > 1:
+        seen = ", ".join(f"rank {rank}: {'/'.join(choice)}" for rank, choice in enumerate(every))
+        raise ConfigError(f"auto resolved differently across ranks ({seen}): set model.dtype and generator.backend "
+                          "explicitly")
+
+
+def machine_choice(device: str = "cpu") -> tuple[MachineProbe, AutoChoice]:
+    """This machine's probe on ``device`` (cached) and what ``model.dtype: auto`` and
+    ``generator.backend: auto`` resolve to with it (benches' ``auto`` modes)."""
+    from swerl.inference.machine import probe_machine, vllm_installed
+
+    probe = probe_machine(device)
+    return probe, choose(probe, dtype="auto", backend="auto", vllm_installed=vllm_installed())
+
+
+def machine_summary(device: str = "cpu") -> list[str]:
+    """Where a figure was measured, for benches: the CPU (model, bf16 units, cores, load average),
+    the bf16 probe, and what ``auto`` resolves to here (``model.dtype``, ``generator.backend``)."""
+    import os
+
+    from swerl.inference.machine import cpu_identity
+
+    probe, choice = machine_choice(device)
+    name, _ = cpu_identity()
+    load = " / ".join(f"{x:.2f}" for x in os.getloadavg())
+    generator = choice.backend + (f" ({choice.generator_dtype})" if choice.generator_dtype else "")
+    return [f"machine: {name} ({probe.hint() if device == 'cpu' else probe.name}), {len(os.sched_getaffinity(0))} cores, "
+            f"load average {load}",
+            f"bf16 probe: {probe.figures()}",
+            f"auto: model.dtype={choice.dtype}, generator.backend={generator}"]
