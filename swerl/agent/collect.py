@@ -129,8 +129,10 @@ async def _guarded_episode(task: Any, manager: Any, policy: Policy, cfg: AgentCo
     """
     retries = manager.config.engine_retries
     engine: str | None = None
+    played, lost = None, False
     try:
         for retry in range(retries + 1):
+            played, lost = None, False
             async with manager.sandbox(task) as sandbox:
                 on_phase("started")
                 engine = sandbox.engine
@@ -141,17 +143,20 @@ async def _guarded_episode(task: Any, manager: Any, policy: Policy, cfg: AgentCo
                 break
             logger.warning("%s #%d: its engine stopped answering; running it again on another engine",
                            task.name, sample_index)
-    except SandboxError as err:  # the sandbox never started: nothing of the attempt to judge
-        outcome = getattr(err, "outcome", None)
-        outcome_name = str(getattr(outcome, "value", outcome) or "sandbox_error")
-        logger.warning("%s #%d: sandbox failed: %s", task.name, sample_index, err)
-        return masked_trajectory(task, policy, cfg, group_id=group_id, sample_index=sample_index,
-                                 outcome=outcome_name, detail=str(err))
-    except Exception as err:  # a crash inside one episode must not sink the batch; logged in full, then a control
-        logger.exception("%s #%d: episode crashed", task.name, sample_index)
-        control = await run_control(manager, task, engine)
-        return masked_trajectory(task, policy, cfg, group_id=group_id, sample_index=sample_index,
-                                 outcome="episode_error", detail=f"{type(err).__name__}: {err}", control=control)
+    except Exception as err:  # noqa: BLE001 - one episode's failure never sinks the batch
+        if played is not None:  # played and verified; only what came after (the release, a ping) failed
+            logger.warning("%s #%d: after the episode: %s: %s", task.name, sample_index, type(err).__name__, err)
+        elif isinstance(err, SandboxError):  # the sandbox never started: nothing of the attempt to judge
+            outcome = getattr(err, "outcome", None)
+            outcome_name = str(getattr(outcome, "value", outcome) or "sandbox_error")
+            logger.warning("%s #%d: sandbox failed: %s", task.name, sample_index, err)
+            return masked_trajectory(task, policy, cfg, group_id=group_id, sample_index=sample_index,
+                                     outcome=outcome_name, detail=str(err))
+        else:  # a crash inside one episode: logged in full, then a control
+            logger.exception("%s #%d: episode crashed", task.name, sample_index)
+            control = await run_control(manager, task, engine)
+            return masked_trajectory(task, policy, cfg, group_id=group_id, sample_index=sample_index,
+                                     outcome="episode_error", detail=f"{type(err).__name__}: {err}", control=control)
     # The control runs once the episode's sandbox is released (it needs a sandbox slot of its own).
     control = await run_control(manager, task, engine) if played.verdict.needs_control and not lost else None
     return finish_trajectory(task, played, control, group_id=group_id, sample_index=sample_index)

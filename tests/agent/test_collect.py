@@ -136,3 +136,34 @@ def test_backend_policy_records_sampling_logprobs_on_generated_ids_only(smol_tok
         assert len(generated) == traj.num_generated_tokens and all(lp < 0.0 for lp in generated)
         assert observed and all(lp == 0.0 for lp in observed)
     assert trajs[0].response_ids != trajs[1].response_ids  # per-episode seeds differ
+
+
+def test_a_failure_after_the_episode_never_discards_its_verified_result(smol_tokenizer):
+    """An episode that played and was verified keeps its trajectory when what comes after it fails
+    (the sandbox's release raising SandboxError or anything else): its reward and tokens stand,
+    instead of a masked trajectory with nothing trained."""
+    from contextlib import asynccontextmanager
+
+    from swerl.errors import SandboxError
+
+    tasks = [load_task(FIXTURE_TASKS / "add-two")]
+    for failure in (SandboxError("the release failed"), RuntimeError("the release failed")):
+        policy = ScriptedPolicy([SOLVE_ADD_TWO], smol_tokenizer)
+
+        async def main():
+            async with SandboxManager(SandboxConfig(concurrency=1, warm_pool=False)) as manager:
+                real = manager.sandbox
+
+                @asynccontextmanager
+                async def failing_release(task):
+                    async with real(task) as sandbox:
+                        yield sandbox
+                    raise failure
+
+                manager.sandbox = failing_release
+                return await collect_rollouts(tasks, 1, policy, manager, AgentConfig(protocol="single-turn"),
+                                              concurrency=1)
+
+        (traj,) = asyncio.run(main())
+        assert (traj.outcome, traj.reward, traj.failure_class) == ("passed", 1.0, "none"), (failure, traj.detail)
+        assert sum(traj.loss_mask) > 0 and not traj.exclude_from_baseline
