@@ -55,9 +55,19 @@ def test_timeout_is_verifier_timeout_with_reward_zero_even_if_a_reward_was_writt
     assert result.failure_class == "zero"
 
 
-def test_exit_137_before_the_deadline_is_not_a_timeout():
-    result = verdict(parse_sections(report(rc="137", txt="0")), timed_out=False, timeout_s=30, duration_s=2.0)
-    assert result.outcome is Outcome.failed
+def test_a_verifier_killed_before_the_deadline_leaves_no_trustworthy_reward():
+    """test.sh killed by a signal (exit 128 + N) before its deadline did not finish: whatever reward
+    file is there (on a kernel or runtime without Landlock, the code under test can kill the judge
+    and write 1) is not its verdict. bad_reward, so a control run decides the class; an OOM kill is
+    oom; an ordinary non-zero exit keeps its reward."""
+    for rc, txt in (("137", "0"), ("137", "1"), ("143", "1"), ("129", "1")):
+        result = verdict(parse_sections(report(rc=rc, txt=txt)), timed_out=False, timeout_s=30, duration_s=2.0)
+        assert (result.outcome, result.reward, result.failure_class) == (Outcome.bad_reward, 0.0, "mask"), rc
+        assert f"killed by signal {int(rc) - 128}" in result.detail
+    oom = verdict(parse_sections(report(rc="137", txt="1", oom=(0, 1))), False, 30, 2.0)
+    assert (oom.outcome, oom.failure_class) == (Outcome.oom, "zero")
+    for rc in ("0", "1", "2", "128", "255"):  # exits of its own
+        assert verdict(parse_sections(report(rc=rc, txt="1")), False, 30, 2.0).outcome is Outcome.passed, rc
 
 
 def test_oom_kill_during_tests_is_oom_unless_the_tests_passed():

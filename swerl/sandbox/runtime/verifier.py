@@ -152,13 +152,31 @@ def verdict(sections: dict[str, str], timed_out: bool, timeout_s: float, duratio
     if timed_out or ended_by_timeout(int(rc_text) if rc_text.isdigit() else None, duration_s, timeout_s):
         return result(Outcome.verifier_timeout, detail=f"tests/test.sh exceeded the verifier timeout of {timeout_s:g} s")
     problem, reward, why = read_reward(sections)
-    if oom_delta > 0 and (problem is not None or reward < 1.0):
+    signal = killed_by(rc_text)
+    if signal is not None and oom_delta == 0:  # whatever a killed verifier left is not its verdict
+        return result(Outcome.bad_reward, detail=f"tests/test.sh was killed by signal {signal} (exit {rc_text}): "
+                      "a reward file left behind by a killed verifier is not evidence")
+    if oom_delta > 0 and (problem is not None or reward < 1.0 or signal is not None):
         return result(Outcome.oom, detail=f"the memory limit was hit ({oom_delta} process(es) OOM-killed)")
     if problem is not None:
         return result(problem, detail=f"{why} (test.sh exit {rc_text or '?'})")
     if reward >= 1.0:
         return result(Outcome.passed, reward)
     return result(Outcome.failed, reward, detail=f"reward {reward:g} (test.sh exit {rc_text or '?'})")
+
+
+def killed_by(rc_text: str) -> int | None:
+    """The signal that killed ``tests/test.sh`` (its exit status 128 + N, as the shell reports a
+    child killed by signal N), else None.
+
+    A verifier that was killed did not finish: a reward file it leaves (or that something else
+    wrote while it ran, e.g. the code under test after killing the judge, on a kernel or OCI
+    runtime without Landlock) is no trustworthy reward. The trial is then ``bad_reward`` and its
+    control run decides the class. A verifier timeout is told apart before (its own outcome), and
+    an OOM kill counts as ``oom``.
+    """
+    rc = int(rc_text) if rc_text.isdigit() else None
+    return rc - 128 if rc is not None and 128 < rc <= 128 + 64 else None
 
 
 def rights_taken(report: str) -> str:
