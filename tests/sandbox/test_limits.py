@@ -87,6 +87,39 @@ def test_a_trial_past_storage_mb_is_killed_and_ends_as_disk_limit(docker_client,
 
 
 @pytest.mark.docker
+def test_a_trial_past_storage_mb_in_empty_files_is_killed_and_blamed_on_the_attempt(docker_client, tmp_path):
+    """Empty files cost next to nothing in allocated blocks but one inode each of the host's fixed
+    supply (16 KiB of disk per inode on ext4's default): 4,000 of them are ~62 MiB of that supply."""
+    from swerl.sandbox.control import with_control
+    from swerl.sandbox.manager import failed_record
+    from swerl.sandbox.types import Blame, FailureClass, TrialTimings
+
+    folder = copy_task("add", tmp_path)
+    toml = folder / "task.toml"
+    toml.write_text(toml.read_text().replace("[environment]\n", "[environment]\nstorage_mb = 20\n"))
+    task = load_task(folder)
+
+    async def body():
+        async with SandboxManager(SandboxConfig(concurrency=1, warm_pool=False, disk_poll_s=0.3)) as mgr:
+            try:
+                async with mgr.sandbox(task) as sb:
+                    with pytest.raises(SandboxError) as caught:
+                        await sb.exec("mkdir /root/f && cd /root/f && for i in 1 2 3 4; do touch $i-{1..1000}; done; "
+                                      "sleep 20", timeout_s=60)
+                record = failed_record(task.name, "inode-flood", caught.value, TrialTimings(), [], acted=True)
+                return caught.value, await with_control(mgr, task, record), mgr.run_id
+            finally:
+                await mgr.engines[0].reaper.drain(30)
+
+    err, record, run_id = run(body())
+    assert err.outcome is Outcome.disk_limit
+    assert re.search(r"holds [\d,]+ files and folders \(= \d+ MiB at the file system's [\d.]+ KiB per inode\), "
+                     r"over \[environment\] storage_mb = 20", str(err)), str(err)
+    assert record.failure_class is FailureClass.zero and record.blame is Blame.attempt  # the control read a reward
+    assert containers_of(docker_client, run_id) == []
+
+
+@pytest.mark.docker
 def test_too_little_free_disk_on_dockers_data_root_is_an_environment_problem(docker_client):
     async def body():
         async with SandboxManager(SandboxConfig(concurrency=1, min_free_disk_mb=1 << 40)):
@@ -152,7 +185,7 @@ def test_disk_is_measured_at_any_depth_in_allocated_blocks(tmp_path):
     blocks, a hard link counts once."""
     import subprocess
 
-    from swerl.sandbox.deployment.limits import PartialMeasure, _measure_all, allocated_bytes
+    from swerl.sandbox.deployment.limits import DiskUse, PartialMeasure, _measure_all, allocated_bytes
 
     try:
         subprocess.run(["bash", "-c", "mkdir -p $(printf 'd/%.0s' $(seq 1500)) && cd $(printf 'd/%.0s' $(seq 1500)) "
@@ -165,11 +198,40 @@ def test_disk_is_measured_at_any_depth_in_allocated_blocks(tmp_path):
         def unreadable() -> int:
             raise OSError("du: cannot read")
 
-        assert _measure_all({"a": lambda: used, "b": unreadable}) == {"a": used}  # b falls back to SizeRw
+        assert _measure_all({"a": lambda: DiskUse(used), "b": unreadable}) == {"a": DiskUse(used)}  # b: SizeRw
 
-        def partial() -> int:  # du skipped a folder renamed mid-walk
-            raise PartialMeasure(4096)
+        def partial() -> DiskUse:  # du skipped a folder renamed mid-walk
+            raise PartialMeasure(DiskUse(4096, 10))
 
-        assert _measure_all({"c": partial}, {"c": used}) == {"c": used}  # never lower than the last reading
+        assert _measure_all({"c": partial}, {"c": DiskUse(used)}) == {"c": DiskUse(used)}  # never lower than the last
+        assert _measure_all({"c": partial}, {"c": DiskUse(0, 1)}) == {"c": DiskUse(4096, 10)}  # a lower bound still
     finally:  # rm, not pytest's own cleanup: it recurses and would stop at this depth
         subprocess.run(["rm", "-rf", str(tmp_path / "d")], check=True)
+
+
+def test_the_charge_is_the_larger_of_allocated_blocks_and_inodes_at_the_file_systems_ratio(tmp_path, monkeypatch):
+    """Empty files cost no blocks but one inode each; the charge prices an inode at the file
+    system's bytes per inode (f_blocks * f_frsize / f_files), 16 KiB where it reports no total."""
+    import os
+    import subprocess
+    from types import SimpleNamespace
+
+    from swerl.sandbox.deployment import limits
+
+    subprocess.run(["bash", "-c", "mkdir e && touch e/f{1..2999} && head -c 1048576 /dev/urandom > blob"],
+                   cwd=tmp_path, check=True)
+    ext4 = SimpleNamespace(f_blocks=1 << 20, f_frsize=4096, f_files=1 << 18)  # 4 GiB, 262,144 inodes: 16 KiB each
+    monkeypatch.setattr(os, "statvfs", lambda path: ext4)
+    use = limits.layer_use(str(tmp_path), limits.bytes_per_inode(str(tmp_path)))
+    assert use.entries == 3002 and use.bytes_per_inode == 16384  # the folder, e, its 2,999 files, blob
+    assert 1 << 20 <= use.disk_bytes < 2 << 20 and use.charged == 3002 * 16384
+    assert use.describe() == "holds 3,002 files and folders (= 46 MiB at the file system's 16.0 KiB per inode)"
+
+    dense = SimpleNamespace(f_blocks=1 << 20, f_frsize=4096, f_files=1 << 24)  # 256 B per inode: blocks win
+    monkeypatch.setattr(os, "statvfs", lambda path: dense)
+    use = limits.layer_use(str(tmp_path), limits.bytes_per_inode(str(tmp_path)))
+    assert use.charged == use.disk_bytes and use.describe() == f"holds {use.disk_bytes >> 20} MiB on disk"
+
+    monkeypatch.setattr(os, "statvfs", lambda path: SimpleNamespace(f_blocks=1 << 20, f_frsize=4096, f_files=0))
+    assert limits.bytes_per_inode(str(tmp_path)) == limits.DEFAULT_BYTES_PER_INODE == 16384  # btrfs: dynamic inodes
+    assert limits.DiskUse(5 << 20).charged == 5 << 20  # SizeRw: bytes alone, no inode count
