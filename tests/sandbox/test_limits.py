@@ -235,3 +235,22 @@ def test_the_charge_is_the_larger_of_allocated_blocks_and_inodes_at_the_file_sys
     monkeypatch.setattr(os, "statvfs", lambda path: SimpleNamespace(f_blocks=1 << 20, f_frsize=4096, f_files=0))
     assert limits.bytes_per_inode(str(tmp_path)) == limits.DEFAULT_BYTES_PER_INODE == 16384  # btrfs: dynamic inodes
     assert limits.DiskUse(5 << 20).charged == 5 << 20  # SizeRw: bytes alone, no inode count
+
+
+def test_a_data_root_short_of_inodes_is_short_of_disk(tmp_path, monkeypatch):
+    """Free inodes count at the file system's bytes per inode: 1,000 of them at 16 KiB are 15 MiB,
+    however many blocks are free."""
+    import os
+    from types import SimpleNamespace
+
+    from swerl.sandbox.deployment.limits import check_free_disk
+
+    engine = SimpleNamespace(info=lambda: {"DockerRootDir": str(tmp_path)})
+    roomy = dict(f_blocks=1 << 26, f_frsize=4096, f_bavail=1 << 25, f_files=1 << 24)  # 256 GiB, 128 GiB free
+    monkeypatch.setattr(os, "statvfs", lambda path: SimpleNamespace(**roomy, f_favail=1000))
+    with pytest.raises(EnvironmentProblem, match=r": 15 MiB free on Docker's data root \(its 1,000 free inodes at "
+                       r"16\.0 KiB each\), swerl needs 2048 MiB") as caught:
+        check_free_disk(engine, 2048)
+    assert caught.value.exit_code == 3
+    monkeypatch.setattr(os, "statvfs", lambda path: SimpleNamespace(**roomy, f_favail=1 << 23))
+    check_free_disk(engine, 2048)  # 8M free inodes: 128 GiB at 16 KiB each
