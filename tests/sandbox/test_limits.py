@@ -179,32 +179,36 @@ def test_verification_mode_follows_the_run_then_the_task():
     assert {verification_mode(t, same) for t in (task, declared, opted_out)} == {"same_container"}
 
 
-def test_disk_is_measured_at_any_depth_in_allocated_blocks(tmp_path):
+def test_disk_is_measured_at_any_depth_in_allocated_blocks(tmp_path, monkeypatch):
     """A tree deeper than Python's recursion limit once stopped the disk watch
     (and with it every trial's budget on the engine); ``du`` measures it, a sparse file costs its
-    blocks, a hard link counts once."""
+    blocks, a hard link counts once; all layers are measured by one ``du`` per count."""
+    import os
     import subprocess
 
-    from swerl.sandbox.deployment.limits import DiskUse, PartialMeasure, _measure_all, allocated_bytes
+    from swerl.sandbox.deployment.limits import DiskUse, Layer, _measure_all, layers_use
 
     try:
         subprocess.run(["bash", "-c", "mkdir -p $(printf 'd/%.0s' $(seq 1500)) && cd $(printf 'd/%.0s' $(seq 1500)) "
-                        "&& head -c 3145728 /dev/urandom > deep && truncate -s 4G sparse && ln deep again"],
-                       cwd=tmp_path, check=True)
-        used = allocated_bytes(str(tmp_path))
-        assert 3 * 2**20 <= used < 3 * 2**20 + 1500 * 8192 + 2**20  # the deep file once, the folders' blocks, no 4 GiB
-        assert allocated_bytes(str(tmp_path / "removed")) == 0  # a container removed between two polls
+                        "&& head -c 3145728 /dev/urandom > deep && truncate -s 4G sparse && ln deep again "
+                        "&& mkdir -p /$OLDPWD/other && touch /$OLDPWD/other/empty"], cwd=tmp_path, check=True)
+        deep, other = str(tmp_path / "d"), str(tmp_path / "other")
+        used, partial = layers_use({"a": Layer(deep, 4096), "b": Layer(other, 4096), "gone": Layer(deep + "x", 4096)})
+        assert 3 * 2**20 <= used["a"].disk_bytes < 3 * 2**20 + 1500 * 8192 + 2**20  # once, the folders, no 4 GiB
+        assert used["a"].entries == 1500 + 2  # the folders, deep (and its link, once), sparse
+        assert used["b"].entries == 2 and used["gone"] == DiskUse(0, 0, 4096) and partial == set()
 
-        def unreadable() -> int:
-            raise OSError("du: cannot read")
-
-        assert _measure_all({"a": lambda: DiskUse(used), "b": unreadable}) == {"a": DiskUse(used)}  # b: SizeRw
-
-        def partial() -> DiskUse:  # du skipped a folder renamed mid-walk
-            raise PartialMeasure(DiskUse(4096, 10))
-
-        assert _measure_all({"c": partial}, {"c": DiskUse(used)}) == {"c": DiskUse(used)}  # never lower than the last
-        assert _measure_all({"c": partial}, {"c": DiskUse(0, 1)}) == {"c": DiskUse(4096, 10)}  # a lower bound still
+        # du skips a folder renamed mid-walk: a fake du that says so, its reading a lower bound
+        bin_dir = tmp_path / "bin"
+        bin_dir.mkdir()
+        (bin_dir / "du").write_text(f"#!/bin/sh\nprintf '1024\\t{deep}\\n'\n"
+                                    f"echo \"du: cannot read directory '{deep}/x': No such file\" >&2; exit 1\n")
+        (bin_dir / "du").chmod(0o755)
+        monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+        assert layers_use({"a": Layer(deep, 4096)}) == ({"a": DiskUse(1024, 1024, 4096)}, {"a"})
+        assert _measure_all({"a": Layer(deep, 4096)}, {"a": used["a"]}) == {"a": used["a"]}  # never below the last
+        assert _measure_all({"a": Layer(deep, 4096)}, {"a": DiskUse(0, 1)}) == {"a": DiskUse(1024, 1024, 4096)}
+        assert _measure_all({"a": Layer(other, 4096)}) == {}  # no total printed for it: the engine's SizeRw instead
     finally:  # rm, not pytest's own cleanup: it recurses and would stop at this depth
         subprocess.run(["rm", "-rf", str(tmp_path / "d")], check=True)
 
@@ -222,14 +226,14 @@ def test_the_charge_is_the_larger_of_allocated_blocks_and_inodes_at_the_file_sys
                    cwd=tmp_path, check=True)
     ext4 = SimpleNamespace(f_blocks=1 << 20, f_frsize=4096, f_files=1 << 18)  # 4 GiB, 262,144 inodes: 16 KiB each
     monkeypatch.setattr(os, "statvfs", lambda path: ext4)
-    use = limits.layer_use(str(tmp_path), limits.bytes_per_inode(str(tmp_path)))
+    [use] = limits.layers_use({"t": limits.Layer(str(tmp_path), limits.bytes_per_inode(str(tmp_path)))})[0].values()
     assert use.entries == 3002 and use.bytes_per_inode == 16384  # the folder, e, its 2,999 files, blob
     assert 1 << 20 <= use.disk_bytes < 2 << 20 and use.charged == 3002 * 16384
     assert use.describe() == "holds 3,002 files and folders (= 46 MiB at the file system's 16.0 KiB per inode)"
 
     dense = SimpleNamespace(f_blocks=1 << 20, f_frsize=4096, f_files=1 << 24)  # 256 B per inode: blocks win
     monkeypatch.setattr(os, "statvfs", lambda path: dense)
-    use = limits.layer_use(str(tmp_path), limits.bytes_per_inode(str(tmp_path)))
+    [use] = limits.layers_use({"t": limits.Layer(str(tmp_path), limits.bytes_per_inode(str(tmp_path)))})[0].values()
     assert use.charged == use.disk_bytes and use.describe() == f"holds {use.disk_bytes >> 20} MiB on disk"
 
     monkeypatch.setattr(os, "statvfs", lambda path: SimpleNamespace(f_blocks=1 << 20, f_frsize=4096, f_files=0))
