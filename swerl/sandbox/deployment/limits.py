@@ -12,10 +12,9 @@ What is charged (:class:`DiskUse`) is the larger of two readings of overlay2's u
 taken on this host by GNU ``du`` (:func:`layers_use`: two processes per poll for all of an
 engine's containers, any depth; ~0.24 s of CPU each per 100,000 entries): its allocated blocks
 (``st_blocks``, hard links once), so a sparse file of many GiB costs what it really costs, next
-to nothing; and its entries (inodes: files, folders, links,
-whiteouts) times the host file system's bytes per inode, so empty files cost their share of the
-file system's fixed supply of inodes: a container that holds 1% of the inodes holds 1% of the disk.
-Without that, an agent creating empty files (thousands a second) could use up the host's inodes
+to nothing; and its entries (inodes: files, folders, links, whiteouts) times the host file
+system's bytes per inode, so empty files cost their share of the file system's fixed supply of
+inodes: a container that holds 1% of the inodes holds 1% of the disk. Without that, an agent creating empty files (thousands a second) could use up the host's inodes
 at almost no cost in blocks, and every container start after it would fail (masked episodes).
 
 Docker's own ``SizeRw`` (``GET /containers/json?size=1``) adds apparent sizes, so a sparse file
@@ -183,7 +182,8 @@ def _measure_all(layers: dict[str, Layer], last: dict[str, DiskUse] | None = Non
     printed no total for is left out. A partial reading (entries skipped) never lowers a
     container's charge below its ``last`` reading: a container cannot hide its disk by renaming
     folders while it is measured."""
-    used, partial, last = *layers_use(layers), last or {}
+    used, partial = layers_use(layers)
+    last = last or {}
     for cid in partial & used.keys() & last.keys():
         if last[cid].charged > used[cid].charged:
             used[cid] = last[cid]
@@ -194,8 +194,8 @@ class DiskWatch:
     """One engine's watch of its sandboxes' disk: every ``poll_s`` seconds each watched sandbox's
     current container (it changes in the clean room) is measured (:class:`DiskUse`: allocated blocks
     and inodes where this host sees its upper folder, two ``du`` processes for all of them; else one
-    ``SizeRw`` listing of the run's containers for all the others) and compared with its ``[environment] storage_mb``; past it, ``sandbox.disk_exceeded`` says why
-    and the container is killed.
+    ``SizeRw`` listing of the run's containers for all the others) and compared with its
+    ``[environment] storage_mb``; past it, ``sandbox.disk_exceeded`` says why and the container is killed.
 
     Args:
         labels: the run's owner labels (every container of this process carries them).
