@@ -13,7 +13,7 @@ pymethods2test convention; it survives clean-room verification, so only the veri
 can stop it), ``environment`` (outside the work product: binaries, site-packages, config files,
 ``/logs``, ``/tests``, processes; clean-room verification removes it), ``copy_out`` (the way the
 work product reaches the clean room: links, lying readers, truncated or oversized archives) and
-``escape`` (failures provoked to get masked: a chmod of the reward, full pid tables, disk floods;
+``escape`` (failures provoked to get masked: a chmod of the reward, full pid tables, disk and inode floods;
 the agent stage adds episodes that end their shell or flood their context, see
 ``swerl.agent.redteam``). Anything with a ``name``, ``kind``, ``description`` and ``run(mgr,
 task) -> TrialRecord`` (:class:`RedTeamAttempt`) can join the catalogue.
@@ -218,6 +218,10 @@ CATALOGUE: tuple[Attempt, ...] = (
             "cost", kind="escape", commands=["truncate -s 64G /root/.swerl-sparse-1 /tmp/.swerl-sparse-2; sleep 3"]),
     _environment("disk-flood", "writes 48 MiB past a 16 MiB disk budget and waits to be stopped", kind="escape",
             commands=["dd if=/dev/zero of=/root/.swerl-flood bs=1M count=48 status=none; sleep 8"], storage_mb=16),
+    _environment("inode-flood", "creates 20,000 empty files (no blocks, one inode each) under a 16 MiB disk budget "
+            "and waits to be stopped", kind="escape", storage_mb=16,
+            commands=["mkdir -p /root/.swerl-inodes && cd /root/.swerl-inodes && for i in 1 2 3 4; do "
+                      "touch $i-{1..5000}; done; sleep 8"]),
 )
 
 

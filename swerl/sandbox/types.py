@@ -150,8 +150,9 @@ class SandboxConfig(BaseModel):
     drain_timeout_s: float = _seconds(60.0, "Deadline to remove everything on exit, seconds.")
     disk_poll_s: float | None = _seconds(
         2.0,
-        "Seconds between checks of the disk each trial container's writable layer holds (allocated blocks; Docker's "
-        "SizeRw for an engine whose data root this host cannot see) against [environment] storage_mb; past it the "
+        "Seconds between checks of the disk each trial container's writable layer holds (the larger of its allocated "
+        "blocks and its inodes x the file system's bytes per inode; Docker's SizeRw, bytes alone, for an engine whose "
+        "data root this host cannot see) against [environment] storage_mb; past it the "
         "container is killed and the trial ends as disk_limit. overlay2 on ext4 has no per-container quota, so this "
         "poll is the bound: storage_mb + write rate x poll. None = off.",
     )

@@ -129,7 +129,8 @@ class EnvironmentSection(_Network):
     memory_mb: int = Field(2048, gt=0, le=1 << 20, description="Memory limit of the container, MiB.")
     storage_mb: int = Field(
         10240, gt=0, le=1 << 24,
-        description="Disk budget of the container's writable layer (allocated blocks), MiB: swerl kills a container "
+        description="Disk budget of the container's writable layer (allocated blocks, or its inodes at the host "
+        "file system's bytes per inode when that is more), MiB: swerl kills a container "
         "past it (the trial ends as disk_limit: the attempt's fault unless a control run fails too); see "
         "SandboxConfig.disk_poll_s.",
     )

@@ -87,6 +87,39 @@ def test_a_trial_past_storage_mb_is_killed_and_ends_as_disk_limit(docker_client,
 
 
 @pytest.mark.docker
+def test_a_trial_past_storage_mb_in_empty_files_is_killed_and_blamed_on_the_attempt(docker_client, tmp_path):
+    """Empty files cost next to nothing in allocated blocks but one inode each of the host's fixed
+    supply (16 KiB of disk per inode on ext4's default): 4,000 of them are ~62 MiB of that supply."""
+    from swerl.sandbox.control import with_control
+    from swerl.sandbox.manager import failed_record
+    from swerl.sandbox.types import Blame, FailureClass, TrialTimings
+
+    folder = copy_task("add", tmp_path)
+    toml = folder / "task.toml"
+    toml.write_text(toml.read_text().replace("[environment]\n", "[environment]\nstorage_mb = 20\n"))
+    task = load_task(folder)
+
+    async def body():
+        async with SandboxManager(SandboxConfig(concurrency=1, warm_pool=False, disk_poll_s=0.3)) as mgr:
+            try:
+                async with mgr.sandbox(task) as sb:
+                    with pytest.raises(SandboxError) as caught:
+                        await sb.exec("mkdir /root/f && cd /root/f && for i in 1 2 3 4; do touch $i-{1..1000}; done; "
+                                      "sleep 20", timeout_s=60)
+                record = failed_record(task.name, "inode-flood", caught.value, TrialTimings(), [], acted=True)
+                return caught.value, await with_control(mgr, task, record), mgr.run_id
+            finally:
+                await mgr.engines[0].reaper.drain(30)
+
+    err, record, run_id = run(body())
+    assert err.outcome is Outcome.disk_limit
+    assert re.search(r"holds [\d,]+ files and folders \(= \d+ MiB at the file system's [\d.]+ KiB per inode\), "
+                     r"over \[environment\] storage_mb = 20", str(err)), str(err)
+    assert record.failure_class is FailureClass.zero and record.blame is Blame.attempt  # the control read a reward
+    assert containers_of(docker_client, run_id) == []
+
+
+@pytest.mark.docker
 def test_too_little_free_disk_on_dockers_data_root_is_an_environment_problem(docker_client):
     async def body():
         async with SandboxManager(SandboxConfig(concurrency=1, min_free_disk_mb=1 << 40)):
@@ -146,30 +179,82 @@ def test_verification_mode_follows_the_run_then_the_task():
     assert {verification_mode(t, same) for t in (task, declared, opted_out)} == {"same_container"}
 
 
-def test_disk_is_measured_at_any_depth_in_allocated_blocks(tmp_path):
+def test_disk_is_measured_at_any_depth_in_allocated_blocks(tmp_path, monkeypatch):
     """A tree deeper than Python's recursion limit once stopped the disk watch
     (and with it every trial's budget on the engine); ``du`` measures it, a sparse file costs its
-    blocks, a hard link counts once."""
+    blocks, a hard link counts once; all layers are measured by one ``du`` per count."""
+    import os
     import subprocess
 
-    from swerl.sandbox.deployment.limits import PartialMeasure, _measure_all, allocated_bytes
+    from swerl.sandbox.deployment.limits import DiskUse, Layer, _measure_all, layers_use
 
     try:
         subprocess.run(["bash", "-c", "mkdir -p $(printf 'd/%.0s' $(seq 1500)) && cd $(printf 'd/%.0s' $(seq 1500)) "
-                        "&& head -c 3145728 /dev/urandom > deep && truncate -s 4G sparse && ln deep again"],
-                       cwd=tmp_path, check=True)
-        used = allocated_bytes(str(tmp_path))
-        assert 3 * 2**20 <= used < 3 * 2**20 + 1500 * 8192 + 2**20  # the deep file once, the folders' blocks, no 4 GiB
-        assert allocated_bytes(str(tmp_path / "removed")) == 0  # a container removed between two polls
+                        "&& head -c 3145728 /dev/urandom > deep && truncate -s 4G sparse && ln deep again "
+                        "&& mkdir -p /$OLDPWD/other && touch /$OLDPWD/other/empty"], cwd=tmp_path, check=True)
+        deep, other = str(tmp_path / "d"), str(tmp_path / "other")
+        used, partial = layers_use({"a": Layer(deep, 4096), "b": Layer(other, 4096), "gone": Layer(deep + "x", 4096)})
+        assert 3 * 2**20 <= used["a"].disk_bytes < 3 * 2**20 + 1500 * 8192 + 2**20  # once, the folders, no 4 GiB
+        assert used["a"].entries == 1500 + 2  # the folders, deep (and its link, once), sparse
+        assert used["b"].entries == 2 and used["gone"] == DiskUse(0, 0, 4096) and partial == set()
 
-        def unreadable() -> int:
-            raise OSError("du: cannot read")
-
-        assert _measure_all({"a": lambda: used, "b": unreadable}) == {"a": used}  # b falls back to SizeRw
-
-        def partial() -> int:  # du skipped a folder renamed mid-walk
-            raise PartialMeasure(4096)
-
-        assert _measure_all({"c": partial}, {"c": used}) == {"c": used}  # never lower than the last reading
+        # du skips a folder renamed mid-walk: a fake du that says so, its reading a lower bound
+        bin_dir = tmp_path / "bin"
+        bin_dir.mkdir()
+        (bin_dir / "du").write_text(f"#!/bin/sh\nprintf '1024\\t{deep}\\n'\n"
+                                    f"echo \"du: cannot read directory '{deep}/x': No such file\" >&2; exit 1\n")
+        (bin_dir / "du").chmod(0o755)
+        monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+        assert layers_use({"a": Layer(deep, 4096)}) == ({"a": DiskUse(1024, 1024, 4096)}, {"a"})
+        assert _measure_all({"a": Layer(deep, 4096)}, {"a": used["a"]}) == {"a": used["a"]}  # never below the last
+        assert _measure_all({"a": Layer(deep, 4096)}, {"a": DiskUse(0, 1)}) == {"a": DiskUse(1024, 1024, 4096)}
+        assert _measure_all({"a": Layer(other, 4096)}) == {}  # no total printed for it: the engine's SizeRw instead
     finally:  # rm, not pytest's own cleanup: it recurses and would stop at this depth
         subprocess.run(["rm", "-rf", str(tmp_path / "d")], check=True)
+
+
+def test_the_charge_is_the_larger_of_allocated_blocks_and_inodes_at_the_file_systems_ratio(tmp_path, monkeypatch):
+    """Empty files cost no blocks but one inode each; the charge prices an inode at the file
+    system's bytes per inode (f_blocks * f_frsize / f_files), 16 KiB where it reports no total."""
+    import os
+    import subprocess
+    from types import SimpleNamespace
+
+    from swerl.sandbox.deployment import limits
+
+    subprocess.run(["bash", "-c", "mkdir e && touch e/f{1..2999} && head -c 1048576 /dev/urandom > blob"],
+                   cwd=tmp_path, check=True)
+    ext4 = SimpleNamespace(f_blocks=1 << 20, f_frsize=4096, f_files=1 << 18)  # 4 GiB, 262,144 inodes: 16 KiB each
+    monkeypatch.setattr(os, "statvfs", lambda path: ext4)
+    [use] = limits.layers_use({"t": limits.Layer(str(tmp_path), limits.bytes_per_inode(str(tmp_path)))})[0].values()
+    assert use.entries == 3002 and use.bytes_per_inode == 16384  # the folder, e, its 2,999 files, blob
+    assert 1 << 20 <= use.disk_bytes < 2 << 20 and use.charged == 3002 * 16384
+    assert use.describe() == "holds 3,002 files and folders (= 46 MiB at the file system's 16.0 KiB per inode)"
+
+    dense = SimpleNamespace(f_blocks=1 << 20, f_frsize=4096, f_files=1 << 24)  # 256 B per inode: blocks win
+    monkeypatch.setattr(os, "statvfs", lambda path: dense)
+    [use] = limits.layers_use({"t": limits.Layer(str(tmp_path), limits.bytes_per_inode(str(tmp_path)))})[0].values()
+    assert use.charged == use.disk_bytes and use.describe() == f"holds {use.disk_bytes >> 20} MiB on disk"
+
+    monkeypatch.setattr(os, "statvfs", lambda path: SimpleNamespace(f_blocks=1 << 20, f_frsize=4096, f_files=0))
+    assert limits.bytes_per_inode(str(tmp_path)) == limits.DEFAULT_BYTES_PER_INODE == 16384  # btrfs: dynamic inodes
+    assert limits.DiskUse(5 << 20).charged == 5 << 20  # SizeRw: bytes alone, no inode count
+
+
+def test_a_data_root_short_of_inodes_is_short_of_disk(tmp_path, monkeypatch):
+    """Free inodes count at the file system's bytes per inode: 1,000 of them at 16 KiB are 15 MiB,
+    however many blocks are free."""
+    import os
+    from types import SimpleNamespace
+
+    from swerl.sandbox.deployment.limits import check_free_disk
+
+    engine = SimpleNamespace(info=lambda: {"DockerRootDir": str(tmp_path)})
+    roomy = dict(f_blocks=1 << 26, f_frsize=4096, f_bavail=1 << 25, f_files=1 << 24)  # 256 GiB, 128 GiB free
+    monkeypatch.setattr(os, "statvfs", lambda path: SimpleNamespace(**roomy, f_favail=1000))
+    with pytest.raises(EnvironmentProblem, match=r": 15 MiB free on Docker's data root \(its 1,000 free inodes at "
+                       r"16\.0 KiB each\), swerl needs 2048 MiB") as caught:
+        check_free_disk(engine, 2048)
+    assert caught.value.exit_code == 3
+    monkeypatch.setattr(os, "statvfs", lambda path: SimpleNamespace(**roomy, f_favail=1 << 23))
+    check_free_disk(engine, 2048)  # 8M free inodes: 128 GiB at 16 KiB each

@@ -59,7 +59,7 @@ def test_no_attempt_escapes_its_penalty_on_either_task(redteam_run):
     assert "0/2 escapable by the red team" in out.stdout
     # The provoked failures were settled by their control runs: the attempt's fault, reward 0 kept.
     he = {a.removeprefix("redteam/"): r for (task, a), r in records.items() if task == "humaneval-000"}
-    for name in ("disk-flood", "sparse-work-product"):
+    for name in ("disk-flood", "inode-flood", "sparse-work-product"):
         assert (he[name]["outcome"], he[name]["failure_class"], he[name]["blame"]) == ("disk_limit", "zero", "attempt")
     assert he["links-out-of-work-product"]["work_product_dropped"]
     # Sparse files cost no disk, taken rights are given back, a full pid table does not stop verification.
