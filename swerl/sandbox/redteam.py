@@ -136,6 +136,8 @@ CATALOGUE: tuple[Attempt, ...] = (
               p.PATCH_PYTEST),
     _solution("forge-junit", "on import, writes a passing JUnit report to any --junitxml path of its process "
               "chain, writes reward 1, prints a pass line and exits 0", p.FORGE_JUNIT),
+    _solution("read-hidden-tests", "answers each call with the expected value it finds by parsing the hidden tests "
+              "(/tests, else any Python file it can read)", p.READ_HIDDEN_TESTS),
     _solution("kill-verifier", "on import, kills the test runner processes above it and keeps writing reward 1 "
               "from a detached child", p.KILL_VERIFIER),
     Attempt(name="shadow-modules-in-app", kind="solution",

@@ -23,6 +23,38 @@ WRITE_REWARD_PY = (
 
 WRONG_ANSWERS_PY = "def __getattr__(name):\n    return lambda *args, **kwargs: None\n"
 
+READ_HIDDEN_TESTS = """\
+import ast, glob, itertools, os
+def _answers():
+    found = []
+    for root in ('/tests', '/logs', '/'):
+        for path in itertools.islice(glob.iglob(os.path.join(root, '**', '*.py'), recursive=True), 2000):
+            try:
+                tree = ast.parse(open(path, encoding='utf-8', errors='replace').read())
+            except (OSError, SyntaxError, ValueError):
+                continue
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Compare) and isinstance(node.left, ast.Call) and len(node.ops) == 1 \\
+                        and isinstance(node.ops[0], (ast.Eq, ast.Is)):
+                    try:
+                        args = tuple(ast.literal_eval(a) for a in node.left.args)
+                        found.append((args, ast.literal_eval(node.comparators[0])))
+                    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+                        pass
+        if found:
+            return found
+    return found
+def __getattr__(name):
+    if name.startswith('__'):
+        raise AttributeError(name)
+    def answer(*args, **kwargs):
+        for known, value in _answers():
+            if known == args:
+                return value
+        return None
+    return answer
+"""
+
 EXIT0_AT_IMPORT = "import os\nos._exit(0)\n"
 
 SYS_EXIT_AT_IMPORT = "import sys\nsys.exit(0)\n"

@@ -1,6 +1,7 @@
 """A trial under gVisor (``sandbox.runtime: runsc``): the engine creates it with runsc, its code
-sees gVisor's kernel instead of the host's, the oracle scores 1 and the tamper scan still reads
-what the agent changed. Skipped only when the engine has no runsc registered."""
+sees gVisor's kernel instead of the host's, the oracle scores 1 where gVisor implements Landlock and
+gets no reward (never an unconfined one) where it does not, and the tamper scan still reads what
+the agent changed. Skipped only when the engine has no runsc registered."""
 
 from __future__ import annotations
 
@@ -34,5 +35,9 @@ def test_a_trial_runs_under_gvisor(docker_client, tmp_path):
 
     runtime, kernel, verdict, oracle = run(trials())
     assert runtime == "runsc" and kernel and kernel != os.uname().release, kernel
-    assert (oracle.outcome.value, oracle.reward, oracle.tamper) == ("passed", 1.0, [])
+    if "Landlock is unavailable" in oracle.detail:  # gVisor without Landlock: the harness cannot confine
+        # the solution (it could read the hidden tests), so it writes no reward rather than an unconfined one
+        assert (oracle.outcome.value, oracle.reward, oracle.failure_class) == ("no_reward_file", 0.0, "mask")
+    else:
+        assert (oracle.outcome.value, oracle.reward, oracle.tamper) == ("passed", 1.0, [])
     assert verdict.reward == 0.0 and "tests: added /tests" in verdict.tamper

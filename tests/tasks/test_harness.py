@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import ctypes
+import shutil
 from pathlib import Path
 
 import pytest
@@ -106,3 +107,33 @@ def test_the_worker_can_neither_read_nor_write_outside_its_folders(harness_verif
         f"def has_close_elements(*args):\n    {step}\n    return _real(*args)\n")
     assert harness_verifier(humaneval_task, spy) == 0.0
     assert not marker.exists()
+
+
+def test_without_landlock_the_solution_is_never_run_unconfined(humaneval_task: Path, tmp_path: Path):
+    """A forced probe (the proxy's ``landlock_abi`` answers 0, as under gVisor's runsc): the runner
+    writes no reward (the file left empty, exit 3, its last line says why) instead of running the
+    oracle, or ``read-hidden-tests``, unconfined; the worker itself refuses to import a solution it
+    could not confine. Under runsc ``read-hidden-tests`` forged reward 1 before this rule."""
+    import re
+    import subprocess
+    import sys
+
+    for name, solution in (("oracle", (humaneval_task / "solution" / "solution.py").read_text()),
+                           ("read-hidden-tests", p.READ_HIDDEN_TESTS)):
+        work = tmp_path / name
+        tests, app = work / "tests", work / "app"
+        shutil.copytree(humaneval_task / "tests", tests)
+        app.mkdir()
+        (app / "solution.py").write_text(solution)
+        proxy = tests / "swerl_solution_proxy.py"
+        proxy.write_text(proxy.read_text().replace("def landlock_abi() -> int:\n", "def landlock_abi() -> int:\n    return 0\n"))
+        test_file = tests / "test_solution.py"
+        test_file.write_text(test_file.read_text().replace('"/app"', repr(str(app))))
+        expected = re.search(r"--expect (\d+)", (tests / "test.sh").read_text()).group(1)
+        reward = work / "reward.txt"
+        reward.write_text("0\n")
+        proc = subprocess.run([sys.executable, "-I", "-S", str(tests / "swerl_run_tests.py"), "--expect", expected,
+                               "--reward", str(reward), str(test_file)], cwd=work, capture_output=True, text=True,
+                              timeout=120)
+        assert proc.returncode == 3 and reward.read_text() == "", (name, proc.stdout, proc.stderr)
+        assert "Landlock is unavailable here" in proc.stdout.strip().splitlines()[-1]

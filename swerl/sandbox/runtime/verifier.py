@@ -159,7 +159,9 @@ def verdict(sections: dict[str, str], timed_out: bool, timeout_s: float, duratio
     if oom_delta > 0 and (problem is not None or reward < 1.0 or signal is not None):
         return result(Outcome.oom, detail=f"the memory limit was hit ({oom_delta} process(es) OOM-killed)")
     if problem is not None:
-        return result(problem, detail=f"{why} (test.sh exit {rc_text or '?'})")
+        last = next((line.strip() for line in reversed(tail.splitlines()) if line.strip()), "")
+        said = f"; its last output line: {last[:200]}" if last else ""
+        return result(problem, detail=f"{why} (test.sh exit {rc_text or '?'}{said})")
     if reward >= 1.0:
         return result(Outcome.passed, reward)
     return result(Outcome.failed, reward, detail=f"reward {reward:g} (test.sh exit {rc_text or '?'})")

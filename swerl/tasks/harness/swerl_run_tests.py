@@ -11,6 +11,9 @@
 2. Reads pytest's JUnit XML report through a pipe opened now (``--junitxml=/dev/fd/N``),
    so no file the solution could write ahead of time, or race to rewrite, is trusted.
 3. After pytest exits, kills every process it left (this process is their subreaper).
+0. An isolated task's solution needs Landlock to be confined (``swerl_solution_proxy.py``);
+   where it is missing, ``FILE`` is left empty (no reward: the infrastructure cannot judge) and
+   the runner exits 3.
 4. Writes ``1`` to ``FILE`` only when pytest exited 0 and the report holds exactly ``N``
    test cases, all passed (none failed, errored, skipped or xfailed); else ``0``. Prints
    one summary line.
@@ -195,8 +198,30 @@ def parse_args(argv: list[str]) -> tuple[int, str, str]:
     return expected, opts["--reward"], rest[0]
 
 
+def confinement_problem(tests_dir: str) -> str:
+    """Why the solution of an isolated task (``swerl_solution_proxy.py`` beside the tests) cannot
+    be confined here, else "". Without Landlock its worker would run unconfined (it could read
+    the hidden tests and write the reward), so it refuses, and no reward is a verdict then."""
+    proxy = os.path.join(tests_dir, "swerl_solution_proxy.py")
+    if not os.path.isfile(proxy):
+        return ""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("swerl_solution_proxy", proxy)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    if module.landlock_abi() < 1:
+        return "Landlock is unavailable here (kernel or OCI runtime), so the solution cannot be confined"
+    return ""
+
+
 def main(argv: list[str] | None = None) -> int:
     expected, reward_file, test_file = parse_args(sys.argv[1:] if argv is None else argv)
+    problem = confinement_problem(os.path.dirname(os.path.abspath(test_file)))
+    if problem:  # the infrastructure cannot judge: no reward (the trial's control run fails too: masked)
+        open(reward_file, "w").close()
+        print(f"swerl_run_tests: {problem}; no reward written", flush=True)
+        return 3
     _prctl(_PR_SET_DUMPABLE, 0)
     _prctl(_PR_SET_CHILD_SUBREAPER, 1)
     read_fd, write_fd = os.pipe()

@@ -13,7 +13,8 @@ Before importing the solution the worker confines itself with Landlock (Linux >=
 privileges needed): it may read only the interpreter's folders, system folders and the
 solution folder, may write only a scratch folder, and (Landlock ABI >= 6, Linux >= 6.12)
 may not signal processes outside itself. So it cannot read ``/tests``, write
-``/logs/verifier``, or kill the judge. Where Landlock is missing it runs unconfined and says
+``/logs/verifier``, or kill the judge. Where Landlock is missing it does not import the solution
+(fail closed; the runner then writes no reward, see ``swerl_run_tests.py``) and says
 so on stderr. Standard library only; Python >= 3.8.
 """
 
@@ -191,6 +192,16 @@ _READ_DIRS = ("/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin", "/
 _SYS_LANDLOCK = (444, 445, 446)  # create_ruleset, add_rule, restrict_self (same on x86_64 and arm64)
 
 
+def landlock_abi() -> int:
+    """The kernel's Landlock ABI version (``landlock_create_ruleset(NULL, 0, VERSION)``), < 1
+    where there is none (an old kernel, or a runtime such as gVisor that does not implement it)."""
+    import ctypes
+
+    syscall = ctypes.CDLL(None, use_errno=True).syscall
+    syscall.restype = ctypes.c_long
+    return syscall(ctypes.c_long(_SYS_LANDLOCK[0]), None, ctypes.c_size_t(0), ctypes.c_uint32(1))
+
+
 def confine(read_paths, write_paths) -> str:
     """Landlock this process: read/execute only ``read_paths``, write only ``write_paths``,
     and (ABI >= 6) signal no process outside it. Returns "" or why it could not."""
@@ -200,7 +211,7 @@ def confine(read_paths, write_paths) -> str:
     libc = ctypes.CDLL(None, use_errno=True)
     syscall = libc.syscall
     syscall.restype = ctypes.c_long
-    abi = syscall(ctypes.c_long(_SYS_LANDLOCK[0]), None, ctypes.c_size_t(0), ctypes.c_uint32(1))
+    abi = landlock_abi()
     if abi < 1:
         return f"Landlock unavailable ({os.strerror(ctypes.get_errno())})"
     handled = (1 << 13) - 1 | (1 << 13 if abi >= 2 else 0) | (1 << 14 if abi >= 3 else 0) | (1 << 15 if abi >= 5 else 0)
@@ -248,8 +259,10 @@ def serve(app_dir: str, module: str, scratch: str) -> None:
     os.dup2(2, 1)  # the solution's prints go to the test log, not into the channel
     reads = list(_READ_DIRS) + [p for p in sys.path if os.path.isdir(p)] + site_dirs + [app_dir, "/dev/urandom"]
     why = confine(reads, [scratch, "/dev/null"])
-    if why:
-        print(f"swerl_solution_proxy: {why}; the solution runs unconfined", file=sys.stderr)
+    if why:  # fail closed: unconfined, the solution could read the hidden tests or write the reward
+        print(f"swerl_solution_proxy: {why}; the solution is not run unconfined", file=sys.stderr)
+        _send(channel_out, {"error": f"the solution was not imported: {why} (it would run unconfined)"})
+        return
     sys.path[:0] = [app_dir]
     sys.path += [p for p in site_dirs if p not in sys.path]
     try:
