@@ -161,7 +161,11 @@ def check_model(spec: str | None) -> Path | None:
     path = Path(spec).expanduser()
     if path.is_file() and path.suffix == ".gguf":
         return converted_dir(path) if (converted_dir(path) / "config.json").is_file() else None
-    return resolve_model(path)  # an HF folder, or the one-line error the run would raise
+    try:
+        return resolve_model(path)  # an HF folder, or the one-line error the run would raise
+    except ConfigError as err:  # name the field, and where a relative path was looked for
+        where = "" if path.is_absolute() else f" (relative to {Path.cwd()})"
+        raise ConfigError(f"model.path{where}: {err}") from err
 
 
 def check_backend(cfg: TrainConfig) -> None:
