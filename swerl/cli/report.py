@@ -46,8 +46,9 @@ def view_cmd(
     step: Annotated[Optional[int], typer.Option(help="Training step whose trajectories to show (default: the latest).")] = None,
     task: Annotated[Optional[str], typer.Option(help="Show the conversations of this task's episodes.")] = None,
     sample: Annotated[Optional[int], typer.Option(help="With --task: only this sample index.")] = None,
-    out: Annotated[Optional[Path], typer.Option(callback=output_file_callback, help="Write one self-contained HTML viewer instead: every episode of "
-                                                "every dumped step (or --step), to filter, sort and read.")] = None,
+    out: Annotated[Optional[Path], typer.Option(
+        callback=output_file_callback, help="Write one self-contained HTML viewer instead: every episode of "
+                                            "every dumped step (or --step), to filter, sort and read.")] = None,
     verbose: Verbose = False,
 ) -> None:
     """Read episodes: groups, then episodes (reward, advantage, outcome, what the verifier says), then the conversation."""
