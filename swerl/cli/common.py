@@ -1,5 +1,6 @@
 """What every command shares: the two consoles, logging setup, the shared flags (``-v``,
-``--json PATH``, ``--engine``), the enum choices, and the ``--json`` writer.
+``--json PATH``, ``--engine``), the enum choices, the ``--json`` writer, and the parse-time checks of
+output paths (``--json``, output files, output folders).
 
 Nothing heavy is imported at module level: ``swerl --help`` imports this file.
 """
@@ -104,12 +105,62 @@ def json_path_callback(value: Optional[str]) -> Optional[str]:
     path = Path(value).expanduser()
     if path.is_dir():
         raise typer.BadParameter(f"{value} is a folder; pass a file path, e.g. {path / 'result.json'}, or '-'")
-    parent = path.absolute().parent
-    while not parent.exists():
-        parent = parent.parent
-    if not parent.is_dir() or not os.access(parent, os.W_OK) or not _can_create_in(parent):
-        raise typer.BadParameter(f"{value}: {parent} is not a writable folder; pass another path, or '-'")
+    if _unwritable_ancestor(path.absolute().parent) is not None:
+        raise typer.BadParameter(f"{value}: {_nearest_existing(path.absolute().parent)} is not a writable folder; "
+                                 "pass another path, or '-'")
     return value
+
+
+def output_file_callback(value: Optional[Path]) -> Optional[Path]:
+    """An output FILE option (``report --out``, ``view --out``, ``tasks health --patch``), checked when
+    the command line is parsed, before any work: not a folder, and the nearest existing folder above
+    it one where a file can be created. Raises typer.BadParameter (one line, exit 2) naming the path."""
+    if value is None:
+        return value
+    path = Path(value).expanduser()
+    if path.is_dir():
+        raise typer.BadParameter(f"{value} is a folder, not a file; pass another path")
+    return _checked_ancestor(value, path.absolute().parent)
+
+
+def output_folder_callback(value: Optional[Path]) -> Optional[Path]:
+    """An output FOLDER option or argument (``train -o``, ``eval --out``, ``tasks import humaneval
+    OUT_DIR``, ``--cache-dir``), checked when the command line is parsed, before any work: not an
+    existing file, and it (or the nearest existing folder above it) one where a file can be created.
+    Raises typer.BadParameter (one line, exit 2) naming the path."""
+    if value is None:
+        return value
+    path = Path(value).expanduser()
+    if path.exists() and not path.is_dir():
+        raise typer.BadParameter(f"{value} is a file, not a folder; pass another path")
+    return _checked_ancestor(value, path.absolute())
+
+
+def _checked_ancestor(value: Path, start: Path) -> Path:
+    """``value`` when a file can be created in ``start`` or, where ``start`` does not exist yet, in its
+    nearest existing ancestor; else typer.BadParameter saying which ancestor is in the way."""
+    problem = _unwritable_ancestor(start)
+    if problem is not None:
+        raise typer.BadParameter(f"{value}: {_nearest_existing(start)} {problem}; pass another path")
+    return value
+
+
+def _nearest_existing(path: Path) -> Path:
+    """``path`` or its nearest ancestor that exists (what a command writing there would create under)."""
+    while not path.exists():  # False too under a file (ENOTDIR)
+        path = path.parent
+    return path
+
+
+def _unwritable_ancestor(path: Path) -> Optional[str]:
+    """Why nothing can be created at ``path`` (its nearest existing ancestor is a file, or a folder
+    where no file can be created), or None when something can."""
+    ancestor = _nearest_existing(path)
+    if not ancestor.is_dir():
+        return "is a file, not a folder"
+    if not os.access(ancestor, os.W_OK) or not _can_create_in(ancestor):
+        return "is not a writable folder"
+    return None
 
 
 def _can_create_in(folder: Path) -> bool:

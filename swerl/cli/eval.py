@@ -9,8 +9,8 @@ from typing import Annotated, Optional
 import typer
 
 from swerl.cli.common import (
-    Backend, EngineOption, JsonOut, Prefill, Protocol, Verbose, engine_configs, err_console, results_console,
-    write_json,
+    Backend, EngineOption, JsonOut, Prefill, Protocol, Verbose, engine_configs, err_console, output_folder_callback,
+    results_console, write_json,
 )
 
 _MODEL_PANEL, _AGENT_PANEL = "Model", "Agent"
@@ -75,7 +75,8 @@ def eval_cmd(
     seed: Annotated[int, typer.Option(
         help="Evaluation seed: sample i of task t samples with a seed made from (seed, t, i) only, as eval.seed "
              "during training, so evals of two models on the same tasks pair sample by sample (swerl compare).")] = 0,
-    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Output folder (default runs/eval-<UTC time>).")] = None,
+    out: Annotated[Optional[Path], typer.Option(
+        "--out", "-o", callback=output_folder_callback, help="Output folder (default runs/eval-<UTC time>).")] = None,
     resume: Annotated[bool, typer.Option(
         "--resume", help="Continue the stopped eval in --out: run only its missing episodes (same flags).")] = False,
     from_run: FromRunOption = None,

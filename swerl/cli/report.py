@@ -7,12 +7,15 @@ from typing import Annotated, Optional
 
 import typer
 
-from swerl.cli.common import JsonOut, Verbose, err_console, out_console, results_console, write_json
+from swerl.cli.common import (
+    JsonOut, Verbose, err_console, out_console, output_file_callback, results_console, write_json,
+)
 
 
 def report_cmd(
     run_dirs: Annotated[list[Path], typer.Argument(help="One or more run directories of `swerl train` (one arm each).")],
-    out: Annotated[Path, typer.Option(help="HTML file to write; the PNGs go beside it.")] = Path("report.html"),
+    out: Annotated[Path, typer.Option(
+        callback=output_file_callback, help="HTML file to write; the PNGs go beside it.")] = Path("report.html"),
     span: Annotated[int, typer.Option(min=1, help="EMA span of the reward curve and the checkpoint selection.")] = 5,
     json_out: JsonOut = None,
     verbose: Verbose = False,
@@ -43,8 +46,9 @@ def view_cmd(
     step: Annotated[Optional[int], typer.Option(help="Training step whose trajectories to show (default: the latest).")] = None,
     task: Annotated[Optional[str], typer.Option(help="Show the conversations of this task's episodes.")] = None,
     sample: Annotated[Optional[int], typer.Option(help="With --task: only this sample index.")] = None,
-    out: Annotated[Optional[Path], typer.Option(help="Write one self-contained HTML viewer instead: every episode of "
-                                                "every dumped step (or --step), to filter, sort and read.")] = None,
+    out: Annotated[Optional[Path], typer.Option(
+        callback=output_file_callback, help="Write one self-contained HTML viewer instead: every episode of "
+                                            "every dumped step (or --step), to filter, sort and read.")] = None,
     verbose: Verbose = False,
 ) -> None:
     """Read episodes: groups, then episodes (reward, advantage, outcome, what the verifier says), then the conversation."""

@@ -8,7 +8,10 @@ from typing import Annotated, Optional
 
 import typer
 
-from swerl.cli.common import JsonOut, SwerlCommand, SwerlGroup, Verbose, results_console, write_json
+from swerl.cli.common import (
+    JsonOut, SwerlCommand, SwerlGroup, Verbose, output_file_callback, output_folder_callback, results_console,
+    write_json,
+)
 
 tasks_app = typer.Typer(help="Import, inspect and validate task sets.", no_args_is_help=True, cls=SwerlGroup)
 import_app = typer.Typer(help="Convert a code benchmark into task folders.", no_args_is_help=True, cls=SwerlGroup)
@@ -16,13 +19,15 @@ tasks_app.add_typer(import_app, name="import")
 
 _TasksPath = Annotated[Path, typer.Argument(help="Folder of task folders, one task folder, or a .parquet/.jsonl dataset.")]
 _CacheDir = Annotated[
-    Optional[Path], typer.Option(help="Where dataset rows are extracted (default ~/.cache/swerl/tasks).")
+    Optional[Path], typer.Option(
+        callback=output_folder_callback, help="Where dataset rows are extracted (default ~/.cache/swerl/tasks).")
 ]
 
 
 @import_app.command("humaneval", cls=SwerlCommand)
 def tasks_import_humaneval(
-    out_dir: Annotated[Path, typer.Argument(help="Folder to write humaneval-000 ... humaneval-163 into.")],
+    out_dir: Annotated[Path, typer.Argument(
+        callback=output_folder_callback, help="Folder to write humaneval-000 ... humaneval-163 into.")],
     limit: Annotated[Optional[int], typer.Option(min=1, help="Convert only the first N problems.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite task folders that already exist.")] = False,
     json_out: JsonOut = None,
@@ -144,7 +149,7 @@ def tasks_health(
         "--recheck", help="Run the flagged tasks' oracle and a null attempt in sandboxes (as sandbox-test); a task "
                           "that misbehaves is verifier_suspect.")] = False,
     patch: Annotated[Optional[Path], typer.Option(
-        help="Where to write the patch file (task: reasons) that data.exclude reads "
+        callback=output_file_callback, help="Where to write the patch file (task: reasons) that data.exclude reads "
              "(default RUN_DIR/task_health.exclude.yaml).")] = None,
     every_task: Annotated[bool, typer.Option("--all", help="Show every task, not only the flagged ones.")] = False,
     json_out: JsonOut = None,

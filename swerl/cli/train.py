@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 import typer
 from rich.markup import escape
 
-from swerl.cli.common import JsonOut, Verbose, err_console, results_console, write_json
+from swerl.cli.common import JsonOut, Verbose, err_console, output_folder_callback, results_console, write_json
 from swerl.errors import SwerlError
 from swerl.text import counted
 
@@ -28,7 +28,7 @@ def train_cmd(
     resume: Annotated[Optional[str], typer.Option(
         help="Resume from 'latest' (the run dir's newest checkpoint) or a checkpoints/global_step_N folder.")] = None,
     run_dir: Annotated[Optional[Path], typer.Option(
-        "--out", "-o", "--run-dir", help="Run directory (default runs/<config file stem>).")] = None,
+        "--out", "-o", "--run-dir", callback=output_folder_callback, help="Run directory (default runs/<config file stem>).")] = None,
     concurrency: Annotated[Optional[int], typer.Option(
         "--concurrency", "-c", min=1, help="Episodes (sandboxes) in flight at once: sets loop.rollout_concurrency.")] = None,
     seeds: Annotated[Optional[str], typer.Option(
