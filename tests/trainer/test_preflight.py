@@ -144,3 +144,11 @@ def test_each_refusal_reads_the_same_from_swerl_train_and_from_train(tmp_path, r
     assert expected[refusal] in str(raised.value)
     left = sorted(p.name for p in run_dir.iterdir()) if run_dir.exists() else []
     assert left == (["checkpoints"] if refusal == "existing checkpoints" else [])
+
+
+@pytest.mark.docker  # the dry run asks Docker for the tasks' images
+def test_resume_latest_with_nothing_to_resume_says_the_run_starts_at_step_1(tmp_path):
+    code, lines, run_dir = _dry_run(tmp_path, f"model.path={_model(tmp_path)}", resume="latest")
+    assert code == 0, lines
+    assert any(f"--resume latest: {run_dir} holds no checkpoint yet, so the run starts at step 1" in ln
+               for ln in lines), lines

@@ -116,6 +116,8 @@ def run_preflight(cfg: TrainConfig, run_dir: Path, resume: str | None, world_siz
     check_backend(cfg)
     check_tracker_packages(cfg.logging.wandb is not None, cfg.logging.mlflow is not None)
     result = Preflight(cfg, resolution, Path(run_dir), resume, ckpt_path, tasks, held_out, plan)
+    if resume == "latest" and ckpt_path is None:
+        result.notes.append(f"--resume latest: {run_dir} holds no checkpoint yet, so the run starts at step 1")
     result.notes.extend(check_cores(cfg, tasks))
     size_memory_and_time(cfg, plan, tasks, run_dir, result)
     check_disk(cfg, plan, run_dir, model_folder, result)
