@@ -83,7 +83,7 @@ def main() -> None:
     except TyperException as err:  # a usage error: bad option, value outside a flag's choices
         ctx = getattr(err, "ctx", None)
         where = f" (see `{ctx.command_path} -h`)" if ctx is not None else ""
-        _error_line(err.format_message() + where)
+        _error_line(err.format_message().replace(": Value error, ", ": ") + where)  # pydantic's prefix says nothing
         sys.exit(getattr(err, "exit_code", 2))
     sys.exit(code if isinstance(code, int) else 0)
 

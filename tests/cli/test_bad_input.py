@@ -25,6 +25,7 @@ CASES = [
     (["train", DEMO_YAML, "--set", "loop.max_steps=-1"], 2, "must be >= 1 (or null); got -1: set loop.max_steps to 1"),
     (["train", DEMO_YAML, "--set", "algorithm.n_samples_per_prompt=1"], 2, "set n_samples_per_prompt >= 2"),
     (["view", "/nowhere"], 2, "/nowhere does not exist"),
+    (["select-checkpoint", "run", "--mode", "best"], 2, "Invalid value for '--mode': 'best' is not one of 'max', 'min'."),
 ]
 
 
