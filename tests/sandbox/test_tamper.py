@@ -7,7 +7,9 @@ changes API agree."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shlex
+import time
 
 import pytest
 
@@ -16,6 +18,25 @@ from swerl.sandbox.runtime.layer import LayerReader
 from swerl.tasks import import_humaneval, load_task
 
 from ._support import run
+
+
+@contextlib.asynccontextmanager
+async def loop_stalls(period_s: float = 0.2):
+    """Yields a list that collects, while inside, how late (s) a ``period_s`` sleep on the event
+    loop woke up: a stall of the loop every sandbox of a run shares shows as a large value."""
+    stalls = [0.0]
+
+    async def heartbeat() -> None:
+        while True:
+            began = time.monotonic()
+            await asyncio.sleep(period_s)
+            stalls.append(time.monotonic() - began - period_s)
+
+    beat = asyncio.create_task(heartbeat())
+    try:
+        yield stalls
+    finally:
+        beat.cancel()
 
 pytestmark = pytest.mark.docker
 
@@ -113,25 +134,14 @@ def test_the_scan_can_be_turned_off(humaneval_task):
 def test_a_file_made_to_slow_the_text_rules_does_not_stall_the_event_loop(humaneval_task):
     """The scan's text rules run on the event loop every sandbox of the run shares; a work-product
     file of ``from os import `` repeated (256 KiB) held it 60-90 s under a quadratic rule."""
-    import time
-
     async def trial():
-        stalls = [0.0]
-
-        async def heartbeat():
-            while True:
-                began = time.monotonic()
-                await asyncio.sleep(0.2)
-                stalls.append(time.monotonic() - began - 0.2)
-
         async with SandboxManager(SandboxConfig(concurrency=1, warm_pool=False)) as mgr:
             async with mgr.sandbox(humaneval_task) as sb:
                 made = await sb.exec("python3 -c \"open('/app/notes.txt', 'w').write(('from os import ' * 20000)[:262144])\"",
                                      timeout_s=60)
                 assert made.exit_code == 0, made.output
-                beat = asyncio.create_task(heartbeat())
-                verdict = await sb.verify()
-                beat.cancel()
+                async with loop_stalls() as stalls:
+                    verdict = await sb.verify()
         return verdict, max(stalls)
 
     verdict, stall_s = run(trial())
@@ -163,28 +173,17 @@ def test_a_flood_of_files_cannot_blind_the_scan(humaneval_task):
 def test_checking_a_large_work_product_does_not_stall_the_event_loop(humaneval_task):
     """The clean room's check of the work product (every member, links resolved through chains)
     runs off the event loop: 120k links through a chain of 39 took 10-20 s of it before."""
-    import time
-
     chain = ("import os\nos.chdir('/app'); open('f', 'w').close(); prev = 'f'\n"
              "for i in range(39): os.symlink(prev, f'c{i}'); prev = f'c{i}'\n"
              "for i in range(120000): os.symlink('c38', f'l{i}')\n")
 
     async def trial():
-        stalls = [0.0]
-
-        async def heartbeat():
-            while True:
-                began = time.monotonic()
-                await asyncio.sleep(0.2)
-                stalls.append(time.monotonic() - began - 0.2)
-
         async with SandboxManager(SandboxConfig(concurrency=1, warm_pool=False)) as mgr:
             async with mgr.sandbox(humaneval_task) as sb:
                 made = await sb.exec(f"python3 -c {shlex.quote(chain)}", timeout_s=300)
                 assert made.exit_code == 0, made.output
-                beat = asyncio.create_task(heartbeat())
-                verdict = await sb.verify()
-                beat.cancel()
+                async with loop_stalls() as stalls:
+                    verdict = await sb.verify()
         return verdict, max(stalls)
 
     verdict, stall_s = run(trial())
