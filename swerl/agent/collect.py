@@ -121,8 +121,8 @@ async def _guarded_episode(task: Any, manager: Any, policy: Policy, cfg: AgentCo
     """One episode whose failures become typed trajectories, never exceptions.
 
     An episode whose Docker engine stopped answering runs again from the start on another engine
-    (at most ``engine_retries`` times, as sandbox-test trials do); after that it is masked (the
-    failed ping is the proof). An episode that read no trustworthy reward after the agent acted, or
+    (at most ``engine_retries`` times, as sandbox-test trials do); after that a control run settles
+    it like any other (a missed ping alone proves nothing). An episode that read no trustworthy reward after the agent acted, or
     crashed, is settled by a control run once its sandbox is released (:mod:`swerl.sandbox.control`):
     ``zero`` when the control reads a reward, ``mask`` (the task flagged) when it fails too. A
     sandbox that never started is masked (the attempt never acted).
@@ -157,8 +157,10 @@ async def _guarded_episode(task: Any, manager: Any, policy: Policy, cfg: AgentCo
             control = await run_control(manager, task, engine)
             return masked_trajectory(task, policy, cfg, group_id=group_id, sample_index=sample_index,
                                      outcome="episode_error", detail=f"{type(err).__name__}: {err}", control=control)
-    # The control runs once the episode's sandbox is released (it needs a sandbox slot of its own).
-    control = await run_control(manager, task, engine) if played.verdict.needs_control and not lost else None
+    # The control runs once the episode's sandbox is released (it needs a sandbox slot of its own),
+    # after the last retry too: an engine judged lost by one missed ping is no proof (the control
+    # prefers a healthy engine; with none left it fails, and the episode is masked).
+    control = await run_control(manager, task, engine) if played.verdict.needs_control else None
     return finish_trajectory(task, played, control, group_id=group_id, sample_index=sample_index)
 
 

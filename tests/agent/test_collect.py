@@ -167,3 +167,31 @@ def test_a_failure_after_the_episode_never_discards_its_verified_result(smol_tok
         (traj,) = asyncio.run(main())
         assert (traj.outcome, traj.reward, traj.failure_class) == ("passed", 1.0, "none"), (failure, traj.detail)
         assert sum(traj.loss_mask) > 0 and not traj.exclude_from_baseline
+
+
+def test_an_episode_whose_engine_seems_lost_on_its_last_retry_still_gets_its_control(smol_tokenizer):
+    """A forced probe: the engine always reads as lost after a reward-less episode (one missed ping
+    under load looks the same). Once the retries are spent the control settles the episode as any
+    other: it reads a reward on a healthy engine, so the attempt's failure is kept (zero), never
+    masked on the ping's word alone."""
+    sandbox_tasks = Path(__file__).resolve().parents[1] / "fixtures" / "sandbox_tasks"
+    fake_bash = ("for f in /usr/bin/bash /bin/bash; do printf '#!/bin/sh\\nexit 0\\n' > $f.new && chmod 755 $f.new "
+                 "&& mv -f $f.new $f; done")
+    call = '<tool_call>{"name": "bash", "arguments": {"command": "' + fake_bash + '"}}</tool_call>'
+    policy = ScriptedPolicy([call, "done"], smol_tokenizer)
+    checked = []
+
+    async def main():
+        async with SandboxManager(SandboxConfig(concurrency=2, engine_retries=0)) as manager:
+            async def lost(sandbox):  # noqa: ANN001, ANN202
+                checked.append(sandbox.engine)
+                return True
+
+            manager.engine_lost = lost
+            return await collect_rollouts([load_task(sandbox_tasks / "add")], 1, policy, manager,
+                                          AgentConfig(protocol="tool-call"), concurrency=1)
+
+    (traj,) = asyncio.run(main())
+    assert checked, "the engine was never asked about"
+    assert (traj.outcome, traj.failure_class, traj.blame) == ("no_reward_file", "zero", "attempt"), traj.detail
+    assert not traj.exclude_from_baseline and sum(traj.loss_mask) > 0
