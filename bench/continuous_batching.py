@@ -70,12 +70,12 @@ def main() -> None:
     args = parser.parse_args()
     from swerl.inference.backends.base import SamplingParams
     from swerl.inference.backends.batcher import AsyncBatcher, RequestStream
-    from swerl.inference.config import InferenceConfig
+    from swerl.inference.config import VLLMGenerator
     from swerl.inference.model_files import resolve_model
     from swerl.inference.engines.vllm_backend import VLLMBackend
 
     print(machine())
-    config = InferenceConfig(backend="vllm", dtype="bfloat16", enforce_eager=True, max_model_len=2048,
+    config = VLLMGenerator(dtype="bfloat16", enforce_eager=True, max_model_len=2048,
                              max_num_seqs=args.episodes, kv_cache_space_gib=1)
     engine = VLLMBackend(config, str(resolve_model(None)))
     tokenizer = engine.tokenizer

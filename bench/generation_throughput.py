@@ -74,14 +74,14 @@ def auto_mode() -> tuple[str, str]:
 
 
 def run_mode(mode: str, path: Path, prompts, sampling, args, vllm_dtype: str) -> float:
-    from swerl.inference.config import InferenceConfig
+    from swerl.inference.config import VLLMGenerator
 
     if mode.startswith("hf-"):
         from swerl.inference.backends.hf import HFBackend
 
         return timed(HFBackend.from_pretrained(path, dtype="float32" if mode == "hf-fp32" else "bfloat16"), prompts,
                      sampling)
-    config = InferenceConfig(backend="vllm", dtype=vllm_dtype, max_model_len=2048, max_num_seqs=len(prompts),
+    config = VLLMGenerator(dtype=vllm_dtype, max_model_len=2048, max_num_seqs=len(prompts),
                              enforce_eager=args.eager, cpu_cores=[str(args.core)], kv_cache_space_gib=1,
                              vllm_mode="inprocess" if mode.startswith("vllm-inprocess") else "servers")
     from swerl.inference.factory import build_vllm

@@ -42,7 +42,7 @@ def main() -> None:
     print("\n".join(machine_summary()), flush=True)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from swerl.inference.config import InferenceConfig
+    from swerl.inference.config import VLLMGenerator
     from swerl.inference.factory import build_vllm
     from swerl.inference.model_files import resolve_model
     from swerl.inference.probe import probe_sampling
@@ -60,7 +60,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="swerl-parity-"))
     for asked in args.dtypes.split(","):
         dtype = vllm_dtype_for(machine_choice("cpu")[0]) if asked == "auto" else asked
-        config = InferenceConfig(backend="vllm", vllm_mode="servers", dtype=dtype, enforce_eager=True,
+        config = VLLMGenerator(vllm_mode="servers", dtype=dtype, enforce_eager=True,
                                  max_model_len=2048, max_num_seqs=8, cpu_cores=["0"], kv_cache_space_gib=1)
         engine = build_vllm(config, str(path), work / "logs")
         try:

@@ -49,7 +49,7 @@ def seconds_per_sync(path: str, folder: Path, repeats: int, work: Path, dtype: s
     """(median seconds, bytes) of one sync along ``path`` of the model in ``folder`` (engine ``dtype``)."""
     from transformers import AutoModelForCausalLM
 
-    from swerl.inference.config import InferenceConfig
+    from swerl.inference.config import VLLMGenerator
     from swerl.inference.factory import build_vllm
     from swerl.inference.weight_sync.adapter import write_adapter
     from swerl.inference.weight_sync.disk import write_weights
@@ -57,7 +57,7 @@ def seconds_per_sync(path: str, folder: Path, repeats: int, work: Path, dtype: s
     from swerl.trainer.policy.lora import add_adapters
 
     lora = path.startswith("adapter")
-    config = InferenceConfig(backend="vllm", dtype=dtype, enforce_eager=True, max_model_len=1024,
+    config = VLLMGenerator(dtype=dtype, enforce_eager=True, max_model_len=1024,
                              max_num_seqs=4, cpu_cores=["0"], kv_cache_space_gib=1,
                              vllm_mode="inprocess" if path.endswith("inprocess") else "servers")
     trainer = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)

@@ -50,6 +50,10 @@ class SandboxError(SwerlError, RuntimeError):
         outcome: the trial outcome it causes, a ``swerl.sandbox.Outcome`` (a ``str`` enum: this
             leaf module names no stage type); None reads as ``daemon_error`` (see
             ``swerl.sandbox.outcome_of``).
+
+    Attributes:
+        tamper: the container's tamper reasons when a verification failed after its scan
+            (``Sandbox.verify`` sets them, so a failed trial's record still carries them).
     """
 
     exit_code = 3
@@ -57,6 +61,7 @@ class SandboxError(SwerlError, RuntimeError):
     def __init__(self, message: str = "", *, outcome: str | None = None) -> None:
         super().__init__(message)
         self.outcome = outcome
+        self.tamper: list[str] = []
 
 
 class SandboxTimeout(SandboxError, TimeoutError):
@@ -73,3 +78,22 @@ class InferenceError(SwerlError, RuntimeError):
 
 class RunFailed(SwerlError, RuntimeError):
     """A run finished but did not do what it was asked (e.g. trained zero steps) (exit 1)."""
+
+
+class Interrupted(SwerlError):
+    """A run stopped by a signal: Ctrl-C (SIGINT, exit 130) or SIGTERM/SIGHUP (exit 143), after
+    its cleanup. The message names where it stopped and the last committed checkpoint; the CLI
+    adds the resume command (:meth:`with_resume`) and prints it as one ``interrupted:`` line.
+
+    Args:
+        message: where the run stopped and what a resume redoes.
+        exit_code: 130 for SIGINT, 143 for SIGTERM/SIGHUP (128 + the signal's number).
+    """
+
+    def __init__(self, message: str = "", *, exit_code: int = 130) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+    def with_resume(self, command: str) -> "Interrupted":
+        """The same interrupt, its message ending with ``resume: COMMAND``."""
+        return Interrupted(f"{self}; resume: {command}", exit_code=self.exit_code)

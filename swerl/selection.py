@@ -22,13 +22,14 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel
 
+from swerl import metric_keys
 from swerl.errors import ConfigError, SwerlError
 from swerl.run_layout import CONFIG_FILE, EXPORT_DIR, METRICS_FILE, export_dir
 from swerl.text import counted, did_you_mean
 
 log = logging.getLogger(__name__)
 
-DEFAULT_METRIC = "reward/avg_raw_reward"
+DEFAULT_METRIC = metric_keys.REWARD_AVG_RAW_REWARD
 DEFAULT_SPAN = 5
 DEFAULT_INTERVAL = 5
 

@@ -3,13 +3,15 @@
 Every ``import`` / ``from ... import`` statement of swerl/ counts: at module level (inside
 ``if TYPE_CHECKING:`` too) and inside functions (lazy imports). Modules sit on floors, lowest first:
 
-    leaves (errors, fields, fileio, logs, text, run_layout; the package root): import no stage
-    tasks -> sandbox -> inference -> agent -> rl -> selection -> trainer -> report -> cli
+    leaves (errors, fields, fileio, logs, text, run_layout, metric_keys; the package root): import no stage
+    tasks -> sandbox -> inference -> agent -> rl -> selection -> task_health -> trainer -> report -> cli
 
 A module may import its own floor or a lower one, never a higher one. ``agent`` and
 ``inference`` are the one stage pair of the flow: the agent's policy calls an inference backend,
 never the reverse. ``selection.py`` reads a run's files only (no trainer import), so it sits under
-the trainer, whose eval-from-run resolves the picked export. Inside ``sandbox/`` the rooms have
+the trainer, whose eval-from-run resolves the picked export; so does ``task_health.py``, the task
+ledger the trainer's quarantine keeps and ``swerl tasks health`` reads back: ``report/`` imports
+nothing of the trainer or the sandboxes (the command that re-checks verifiers runs them). Inside ``sandbox/`` the rooms have
 floors too: the ground floor (types, engine settings, the Docker wire and API, signals) ->
 ``runtime/`` (and ``tamper/`` beside it: the scan reads a container's layer, the runtime calls
 the scan) -> ``deployment/`` -> the modules that join them (manager, network, red team,
@@ -29,12 +31,13 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-LEAVES = ("swerl", "swerl.errors", "swerl.fields", "swerl.fileio", "swerl.logs", "swerl.text", "swerl.run_layout")
-STAGES = ("tasks", "sandbox", "inference", "agent", "rl", "selection", "trainer", "report", "cli")
+LEAVES = ("swerl", "swerl.errors", "swerl.fields", "swerl.fileio", "swerl.logs", "swerl.text", "swerl.run_layout",
+          "swerl.metric_keys")
+STAGES = ("tasks", "sandbox", "inference", "agent", "rl", "selection", "task_health", "trainer", "report", "cli")
 # Stages whose rooms stand on floors: (rooms between the ground floor and the joining modules,
 # lowest first; the joining modules at the stage's root; rooms on the floor of another).
 ROOMS = {
-    "sandbox": (("runtime", "deployment"), ("manager", "network", "redteam", "selftest", "control"),
+    "sandbox": (("runtime", "deployment"), ("manager", "network", "redteam", "redteam_engine", "selftest", "control"),
                 {"tamper": "runtime"}),  # the tamper scan reads a container's layer
     "inference": (("backends", "engines", "weight_sync"), ("factory", "probe"), {}),
 }
@@ -153,3 +156,11 @@ def test_the_checks_see_a_circle_and_an_arrow_against_the_flow(tmp_path):
                                   "swerl.inference.backends.hf -> swerl.inference.factory -> swerl.inference.engines.vllm_backend"
                                   " -> swerl.inference.backends.hf",
                                   "swerl.tasks.load -> swerl.tasks.rows -> swerl.tasks.load"]
+
+
+def test_the_report_runs_nothing_of_the_stages_that_make_a_run():
+    """report/ reads run folders: it imports nothing of the trainer, the sandboxes or inference
+    (``swerl tasks health --recheck`` runs its sandboxes in the command, not the report)."""
+    upward = [(name, line, target) for name, imports in _graph().items() if name.startswith("swerl.report")
+              for line, target in imports if target.split(".")[1] in ("trainer", "sandbox", "inference")]
+    assert upward == []

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from swerl.agent.config import AgentConfig
 from swerl.errors import ConfigError
-from swerl.inference.config import InferenceConfig
+from swerl.inference.config import HFGenerator, OpenAIGenerator, VLLMGenerator, inference_config
 from swerl.tasks.task_folder import TaskConfig
 from swerl.trainer.setup.config import TrainConfig, load_train_config
 
@@ -19,22 +19,30 @@ DEMO_YAML = Path(__file__).resolve().parents[1] / "examples" / "humaneval-smollm
 
 
 @pytest.mark.parametrize(("fields", "named"), [
-    ({"backend": "hf", "max_model_len": 4096}, "inference.max_model_len is only read by backend 'vllm'"),
-    ({"backend": "hf", "weight_sync": "nccl"}, "inference.weight_sync is only read by backend 'vllm'"),
-    ({"backend": "vllm", "device": "cuda:0"}, "inference.device is only read by backend 'hf'"),
-    ({"backend": "vllm", "tokenizer": "/models/x"}, "inference.tokenizer is only read by backend 'openai'"),
-    ({"backend": "vllm", "num_servers": 2}, "inference.num_servers is only read with vllm_mode=servers"),
+    ({"backend": "hf", "max_model_len": 8192}, "hf.max_model_len"),  # even at its default: not an hf field
+    ({"backend": "hf", "weight_sync": "nccl"}, "hf.weight_sync"),
+    ({"backend": "vllm", "device": "cuda:0"}, "vllm.device"),
+    ({"backend": "vllm", "max_batch_size": 16}, "vllm.max_batch_size"),  # continuous batching: no batcher
+    ({"backend": "vllm", "tokenizer": "/models/x"}, "vllm.tokenizer"),
+    ({"backend": "openai", "base_url": "http://x/v1", "lora_adapter": "/a"}, "openai.lora_adapter"),
 ])
-def test_a_backend_field_the_backend_does_not_read_is_refused(fields, named):
-    with pytest.raises(ValidationError, match=named):
-        InferenceConfig(**fields)
+def test_a_field_of_another_backend_is_refused_naming_it(fields, named):
+    """Each backend's model holds only its own fields: another backend's is pydantic's own
+    extra-field error, at that field."""
+    with pytest.raises(ValidationError, match=rf"{named}\n  Extra inputs are not permitted"):
+        inference_config(**fields)
 
 
-def test_backend_fields_at_their_defaults_or_read_by_the_backend_pass():
-    InferenceConfig(backend="hf", max_model_len=8192, device="cuda:0")  # 8192 is the default
-    InferenceConfig(backend="vllm", vllm_mode="servers", num_servers=2, max_model_len=1024)
-    dumped = InferenceConfig(backend="hf").model_dump()  # every field given, all at their defaults
-    assert InferenceConfig.model_validate(dumped).backend == "hf"
+def test_a_vllm_server_field_needs_servers():
+    with pytest.raises(ValidationError, match="num_servers is only read with vllm_mode=servers"):
+        VLLMGenerator(num_servers=2)
+    assert VLLMGenerator(vllm_mode="servers", num_servers=2).num_engines == 2
+
+
+@pytest.mark.parametrize("config", [HFGenerator(device="cuda:0"), VLLMGenerator(vllm_mode="servers", num_servers=2),
+                                    OpenAIGenerator(base_url="http://x/v1")], ids=["hf", "vllm", "openai"])
+def test_a_dumped_generator_config_loads_again(config):
+    assert inference_config(**config.model_dump()) == config  # every field given, the backend's own
 
 
 @pytest.mark.parametrize(("field", "refused_with", "read_with", "named"), [
@@ -75,21 +83,23 @@ def test_a_task_asking_for_gpus_is_refused():
     assert TaskConfig.model_validate({"environment": {"gpus": 0}}).environment.gpus == 0
 
 
-def test_under_auto_the_fields_of_either_backend_wait_for_the_choice():
-    """generator.backend: auto accepts what hf alone reads (num_threads) and what vllm alone reads
-    (max_model_len, dtype); an explicit backend refuses the other's fields, and auto still
-    refuses fields that neither choice reads."""
-    both = ["generator.num_threads=1", "generator.max_model_len=2048", "generator.dtype=bfloat16"]
-    cfg = load_train_config(DEMO_YAML, ["generator.backend=auto", *both])
-    assert (cfg.generator.num_threads, cfg.generator.max_model_len) == (1, 2048)
-    with pytest.raises(ConfigError, match="max_batch_size, batch_wait_s not read by backend 'vllm'.*max_batch_size=8, batch_wait_s=0.05"):
-        load_train_config(DEMO_YAML, ["generator.backend=vllm", *both])  # the demo's batcher fields
-    batcher_defaults = ["generator.max_batch_size=8", "generator.batch_wait_s=0.05"]
-    with pytest.raises(ConfigError, match="generator.num_threads would be ignored"):
-        load_train_config(DEMO_YAML, ["generator.backend=vllm", *batcher_defaults, *both])
-    with pytest.raises(ConfigError, match="only read by backend 'vllm'"):
-        load_train_config(DEMO_YAML, ["generator.backend=hf", *both])
-    with pytest.raises(ConfigError, match="generator.device would be ignored"):
-        load_train_config(DEMO_YAML, ["generator.backend=auto", "generator.device=cuda:0"])
-    with pytest.raises(ConfigError, match="only read by backend 'openai'"):
-        load_train_config(DEMO_YAML, ["generator.backend=auto", "generator.tokenizer=/models/x"])
+def test_under_auto_each_backend_has_its_own_section():
+    """generator.backend: auto holds one section per candidate, each validated as its backend's
+    config on every machine; a backend's field outside its section is refused naming the section;
+    --set generator.backend over the file's auto takes that backend's section (a file that writes a
+    backend with a candidate section is refused)."""
+    cfg = load_train_config(DEMO_YAML, ["generator.vllm.max_model_len=2048", "generator.vllm.dtype=bfloat16"])
+    assert (cfg.generator.hf.num_threads, cfg.generator.vllm.max_model_len) == (1, 2048)
+    with pytest.raises(ConfigError, match=r"--set generator.max_model_len=2048: generator.max_model_len: a field of "
+                                          r"backend vllm: under backend auto it goes in generator.vllm$"):
+        load_train_config(DEMO_YAML, ["generator.max_model_len=2048"])
+    with pytest.raises(ConfigError, match=r"generator.vllm.num_threads: not a field of backend 'vllm' \(a field of hf\)"):
+        load_train_config(DEMO_YAML, ["generator.vllm.num_threads=1"])
+    with pytest.raises(ConfigError, match="generator.hf.device would be ignored by swerl train"):
+        load_train_config(DEMO_YAML, ["generator.hf.device=cuda:0"])
+    forced = load_train_config(DEMO_YAML, ["generator.backend=vllm", "generator.vllm.max_model_len=2048"])
+    assert isinstance(forced.generator, VLLMGenerator) and forced.generator.max_model_len == 2048
+    assert load_train_config(DEMO_YAML, ["generator.backend=hf"]).generator.max_batch_size == 16  # the hf section
+    with pytest.raises(ValidationError, match=r"generator\.hf\.vllm\n  Extra inputs are not permitted"):
+        TrainConfig.model_validate({"data": {"tasks": "x"}, "generator": {"backend": "hf", "vllm": {}}})  # written so
+

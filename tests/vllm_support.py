@@ -3,7 +3,7 @@ in-process engine with them; a test that starts servers passes overrides)."""
 
 from __future__ import annotations
 
-from swerl.inference.config import InferenceConfig
+from swerl.inference.config import VLLMGenerator
 
 # enforce_eager skips torch.compile (starts in ~20-40 s on 2 cores); 1 GiB of KV cache and 8
 # sequences are plenty for the default model's short test prompts.
@@ -15,6 +15,6 @@ LORA_RANK = 8
 """The session's engines take LoRA adapters up to this rank (the LoRA tests train rank 8)."""
 
 
-def engine_config(**overrides) -> InferenceConfig:
-    """The tests' :class:`InferenceConfig` for a vLLM engine, with ``overrides`` applied."""
-    return InferenceConfig(**{**ENGINE_FIELDS, **overrides})
+def engine_config(**overrides) -> VLLMGenerator:
+    """The tests' :class:`VLLMGenerator` for a vLLM engine, with ``overrides`` applied."""
+    return VLLMGenerator(**{**ENGINE_FIELDS, **overrides})

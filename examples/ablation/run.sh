@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The seed ablation sized to answer something on one machine: loss reduction (sequence_mean vs
-# seq_mean_token_sum_norm_global) x TIS (on/off) on the CPU default (examples/humaneval-smollm2-cpu.yaml),
-# each arm trained as sized by size.args and evaluated on a pinned held-out set before its first
+# seq_mean_token_sum_norm_global) x TIS (on/off) on the generated pymethods family and the CPU
+# default model (examples/pymethods-smollm2-cpu-learn.yaml), each arm trained as sized by size-pymethods.args and evaluated on a pinned held-out set before its first
 # step and after its last (same eval seeds in every arm: the evaluations pair task by task); then
 # `swerl compare` (paired CIs, McNemar, one verdict line per metric) and `swerl report`.
 # Behind `make ablation`.
@@ -12,18 +12,21 @@
 #   ARMS   arms of ARMS_FILE to train, space-separated, or "all" (default "seqmean-tis seqnorm-tis":
 #          with the HF generator the TIS ratio is 1, so the no-TIS arms would repeat the TIS arms)
 #   SEEDS  seed replicas per arm, comma-separated (default 0): OUT_DIR/ARM/seed<S>
-#   SIZE   the --set lines that size each arm (default examples/ablation/size.args)
+#   SIZE   the --set lines that size each arm (default examples/ablation/size-pymethods.args)
 #   SETS   extra --set overrides for every arm, space-separated (e.g. "loop.max_steps=4")
-#   BASE   the config every arm starts from (default examples/humaneval-smollm2-cpu.yaml)
-#   TASKS  the task folder of training and evaluation (default runs/humaneval-tasks, imported if absent)
+#   BASE   the config every arm starts from (default examples/pymethods-smollm2-cpu-learn.yaml)
+#   TASKS  the task folder (default runs/pymethods-learn, generated with tier 1 if absent): a
+#          generated family trains on TASKS/train and evaluates TASKS/heldout-instance; any other
+#          folder is both (the HumanEval arms: BASE=examples/humaneval-smollm2-cpu.yaml
+#          TASKS=runs/humaneval-tasks SIZE=examples/ablation/size.args)
 set -euo pipefail
 OUT=${1:-runs/ablation}
 SWERL=${SWERL:-.venv/bin/swerl}
-TASKS=${TASKS:-runs/humaneval-tasks}
+TASKS=${TASKS:-runs/pymethods-learn}
 HERE=$(dirname "$0")
 ARMS_FILE=${ARMS_FILE:-$HERE/arms.txt}
-BASE=${BASE:-examples/humaneval-smollm2-cpu.yaml}
-SIZE=${SIZE:-$HERE/size.args}
+BASE=${BASE:-examples/pymethods-smollm2-cpu-learn.yaml}
+SIZE=${SIZE:-$HERE/size-pymethods.args}
 SEEDS=${SEEDS:-0}
 ARMS=${ARMS:-seqmean-tis seqnorm-tis}
 SETS=${SETS:-}
@@ -33,7 +36,14 @@ mkdir -p "$OUT"
 if [[ "$(basename "$TASKS")" == *humaneval* ]] && [ ! -d "$TASKS/humaneval-163" ]; then
   "$SWERL" tasks import humaneval "$TASKS" --force
 fi
-sets=(--set "data.tasks=$TASKS" --set "eval.tasks=$TASKS")
+if [[ "$(basename "$TASKS")" == pymethods* ]] && [ ! -f "$TASKS/manifest.json" ]; then
+  "$SWERL" tasks generate pymethods "$TASKS" --tiers 1 --seed 0 --heldout-count 32
+fi
+if [ -f "$TASKS/manifest.json" ]; then  # a generated family: its splits
+  sets=(--set "data.tasks=$TASKS/train" --set "eval.tasks=$TASKS/heldout-instance")
+else
+  sets=(--set "data.tasks=$TASKS" --set "eval.tasks=$TASKS")
+fi
 while read -r line; do
   case "$line" in ''|'#'*) continue ;; esac
   sets+=(--set "$line")

@@ -128,7 +128,7 @@ async def play_episode(
     except SamplerFailed as err:
         state.timings_s["agent_s"] = time.monotonic() - started
         state.detail = f"the sampler failed: {err}"
-        tamper = episode_tamper(protocol.actions, None)
+        tamper = episode_tamper(protocol.actions, [])
         return PlayedEpisode(state, "sampler_error", None, Verdict("sampler_error", 0.0, FailureClass.mask), tamper)
     except Exception as err:  # noqa: BLE001 - whatever the attempt provoked: its tokens stay, its work is verified
         if isinstance(err, TimeoutError) and deadline.expired():
@@ -140,8 +140,8 @@ async def play_episode(
 
     if on_verify is not None:
         on_verify()
-    verifier, verify_outcome = await _verify(sandbox, state)
-    tamper = episode_tamper(protocol.actions, verifier)
+    verifier, verify_outcome, scanned = await _verify(sandbox, state)
+    tamper = episode_tamper(protocol.actions, scanned)
     verdict = on_tamper(judge(end_reason, verifier, cfg, verify_outcome or sandbox_outcome), tamper, cfg)
     return PlayedEpisode(state, end_reason, verifier, verdict, tamper)
 
@@ -286,25 +286,28 @@ async def _hand_off(state: _EpisodeState, summarizer: ContextSummarizer | None, 
     record = state.record
     state.segments.append(Segment(
         kind="agent", prompt_ids=record.prompt_ids, response_ids=record.response_ids, loss_mask=record.loss_mask,
-        rollout_logprobs=list(record.logprobs) if record.has_logprobs else None, messages=list(state.messages)))
+        rollout_logprobs=list(record.logprobs) if record.has_logprobs else None,
+        rollout_support=record.rollout_support(), messages=list(state.messages)))
     state.segments.extend(handoff.segments)
     state.record = TokenRecord(prompt_ids=handoff.prompt_ids)
     state.messages = handoff.messages
     return summarizer.window - len(handoff.prompt_ids) > 0
 
 
-async def _verify(sandbox: Any, state: _EpisodeState) -> tuple[Any | None, str | None]:
-    """Run the task's tests; a sandbox failure here yields (None, its outcome)."""
+async def _verify(sandbox: Any, state: _EpisodeState) -> tuple[Any | None, str | None, list[str]]:
+    """Run the task's tests: (the verdict, None, the container's tamper reasons); a sandbox failure
+    here yields (None, its outcome, the reasons of the scan that ran before it failed)."""
     started = time.monotonic()
     try:
-        return await sandbox.verify(), None
+        verifier = await sandbox.verify()
+        return verifier, None, list(verifier.tamper)
     except SandboxError as err:
         state.detail = f"verification failed: {err}"
-        return None, _outcome_name(err)
+        return None, _outcome_name(err), list(err.tamper)
     except Exception as err:  # noqa: BLE001 - e.g. the container's files provoked the scan: a control settles it
         state.detail = f"verification failed: {type(err).__name__}: {str(err)[:500]}"
         logger.warning("%s", state.detail)
-        return None, "trial_error"
+        return None, "trial_error", []
     finally:
         state.timings_s["verify_s"] = time.monotonic() - started
 
@@ -326,6 +329,7 @@ def _trajectory(task: Any, group_id: str | None, sample_index: int, state: _Epis
         response_ids=record.response_ids,
         loss_mask=loss_mask,
         rollout_logprobs=list(record.logprobs) if record.has_logprobs else None,
+        rollout_support=record.rollout_support(),
         reward=verdict.reward,
         outcome=verdict.outcome,
         failure_class=verdict.failure_class,

@@ -29,7 +29,7 @@ from swerl.agent.records import sample_record
 from swerl.agent.trajectory import Trajectory
 from swerl.errors import ConfigError, InferenceError
 from swerl.fileio import atomic_write_text
-from swerl.inference.config import InferenceConfig
+from swerl.inference.config import HFGenerator, InferenceConfig, OpenAIGenerator
 from swerl.run_layout import EVAL_SUMMARY_FILE, EVAL_TRAJECTORIES_FILE
 
 log = logging.getLogger(__name__)
@@ -183,18 +183,18 @@ class EvalConfig(BaseModel):
     out_dir: Path = Field(description="Where trajectories.jsonl and summary.json are written.")
     resume: bool = Field(False, description="Continue the eval already in out_dir: run only its missing episodes.")
     agent: AgentConfig = Field(default_factory=AgentConfig)
-    inference: InferenceConfig = Field(default_factory=InferenceConfig)
+    inference: InferenceConfig = Field(default_factory=HFGenerator)
 
 
 def model_label(config: InferenceConfig) -> str:
     """How the evaluated model is reported: the default model is named as such, a LoRA adapter after its base."""
+    if isinstance(config, OpenAIGenerator):
+        return f"{config.model or 'default'} @ {config.base_url}"
     adapter = f" + LoRA {config.lora_adapter}" if config.lora_adapter else ""
-    if config.model is None and config.backend != "openai":
+    if config.model is None:
         from swerl.inference.model_files import DEFAULT_MODEL_NAME
 
         return f"default: {DEFAULT_MODEL_NAME}{adapter}"
-    if config.backend == "openai":
-        return f"{config.model or 'default'} @ {config.base_url}"
     return f"{config.model}{adapter}"
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from math import comb
 
+from swerl import metric_keys
 from swerl.agent.trajectory import Trajectory
 
 
@@ -68,10 +69,10 @@ def summarize(trajectories: list[Trajectory], ks: list[int]) -> dict:
             summary[f"pass@{k}"] = sum(per_task) / len(per_task)
             scored[f"pass@{k}"] = len(per_task)
     summary["tasks_scored"] = scored
-    summary["reward/mean"] = sum(t.reward for t in trajectories) / count
-    summary["turns/mean"] = sum(t.num_turns for t in trajectories) / count
-    summary["tokens/generated_mean"] = sum(t.num_policy_tokens for t in trajectories) / count
-    summary["tokens/context_mean"] = sum(t.context_tokens for t in trajectories) / count
+    summary[metric_keys.REWARD_MEAN] = sum(t.reward for t in trajectories) / count
+    summary[metric_keys.TURNS_MEAN] = sum(t.num_turns for t in trajectories) / count
+    summary[metric_keys.TOKENS_GENERATED_MEAN] = sum(t.num_policy_tokens for t in trajectories) / count
+    summary[metric_keys.TOKENS_CONTEXT_MEAN] = sum(t.context_tokens for t in trajectories) / count
     summary["num_tamper_suspects"] = sum(bool(t.tamper) for t in trajectories)
     summary["tamper_suspect_rate"] = summary["num_tamper_suspects"] / count
     summary["outcomes"] = dict(Counter(t.outcome for t in trajectories).most_common())

@@ -21,6 +21,7 @@ from pydantic import BaseModel, Field
 from swerl.agent.config import AgentConfig, EpisodeLimits, ProtocolName
 from swerl.sandbox import redteam_payloads as p
 from swerl.sandbox.redteam import CATALOGUE as SANDBOX_CATALOGUE
+from swerl.sandbox.redteam_engine import ENGINE_CATALOGUE
 from swerl.sandbox.redteam import PREFIX, SOLUTION, RedTeamAttempt
 from swerl.sandbox.types import FailureClass, Outcome, TrialRecord, TrialTimings
 
@@ -118,5 +119,5 @@ EPISODE_CATALOGUE: tuple[EpisodeAttempt, ...] = (
                    replies=[_tool_call(f"{WRITE_WRONG}; head -c 20000 /dev/zero | tr '\\0' x")]),
 )
 
-CATALOGUE: tuple[RedTeamAttempt, ...] = (*SANDBOX_CATALOGUE, *EPISODE_CATALOGUE)
-"""Every red-team attempt of ``sandbox-test --redteam``: the sandbox stage's, then the episodes."""
+CATALOGUE: tuple[RedTeamAttempt, ...] = (*SANDBOX_CATALOGUE, *ENGINE_CATALOGUE, *EPISODE_CATALOGUE)
+"""Every red-team attempt of ``sandbox-test --redteam``: the sandbox stage's, the small engine's, then the episodes."""

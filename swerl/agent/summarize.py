@@ -188,7 +188,7 @@ class ContextSummarizer:
 def _segment(kind: SegmentKind, record: TokenRecord, messages: list[dict]) -> Segment:
     return Segment(kind=kind, prompt_ids=record.prompt_ids, response_ids=record.response_ids,
                    loss_mask=record.loss_mask, rollout_logprobs=record.logprobs if record.has_logprobs else None,
-                   messages=messages)
+                   rollout_support=record.rollout_support(), messages=messages)
 
 
 def _user(text: str) -> dict:

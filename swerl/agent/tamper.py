@@ -21,11 +21,12 @@ from swerl.sandbox.tamper.text import texts_reasons
 TAMPER_OUTCOME = "tamper"
 
 
-def episode_tamper(actions: Sequence[str], verifier: Any | None) -> list[str]:
-    """The episode's reasons: the container's (``verifier.tamper``; none when verification did
-    not run), then those of the agent's actions (``"family: an action ..."``), each once, capped."""
+def episode_tamper(actions: Sequence[str], container: Sequence[str]) -> list[str]:
+    """The episode's reasons: the container's (its scan's, ``VerifierResult.tamper``, or those a
+    failed verification carries, ``SandboxError.tamper``; none when the scan did not run), then
+    those of the agent's actions (``"family: an action ..."``), each once, capped."""
     sent = texts_reasons((text, "an action") for text in actions)
-    return merge(getattr(verifier, "tamper", None) or [], sent)
+    return merge(list(container), sent)
 
 
 def on_tamper(verdict: Verdict, reasons: Sequence[str], cfg: AgentConfig) -> Verdict:

@@ -131,6 +131,9 @@ class TokenRecord:
         logprobs: (T,) sampling log-prob per generated id, 0.0 on observation ids.
         has_logprobs: False once any turn came back without log-probs.
         turn_weight_versions: the policy weight version of each generated turn, in order.
+        support: (T,) the kept set each generated id was drawn from under top-k / top-p
+            (``Generation.support``), ``[]`` on observation ids and on turns without one.
+        has_support: True once any turn came back with kept sets.
     """
 
     prompt_ids: list[int]
@@ -139,6 +142,8 @@ class TokenRecord:
     logprobs: list[float] = field(default_factory=list)
     has_logprobs: bool = True
     turn_weight_versions: list[int] = field(default_factory=list)
+    support: list[list[int]] = field(default_factory=list)
+    has_support: bool = False
 
     @property
     def num_tokens(self) -> int:
@@ -165,9 +170,19 @@ class TokenRecord:
             self.logprobs.extend([0.0] * len(gen.token_ids))
         else:
             self.logprobs.extend(float(x) for x in gen.logprobs)
+        if gen.support is not None and len(gen.support) != len(gen.token_ids):
+            raise InferenceError(f"backend returned {len(gen.support)} kept sets for {len(gen.token_ids)} ids")
+        self.has_support = self.has_support or gen.support is not None
+        kept = gen.support if gen.support is not None else [[] for _ in gen.token_ids]
+        self.support.extend(list(ids) for ids in kept)
+
+    def rollout_support(self) -> list[list[int]] | None:
+        """The kept sets for the trajectory: ``support`` once any turn returned one, else None."""
+        return list(self.support) if self.has_support else None
 
     def add_observation(self, ids: list[int]) -> None:
         """Append observation ids (loss mask 0, log-prob 0.0)."""
         self.response_ids.extend(ids)
         self.loss_mask.extend([0] * len(ids))
         self.logprobs.extend([0.0] * len(ids))
+        self.support.extend([] for _ in ids)

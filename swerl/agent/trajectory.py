@@ -33,6 +33,7 @@ class Segment(BaseModel):
         response_ids: (T,) generated and observation ids, in order.
         loss_mask: (T,) 1 on generated ids, 0 on the others.
         rollout_logprobs: (T,) sampling log-probs (0.0 off the generated ids), or None.
+        rollout_support: (T,) kept sets (see ``Trajectory``), or None.
         messages: its chat messages (for humans).
     """
 
@@ -41,11 +42,12 @@ class Segment(BaseModel):
     response_ids: list[int] = Field(default_factory=list)
     loss_mask: list[int] = Field(default_factory=list)
     rollout_logprobs: list[float] | None = None
+    rollout_support: list[list[int]] | None = None
     messages: list[dict] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _aligned(self) -> "Segment":
-        _check_aligned(self.response_ids, self.loss_mask, self.rollout_logprobs)
+        _check_aligned(self.response_ids, self.loss_mask, self.rollout_logprobs, self.rollout_support)
         return self
 
 
@@ -60,6 +62,10 @@ class Trajectory(BaseModel):
         loss_mask: (T,) 1 on model-generated ids, 0 on observation ids.
         rollout_logprobs: (T,) sampling log-prob of each generated id (0.0 on observation ids),
             or None when the backend returned none (TIS weight 1).
+        rollout_support: (T,) the kept set each generated id was sampled from under top-k /
+            top-p (its token ids; ``swerl.rl.support``: at most top_k ids each, ``[]`` on
+            observation ids), or None when sampling did not truncate (the whole vocabulary) or
+            the backend returned none. ``algorithm.sampling_support=replay`` normalises over it.
         reward: verifier reward in [0, 1]; 0 for failures.
         outcome: typed outcome (verifier outcome or episode end reason).
         failure_class: how training treats it (see ``FailureClass``).
@@ -98,6 +104,7 @@ class Trajectory(BaseModel):
     response_ids: list[int] = Field(default_factory=list)
     loss_mask: list[int] = Field(default_factory=list)
     rollout_logprobs: list[float] | None = None
+    rollout_support: list[list[int]] | None = None
     reward: float = 0.0
     outcome: str = "unknown"
     failure_class: FailureClass = "none"
@@ -123,18 +130,22 @@ class Trajectory(BaseModel):
 
     @model_validator(mode="after")
     def _aligned(self) -> "Trajectory":
-        _check_aligned(self.response_ids, self.loss_mask, self.rollout_logprobs)
+        _check_aligned(self.response_ids, self.loss_mask, self.rollout_logprobs, self.rollout_support)
         return self
 
     def token_sequences(self) -> list[Segment]:
         """Every token sequence of the episode in sampling order, the last agent one included."""
         last = Segment(kind="agent", prompt_ids=self.prompt_ids, response_ids=self.response_ids,
-                       loss_mask=self.loss_mask, rollout_logprobs=self.rollout_logprobs)
+                       loss_mask=self.loss_mask, rollout_logprobs=self.rollout_logprobs,
+                       rollout_support=self.rollout_support)
         return [*self.segments, last]
 
 
-def _check_aligned(response_ids: list[int], loss_mask: list[int], rollout_logprobs: list[float] | None) -> None:
+def _check_aligned(response_ids: list[int], loss_mask: list[int], rollout_logprobs: list[float] | None,
+                   rollout_support: list[list[int]] | None = None) -> None:
     if len(loss_mask) != len(response_ids):
         raise ValueError(f"loss_mask has {len(loss_mask)} ids, response_ids {len(response_ids)}")
     if rollout_logprobs is not None and len(rollout_logprobs) != len(response_ids):
         raise ValueError(f"rollout_logprobs has {len(rollout_logprobs)} values, response_ids {len(response_ids)}")
+    if rollout_support is not None and len(rollout_support) != len(response_ids):
+        raise ValueError(f"rollout_support has {len(rollout_support)} kept sets, response_ids {len(response_ids)}")

@@ -22,7 +22,7 @@ from swerl.cli.sandbox import sandbox_app, sandbox_test
 from swerl.cli.select import select_checkpoint_cmd
 from swerl.cli.tasks import tasks_app
 from swerl.cli.train import train_cmd
-from swerl.errors import SwerlError
+from swerl.errors import Interrupted, SwerlError
 
 __all__ = ["Backend", "Mode", "Prefill", "Protocol", "app", "main"]
 
@@ -67,13 +67,18 @@ def main() -> None:
     """Console-script entry: run the app, mapping SwerlError to one stderr line and its exit code.
 
     A usage error (unknown option, a value outside a flag's choices) is one line naming the
-    flag, exit 2, like a config error; ``typer.Exit(n)`` exits n; Ctrl-C exits 130. Any other
+    flag, exit 2, like a config error; ``typer.Exit(n)`` exits n; Ctrl-C exits 130 (a run it
+    stopped: one ``interrupted:`` line naming the step reached and the resume command). Any other
     exception is a bug in swerl and keeps its traceback.
     """
     from typer.exceptions import TyperException  # click's exceptions, as typer vendors them
 
     try:
         code = app(standalone_mode=False)
+    except Interrupted as stop:  # after the run's cleanup: where it stopped and how to resume
+        err_console.print(f"[bold yellow]interrupted:[/] {escape(' '.join(str(stop).split()))}", highlight=False,
+                          soft_wrap=True)
+        sys.exit(stop.exit_code)
     except SwerlError as err:
         _error_line(str(err))
         _further_problems(err)

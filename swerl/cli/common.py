@@ -25,7 +25,9 @@ out_console = Console(width=None if sys.stdout.isatty() else PLAIN_WIDTH)
 
 
 def setup_logging(verbose: bool = False) -> None:
-    """One handler on stderr; level from ``SWERL_LOG_LEVEL`` or ``--verbose``.
+    """One handler on stderr; level from ``SWERL_LOG_LEVEL`` or ``--verbose``. Without ``--verbose``
+    the terminal shows swerl's records, Python warnings and other libraries' errors only; every
+    record still reaches a run's ``train.log`` (``swerl.logs.attach_run_log``).
 
     On a terminal: rich's handler, and a live row per long phase (``swerl.logs.phase``). Off a
     terminal: plain lines with ISO-8601 UTC timestamps, so a CI log or ``2> run.log`` can be read
@@ -46,6 +48,8 @@ def setup_logging(verbose: bool = False) -> None:
 
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(plain_formatter())
+    if not verbose:  # libraries' records: train.log only, unless -v (an ERROR still shows)
+        handler.addFilter(_own_records)
     logging.basicConfig(level=level, handlers=[handler], force=True)
     logging.captureWarnings(True)
     for noisy in ("urllib3", "docker", "httpx", "filelock"):
@@ -54,6 +58,14 @@ def setup_logging(verbose: bool = False) -> None:
         from swerl.cli.progress import install_live_phases
 
         install_live_phases(err_console)
+
+
+def _own_records(record: logging.LogRecord) -> bool:
+    """What the terminal shows without ``-v``: swerl's records, Python warnings (``warnings.warn``,
+    often about the user's own model or data), and other libraries' loggers (vLLM, transformers,
+    torch) at ERROR and above only; the run's ``train.log`` keeps them all."""
+    return (record.name == "swerl" or record.name.startswith("swerl.") or record.name == "py.warnings"
+            or record.levelno >= logging.ERROR)
 
 
 def _verbose_callback(value: bool) -> None:
@@ -97,9 +109,34 @@ def _plain_flag(param: Any) -> None:
         param.metavar = ""
 
 
+_json_stdout = None  # --json -: the process's real stdout, kept for the JSON alone (claim_stdout_for_json)
+
+
+def claim_stdout_for_json() -> None:
+    """``--json -``: stdout carries the JSON document and nothing else. File descriptor 1 is
+    pointed at stderr for the rest of the process (what libraries and child processes print, e.g.
+    vLLM's own lines, lands there), and :func:`write_json` writes to the real stdout, kept aside.
+    A no-op where ``sys.stdout`` is not fd 1 (an in-process test runner captures it)."""
+    global _json_stdout
+    if _json_stdout is not None:
+        return
+    try:
+        if sys.stdout.fileno() != 1:
+            return
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation: a captured stream
+        return
+    sys.stdout.flush()
+    kept = os.dup(1)
+    os.dup2(2, 1)
+    _json_stdout = os.fdopen(kept, "w", encoding="utf-8")
+
+
 def json_path_callback(value: Optional[str]) -> Optional[str]:
     """``--json PATH`` is checked when the command line is parsed, so a run never ends unable to
-    write its result: PATH must not be a folder, and its nearest existing parent must be writable."""
+    write its result: PATH must not be a folder, and its nearest existing parent must be writable.
+    ``--json -`` claims stdout for the JSON (:func:`claim_stdout_for_json`)."""
+    if value == "-":
+        claim_stdout_for_json()
     if value is None or value == "-":
         return value
     path = Path(value).expanduser()
@@ -201,6 +238,30 @@ Prefill = _choices("Prefill", "none", "fence", "starter_code")  # SingleTurnPref
 Mode = _choices("Mode", "max", "min")  # select-checkpoint
 
 
+def swerl_program() -> str:
+    """How to call swerl again from this shell, for the commands swerl prints (``next:``, the
+    resume line): ``swerl`` when that name on PATH is this program, else this program's path
+    (``.venv/bin/swerl``: works without activating the venv), or ``PYTHON -m swerl.cli`` when run
+    as a module. Paths under the working folder are relative to it; quoted for a POSIX shell."""
+    import shlex
+    import shutil
+
+    def shown(path: str) -> str:
+        absolute = Path(path).absolute()
+        try:
+            return shlex.quote(str(absolute.relative_to(Path.cwd())))
+        except ValueError:
+            return shlex.quote(str(absolute))
+
+    script = Path(sys.argv[0]) if sys.argv and sys.argv[0] else None
+    if script is not None and script.name == "swerl" and script.is_file():
+        on_path = shutil.which("swerl")
+        if on_path is not None and Path(on_path).resolve() == script.resolve():
+            return "swerl"
+        return shown(str(script))
+    return f"{shown(sys.executable)} -m swerl.cli"
+
+
 def results_console(json_out: str | None) -> Console:
     """Where human-readable results go: stdout, or stderr when ``--json -`` owns stdout."""
     return err_console if json_out == "-" else out_console
@@ -214,8 +275,9 @@ def write_json(json_out: str | None, payload: Any) -> None:
         return
     text = json.dumps(payload, indent=2, default=str) + "\n"
     if json_out == "-":
-        sys.stdout.write(text)
-        sys.stdout.flush()
+        stream = _json_stdout or sys.stdout
+        stream.write(text)
+        stream.flush()
         return
     from swerl.fileio import atomic_write_text
 

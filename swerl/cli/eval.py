@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from swerl import metric_keys
 from swerl.cli.common import (
     Backend, EngineOption, JsonOut, Prefill, Protocol, Verbose, engine_configs, err_console, output_folder_callback,
     results_console, write_json,
@@ -38,7 +39,7 @@ FromRunOption = Annotated[Optional[Path], typer.Option(
     help="Evaluate an export of this `swerl train` run with its protocol, limits, sampling and generator "
          "(model and agent flags then not allowed).", rich_help_panel=_MODEL_PANEL)]
 StepOption = Annotated[Optional[int], typer.Option(
-    min=0, help="--from-run: the export's global step (default: the selected checkpoint, else the latest export).",
+    min=0, help="--from-run: the export's global step (default: the selected checkpoint, else the latest export; 0: the run's initial model).",
     rich_help_panel=_MODEL_PANEL)]
 
 
@@ -150,6 +151,12 @@ def _eval_config(p: dict):  # noqa: ANN202 - EvalConfig, imported lazily
     model, device = p["model"], p["device"]
     is_url = bool(model and model.startswith(("http://", "https://")))
     kind = getattr(p["backend"], "value", p["backend"]) or ("openai" if is_url else "hf")
+    if kind == "hf":  # a device that is not there: one line now, not a traceback at the first generate
+        from swerl.inference.machine import device_problem
+
+        problem = device_problem("--device", device)
+        if problem is not None:
+            raise ConfigError(problem.replace("set --device=", "pass --device "))
     try:
         return EvalConfig.model_validate({
             "tasks": p["tasks"], "samples": p["samples"], "seed": p["seed"], "limit": p["limit"],
@@ -161,17 +168,30 @@ def _eval_config(p: dict):  # noqa: ANN202 - EvalConfig, imported lazily
                       "single_turn_prefill": getattr(p["prefill"], "value", p["prefill"]),
                       "limits": {"max_new_tokens_per_turn": p["max_new_tokens"], "max_turns": p["max_turns"],
                                  "context_window_tokens": p["context_window"], "agent_timeout_s": p["agent_timeout"]}},
-            "inference": {"backend": kind, "model": p["served_model"] if is_url else model,
-                          "lora_adapter": str(p["lora"]) if p["lora"] is not None else None,
-                          "tokenizer": p["tokenizer"], "base_url": model if is_url else None, "device": device,
-                          **({} if kind == "vllm" else {"max_batch_size": p["batch_size"]}),
-                          "num_threads": p["threads"] or (
-                              max(1, (os.cpu_count() or 2) - 1) if device == "cpu" else None)},
+            "inference": _inference_flags(p, kind, model, device, is_url),
         })
     except ValidationError as err:
         first = err.errors()[0]
-        where = ".".join(str(part) for part in first["loc"])
+        loc = [part for at, part in enumerate(first["loc"]) if not (at == 1 and first["loc"][0] == "inference")]
+        where = ".".join(str(part) for part in loc)  # without the union's tag (inference.<backend>.<field>)
         raise ConfigError(f"swerl eval: {where}: {first['msg']}; fix the matching flag (see `swerl eval --help`)") from None
+
+
+def _inference_flags(p: dict, kind: str, model: str | None, device: str, is_url: bool) -> dict:
+    """The generator section of ``swerl eval``'s flags: the fields ``kind``'s config has, plus any
+    flag given that it has not (its config refuses it, naming the field)."""
+    given = {"lora_adapter": str(p["lora"]) if p["lora"] is not None else None, "tokenizer": p["tokenizer"],
+             "device": device if device != "cpu" else None}
+    fields: dict = {"backend": kind, "model": p["served_model"] if is_url else model,
+                    **{name: value for name, value in given.items() if value is not None}}
+    if kind == "hf":
+        threads = p["threads"] or (max(1, (os.cpu_count() or 2) - 1) if device == "cpu" else None)
+        fields.update(device=device, max_batch_size=p["batch_size"], num_threads=threads)
+    elif kind == "openai":
+        fields.update(max_batch_size=p["batch_size"], **({"base_url": model} if is_url else {}))
+    elif p["threads"] is not None:
+        fields["num_threads"] = p["threads"]
+    return fields
 
 
 def _run_and_report(config, json_out: str | None) -> None:  # noqa: ANN001 - EvalConfig
@@ -233,7 +253,8 @@ def _eval_table(summary: dict):  # noqa: ANN202 - rich Table
     table.add_row("protocol", summary["protocol"])
     table.add_row("samples per task", str(summary["samples"]))
     keys = [k for k in summary if k.startswith("pass@")] + [
-        "reward/mean", "turns/mean", "tokens/generated_mean", "tokens/context_mean",
+        metric_keys.REWARD_MEAN, metric_keys.TURNS_MEAN, metric_keys.TOKENS_GENERATED_MEAN,
+        metric_keys.TOKENS_CONTEXT_MEAN,
         "num_tasks", "num_trajectories", "num_masked", "num_tasks_all_masked", "num_tamper_suspects", "wall_s"]
     for key in [k for k in keys if k in summary]:
         value = summary[key]

@@ -104,7 +104,14 @@ def sandbox_engines(engine: EngineOption = None, json_out: JsonOut = None, verbo
 
 
 def sandbox_test(
-    tasks: Annotated[Path, typer.Argument(help="A task folder, a folder of tasks, or a .parquet/.jsonl dataset.")],
+    tasks: Annotated[Optional[Path], typer.Argument(
+        help="A task folder, a folder of tasks, or a .parquet/.jsonl dataset (or --config).")] = None,
+    train_config: Annotated[Optional[Path], typer.Option(
+        "--config", metavar="TRAIN_YAML", help="Test the tasks a swerl train config trains and evaluates on "
+        "(data.tasks, data.names, data.exclude, data.limit and the eval section), not a whole folder.")] = None,
+    set_: Annotated[Optional[list[str]], typer.Option(
+        "--set", metavar="KEY=VALUE", help="With --config: override a field of it, dotted.key=YAML value "
+        "(repeatable).")] = None,
     concurrency: Annotated[
         Optional[int], typer.Option("--concurrency", "-c", min=1, help="Sandboxes at once (default: CPU count).")
     ] = None,
@@ -132,9 +139,8 @@ def sandbox_test(
     from swerl.sandbox import SandboxConfig
     from swerl.sandbox.selftest import run_sandbox_test, trial_attempts
     from swerl.sandbox.signals import run_async
-    from swerl.tasks import load_tasks
 
-    task_set = load_tasks(tasks, on_error="skip")
+    task_set = _tasks_to_test(tasks, train_config, set_ or [])
     config = SandboxConfig(allow_network=allow_network, warm_pool=warm_pool, engines=engine_configs(engine),
                            runtime=runtime or None, **({"concurrency": concurrency} if concurrency else {}))
     attempts = ()
@@ -154,7 +160,31 @@ def sandbox_test(
     with progress, phases_into(progress), command_heartbeat(clock, enabled=not err_console.is_terminal):
         bar = progress.add_task("sandbox-test", total=trials, status="")
         report = run_async(run_sandbox_test(task_set.tasks, config, redteam=attempts, on_trial=on_trial))
-    _report_sandbox_test(report, task_set, str(tasks), {a.name: a.kind for a in attempts}, json_out)
+    _report_sandbox_test(report, task_set, str(tasks or train_config), {a.name: a.kind for a in attempts}, json_out)
+
+
+def _tasks_to_test(tasks: Path | None, path: Path | None, sets: list[str]):  # noqa: ANN202 - TaskSet
+    """The tasks of ``tasks``, or those ``swerl train PATH`` would train and evaluate on, selected
+    as its preflight does (``data.names``/``data.exclude``/``data.limit``, ``eval.names``/``eval.limit``),
+    as one TaskSet (a held-out task that is also a training task once). ConfigError for both or neither."""
+    from swerl.errors import ConfigError
+    from swerl.tasks.exclude import load_without_excluded
+    from swerl.tasks.load import TaskSet, load_tasks
+    from swerl.trainer.setup.config import load_train_config
+
+    if (tasks is None) == (path is None):
+        raise ConfigError("sandbox-test: pass a task source (TASKS) or a train config (--config TRAIN_YAML), not "
+                          f"{'both' if tasks is not None else 'neither'}")
+    if tasks is not None:
+        return load_tasks(tasks, on_error="skip")
+    cfg = load_train_config(path, sets)
+    train, _ = load_without_excluded(cfg.data.tasks, limit=cfg.data.limit, names=cfg.data.names,
+                                     exclude=cfg.data.exclude)
+    held_out = [] if cfg.eval is None else list(load_tasks(cfg.eval.tasks, limit=cfg.eval.limit, names=cfg.eval.names,
+                                                           names_field="eval.names").tasks)
+    seen = {task.name for task in train}
+    return TaskSet(source=Path(cfg.data.tasks), tasks=(*train, *(t for t in held_out if t.name not in seen)),
+                   problems=())
 
 
 def _report_sandbox_test(report, task_set, tasks: str, kinds: dict[str, str], json_out: str | None) -> None:  # noqa: ANN001

@@ -8,12 +8,13 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
+from swerl import metric_keys
 from swerl.cli.common import JsonOut, Mode, Verbose, results_console, write_json
 
 
 def select_checkpoint_cmd(
     run_dir: Annotated[Path, typer.Argument(help="Run directory of `swerl train` (all metrics.jsonl below it).")],
-    metric: Annotated[str, typer.Option(help="Metric key to smooth.")] = "reward/avg_raw_reward",
+    metric: Annotated[str, typer.Option(help="Metric key to smooth.")] = metric_keys.REWARD_AVG_RAW_REWARD,
     span: Annotated[int, typer.Option(help="EMA span (alpha = 2/(span+1)).")] = 5,
     mode: Annotated[Mode, typer.Option(help="max for rewards, min for losses.")] = Mode("max"),
     interval: Annotated[

@@ -1,5 +1,5 @@
-"""``swerl tasks``: import a benchmark as task folders, list a task set, validate it, and the task
-health ledger of a run."""
+"""``swerl tasks``: import a benchmark as task folders, scaffold a new task, list a task set,
+validate it, and the task health ledger of a run."""
 
 from __future__ import annotations
 
@@ -16,6 +16,8 @@ from swerl.cli.common import (
 tasks_app = typer.Typer(help="Import, inspect and validate task sets.", no_args_is_help=True, cls=SwerlGroup)
 import_app = typer.Typer(help="Convert a code benchmark into task folders.", no_args_is_help=True, cls=SwerlGroup)
 tasks_app.add_typer(import_app, name="import")
+generate_app = typer.Typer(help="Generate task sets from templates.", no_args_is_help=True, cls=SwerlGroup)
+tasks_app.add_typer(generate_app, name="generate")
 
 _TasksPath = Annotated[Path, typer.Argument(help="Folder of task folders, one task folder, or a .parquet/.jsonl dataset.")]
 _CacheDir = Annotated[
@@ -39,6 +41,82 @@ def tasks_import_humaneval(
     written = import_humaneval(out_dir, limit=limit, force=force)
     results_console(json_out).print(f"wrote {len(written)} HumanEval tasks to {out_dir}", highlight=False)
     write_json(json_out, {"out_dir": str(out_dir), "tasks": [str(path) for path in written]})
+
+
+def _tiers_callback(value: str) -> str:
+    parts = [p.strip() for p in value.split(",")]
+    if not all(p in ("1", "2", "3") for p in parts):
+        raise typer.BadParameter(f"{value!r}: give tiers from 1, 2, 3 separated by commas, e.g. 1,2")
+    return value
+
+
+@generate_app.command("pymethods", cls=SwerlCommand)
+def tasks_generate_pymethods(
+    out_dir: Annotated[Path, typer.Argument(
+        callback=output_folder_callback,
+        help="Folder to create: train/, heldout-instance/, heldout-template/ and manifest.json.")],
+    count: Annotated[int, typer.Option(min=1, help="Tasks in train/.")] = 1000,
+    heldout_count: Annotated[int, typer.Option(min=0, help="Tasks in each held-out split.")] = 48,
+    seed: Annotated[int, typer.Option(help="Chooses the variants of each split (same seed and flags: same bytes).")] = 0,
+    tiers: Annotated[str, typer.Option(
+        callback=_tiers_callback, help="Difficulty tiers to use, comma-separated (1 one-liners, 2 a few lines "
+        "or a loop with an edge case, 3 state and parsing).")] = "1,2,3",
+    force: Annotated[bool, typer.Option("--force", help="Replace OUT_DIR if it exists.")] = False,
+    json_out: JsonOut = None,
+    verbose: Verbose = False,
+) -> None:
+    """Write pymethods2test-shaped tasks made from templates: a training set and two held-out splits
+    (new variants of trained templates; templates never trained on)."""
+    from swerl.tasks.generate.pymethods import generate_pymethods
+
+    chosen = tuple(sorted({int(p) for p in tiers.split(",")}))
+    info = generate_pymethods(out_dir, seed=seed, count=count, heldout_count=heldout_count, tiers=chosen, force=force)
+    sizes = {split: sum(1 for t in info["tasks"] if t["split"] == split) for split in info["templates"]}
+    console = results_console(json_out)
+    for split, n in sizes.items():
+        console.print(f"{split}: {n} tasks from {len(info['templates'][split])} templates", highlight=False)
+    console.print(f"wrote {out_dir} (seed {seed}, tiers {tiers})", highlight=False)
+    write_json(json_out, {"out_dir": str(out_dir), "splits": sizes, "templates": info["templates"]})
+
+
+# `swerl tasks mine PROJECT OUT_DIR` (swerl/cli/mine.py): method tasks from a project's own test suite.
+from swerl.cli.mine import tasks_mine  # noqa: E402 - registered beside the other task commands
+
+tasks_app.command("mine", cls=SwerlCommand)(tasks_mine)
+
+
+@tasks_app.command("new", cls=SwerlCommand)
+def tasks_new(
+    task_dir: Annotated[Path, typer.Argument(
+        metavar="NAME", callback=output_folder_callback, help="The new task folder, e.g. my-tasks/count-vowels "
+        "(its name is the task's name).")],
+    verbose: Verbose = False,
+) -> None:
+    """Scaffold a working task folder (instruction, environment, hidden tests, oracle) to edit into your own."""
+    import re
+    import shutil
+    import tempfile
+
+    from swerl.errors import ConfigError
+    from swerl.tasks.pytask import starter_spec, write_pytask
+
+    if task_dir.exists():
+        raise ConfigError(f"{task_dir} exists; pass a new folder name")
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", task_dir.name):
+        raise ConfigError(f"{task_dir.name}: a task name is letters, digits, '.', '_' and '-' (e.g. count-vowels)")
+    task_dir.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=task_dir.parent, prefix=".tmp-") as tmp:  # whole, or nothing
+        write_pytask(starter_spec(task_dir.name), Path(tmp) / task_dir.name)
+        shutil.move(str(Path(tmp) / task_dir.name), task_dir)
+    console = results_console(None)
+    console.print(f"wrote {task_dir}: instruction.md, task.toml, environment/Dockerfile, tests/, solution/",
+                  highlight=False)
+    console.print("edit instruction.md, solution/solution.py and tests/test_solution.py (task.toml: limits), then:",
+                  highlight=False)
+    from swerl.cli.common import swerl_program
+
+    for command in (f"tasks validate {task_dir}", f"sandbox-test {task_dir}"):
+        console.print(f"  {swerl_program()} {command}", highlight=False)
 
 
 @tasks_app.command("validate", cls=SwerlCommand)
@@ -161,11 +239,13 @@ def tasks_health(
 
     from rich.table import Table
 
-    from swerl.report.health import build_health, health_rows, summary_line, write_patch
-    from swerl.trainer.tracking.task_health import HealthRules
+    from swerl.report.health import build_health, health_rows, mark_rechecked, summary_line, write_patch
+    from swerl.task_health import HealthRules
 
     rules = HealthRules(last_groups=last_groups, infra_fraction=infra_fraction, verifier_fraction=verifier_fraction)
-    report = build_health(run_dir, rules, recheck=recheck)
+    report = build_health(run_dir, rules)
+    if recheck and report.flagged():
+        mark_rechecked(report, *recheck_verifiers(run_dir, [r.task for r in report.flagged()]))
     written = write_patch(report, patch)
     console = results_console(json_out)
     columns, rows = health_rows(report, every_task)
@@ -182,3 +262,26 @@ def tasks_health(
     write_json(json_out, {"run_dir": str(run_dir), "last_step": report.last_step, "rules": rules.model_dump(),
                           "patch": str(written), "rechecked": report.rechecked,
                           "tasks": [asdict(r) for r in report.rows]})
+
+
+def recheck_verifiers(run_dir: Path, names: list[str], concurrency: int | None = None) -> tuple[list[str], dict[str, str]]:
+    """Run each named task's oracle (expects reward 1) and a null attempt (expects 0) in fresh
+    sandboxes, as ``swerl sandbox-test`` does, loading the tasks from the run's ``data.tasks``.
+
+    Returns: (the names re-checked, task -> reason for each that misbehaved).
+    Raises: ConfigError when the run's config names no task source.
+    """
+    from swerl.errors import ConfigError
+    from swerl.report.runs import read_config
+    from swerl.sandbox import SandboxConfig
+    from swerl.sandbox.selftest import run_sandbox_test
+    from swerl.sandbox.signals import run_async
+    from swerl.tasks import load_tasks
+
+    source = (read_config(run_dir).get("data") or {}).get("tasks")
+    if not source:
+        raise ConfigError(f"--recheck: {run_dir / 'config.yaml'} names no data.tasks to load the tasks from")
+    tasks = list(load_tasks(source, names=names, on_error="skip"))
+    config = SandboxConfig(**({"concurrency": concurrency} if concurrency else {}))
+    report = run_async(run_sandbox_test(tasks, config))
+    return [t.name for t in tasks], {b.task: b.reason for b in report.broken}

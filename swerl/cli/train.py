@@ -10,8 +10,10 @@ from typing import Annotated, Optional
 import typer
 from rich.markup import escape
 
-from swerl.cli.common import JsonOut, Verbose, err_console, output_folder_callback, results_console, write_json
-from swerl.errors import SwerlError
+from swerl import metric_keys
+from swerl.cli.common import (JsonOut, Verbose, err_console, output_folder_callback, results_console, swerl_program,
+                              write_json)
+from swerl.errors import Interrupted, SwerlError
 from swerl.text import counted
 
 # The dry-run plan off a terminal (a pipe, `> plan.txt`): wrapped to fit a 100-column page.
@@ -51,9 +53,27 @@ def train_cmd(
         cfg = load_train_config(config, overrides + ([f"seed={seed}"] if seed is not None else []))
         if seed is not None:
             err_console.print(f"seed replica {seed}: {replica_dir}", highlight=False)
-        results.append(_train_one(cfg, replica_dir, resume, dry_run, None if seed is not None else json_out))
+        try:
+            results.append(_train_one(cfg, replica_dir, resume, dry_run, None if seed is not None else json_out))
+        except Interrupted as stop:  # Ctrl-C, SIGTERM: the line ends with the command that resumes
+            raise stop.with_resume(resume_command(config, target, set_ or [], concurrency, seeds)) from None
     if seeds is not None:
         write_json(json_out, results)
+
+
+def resume_command(config: Path, target: Path, sets: list[str], concurrency: int | None, seeds: str | None) -> str:
+    """The ``swerl train`` command line that resumes this run (every replica with ``--seeds``):
+    the same config, run dir and overrides, with ``--resume latest``; quoted for a POSIX shell."""
+    import shlex
+
+    words = ["train", str(config), "--run-dir", str(target)]
+    for kv in sets:
+        words += ["--set", kv]
+    if concurrency:
+        words += ["--concurrency", str(concurrency)]
+    if seeds is not None:
+        words += ["--seeds", seeds]
+    return " ".join([swerl_program(), *map(shlex.quote, [*words, "--resume", "latest"])])
 
 
 def _replica_runs(seeds: str | None, target: Path, resume: str | None) -> list[tuple[int | None, Path]]:
@@ -134,7 +154,7 @@ def _print_verdict(console, run_dir: Path) -> None:  # noqa: ANN001 - rich Conso
     from swerl.report.verdict import run_verdict
 
     try:
-        verdict = run_verdict(load_run(run_dir))
+        verdict = run_verdict(load_run(run_dir), program=swerl_program())  # works without an activated venv
     except SwerlError as err:
         logging.getLogger("swerl.cli").warning("no verdict for the run: %s", err)
         return
@@ -245,9 +265,13 @@ def _train_with_live_view(checks, train):  # noqa: ANN001, ANN202 - Preflight, l
                 progress.update(bar, status=f"{event.data}  {state['last']}")
             elif event.kind == "step_end":
                 r = event.data
-                state["last"] = (f"| last: reward {r['reward/avg_raw_reward']:.3f} pass@n "
-                                 f"{r['reward/avg_pass_at_n']:.2f} loss {r.get('loss/policy', 0.0):.4f} "
-                                 f"grad {r['grad_norm']:.3f} {r['timing/step_s']:.1f}s")
+                state["last"] = (f"| last: reward {r[metric_keys.REWARD_AVG_RAW_REWARD]:.3f} pass@n "
+                                 f"{r[metric_keys.REWARD_AVG_PASS_AT_N]:.2f} "
+                                 f"loss {r.get(metric_keys.LOSS_POLICY, 0.0):.4f} "
+                                 f"grad {r['grad_norm']:.3f} {r[metric_keys.TIMING_STEP_S]:.1f}s")
+                if metric_keys.DYNAMIC_SAMPLING_ROUNDS in r:  # groups with signal kept, extra rounds spent
+                    state["last"] += (f" kept {r[metric_keys.DYNAMIC_SAMPLING_GROUPS_KEPT]:.0f} groups "
+                                      f"(+{r[metric_keys.DYNAMIC_SAMPLING_ROUNDS]:.0f} rounds)")
                 clock.start("done", scope=f"step {event.step}/{state['total']}")  # then the next batch, or teardown
                 progress.update(bar, status=f"done  {state['last']}")
 

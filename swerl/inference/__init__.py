@@ -1,7 +1,8 @@
 """swerl.inference stage: token ids in; token ids, sampling log-probs (mu), a finish reason and the
 weight version out.
 
-Rooms, lowest first: the ground floor (``config``: InferenceConfig; ``model_files``: a path, a
+Rooms, lowest first: the ground floor (``config``: one model per backend, HFGenerator, VLLMGenerator,
+OpenAIGenerator, and their union InferenceConfig; ``model_files``: a path, a
 GGUF or the default model -> an HF folder; ``machine``: the bf16/fp32 matmul probe; ``rng``:
 process RNG state capture/restore, shared with trainer checkpoints) -> ``backends/`` (the
 contract ``base``, ``hf``, ``openai_backend``, the async ``batcher``, the ``sampling`` math) ->
@@ -9,6 +10,6 @@ contract ``base``, ``hf``, ``openai_backend``, the async ``batcher``, the ``samp
 their processes and GPU placement; the worker extension; the pool over several engines) ->
 ``weight_sync/`` (the WeightSync interface and its implementations: HF module share, disk
 reload, NCCL, LoRA adapters) -> the modules that join them: ``factory`` (make_backend,
-build_vllm, make_batcher) and ``probe`` (engine/trainer log-prob parity). Nothing heavy is
-imported here, so ``import swerl.inference`` stays cheap. See ``docs/inference.md``.
+build_backend: one builder per config type, build_vllm, make_batcher) and ``probe``
+(engine/trainer log-prob parity). Nothing heavy is imported here, so ``import swerl.inference`` stays cheap. See ``docs/inference.md``.
 """

@@ -1,16 +1,20 @@
-"""Build a generation backend (and its async batcher) from an :class:`InferenceConfig`."""
+"""Build a generation backend (and its async front) from its config: one builder per generator
+model, picked by the config's type (``build_backend``)."""
 
 from __future__ import annotations
 
 import logging
 import os
 import tempfile
+from functools import singledispatch
 from pathlib import Path
 from typing import Any, Literal
 
+from pydantic import BaseModel
+
 from swerl.inference.backends.base import GenerationBackend
 from swerl.inference.backends.batcher import AsyncBatcher, RequestStream, make_front
-from swerl.inference.config import InferenceConfig
+from swerl.inference.config import AutoGenerator, HFGenerator, InferenceConfig, OpenAIGenerator, VLLMGenerator, inference_config
 
 log = logging.getLogger(__name__)
 
@@ -21,52 +25,65 @@ def make_backend(kind: Literal["hf", "vllm", "openai"], model: str | None = None
     Args:
         kind: ``hf``, ``vllm`` or ``openai``.
         model: HF folder or .gguf file (None = default model); for ``openai`` the served model name.
-        opts: any other :class:`InferenceConfig` field (dtype, device, base_url, ...).
+        opts: any other field of that backend's config (``HFGenerator``, ``VLLMGenerator``, ``OpenAIGenerator``).
 
     Raises:
-        pydantic.ValidationError: unknown or contradictory options.
+        pydantic.ValidationError: unknown or contradictory options (a field of another backend is named).
         ConfigError / EnvironmentProblem: model not found, vLLM or the default model missing.
     """
-    return build_backend(InferenceConfig(backend=kind, model=model, **opts))
+    return build_backend(inference_config(backend=kind, model=model, **opts))
 
 
-def build_backend(config: InferenceConfig) -> GenerationBackend:
-    """The backend ``config`` describes; every backend has ``tokenizer`` and ``weight_version``.
+@singledispatch
+def build_backend(config: BaseModel) -> GenerationBackend:
+    """The backend ``config`` describes, built by the one builder registered for its type
+    (``HFGenerator``, ``VLLMGenerator``, ``OpenAIGenerator``); every backend has ``tokenizer`` and
+    ``weight_version``.
 
     Raises:
-        ConfigError: ``backend: auto``, which only ``swerl train`` resolves (``trainer/setup/auto.py``).
+        ConfigError: an ``AutoGenerator``, which only ``swerl train`` resolves (``trainer/setup/auto.py``).
+        ConfigError / EnvironmentProblem: what the builder raises (model not found, vLLM missing, ...).
     """
-    if config.backend == "auto":
-        from swerl.errors import ConfigError
+    raise TypeError(f"no generation backend is built from a {type(config).__name__}")
 
-        raise ConfigError("inference.backend=auto is resolved by swerl train only: pick hf or vllm")
-    if config.backend == "hf":
-        from swerl.inference.backends.hf import HFBackend
 
-        if config.num_threads is not None:
-            import torch
+@build_backend.register
+def _auto(config: AutoGenerator) -> GenerationBackend:
+    from swerl.errors import ConfigError
 
-            torch.set_num_threads(config.num_threads)
-        dtype = config.resolved_dtype()
-        return HFBackend.from_pretrained(config.model, dtype=dtype, device=config.device, seed=config.seed,
-                                         adapter=config.lora_adapter)
-    if config.backend == "vllm":
-        return build_vllm_with_adapter(config)
+    raise ConfigError("inference.backend=auto is resolved by swerl train only: pick hf or vllm")
+
+
+@build_backend.register
+def build_hf(config: HFGenerator) -> GenerationBackend:
+    """An ``HFBackend`` loaded from ``model`` (with ``lora_adapter``) on ``device``; sets torch's
+    threads when ``num_threads`` is set.
+
+    Raises:
+        ConfigError / EnvironmentProblem: model not found, the default model package missing.
+    """
+    from swerl.inference.backends.hf import HFBackend
+
+    if config.num_threads is not None:
+        import torch
+
+        torch.set_num_threads(config.num_threads)
+    return HFBackend.from_pretrained(config.model, dtype=config.resolved_dtype(), device=config.device,
+                                     seed=config.seed, adapter=config.lora_adapter)
+
+
+@build_backend.register
+def build_openai(config: OpenAIGenerator) -> GenerationBackend:
+    """An ``OpenAIBackend`` on ``base_url``, the API key from ``api_key_env``."""
     from swerl.inference.backends.openai_backend import OpenAIBackend
 
-    assert config.base_url is not None  # checked by InferenceConfig
-    return OpenAIBackend(
-        config.base_url,
-        model=config.model or "default",
-        tokenizer=_openai_tokenizer(config),
-        api_key=os.environ.get(config.api_key_env),
-        endpoint=config.openai_endpoint,
-        timeout_s=config.request_timeout_s,
-        max_concurrency=config.max_batch_size,
-    )
+    return OpenAIBackend(config.base_url, model=config.model or "default", tokenizer=_openai_tokenizer(config),
+                         api_key=os.environ.get(config.api_key_env), endpoint=config.openai_endpoint,
+                         timeout_s=config.request_timeout_s, max_concurrency=config.max_batch_size)
 
 
-def build_vllm_with_adapter(config: InferenceConfig) -> Any:
+@build_backend.register
+def build_vllm_with_adapter(config: VLLMGenerator) -> Any:
     """vLLM engines on ``config.model``, sampling with ``config.lora_adapter`` when it is set (the
     engines are built for its rank and load it as version 0).
 
@@ -100,7 +117,7 @@ def parse_cores(spec: str) -> set[int]:
     return cores
 
 
-def engine_cores(config: InferenceConfig, available: list[int]) -> list[str | None]:
+def engine_cores(config: VLLMGenerator, available: list[int]) -> list[str | None]:
     """CPU core set of each vLLM engine: ``config.cpu_cores``, else engine k on ``available[k]``
     (the trainer keeps the rest); None entries (no binding) when there are fewer cores than engines."""
     if config.cpu_cores is not None:
@@ -110,7 +127,7 @@ def engine_cores(config: InferenceConfig, available: list[int]) -> list[str | No
     return [str(available[k]) if k < len(available) else None for k in range(config.num_engines)]
 
 
-def build_vllm(config: InferenceConfig, model_path: str, log_dir: Path, gpus: list[str] | None = None,
+def build_vllm(config: VLLMGenerator, model_path: str, log_dir: Path, gpus: list[str] | None = None,
                max_lora_rank: int | None = None) -> Any:
     """vLLM engines for one rank: an in-process ``VLLMBackend``, or an ``EnginePool`` over the servers
     named in ``server_urls`` or started here (one per core set on CPU, one per GPU id in ``gpus``,
@@ -152,10 +169,12 @@ def build_vllm(config: InferenceConfig, model_path: str, log_dir: Path, gpus: li
 def make_batcher(backend: GenerationBackend, config: InferenceConfig) -> AsyncBatcher | RequestStream:
     """The async front of ``backend`` (``batcher.make_front``): continuous for vLLM, else batches of the
     config's size and wait."""
+    if isinstance(config, VLLMGenerator):  # continuous batching: each request goes to the engines as it comes
+        return RequestStream(backend)
     return make_front(backend, config.max_batch_size, config.batch_wait_s)
 
 
-def _openai_tokenizer(config: InferenceConfig) -> Any:
+def _openai_tokenizer(config: OpenAIGenerator) -> Any:
     """Tokenizer of the served model: ``tokenizer`` if set, else ``model`` when it is a local path, else None."""
     from transformers import AutoTokenizer
 

@@ -192,3 +192,26 @@ def forced_probe(fp32_gflops: float, bf16_gflops: float, device: str = "cpu", na
     """A probe with given figures: the choice logic of another machine kind, without measuring (tests)."""
     return MachineProbe(device=device, name=name, flags=flags, torch_version="forced", threads=1 if device == "cpu" else 0,
                         fp32_gflops=fp32_gflops, bf16_gflops=bf16_gflops, probe_s=0.0)
+
+
+def device_problem(field: str, device: str) -> str | None:
+    """Why torch device ``device`` (``cpu``, ``cuda``, ``cuda:N``, ``auto``) is not on this machine,
+    as one line naming ``field`` and the fix; None when it is there (or ``auto``/``cpu``).
+
+    Reads ``torch.cuda.device_count()`` (the GPUs this process sees: ``CUDA_VISIBLE_DEVICES`` applies).
+    """
+    kind, _, index = device.partition(":")
+    if kind in ("auto", "cpu") and not index:
+        return None
+    if kind != "cuda" or (index and not index.isdigit()):
+        return f"{field}: {device!r} is not a device swerl runs on; use cpu, cuda or cuda:N (N counts from 0)"
+    import torch
+
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if count == 0:
+        return (f"{field}: {device}, but this machine has no CUDA GPU that torch can use (torch.cuda.is_available() "
+                f"is False); set {field}=cpu (or auto)")
+    if index and int(index) >= count:
+        return (f"{field}: {device}, but this machine has {count} CUDA GPU{'s' if count > 1 else ''} "
+                f"(cuda:0{f' to cuda:{count - 1}' if count > 1 else ''}); pick one of them")
+    return None

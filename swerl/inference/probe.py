@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from swerl import metric_keys
 from swerl.errors import InferenceError
 from swerl.inference.backends.base import Generation, GenerationBackend, SamplingParams
 from swerl.inference.backends.sampling import processed_logprobs
@@ -92,12 +93,13 @@ def gap_metrics(samples: list[Generation | str], rescored: list[torch.Tensor],
             )
         diffs.append(diff)
     if not diffs:
-        return {"inference/logprob_diff_mean": 0.0, "inference/logprob_diff_max": 0.0, "inference/probe_tokens": 0.0}
+        return {metric_keys.INFERENCE_LOGPROB_DIFF_MEAN: 0.0, metric_keys.INFERENCE_LOGPROB_DIFF_MAX: 0.0,
+                metric_keys.INFERENCE_PROBE_TOKENS: 0.0}
     every = torch.cat(diffs)
     return {
-        "inference/logprob_diff_mean": every.mean().item(),
-        "inference/logprob_diff_max": every.max().item(),
-        "inference/probe_tokens": float(every.numel()),
+        metric_keys.INFERENCE_LOGPROB_DIFF_MEAN: every.mean().item(),
+        metric_keys.INFERENCE_LOGPROB_DIFF_MAX: every.max().item(),
+        metric_keys.INFERENCE_PROBE_TOKENS: float(every.numel()),
     }
 
 

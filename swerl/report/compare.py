@@ -22,7 +22,8 @@ Eval (the evaluation at one step, ``--step``; default the latest step every run 
 Training: per arm, the trailing EMA (span 5) of ``reward/avg_raw_reward`` at the last step and the
 step ``swerl select-checkpoint`` picks, with the mean and a Student-t CI across replicas.
 
-A verdict says ``B > A`` only when the CI of the difference excludes 0; else ``indistinguishable``.
+A verdict says ``B > A`` only when the CI of the difference excludes 0 (``better at 95%`` when McNemar's
+test agrees); else ``indistinguishable``.
 """
 
 from __future__ import annotations
@@ -120,7 +121,9 @@ def _p_text(p: float) -> str:
 
 
 def verdict_text(v: Verdict, level: float) -> str:
-    """The person-readable line: ``B > A: pass@1 +0.08 [0.02, 0.14], McNemar p = 0.010`` or
+    """The person-readable line: ``B > A: better at 95%: pass@1 +0.08 [0.02, 0.14], McNemar p = 0.010``
+    (the CI excludes 0 and the test agrees), ``B > A: pass@1 +0.08 [0.01, 0.14], McNemar p = 0.09
+    (not significant)`` (the CI alone), or
     ``B vs A: indistinguishable at 95%: pass@1 diff +0.01 [-0.05, 0.07], McNemar p = 0.62``."""
     tag = "" if v.paired else " (unpaired)"
     d = v.diff
@@ -129,8 +132,10 @@ def verdict_text(v: Verdict, level: float) -> str:
         up = d.low > 0
         winner, loser = (v.b, v.a) if up else (v.a, v.b)
         mean, low, high = (d.mean, d.low, d.high) if up else (-d.mean, -d.high, -d.low)
-        line = f"{winner} > {loser}{tag}: {v.metric} {mean:+.2f} [{low:.2f}, {high:.2f}], {test}"
-        return line + (" (not significant)" if v.p_value >= 1 - level else "")
+        numbers = f"{v.metric} {mean:+.2f} [{low:.2f}, {high:.2f}], {test}"
+        if v.p_value >= 1 - level:
+            return f"{winner} > {loser}{tag}: {numbers} (not significant)"
+        return f"{winner} > {loser}{tag}: better at {level:.0%}: {numbers}"
     return (f"{v.b} vs {v.a}{tag}: indistinguishable at {level:.0%}: {v.metric} diff {d.mean:+.2f} "
             f"[{d.low:.2f}, {d.high:.2f}], {test}")
 

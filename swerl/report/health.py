@@ -1,22 +1,22 @@
-"""``swerl tasks health RUN_DIR``: the task health ledger of a run (``trainer/tracking/task_health.py``),
-an optional re-check of the flagged tasks' verifiers in sandboxes, and the patch file that
-``data.exclude`` reads.
+"""``swerl tasks health RUN_DIR``: the task health ledger of a run (``swerl/task_health.py``) as
+rows and a summary, and the patch file that ``data.exclude`` reads.
 
-Stage: after the trainer; reads the run folder, runs sandboxes only for ``recheck``.
+Stage: after the trainer; reads the run folder and runs nothing (the command's ``--recheck``
+runs the flagged tasks' sandboxes itself, then marks them with :func:`mark_rechecked`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from swerl.errors import ConfigError
-from swerl.report.runs import read_config, read_records
+from swerl.report.runs import read_records
 from swerl.run_layout import METRICS_FILE, ROLLOUTS_DIR
 from swerl.run_layout import HEALTH_PATCH_FILE as PATCH_FILE
 from swerl.tasks.exclude import write_exclude_file
 from swerl.text import counted
-from swerl.trainer.tracking.task_health import FLAGS, HealthRules, TaskHealth, outcome_summary, read_ledger
+from swerl.task_health import FLAGS, HealthRules, TaskHealth, outcome_summary, read_ledger
 
 COLUMNS = ["task", "attempts", "judged", "passed", "solve rate per epoch", "masked", "first solved", "last solved",
            "outcomes", "flags"]
@@ -30,16 +30,15 @@ class HealthReport:
     last_step: int | None
     rules: HealthRules
     rows: list[TaskHealth]
-    rechecked: list[str]
+    rechecked: list[str] = field(default_factory=list)
 
     def flagged(self) -> list[TaskHealth]:
         """The rows with at least one flag."""
         return [r for r in self.rows if r.flags]
 
 
-def build_health(run_dir: Path, rules: HealthRules, *, recheck: bool = False, concurrency: int | None = None) -> HealthReport:
-    """The ledger of ``run_dir`` over its committed steps, flags set by ``rules``; with ``recheck``,
-    the flagged tasks' oracle and null attempts run again (:func:`recheck_verifiers`).
+def build_health(run_dir: Path, rules: HealthRules) -> HealthReport:
+    """The ledger of ``run_dir`` over its committed steps, flags set by ``rules``.
 
     Raises: ConfigError when the folder has no rollout records (a run of an older swerl, or none).
     """
@@ -53,35 +52,17 @@ def build_health(run_dir: Path, rules: HealthRules, *, recheck: bool = False, co
         raise ConfigError(f"{run_dir}: no {ROLLOUTS_DIR}/step_N.jsonl of a committed step: the run trained no step, "
                           "or predates the task ledger")
     rows = ledger.flag(rules)
-    rechecked = recheck_verifiers(run_dir, [r for r in rows if r.flags], concurrency) if recheck else []
     rows.sort(key=lambda r: (not r.flags, r.task))
-    return HealthReport(run_dir, last_step, rules, rows, rechecked)
+    return HealthReport(run_dir, last_step, rules, rows)
 
 
-def recheck_verifiers(run_dir: Path, rows: list[TaskHealth], concurrency: int | None) -> list[str]:
-    """Run each task's oracle (expects reward 1) and a null attempt (expects 0) in fresh sandboxes,
-    as ``swerl sandbox-test`` does; a task that misbehaves gets ``verifier_suspect``.
-
-    Returns: the names re-checked. Raises: ConfigError when the run's config names no task source.
-    """
-    if not rows:
-        return []
-    from swerl.sandbox import SandboxConfig
-    from swerl.sandbox.selftest import run_sandbox_test
-    from swerl.sandbox.signals import run_async
-    from swerl.tasks import load_tasks
-
-    source = (read_config(run_dir).get("data") or {}).get("tasks")
-    if not source:
-        raise ConfigError(f"--recheck: {run_dir / 'config.yaml'} names no data.tasks to load the tasks from")
-    tasks = list(load_tasks(source, names=[r.task for r in rows], on_error="skip"))
-    config = SandboxConfig(**({"concurrency": concurrency} if concurrency else {}))
-    report = run_async(run_sandbox_test(tasks, config))
-    by_name = {r.task: r for r in rows}
-    for broken in report.broken:
-        if broken.task in by_name:
-            by_name[broken.task].flags["verifier_suspect"] = f"re-check: {broken.reason}"
-    return [t.name for t in tasks]
+def mark_rechecked(report: HealthReport, rechecked: list[str], broken: dict[str, str]) -> None:
+    """Record a re-check of ``report``'s flagged tasks: the task names re-run, and ``broken``
+    (task -> reason) flagged ``verifier_suspect``."""
+    report.rechecked = list(rechecked)
+    for row in report.rows:
+        if row.task in broken:
+            row.flags["verifier_suspect"] = f"re-check: {broken[row.task]}"
 
 
 def _rate(value: float | None) -> str:

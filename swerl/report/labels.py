@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from swerl import metric_keys
+
 
 @dataclass(frozen=True)
 class Label:
@@ -24,36 +26,38 @@ class Label:
 FRACTION = (0.0, 1.0)
 NON_NEGATIVE = (0.0, math.inf)
 LABELS: dict[str, Label] = {
-    "reward/avg_raw_reward": Label("mean reward of the batch", "reward", FRACTION),
-    "reward/avg_pass_at_n": Label("prompts with a passing sample", "fraction of prompts", FRACTION),
-    "response_length/mean": Label("mean response length", "tokens", NON_NEGATIVE),
-    "response_length/max": Label("longest response", "tokens", NON_NEGATIVE),
-    "response_length/clip_fraction": Label("responses cut at max_new_tokens", "fraction of episodes", FRACTION),
-    "response_length/reward_pos_mean": Label("mean length, rewarded episodes", "tokens", NON_NEGATIVE),
-    "response_length/reward_zero_mean": Label("mean length, unrewarded episodes", "tokens", NON_NEGATIVE),
-    "response_length/masked_mean": Label("mean length, masked episodes", "tokens", NON_NEGATIVE),
-    "tis/imp_ratio_mean": Label("TIS importance weight, mean", "ratio"),
-    "tis/imp_ratio_capped_fraction": Label("TIS weights at the cap", "fraction of tokens", FRACTION),
-    "tis/log_ratio_abs_mean": Label("|log pi_train - log pi_sampler|, mean", "nats per token", NON_NEGATIVE),
-    "tis/rows_without_logprobs": Label("rows without sampler log-probs", "rows", NON_NEGATIVE),
-    "async/staleness_mean": Label("rollout staleness, mean", "steps", NON_NEGATIVE),
-    "async/staleness_max": Label("rollout staleness, max", "steps", NON_NEGATIVE),
-    "loss/policy": Label("policy loss", "loss"),
+    metric_keys.REWARD_AVG_RAW_REWARD: Label("mean reward of the batch", "reward", FRACTION),
+    metric_keys.REWARD_AVG_PASS_AT_N: Label("prompts with a passing sample", "fraction of prompts", FRACTION),
+    metric_keys.RESPONSE_LENGTH_MEAN: Label("mean response length", "tokens", NON_NEGATIVE),
+    metric_keys.RESPONSE_LENGTH_MAX: Label("longest response", "tokens", NON_NEGATIVE),
+    metric_keys.RESPONSE_LENGTH_CLIP_FRACTION: Label("responses cut at max_new_tokens", "fraction of episodes",
+                                                     FRACTION),
+    metric_keys.RESPONSE_LENGTH_REWARD_POS_MEAN: Label("mean length, rewarded episodes", "tokens", NON_NEGATIVE),
+    metric_keys.RESPONSE_LENGTH_REWARD_ZERO_MEAN: Label("mean length, unrewarded episodes", "tokens", NON_NEGATIVE),
+    metric_keys.RESPONSE_LENGTH_MASKED_MEAN: Label("mean length, masked episodes", "tokens", NON_NEGATIVE),
+    metric_keys.TIS_IMP_RATIO_MEAN: Label("TIS importance weight, mean", "ratio"),
+    metric_keys.TIS_IMP_RATIO_CAPPED_FRACTION: Label("TIS weights at the cap", "fraction of tokens", FRACTION),
+    metric_keys.TIS_LOG_RATIO_ABS_MEAN: Label("|log pi_train - log pi_sampler|, mean", "nats per token", NON_NEGATIVE),
+    metric_keys.TIS_ROWS_WITHOUT_LOGPROBS: Label("rows without sampler log-probs", "rows", NON_NEGATIVE),
+    metric_keys.ASYNC_STALENESS_MEAN: Label("rollout staleness, mean", "steps", NON_NEGATIVE),
+    metric_keys.ASYNC_STALENESS_MAX: Label("rollout staleness, max", "steps", NON_NEGATIVE),
+    metric_keys.LOSS_POLICY: Label("policy loss", "loss"),
     "grad_norm": Label("gradient norm before clipping", "L2 norm", NON_NEGATIVE),
-    "policy/clip_fraction": Label("tokens where PPO clipping won", "fraction of tokens", FRACTION),
-    "update/skipped_nonfinite_steps": Label("optimizer steps skipped (NaN/inf gradient)", "optimizer steps", NON_NEGATIVE),
-    "eval/reward": Label("held-out mean reward", "reward", FRACTION),
-    "eval/num_tasks": Label("held-out tasks evaluated", "tasks", NON_NEGATIVE),
-    "eval/num_masked": Label("held-out episodes masked", "episodes", NON_NEGATIVE),
+    metric_keys.POLICY_CLIP_FRACTION: Label("tokens where PPO clipping won", "fraction of tokens", FRACTION),
+    metric_keys.UPDATE_SKIPPED_NONFINITE_STEPS: Label("optimizer steps skipped (NaN/inf gradient)", "optimizer steps",
+                                                      NON_NEGATIVE),
+    metric_keys.EVAL_REWARD: Label("held-out mean reward", "reward", FRACTION),
+    metric_keys.EVAL_NUM_TASKS: Label("held-out tasks evaluated", "tasks", NON_NEGATIVE),
+    metric_keys.EVAL_NUM_MASKED: Label("held-out episodes masked", "episodes", NON_NEGATIVE),
 }
 
 TIMING_PARTS = [
-    ("timing/wait_for_rollouts_s", "rollouts (trainer waiting)"),
-    ("timing/update_s", "update"),
-    ("timing/weight_sync_s", "weight sync"),
-    ("timing/weight_sync_wait_s", "weight sync wait"),
-    ("timing/eval_s", "held-out eval"),
-    ("timing/export_s", "HF export"),
+    (metric_keys.TIMING_WAIT_FOR_ROLLOUTS_S, "rollouts (trainer waiting)"),
+    (metric_keys.TIMING_UPDATE_S, "update"),
+    (metric_keys.TIMING_WEIGHT_SYNC_S, "weight sync"),
+    (metric_keys.TIMING_WEIGHT_SYNC_WAIT_S, "weight sync wait"),
+    (metric_keys.TIMING_EVAL_S, "held-out eval"),
+    (metric_keys.TIMING_EXPORT_S, "HF export"),
     ("timing/checkpoint_s", "checkpoint"),
 ]
 """The trainer thread's phases of a step, in order: with ``other`` (advantages, logging) they

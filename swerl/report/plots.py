@@ -15,6 +15,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
+from swerl import metric_keys
 from swerl.report.labels import TIMING_PARTS, label_of, outcome_color, title_of
 from swerl.report.runs import Run
 from swerl.report.trend import ema_band
@@ -43,18 +44,27 @@ class Panel:
 
 
 LINE_PANELS = [
-    Panel("pass_at_n", "pass@n of the training batch", ("reward/avg_pass_at_n",), hide_constant=False),
+    Panel("pass_at_n", "pass@n of the training batch", (metric_keys.REWARD_AVG_PASS_AT_N,), hide_constant=False),
     Panel("eval", "Held-out evaluation", prefix="eval/", hide_constant=False),
     Panel("lengths", "Response length (generated tokens, every row)", (
-        "response_length/mean", "response_length/max", "response_length/clip_fraction",
-        "response_length/reward_pos_mean", "response_length/reward_zero_mean", "response_length/masked_mean")),
+        metric_keys.RESPONSE_LENGTH_MEAN, metric_keys.RESPONSE_LENGTH_MAX, metric_keys.RESPONSE_LENGTH_CLIP_FRACTION,
+        metric_keys.RESPONSE_LENGTH_REWARD_POS_MEAN, metric_keys.RESPONSE_LENGTH_REWARD_ZERO_MEAN,
+        metric_keys.RESPONSE_LENGTH_MASKED_MEAN)),
     Panel("tis", "Rollout correction (pi_old / mu: TIS, MIS, IcePop, rejection)", (
-        "tis/imp_ratio_mean", "tis/ratio_mean", "tis/imp_ratio_capped_fraction", "tis/masked_fraction",
-        "tis/masked_neg_adv_fraction", "tis/log_ratio_abs_mean", "tis/rows_without_logprobs")),
-    Panel("kl", "KL to the reference policy", ("policy/kl_ref_mean", "loss/kl", "loss/kl_share")),
-    Panel("staleness", "Rollout staleness (steps)", ("async/staleness_mean", "async/staleness_max")),
-    Panel("update", "Policy update", ("loss/policy", "grad_norm", "policy/clip_fraction",
-                                      "update/skipped_nonfinite_steps")),
+        metric_keys.TIS_IMP_RATIO_MEAN, metric_keys.TIS_RATIO_MEAN, metric_keys.TIS_IMP_RATIO_CAPPED_FRACTION,
+        metric_keys.TIS_MASKED_FRACTION, metric_keys.TIS_MASKED_NEG_ADV_FRACTION, metric_keys.TIS_LOG_RATIO_ABS_MEAN,
+        metric_keys.TIS_ROWS_WITHOUT_LOGPROBS)),
+    Panel("ratio_parts", "The ratio pi_old / mu taken apart (nats): kept mass, mismatch at equal weights, staleness", (
+        metric_keys.TIS_LOG_TRUNCATION_MASS, metric_keys.TIS_MISMATCH_LOG_RATIO_ABS_MEAN,
+        metric_keys.INFERENCE_LOGPROB_DIFF_MEAN,
+        *(f"{metric_keys.TIS_LOG_RATIO_ABS_MEAN_LAG_PREFIX}{lag}" for lag in ("1", "2", "3plus")))),
+    Panel("kl", "KL to the reference policy", (
+        metric_keys.POLICY_KL_REF_MEAN, metric_keys.LOSS_KL, metric_keys.LOSS_KL_SHARE)),
+    Panel("staleness", "Rollout staleness (steps)", (
+        metric_keys.ASYNC_STALENESS_MEAN, metric_keys.ASYNC_STALENESS_MAX)),
+    Panel("update", "Policy update", (
+        metric_keys.LOSS_POLICY, "grad_norm", metric_keys.POLICY_CLIP_FRACTION,
+        metric_keys.UPDATE_SKIPPED_NONFINITE_STEPS, metric_keys.RESPONSE_LENGTH_OVERLONG_FILTERED_FRACTION)),
 ]
 
 
@@ -123,7 +133,7 @@ def reward_figure(runs: list[Run], span: int = 5) -> Figure | None:
     ``reward/num_trajectories``), its trailing EMA (thick, with its 95% band, see
     :mod:`swerl.report.trend`), the first step as a baseline (dashed) and the selected
     checkpoint (star on the EMA, dotted vertical line) of every arm."""
-    series = [(run.arm, run, *run.steps("reward/avg_raw_reward")) for run in runs]
+    series = [(run.arm, run, *run.steps(metric_keys.REWARD_AVG_RAW_REWARD)) for run in runs]
     if not any(steps for _, _, steps, _ in series):
         return None
     fig, (ax,) = _grid(1, row_in=4.5)
@@ -133,7 +143,7 @@ def reward_figure(runs: list[Run], span: int = 5) -> Figure | None:
     for i, run, steps, values in series:
         if not steps:
             continue
-        counts = dict(zip(*run.steps("reward/num_trajectories")))
+        counts = dict(zip(*run.steps(metric_keys.REWARD_NUM_TRAJECTORIES)))
         n = [counts.get(s, 1.0) for s in steps]
         counts_seen.update(int(c) for c in n)
         band = ema_band(values, n, span)
@@ -153,7 +163,7 @@ def reward_figure(runs: list[Run], span: int = 5) -> Figure | None:
     ax.set_xlabel("global step")
     _int_steps(ax, every_step)
     ax.set_ylabel("mean reward of the batch")
-    sane_ylim(ax, shown, "reward/avg_raw_reward")
+    sane_ylim(ax, shown, metric_keys.REWARD_AVG_RAW_REWARD)
     ax.grid(alpha=0.3)
     n_text = "/".join(map(str, sorted(counts_seen))) if counts_seen else "?"
     fig.suptitle(f"Reward: per step (thin, n = {n_text} episodes) and trailing EMA, span {span} (thick); "
@@ -244,10 +254,10 @@ def timing_parts(record: dict) -> list[tuple[str, float]]:
     (label, seconds) summing to ``timing/step_s``. A record without ``wait_for_rollouts_s``
     (older runs, all synchronous) counts ``timing/rollout_s`` as the wait."""
     record = dict(record)
-    if "timing/wait_for_rollouts_s" not in record and "timing/rollout_s" in record:
-        record["timing/wait_for_rollouts_s"] = record["timing/rollout_s"]
+    if metric_keys.TIMING_WAIT_FOR_ROLLOUTS_S not in record and metric_keys.TIMING_ROLLOUT_S in record:
+        record[metric_keys.TIMING_WAIT_FOR_ROLLOUTS_S] = record[metric_keys.TIMING_ROLLOUT_S]
     parts = [(label, _number(record, key)) for key, label in TIMING_PARTS if key in record]
-    total = _number(record, "timing/step_s")
+    total = _number(record, metric_keys.TIMING_STEP_S)
     return parts + [("other (advantages, logging)", max(0.0, total - sum(v for _, v in parts)))]
 
 
@@ -255,7 +265,7 @@ def timing_figure(runs: list[Run]) -> Figure | None:
     """Seconds per step, stacked by the trainer's phases (they partition ``timing/step_s``),
     one subplot per arm; a pipelined run's collection time (``timing/rollout_s``, another
     thread, overlapping the step) is drawn as black ticks."""
-    runs = [r for r in runs if any("timing/step_s" in rec for rec in r.records)]
+    runs = [r for r in runs if any(metric_keys.TIMING_STEP_S in rec for rec in r.records)]
     labels = list(dict.fromkeys(label for r in runs for rec in r.records for label, _ in timing_parts(rec)))
     parts = [(label, label, STACK_COLORS[j % len(STACK_COLORS)]) for j, label in enumerate(labels)]
 
@@ -263,10 +273,10 @@ def timing_figure(runs: list[Run]) -> Figure | None:
         return dict(timing_parts(record)).get(label, 0.0)
 
     def overlay(ax, run: Run) -> None:  # noqa: ANN001
-        pairs = [(r["global_step"], _number(r, "timing/rollout_s")) for r in run.records
-                 if "timing/rollout_s" in r and abs(_number(r, "timing/rollout_s")
-                                                   - _number(r, "timing/wait_for_rollouts_s")) > 1e-6
-                 and "timing/wait_for_rollouts_s" in r]
+        pairs = [(r["global_step"], _number(r, metric_keys.TIMING_ROLLOUT_S)) for r in run.records
+                 if metric_keys.TIMING_ROLLOUT_S in r and abs(_number(r, metric_keys.TIMING_ROLLOUT_S)
+                                                   - _number(r, metric_keys.TIMING_WAIT_FOR_ROLLOUTS_S)) > 1e-6
+                 and metric_keys.TIMING_WAIT_FOR_ROLLOUTS_S in r]
         if pairs:
             ax.plot(*zip(*pairs), ls="none", marker="_", ms=18, mew=2.5, color="black",
                     label="rollout collection (producer thread, overlaps the step)")

@@ -13,6 +13,7 @@ import io
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from swerl import metric_keys
 from swerl.fileio import atomic_write_bytes
 from swerl.errors import ConfigError
 from swerl.report.arms import assign_arms, expand_run_dirs, is_eval_folder
@@ -51,7 +52,7 @@ def _fmt(value: float | None, digits: int = 3) -> str:
 
 def arm_row(run: Run, span: int) -> dict[str, str]:
     """The arms-table row of one run (strings, columns of ``ARM_COLUMNS``)."""
-    steps, rewards = run.steps("reward/avg_raw_reward")
+    steps, rewards = run.steps(metric_keys.REWARD_AVG_RAW_REWARD)
     chosen = run.selection.chosen if run.selection else None
     return {
         "arm": run.label,
@@ -60,10 +61,10 @@ def arm_row(run: Run, span: int) -> dict[str, str]:
         "final reward": _fmt(rewards[-1] if rewards else None),
         "final EMA": _fmt(ema(rewards, span)[-1] if rewards else None),
         "selected step (EMA)": f"{chosen.step} ({chosen.ema:.3f})" if chosen else "none eligible",
-        "mean length": _fmt(_mean_of(run, "response_length/mean"), 1),
-        "rewarded length": _fmt(_mean_of(run, "response_length/reward_pos_mean"), 1),
-        "unrewarded length": _fmt(_mean_of(run, "response_length/reward_zero_mean"), 1),
-        "clip fraction": _fmt(_mean_of(run, "response_length/clip_fraction")),
+        "mean length": _fmt(_mean_of(run, metric_keys.RESPONSE_LENGTH_MEAN), 1),
+        "rewarded length": _fmt(_mean_of(run, metric_keys.RESPONSE_LENGTH_REWARD_POS_MEAN), 1),
+        "unrewarded length": _fmt(_mean_of(run, metric_keys.RESPONSE_LENGTH_REWARD_ZERO_MEAN), 1),
+        "clip fraction": _fmt(_mean_of(run, metric_keys.RESPONSE_LENGTH_CLIP_FRACTION)),
     }
 
 

@@ -38,7 +38,7 @@ def health_section(paths: list[Path]) -> str:
     """``<h2>Task health</h2>``: per run, the ledger's summary line and its flagged tasks (the
     default thresholds of ``swerl tasks health``); runs without rollout records are skipped."""
     from swerl.report.health import build_health, health_rows, summary_line
-    from swerl.trainer.tracking.task_health import HealthRules, rollout_steps
+    from swerl.task_health import HealthRules, rollout_steps
 
     parts = []
     for path in paths:

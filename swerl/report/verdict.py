@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from swerl import metric_keys
 from swerl.report.runs import Run
 from swerl.report.trend import ema_change
 from swerl.selection import DEFAULT_METRIC
@@ -39,11 +40,12 @@ def signal_groups(run: Run) -> list[tuple[int, int, int]]:
     n = ((run.config.get("algorithm") or {}).get("n_samples_per_prompt")) or 0
     out = []
     for record in run.records:
-        rows = record.get("reward/num_trajectories")
-        if not n or rows is None or "advantage/zero_variance_groups" not in record:
+        rows = record.get(metric_keys.REWARD_NUM_TRAJECTORIES)
+        if not n or rows is None or metric_keys.ADVANTAGE_ZERO_VARIANCE_GROUPS not in record:
             continue
         groups = int(round(rows / n))
-        flat = int(record["advantage/zero_variance_groups"] + record.get("advantage/below_min_groups", 0.0))
+        flat = int(record[metric_keys.ADVANTAGE_ZERO_VARIANCE_GROUPS]
+                   + record.get(metric_keys.ADVANTAGE_BELOW_MIN_GROUPS, 0.0))
         out.append((int(record["global_step"]), max(0, groups - flat), groups))
     return out
 
@@ -53,7 +55,7 @@ def _training_line(run: Run, span: int) -> tuple[str, str]:
     steps, values = run.steps(DEFAULT_METRIC)
     if not steps:
         return "No training step logged a reward yet", f"{DEFAULT_METRIC}: no record"
-    counts = dict(zip(*run.steps("reward/num_trajectories")))
+    counts = dict(zip(*run.steps(metric_keys.REWARD_NUM_TRAJECTORIES)))
     n = [counts.get(s, 1.0) for s in steps]
     change = ema_change(values, n, span)
     per_step = "/".join(sorted({f"{c:g}" for c in n}))
@@ -81,15 +83,16 @@ def _signal_line(run: Run) -> str | None:
             f"per step {shown}")
 
 
-def next_commands(run_dir: Path) -> list[str]:
-    """What to run next on ``run_dir``: the report, the episode viewer, the held-out eval."""
-    return [f"swerl report {run_dir} --out {run_dir / 'report.html'}",
-            f"swerl view {run_dir} --out {run_dir / 'view.html'}",
-            f"swerl eval TASKS --from-run {run_dir}   # the selected export on held-out tasks"]
+def next_commands(run_dir: Path, program: str = "swerl") -> list[str]:
+    """What to run next on ``run_dir``: the report, the episode viewer, the held-out eval;
+    ``program`` is how swerl is called (``.venv/bin/swerl`` where the venv is not activated)."""
+    return [f"{program} report {run_dir} --out {run_dir / 'report.html'}",
+            f"{program} view {run_dir} --out {run_dir / 'view.html'}",
+            f"{program} eval TASKS --from-run {run_dir}   # the selected export on held-out tasks"]
 
 
-def run_verdict(run: Run, span: int = 5) -> RunVerdict:
-    """The verdict of one run (module docstring)."""
+def run_verdict(run: Run, span: int = 5, program: str = "swerl") -> RunVerdict:
+    """The verdict of one run (module docstring); ``program``: see :func:`next_commands`."""
     from swerl.report.compare import learning_of_run
 
     headline, training = _training_line(run, span)
@@ -108,4 +111,4 @@ def run_verdict(run: Run, span: int = 5) -> RunVerdict:
     signal = _signal_line(run)
     if signal:
         lines.append(signal)
-    return RunVerdict(headline, lines, next_commands(run.run_dir))
+    return RunVerdict(headline, lines, next_commands(run.run_dir, program))

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from swerl import metric_keys
 from swerl.errors import ConfigError
 from swerl.report.runs import read_config
 from swerl.run_layout import EVAL_SUMMARY_FILE, EVAL_TRAJECTORIES_FILE, TRAJECTORIES_DIR, step_file_name
@@ -258,7 +259,7 @@ def render_terminal(eps: EpisodeSet, console: Any, task: str | None = None, samp
     from rich.text import Text
 
     console.print(describe(eps), highlight=False)
-    for key in [k for k in eps.summary if k.startswith("pass@")] + ["reward/mean"]:
+    for key in [k for k in eps.summary if k.startswith("pass@")] + [metric_keys.REWARD_MEAN]:
         if key in eps.summary:
             console.print(f"  {key}: {eps.summary[key]:.4f}", highlight=False)
     groups = Table(title="groups", title_justify="left")

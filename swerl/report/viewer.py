@@ -18,6 +18,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from swerl import metric_keys
 from swerl.fileio import atomic_write_text
 from swerl.report.runs import read_config
 from swerl.report.turns import turns_json
@@ -191,7 +192,7 @@ def render_html(eps: EpisodeSet) -> str:
     """The viewer page of ``eps`` (every episode, self-contained: no network, no files)."""
     protocol = _protocol(eps)
     rows = [episode_row(i, e, protocol) for i, e in enumerate(eps.episodes)]
-    stats = {k: v for k, v in eps.summary.items() if k.startswith("pass@") or k == "reward/mean"}
+    stats = {k: v for k, v in eps.summary.items() if k.startswith("pass@") or k == metric_keys.REWARD_MEAN}
     summary = ", ".join(f"{html.escape(k)}: {v:.4f}" for k, v in stats.items())
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>swerl view: {html.escape(str(eps.source))}"
             f"</title><style>{CSS}</style></head><body><h1>{html.escape(describe(eps))}</h1>"

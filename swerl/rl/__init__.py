@@ -4,10 +4,10 @@
 - ``advantages.py``: ``rloo``, ``rloo_n``, ``grpo`` from rewards, group ids and exclusion flags.
 - ``policy_loss.py``: per-token ``regular`` / ``dual_clip`` PPO losses, entropy.
 - ``kl.py``: the k1 / k2 / k3 estimators of KL(pi || pi_ref).
-- ``tis.py``: token-level truncated importance-sampling weights against the sampler's log-probs.
-- ``rollout_correction.py``: token / sequence / geometric corrections, truncated or masked.
+- ``rollout_correction.py``: token / sequence / geometric corrections, truncated (TIS) or masked.
 - ``reductions.py``: the four loss reductions with optimizer-step-level denominators.
-- ``loss.py``: ``compute_advantages`` and ``compute_policy_loss``, the trainer's two calls.
+- ``loss.py``: ``compute_advantages`` and ``compute_policy_loss`` (``LossInputs`` in, ``LossOutputs`` out), the
+  trainer's two calls.
 
 Nothing here does I/O, holds state or calls torch.distributed; the trainer all-reduces.
 """

@@ -28,6 +28,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from swerl import metric_keys
 from swerl.text import counted
 
 __all__ = [
@@ -103,8 +104,8 @@ def _group_stats(rewards: Tensor, group_ids: Tensor, exclude: Tensor | None) -> 
 
 def _metrics(advantages: Tensor, excluded_rows: int, zero_var: int, below_min: int) -> dict[str, float]:
     return {
-        "advantage/zero_variance_groups": float(zero_var),
-        "advantage/below_min_groups": float(below_min),
+        metric_keys.ADVANTAGE_ZERO_VARIANCE_GROUPS: float(zero_var),
+        metric_keys.ADVANTAGE_BELOW_MIN_GROUPS: float(below_min),
         "advantage/excluded_rows": float(excluded_rows),
         "advantage/mean_abs": float(advantages.double().abs().mean()) if advantages.numel() else 0.0,
     }

@@ -13,20 +13,46 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 AdvantageEstimator = Literal["rloo", "rloo_n", "grpo"]
-PolicyLossName = Literal["regular", "dual_clip"]
+PolicyLossName = Literal["regular", "dual_clip", "gspo", "cispo"]
+SamplingSupport = Literal["full", "replay"]
 AgentFailureTokens = Literal["train", "mask"]
 LossReduction = Literal["token_mean", "sequence_mean", "seq_mean_token_sum_norm", "seq_mean_token_sum_norm_global"]
 CorrectionLevel = Literal["token", "sequence", "geometric"]
 CorrectionMode = Literal["truncate", "mask"]
 KlEstimator = Literal["k1", "k2", "k3"]
 
-TIS_COMPATIBLE_LOSSES: frozenset[str] = frozenset({"regular", "dual_clip"})
+TIS_COMPATIBLE_LOSSES: frozenset[str] = frozenset({"regular", "dual_clip", "gspo", "cispo"})
 """Policy losses whose per-token loss a rollout correction may reweight (docs/algorithms.md, Rollout corrections)."""
 SEQNORM_REDUCTIONS: frozenset[str] = frozenset({"seq_mean_token_sum_norm", "seq_mean_token_sum_norm_global"})
 """Reductions that divide by ``max_seq_len`` and so require it explicitly."""
 
 SEED_RUN_MAX_SEQ_LEN = 32768
 """The seed run's context length in tokens (prompt budget + generation budget)."""
+
+
+class DynamicSamplingConfig(BaseModel):
+    """``algorithm.dynamic_sampling``: drop groups without signal and refill the step from the
+    next prompts of the data order (docs/algorithms.md, Dynamic sampling)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    enabled: bool = False
+    """Drop every group without signal and sample more prompts until the step holds
+    ``loop.train_batch_size`` groups with signal (off: every group trains, zero-advantage ones
+    included, as the seed run did)."""
+
+    max_extra_rounds: int = Field(4, ge=1, le=100)
+    """Most extra sampling rounds per step; round r draws as many next prompts as groups are still
+    missing. When they run out the step trains on the groups it has (fewer than
+    ``train_batch_size``, possibly none) and ``dynamic_sampling/batch_filled`` reads 0."""
+
+    @model_validator(mode="after")
+    def _check_read(self) -> "DynamicSamplingConfig":
+        default = type(self).model_fields["max_extra_rounds"].default
+        if not self.enabled and self.max_extra_rounds != default:
+            raise ValueError(f"max_extra_rounds={self.max_extra_rounds} is only read with enabled: true: set "
+                             "enabled: true or remove max_extra_rounds")
+        return self
 
 
 class RolloutCorrectionConfig(BaseModel):
@@ -117,13 +143,18 @@ class AlgorithmConfig(BaseModel):
     """``grpo``: added to the group std in the denominator."""
 
     policy_loss: PolicyLossName = "regular"
-    """``regular`` (PPO clip, asymmetric) or ``dual_clip`` (adds the lower bound -c*A for A < 0)."""
+    """``regular`` (PPO clip, asymmetric), ``dual_clip`` (adds the lower bound -c*A for A < 0),
+    ``gspo`` (sequence-level ratio, the geometric mean over the row's trainable tokens, clipped;
+    Zheng et al. 2025) or ``cispo`` (clipped, detached IS weight times log pi; MiniMax-M1 2025).
+    All four clip with ``eps_clip_low`` / ``eps_clip_high`` (docs/algorithms.md, Policy loss)."""
 
     eps_clip_low: float = Field(0.2, ge=0.0, lt=1.0)
-    """Lower clip: the ratio is clipped at 1 - eps_clip_low."""
+    """Lower clip: the ratio (``gspo``: the sequence ratio; ``cispo``: the IS weight) is clipped at
+    1 - eps_clip_low."""
 
     eps_clip_high: float = Field(0.05, ge=0.0)
-    """Upper clip: the ratio is clipped at 1 + eps_clip_high (seed run: 0.05, asymmetric)."""
+    """Upper clip: the ratio is clipped at 1 + eps_clip_high (seed run: 0.05, asymmetric; GSPO's
+    paper: 4e-4 with eps_clip_low 3e-4)."""
 
     clip_ratio_c: float = Field(3.0, gt=1.0)
     """``dual_clip``: for A < 0 the per-token loss is capped at -c*A; must be > 1."""
@@ -168,6 +199,23 @@ class AlgorithmConfig(BaseModel):
 
     entropy_coef: float = Field(0.0, ge=0.0)
     """Entropy bonus weight (0 = off): the loss gains -entropy_coef * token-mean entropy."""
+
+    dynamic_sampling: DynamicSamplingConfig = DynamicSamplingConfig()
+    """DAPO dynamic sampling: groups without signal are dropped and the step is refilled from the
+    next prompts, within ``max_extra_rounds`` extra rounds (off in the seed run)."""
+
+    # -- the sampler's support and truncated responses (docs/algorithms.md, Sampling support) --
+    sampling_support: SamplingSupport = "full"
+    """Over which tokens the trainer normalises log pi_old and log pi: ``full`` = the whole
+    vocabulary (log_softmax(z / T)); ``replay`` = the set K_t the sampler drew token t from
+    (its top-k / top-p survivors, stored with the episode), so that pi_old / mu compares the same
+    distribution. Without top-k / top-p the two are identical bit for bit."""
+
+    overlong_filter: bool = False
+    """Mask the loss of episodes whose response was cut by the token limit (a turn ended on its
+    ``max_new_tokens`` budget: ``Trajectory.hit_length_limit``); they keep their reward in the group
+    baseline (DAPO's overlong filtering; SkyRL ``apply_overlong_filtering``). Counted in
+    ``response_length/overlong_filtered_fraction``."""
 
     @model_validator(mode="after")
     def _check_combinations(self) -> "AlgorithmConfig":
@@ -220,7 +268,8 @@ class AlgorithmConfig(BaseModel):
     def seed_run(cls) -> "AlgorithmConfig":
         """The seed run's recipe: RLOO-n (n=8, k=4, zero-variance filter), PPO clip 0.2/0.05,
         TIS cap 2.0, ``seq_mean_token_sum_norm_global`` with L_max = 32768, agent-failure rows
-        loss-masked, KL and entropy off."""
+        loss-masked, KL and entropy off; log-probs over the whole vocabulary (``sampling_support``
+        ``full``, as the seed's SkyRL), no overlong filter."""
         return SEED_RUN
 
 
@@ -246,5 +295,8 @@ SEED_RUN = AlgorithmConfig(
     use_kl_loss=False,
     kl_loss_coef=0.0,
     entropy_coef=0.0,
+    dynamic_sampling=DynamicSamplingConfig(enabled=False),  # the seed run trained every group
+    sampling_support="full",
+    overlong_filter=False,
 )
 """The seed run's ``AlgorithmConfig`` (docs/algorithms.md)."""

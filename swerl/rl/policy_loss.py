@@ -15,6 +15,7 @@ __all__ = [
     "LOG_RATIO_CLAMP",
     "PolicyLossOutput",
     "log_ratio",
+    "clipped_surrogate",
     "regular",
     "dual_clip",
     "entropy_from_logits",
@@ -55,6 +56,19 @@ def _broadcast_advantages(advantages: Tensor, like: Tensor) -> Tensor:
     return adv.expand_as(like)
 
 
+def clipped_surrogate(ratio: Tensor, advantages: Tensor, eps_clip_low: float, eps_clip_high: float) -> PolicyLossOutput:
+    """PPO's clipped surrogate for any ratio: -min(r A, clip(r, 1 - eps_low, 1 + eps_high) A) per token.
+
+    Args: ratio: (B, T) float32 (token ratios, or GSPO's sequence ratio on every column);
+        advantages: (B,) float32. Returns: PolicyLossOutput, ``is_clipped`` where the clipped branch won.
+    Source: Schulman et al. 2017, eq. 7.
+    """
+    adv = _broadcast_advantages(advantages, ratio)
+    unclipped = ratio * adv
+    clipped = ratio.clamp(1.0 - eps_clip_low, 1.0 + eps_clip_high) * adv
+    return PolicyLossOutput(-torch.minimum(unclipped, clipped), clipped < unclipped)
+
+
 def regular(
     logprobs: Tensor,
     old_logprobs: Tensor,
@@ -78,11 +92,7 @@ def regular(
     Source: Schulman et al. 2017, "Proximal Policy Optimization Algorithms", eq. 7;
         asymmetric range ("clip-higher"): Yu et al. 2025, DAPO.
     """
-    ratio = torch.exp(log_ratio(logprobs, old_logprobs))
-    adv = _broadcast_advantages(advantages, ratio)
-    unclipped = ratio * adv
-    clipped = ratio.clamp(1.0 - eps_clip_low, 1.0 + eps_clip_high) * adv
-    return PolicyLossOutput(-torch.minimum(unclipped, clipped), clipped < unclipped)
+    return clipped_surrogate(torch.exp(log_ratio(logprobs, old_logprobs)), advantages, eps_clip_low, eps_clip_high)
 
 
 def dual_clip(

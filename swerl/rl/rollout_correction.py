@@ -26,10 +26,13 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from swerl import metric_keys
+from swerl.rl.config import RolloutCorrectionConfig
 from swerl.rl.policy_loss import LOG_RATIO_CLAMP
-from swerl.rl.tis import tis_weights
+from swerl.rl.reductions import masked_token_sum
 
-__all__ = ["CORRECTIONS", "CorrectionOutput", "sequence_log_ratio", "token_log_ratio"]
+__all__ = ["CORRECTIONS", "LAG_BUCKETS", "CorrectionOutput", "CorrectionTerm", "correction_term", "lag_means",
+           "sequence_log_ratio", "token_log_ratio"]
 
 
 class CorrectionOutput(NamedTuple):
@@ -105,17 +108,36 @@ def _masked_importance(log_rho: Tensor, has: Tensor, valid: Tensor, low: float, 
 @torch.no_grad()
 def token_truncate(old_logprobs: Tensor, rollout_logprobs: Tensor, has_rollout_logprobs: Tensor,
                    loss_mask: Tensor, high: float, low: float) -> CorrectionOutput:
-    """Token-level TIS: w_t = min(rho_t, high) (``low`` unused), exactly ``tis.tis_weights``.
+    """Token-level truncated importance sampling (TIS): w_t = min(rho_t, high), no lower bound
+    (``low`` unused).
+
+    Formula: w_t = min(exp(clamp(log pi_old_t - log mu_t, -20, 20)), C) on rows with rollout
+    log-probs, w_t = 1 on rows without. Masked with ``torch.where`` (never 0 * inf), so trainer
+    -2.0 vs sampler -91.0 gives w = C, finite; values of ``rollout_logprobs`` on rows without
+    log-probs are ignored (they may be 0, NaN or garbage).
 
     Args: old_logprobs, rollout_logprobs (B, T) float; has_rollout_logprobs (B,) bool; loss_mask
-        (B, T) bool; high: the cap C > 0.
-    Returns: CorrectionOutput (is_masked all False).
+        (B, T) bool; high: the cap C > 0 (seed run 2.0).
+    Returns: CorrectionOutput (is_masked all False); ``log_ratio`` holds delta_t on every token of
+        a row with rollout log-probs.
+    Raises: ValueError if high <= 0 or the shapes disagree.
     Source: Yao et al. 2025, "Your Efficient RL Framework Secretly Brings You Off-Policy RL
         Training" (fengyao.notion.site/off-policy-rl); verl ``rollout_is: token``.
     """
-    tis = tis_weights(old_logprobs, rollout_logprobs, has_rollout_logprobs, loss_mask, high)
+    if high <= 0:
+        raise ValueError(f"TIS cap must be > 0, got {high}")
+    if old_logprobs.shape != rollout_logprobs.shape or has_rollout_logprobs.shape != old_logprobs.shape[:1]:
+        raise ValueError(
+            f"shapes: old_logprobs {tuple(old_logprobs.shape)}, rollout_logprobs "
+            f"{tuple(rollout_logprobs.shape)}, has_rollout_logprobs {tuple(has_rollout_logprobs.shape)}"
+        )
+    has = has_rollout_logprobs.bool().unsqueeze(-1).expand_as(old_logprobs)
+    raw = old_logprobs.detach().float() - rollout_logprobs.detach().float()
+    delta = torch.where(has, raw, 0.0).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    ratio = torch.exp(delta)
+    weights = torch.where(has, ratio.clamp(max=high), 1.0)
     valid = _valid(has_rollout_logprobs, loss_mask)
-    return CorrectionOutput(tis.weights, tis.log_ratio, tis.is_capped & valid, torch.zeros_like(valid))
+    return CorrectionOutput(weights, delta, valid & (ratio > high), torch.zeros_like(valid))
 
 
 @torch.no_grad()
@@ -193,3 +215,105 @@ CORRECTIONS: dict[tuple[str, str], Correction] = {
 }
 """(``rollout_correction.level``, ``.mode``) -> fn(old_logprobs, rollout_logprobs,
 has_rollout_logprobs, loss_mask, high, low); geometric/truncate is rejected by the config."""
+
+
+class CorrectionTerm(NamedTuple):
+    """The configured correction on one micro-batch: its weights and its additive ``tis/*`` metrics.
+
+    Attributes:
+        weights: (B, T) float32, detached (``CorrectionOutput.weights``).
+        sums: key -> 0-dim float64 tensor, summed as they are: ``tis/rows_without_logprobs`` and the
+            per-lag parts that :func:`lag_means` turns into means.
+        token_means: key -> 0-dim float64 tensor, divided by the step's N_tok: ``tis/imp_ratio_mean``
+            (the weight), ``tis/ratio_mean`` (the ratio before its bound), ``tis/log_ratio_abs_mean``,
+            ``tis/imp_ratio_capped_fraction`` (truncate) or ``tis/masked_fraction`` and
+            ``tis/masked_neg_adv_fraction`` (mask), and ``tis/log_truncation_mass``.
+    """
+
+    weights: Tensor
+    sums: dict[str, Tensor]
+    token_means: dict[str, Tensor]
+
+
+LAG_BUCKETS: tuple[tuple[str, int, int | None], ...] = (("0", 0, 0), ("1", 1, 1), ("2", 2, 2), ("3plus", 3, None))
+"""Version-lag buckets (name, lowest lag, highest lag or None) of ``tis/log_ratio_abs_mean_lag{name}``:
+lag 0 is the sampler/trainer mismatch at equal weights, a larger lag adds staleness."""
+
+
+@torch.no_grad()
+def correction_term(
+    correction: RolloutCorrectionConfig, old_logprobs: Tensor, rollout_logprobs: Tensor | None,
+    has_rollout_logprobs: Tensor | None, mask: Tensor, advantages: Tensor, n_tok: float,
+    log_mass: Tensor | None = None, version_lag: Tensor | None = None,
+) -> CorrectionTerm:
+    """The configured correction's weights and metrics, the ratio's parts (:func:`_lag_parts`) included.
+
+    Args: old_logprobs (B, T) float; rollout_logprobs (B, T) float or None (every row gets w = 1,
+        counted); has_rollout_logprobs (B,) bool or None (every row has them); mask (B, T) bool;
+        advantages (B,) or (B, T) float; n_tok: the step's trainable tokens (max 1); log_mass (B, T)
+        float log S_t or None; version_lag (B, T) int64 or None.
+    Returns: CorrectionTerm.
+    """
+    batch = old_logprobs.shape[0]
+    if rollout_logprobs is None:
+        rollout_logprobs = torch.zeros_like(old_logprobs)
+        has_rollout_logprobs = torch.zeros(batch, dtype=torch.bool, device=old_logprobs.device)
+    elif has_rollout_logprobs is None:
+        has_rollout_logprobs = torch.ones(batch, dtype=torch.bool, device=old_logprobs.device)
+    fn = CORRECTIONS[(correction.level, correction.mode)]
+    out = fn(old_logprobs, rollout_logprobs, has_rollout_logprobs, mask, correction.high, correction.lower_bound)
+    means = {
+        metric_keys.TIS_IMP_RATIO_MEAN: masked_token_sum(out.weights, mask).double() / n_tok,
+        metric_keys.TIS_RATIO_MEAN: masked_token_sum(torch.exp(out.log_ratio), mask).double() / n_tok,
+        metric_keys.TIS_LOG_RATIO_ABS_MEAN: masked_token_sum(out.log_ratio.abs(), mask).double() / n_tok,
+        metric_keys.TIS_LOG_TRUNCATION_MASS: (
+            torch.zeros((), dtype=torch.float64, device=mask.device) if log_mass is None
+            else masked_token_sum(log_mass.float(), mask).double() / n_tok),
+    }
+    if correction.mode == "truncate":
+        means[metric_keys.TIS_IMP_RATIO_CAPPED_FRACTION] = (out.is_capped & mask).sum().double() / n_tok
+    else:
+        adv = advantages.float().unsqueeze(-1) if advantages.dim() == 1 else advantages.float()
+        means[metric_keys.TIS_MASKED_FRACTION] = (out.is_masked & mask).sum().double() / n_tok
+        means[metric_keys.TIS_MASKED_NEG_ADV_FRACTION] = (out.is_masked & mask & (adv < 0)).sum().double() / n_tok
+    sums = {metric_keys.TIS_ROWS_WITHOUT_LOGPROBS: (~has_rollout_logprobs.bool()).sum().double(),
+            **_lag_parts(old_logprobs, rollout_logprobs, has_rollout_logprobs, mask, version_lag)}
+    return CorrectionTerm(out.weights, sums, means)
+
+
+def _lag_parts(old_logprobs: Tensor, rollout_logprobs: Tensor, has_rollout_logprobs: Tensor, mask: Tensor,
+               version_lag: Tensor | None) -> dict[str, Tensor]:
+    """The ratio pi_old / mu taken apart per lag bucket (additive, float64): the trainable tokens
+    with sampler log-probs, ``tis/lag{b}_tokens``, and their summed |log pi_old - log mu|,
+    ``tis/lag{b}_log_ratio_abs_sum``; all 0 without ``version_lag``."""
+    valid = mask & has_rollout_logprobs.bool().unsqueeze(-1)
+    if version_lag is None:
+        valid = torch.zeros_like(mask)
+    lag = version_lag if version_lag is not None else torch.full_like(mask, -1, dtype=torch.int64)
+    delta = torch.where(valid, (old_logprobs.detach().float() - rollout_logprobs.float()).abs(), 0.0)
+    out = {}
+    for name, low, high in LAG_BUCKETS:
+        bucket = valid & (lag >= low) & ((lag <= high) if high is not None else True)
+        out[f"tis/lag{name}_tokens"] = bucket.sum().double()
+        out[f"tis/lag{name}_log_ratio_abs_sum"] = torch.where(bucket, delta, 0.0).sum().double()
+    return out
+
+
+def lag_means(summed: dict[str, float]) -> dict[str, float]:
+    """``tis/log_ratio_abs_mean_lag{b}`` (mean |log pi_old - log mu| over the tokens sampled ``b``
+    versions behind the trained weights) from the step's summed ``tis/lag{b}_*`` parts, which it
+    removes; a bucket without tokens is left out. Lag 0 is also ``tis/mismatch_log_ratio_abs_mean``.
+
+    Args: summed: metrics summed over the step's micro-batches and ranks, read as floats.
+    Returns: a copy of ``summed`` with the means instead of the parts.
+    """
+    out = dict(summed)
+    for name, _, _ in LAG_BUCKETS:
+        tokens = out.pop(f"tis/lag{name}_tokens", 0.0)
+        total = out.pop(f"tis/lag{name}_log_ratio_abs_sum", 0.0)
+        if tokens > 0:
+            out[f"{metric_keys.TIS_LOG_RATIO_ABS_MEAN_LAG_PREFIX}{name}"] = total / tokens
+    lag0 = f"{metric_keys.TIS_LOG_RATIO_ABS_MEAN_LAG_PREFIX}0"
+    if lag0 in out:
+        out[metric_keys.TIS_MISMATCH_LOG_RATIO_ABS_MEAN] = out[lag0]
+    return out

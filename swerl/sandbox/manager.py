@@ -189,22 +189,33 @@ class SandboxManager:
         )
 
     @contextlib.asynccontextmanager
+    async def slot(self) -> AsyncIterator[None]:
+        """One of the ``concurrency`` slots, held without a sandbox: a trial that runs its
+        sandboxes on a manager of its own (the red team's small engine) still counts here."""
+        async with self._slots:
+            yield
+
+    @contextlib.asynccontextmanager
     async def sandbox(
         self, task: Task, timings: TrialTimings | None = None, placed: list[str] | None = None,
         prefer: str | None = None,
     ) -> AsyncIterator[Sandbox]:
-        """A fresh started sandbox for one trial; removed (in the background) on every exit path.
+        """A fresh started sandbox for one trial; on every exit path every container of the trial
+        is removed before this returns (so a control run after it meets nothing of the trial).
 
-        Waits for a concurrency slot and an engine slot first. A start that fails because the
+        Waits for a concurrency slot, an engine slot and the engine's disk first: the trial holds
+        its ``[environment] storage_mb`` there until its containers are removed
+        (:mod:`~swerl.sandbox.deployment.admission`). A start that fails because the
         engine stopped answering moves to another engine (at most ``engine_retries`` times).
-        ``timings`` (optional) receives ``build_s``, ``start_s`` and, once the background
-        removal ends, ``cleanup_s``. ``placed`` (optional) receives the URL of each engine the
-        trial was placed on, in order (a start that failed there included). ``prefer`` (optional):
+        ``timings`` (optional) receives ``build_s``, ``start_s`` and ``cleanup_s`` (the wait for
+        the removal of the trial's containers: the trial's time). ``placed`` (optional) receives
+        the URL of each engine the trial was placed on, in order (a start that failed there included). ``prefer`` (optional):
         the URL of the engine to place it on while that engine is healthy and has a free slot
         (a control run goes where its trial ran).
 
         Raises:
-            TaskError: malformed environment. SandboxError: ``outcome`` build_error/start_error.
+            TaskError: malformed environment. SandboxError: ``outcome`` build_error/start_error
+                (start_error too when the engine's free disk never covered the budget).
             EngineLost: the sandbox's engine stopped answering while the caller used it (the
                 caller may run the trial again: another engine takes it).
         """
@@ -213,7 +224,8 @@ class SandboxManager:
         timings = timings if timings is not None else TrialTimings()
         async with self._slots:
             for moves in range(self.config.engine_retries + 1):
-                async with self.fleet.slot(prefer if moves == 0 else None) as engine:
+                async with (self.fleet.slot(prefer if moves == 0 else None) as engine,
+                            engine.admission.reserve(task.name, task.config.environment.storage_mb) as held):
                     if placed is not None:
                         placed.append(engine.url)
                     try:
@@ -223,6 +235,9 @@ class SandboxManager:
                                 and await self.fleet.check(engine, str(err))):
                             continue
                         raise
+                    if engine.disk_watch is not None:
+                        watch = engine.disk_watch
+                        held.used = lambda: watch.charged(sb.container_id)
                     async with self._running(sb, engine, timings):
                         if (check := task.config.environment.healthcheck) is not None:
                             began = time.monotonic()
@@ -264,8 +279,9 @@ class SandboxManager:
 
     @contextlib.asynccontextmanager
     async def _running(self, sb: Sandbox, engine: Engine, timings: TrialTimings) -> AsyncIterator[None]:
-        """Watch the sandbox's disk while the caller uses it; remove it after; turn a Docker
-        failure of an engine that no longer answers into :class:`EngineLost`."""
+        """Watch the sandbox's disk while the caller uses it; after, remove every container of the
+        trial (the clean room's retired one included) and wait for that; turn a Docker failure of
+        an engine that no longer answers into :class:`EngineLost`."""
         assert engine.call is not None and engine.client is not None and engine.reaper is not None
         if engine.disk_watch is not None:
             engine.disk_watch.add(sb)
@@ -280,8 +296,11 @@ class SandboxManager:
             if engine.disk_watch is not None:
                 engine.disk_watch.discard(sb)
             await asyncio.shield(sb.close_shells())
-            removal = engine.reaper.remove(sb.container_id)
-            removal.add_done_callback(lambda t: _record_cleanup(t, timings))
+            began = time.monotonic()
+            removals = [*sb.removals, engine.reaper.remove(sb.container_id)]
+            if engine.healthy:  # a lost engine is not waited for: its trial runs again elsewhere
+                await asyncio.shield(asyncio.wait(removals))  # cancelled: the removals go on, drained at close
+                timings.cleanup_s = time.monotonic() - began
 
     async def engine_lost(self, sb: Sandbox) -> bool:
         """True when the engine ``sb`` runs on stopped answering (it is then quarantined): a
@@ -334,7 +353,8 @@ class SandboxManager:
                 timings.verify_s = time.monotonic() - began
         except SandboxError as err:
             record = failed_record(task.name, attempt, err, timings, placed, acted)
-            return record.model_copy(update={"tamper": texts_reasons(sent)}), isinstance(err, EngineLost)
+            tamper = merge(record.tamper, texts_reasons(sent))
+            return record.model_copy(update={"tamper": tamper}), isinstance(err, EngineLost)
         record = verified_record(task.name, attempt, verdict, timings, placed, agent_note)
         return record.model_copy(update={"tamper": merge(verdict.tamper, texts_reasons(sent))}), False
 
@@ -342,15 +362,16 @@ class SandboxManager:
 def failed_record(task: str, attempt: str, err: SandboxError, timings: TrialTimings, placed: list[str],
                   acted: bool, note: str = "") -> TrialRecord:
     """The record of a trial that ended in a sandbox failure (``placed``: the engines it was put on;
-    ``acted``: whether its sandbox had started). An engine that stopped answering blames the
-    infrastructure outright (its failed ping is the proof); other failures await a control."""
+    ``acted``: whether its sandbox had started; its tamper reasons: those of the container's scan
+    when the verification failed after it, ``err.tamper``). An engine that stopped answering blames
+    the infrastructure outright (its failed ping is the proof); other failures await a control."""
     outcome = outcome_of(err)
     return TrialRecord(
         task=task, attempt=attempt, outcome=outcome, failure_class=outcome.failure_class,
         detail="; ".join(x for x in (note, str(err)) if x and (x == note or x not in note)),
         engine=placed[-1] if placed else None, timings=timings,
         engine_retries=max(len(placed) - 1, 0), acted=acted,
-        blame=Blame.infrastructure if isinstance(err, EngineLost) else None,
+        blame=Blame.infrastructure if isinstance(err, EngineLost) else None, tamper=list(err.tamper),
     )
 
 
@@ -378,10 +399,6 @@ async def _solve(sb: Sandbox) -> str:
         return f"solve.sh exit {result.exit_code}{' (timed out)' if result.timed_out else ''}"
     return ""
 
-
-def _record_cleanup(task: asyncio.Task[float], timings: TrialTimings) -> None:
-    if not task.cancelled() and task.exception() is None:
-        timings.cleanup_s = task.result()
 
 
 __all__ = ["DEFAULT_MAX_WARM", "MAX_WARM_POOLS", "SandboxManager", "failed_record", "new_run_id", "outcome_of",

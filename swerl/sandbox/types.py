@@ -160,6 +160,12 @@ class SandboxConfig(BaseModel):
         2048, ge=0,
         description="Free MiB Docker's data root must have when a manager opens (else exit 3 naming the path); 0 = no check.",
     )
+    admission_wait_s: float = _seconds(
+        60.0, "Most seconds a trial waits for its engine's free disk to cover its [environment] storage_mb once no "
+        "other trial is in flight there (while trials are in flight it waits for them to end); then it is refused "
+        "(start_error, masked: it never acted). Each trial reserves its storage_mb from admission until its "
+        "containers are removed.",
+    )
     image_cache_mb: int | None = Field(
         20480, ge=0,
         description="Budget of cached swerl-task images (their own layers, MiB); after a build the least recently "
@@ -279,8 +285,8 @@ class VerifierResult(BaseModel):
 
 
 class TrialTimings(BaseModel):
-    """Seconds spent in each phase of one trial; ``cleanup_s`` is filled when the background
-    removal finishes (it is off the critical path)."""
+    """Seconds spent in each phase of one trial; ``cleanup_s``: the wait for the removal of the
+    trial's containers, which the trial awaits before it ends (a control run starts after it)."""
 
     build_s: float = 0.0
     start_s: float = 0.0

@@ -23,7 +23,7 @@ import yaml
 
 from swerl.errors import ConfigError
 from swerl.fileio import atomic_write_text
-from swerl.tasks.load import load_tasks
+from swerl.tasks.load import check_every_pattern_matches, load_tasks
 from swerl.tasks.task_folder import Task
 
 log = logging.getLogger(__name__)
@@ -84,7 +84,9 @@ def load_without_excluded(source: str, *, limit: int | None, names: list[str] | 
     Raises: TaskError / ConfigError as :func:`load_tasks` and :func:`read_exclude_file`, and
         ConfigError when ``exclude`` leaves no task.
     """
-    tasks = list(load_tasks(source, limit=limit, names=names))
+    tasks = list(load_tasks(source, limit=limit, names=names, names_field="data.names"))
+    if isinstance(exclude, list):  # a patch file lists the whole set's tasks: only a list is checked
+        check_every_pattern_matches("data.exclude", exclude, [t.name for t in tasks], source)
     dropped = excluded([t.name for t in tasks], exclude)
     kept = [t for t in tasks if t.name not in dropped]
     if not kept:

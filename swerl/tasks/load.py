@@ -167,18 +167,65 @@ def _folder_candidates(root: Path) -> Iterator[Candidate]:
             yield str(child), (lambda c=child: load_task(c))
 
 
+def _task_sets_inside(root: Path) -> list[str]:
+    """The sub-folders of ``root`` that are folders of task folders, when no sub-folder is a task
+    itself (a generated family's train/, heldout-instance/, ...); else []."""
+    children = [c for c in sorted(root.iterdir()) if c.is_dir() and not c.name.startswith((".", "__"))]
+    if any(_is_task_folder(c) for c in children):
+        return []
+    return [c.name for c in children if any(_is_task_folder(g) for g in c.iterdir() if g.is_dir())]
+
+
 def _candidates(source: Path, cache_dir: Path) -> Iterator[Candidate]:
     if source.is_dir():
         if _is_task_folder(source):
             yield str(source), (lambda: load_task(source))
-        else:
-            yield from _folder_candidates(source)
+            return
+        sets = _task_sets_inside(source)
+        if sets:
+            raise TaskError(f"{source}: holds task sets, not tasks ({', '.join(sets)}): pass one of them, "
+                            f"e.g. {source / sets[0]}")
+        yield from _folder_candidates(source)
     elif source.name.endswith(ROW_SUFFIXES):
         from swerl.tasks.rows import row_candidates
 
         yield from row_candidates(source, cache_dir, load_task)
     else:
         raise TaskError(f"{source}: not a task folder, a folder of tasks, or a .parquet/.jsonl dataset")
+
+
+def check_every_pattern_matches(field: str, patterns: Sequence[str], names: Sequence[str], where: Path | str) -> None:
+    """Every shell pattern of ``patterns`` (``data.names``, ``data.exclude``, ``eval.names``) matches
+    at least one of ``names`` (the tasks of ``where``).
+
+    Raises:
+        TaskError: (exit 2) naming each pattern that matches no task and, for each, the closest
+            task names (``difflib``), or the first few names when none is close.
+    """
+    import difflib
+
+    unmatched = [p for p in patterns if not any(fnmatch.fnmatchcase(n, p) for n in names)]
+    if not unmatched:
+        return
+    hints = []
+    for pattern in unmatched:
+        close = difflib.get_close_matches(pattern, names, n=3, cutoff=0.6)
+        hints.append(f"{pattern!r} (closest: {', '.join(close)})" if close else repr(pattern))
+    sample = ", ".join(sorted(names)[:3]) + (", ..." if len(names) > 3 else "")
+    raise TaskError(f"{field}: {'; '.join(hints)} match{'es' if len(unmatched) == 1 else ''} none of the "
+                    f"{len(names)} tasks of {where} (e.g. {sample}); fix or remove "
+                    f"{'it' if len(unmatched) == 1 else 'them'}")
+
+
+def _check_found(src: Path, tasks: list[Task], problems: list[TaskProblem], names: Sequence[str] | None,
+                 names_field: str | None, seen: list[str]) -> None:
+    """The TaskErrors of :func:`load_tasks` once its source is read (``seen``: every valid name)."""
+    if names is not None and names_field is not None and seen:
+        check_every_pattern_matches(names_field, names, seen, src)
+    if not tasks and names is not None and seen:
+        raise TaskError(f"{src}: no task name matches {list(names)}; check the names (e.g. humaneval-000)")
+    if not tasks and not problems:
+        raise TaskError(f"{src}: holds no task folders (a task has instruction.md, task.toml, environment/, tests/)")
 
 
 def load_tasks(
@@ -188,6 +235,7 @@ def load_tasks(
     names: Sequence[str] | None = None,
     on_error: Literal["raise", "skip"] = "raise",
     cache_dir: Path | None = None,
+    names_field: str | None = None,
 ) -> TaskSet:
     """Load every task of a source, in order.
 
@@ -201,12 +249,15 @@ def load_tasks(
             ``(path, reason)`` in ``TaskSet.problems`` and goes on.
         cache_dir: where dataset rows are extracted (default ``~/.cache/swerl/tasks``),
             one folder per archive SHA-256.
+        names_field: the config field or flag ``names`` came from (``data.names``): every pattern
+            of ``names`` must then match a task of the source (a typo is an error, not a task
+            dropped in silence); None: patterns that match nothing are ignored.
     Returns:
         A :class:`TaskSet` of the valid tasks and the problems found.
     Raises:
         TaskError: the source does not exist, has an unknown format, lacks the dataset
             columns, or holds no task at all (even with ``on_error="skip"``), or no task
-            matches ``names``.
+            matches ``names`` (with ``names_field``: a pattern of ``names`` matches none).
         MalformedTask: with ``on_error="raise"``, the first malformed task.
     """
     if on_error not in ("raise", "skip"):
@@ -234,8 +285,6 @@ def load_tasks(
         if names is not None and not any(fnmatch.fnmatchcase(task.name, p) for p in names):
             continue
         tasks.append(task)
-    if not tasks and names is not None and seen:
-        raise TaskError(f"{src}: no task name matches {list(names)}; check the names (e.g. humaneval-000)")
-    if not tasks and not problems:
-        raise TaskError(f"{src}: holds no task folders (a task has instruction.md, task.toml, environment/, tests/)")
+    cut = limit is not None and len(tasks) >= limit  # later names unknown: no pattern check
+    _check_found(src, tasks, problems, names, None if cut else names_field, list(seen))
     return TaskSet(source=src, tasks=tuple(tasks), problems=tuple(problems))

@@ -4,7 +4,8 @@ run's own protocol, episode limits, sampling and generator, read from ``RUN_DIR/
 Stage: ``trainer/`` (reads a run directory) building the ``agent`` stage's ``EvalConfig``.
 The export is ``RUN_DIR/exports/global_step_N``; without ``--step`` it is the step that
 ``swerl select-checkpoint`` picks (trailing EMA of ``reward/avg_raw_reward``), else the latest
-export. What is taken from the run:
+export. ``--step 0`` is the run's initial policy (``model.path``, without a LoRA adapter), so a
+before/after pair of evaluations shares every setting but the weights. What is taken from the run:
 
 - ``agent``: protocol, limits (turns, tokens per turn, context window, timeouts), temperature,
   top-p, top-k, prefill, thinking: the whole ``agent`` section (its training ``seed`` is not used:
@@ -25,6 +26,7 @@ from pathlib import Path
 
 from swerl.agent.evaluate import EvalConfig
 from swerl.errors import ConfigError
+from swerl.inference.config import HFGenerator
 from swerl.run_layout import CONFIG_FILE, EXPORT_DIR, STEP_DIR_RE, export_dir
 from swerl.selection import MetricsFileError, select_checkpoint
 from swerl.trainer.setup.config import load_train_config
@@ -49,12 +51,15 @@ def exported_steps(run_dir: Path) -> list[int]:
     return sorted(found)
 
 
-def resolve_export(run_dir: Path, step: int | None) -> tuple[int, Path, str]:
+def resolve_export(run_dir: Path, step: int | None) -> tuple[int, Path | None, str]:
     """The export to evaluate: ``step`` when given, else the selected checkpoint, else the latest.
 
-    Returns: (step, export folder, why this step: "--step", "selected ..." or "latest export").
+    Returns: (step, export folder, why this step: "--step", "selected ..." or "latest export");
+        the folder is None for ``step == 0``: the run's initial policy, its ``model.path``.
     Raises: ConfigError naming the steps that have an export when there is none for ``step``.
     """
+    if step == 0:
+        return 0, None, "--step 0: the initial policy"
     steps = exported_steps(run_dir)
     if not steps:
         raise ConfigError(f"{run_dir / EXPORT_DIR}: no global_step_N exports: pass the RUN_DIR of a swerl train "
@@ -98,15 +103,21 @@ def eval_config_from_run(
         raise ConfigError(f"--from-run {run_dir}: no config.yaml: pass the RUN_DIR of a swerl train run")
     run = load_train_config(run_dir / CONFIG_FILE)
     step, export, why = resolve_export(run_dir, step)
-    device = run.model.device if run.model.device != "auto" else run.generator.device
-    weights = {"model": str(export)} if run.model.lora is None else {"model": run.model.path,
-                                                                       "lora_adapter": str(export)}
-    inference = run.generator.model_copy(update={
-        **weights, "device": device, "dtype": run.generator.dtype or run.model.dtype,
-    })
+    if export is None:  # step 0: the weights the run started from
+        weights = {"model": run.model.path, "lora_adapter": None}
+    elif run.model.lora is None:
+        weights = {"model": str(export)}
+    else:
+        weights = {"model": run.model.path, "lora_adapter": str(export)}
+    generator = run.generator
+    if isinstance(generator, HFGenerator):  # under train it sampled with the module: its device and dtype
+        weights.update(device=run.model.device if run.model.device != "auto" else "cpu", dtype=run.model.dtype)
+    else:
+        weights["dtype"] = generator.dtype or run.model.dtype
+    inference = type(generator).model_validate({**generator.model_dump(exclude_unset=True), **weights})
     config = EvalConfig(
         tasks=tasks, samples=samples, seed=seed, limit=limit, out_dir=out_dir, resume=resume,
         concurrency=concurrency if concurrency is not None else run.sandbox.concurrency,
         agent=run.agent, inference=inference,
     )
-    return config, f"step {step} of {run_dir} ({why}): {export}"
+    return config, f"step {step} of {run_dir} ({why}): {export or run.model.path or 'the default model'}"

@@ -20,6 +20,8 @@ How it departs from a textbook PPO/GRPO trainer (see ``docs/algorithms.md``):
 - An optional KL term to the initial policy, a frozen copy held by the trainer (``policy/reference.py``).
 - One optimizer step per training batch by default (the ratio is ~1: REINFORCE with a
   leave-one-out baseline); mini-batches and update epochs are options.
+- Optional DAPO dynamic sampling (``algorithm.dynamic_sampling``, ``rollouts/dynamic.py``): groups
+  without signal are dropped and the step is refilled from the next prompts, within a bound.
 - Rollouts with bounded staleness (``rollouts/pipeline.py``, ``docs/async.md``): with
   ``loop.max_staleness_steps = 0`` each batch is sampled with the current weights (synchronous);
   with k >= 1 a producer thread collects later batches while the trainer updates, and no turn
@@ -44,11 +46,12 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
+from swerl import metric_keys
 from swerl.agent.records import write_sample_records
-from swerl.errors import RunFailed
+from swerl.errors import Interrupted, RunFailed
 from swerl.rl.advantages import group_index
 from swerl.rl.loss import compute_advantages
-from swerl.run_layout import CONFIG_FILE, ROLLOUTS_DIR, step_file_name
+from swerl.run_layout import CKPT_DIR, CONFIG_FILE, ROLLOUTS_DIR, STEP_DIR_RE, step_file_name
 from swerl.text import counted
 from swerl.trainer.persistence import checkpoint as ckpt
 from swerl.trainer.persistence import commit
@@ -61,11 +64,12 @@ from swerl.trainer.setup.auto import changes_since, check_ranks_agree
 from swerl.trainer.rollouts.busy import BusyClock
 from swerl.trainer.rollouts.generator import close_generator, make_generator, probe_parity, publish_weights
 from swerl.trainer.step.masked_guard import MaskedGuard
-from swerl.trainer.tracking.metrics import MetricsSink, dump_trajectories, effective_reward, record_flagged, rollout_metrics
+from swerl.trainer.tracking.metrics import (MetricsSink, dump_trajectories, effective_reward, excluded_from_baseline,
+                                            record_flagged, rollout_metrics)
 from swerl.trainer.policy.model import compute_dtype, load_policy
 from swerl.trainer.step.nonfinite import NonFiniteStreak
 from swerl.trainer.step.optim import build_optimizer
-from swerl.trainer.setup.plan import RunPlan
+from swerl.trainer.setup.plan import RunPlan, reproducibility_words
 from swerl.trainer.setup.preflight import Preflight, run_preflight
 from swerl.trainer.tracking.quarantine import Quarantine
 from swerl.trainer.policy.reference import ReferencePolicy, make_reference
@@ -110,23 +114,93 @@ class TrainResult:
     records: list[dict] = field(default_factory=list)
 
 
-@contextlib.contextmanager
-def sigterm_unwinds():
-    """SIGTERM/SIGHUP raise SystemExit(143) in the main thread, so every ``finally`` (sandbox
-    drain, metrics flush) runs; elsewhere (not the main thread) a no-op."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
+class StopSignal(KeyboardInterrupt):
+    """SIGINT (Ctrl-C), SIGTERM or SIGHUP received in the main thread during :func:`train`: raised
+    there like Ctrl-C, so every ``finally`` (sandbox drain, pipeline stop, metrics flush) runs.
 
-    def stop(signum: int, frame: Any) -> None:
-        raise SystemExit(143)
+    Attributes:
+        signum: the signal's number (exit code 128 + signum).
+    """
 
-    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+class StopSignals:
+    """SIGINT, SIGTERM and SIGHUP raise :class:`StopSignal` in the main thread (use as a context
+    manager; elsewhere than the main thread a no-op). Inside :meth:`deferred` (a step's commit)
+    the first signal is held until the block ends, so a step is committed whole or not at all;
+    a second one raises at once."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+    def __init__(self) -> None:
+        self._pending: int | None = None
+        self._deferring = 0
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> "StopSignals":
+        if threading.current_thread() is threading.main_thread():
+            self._previous = {sig: signal.signal(sig, self._handle) for sig in self.SIGNALS}
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._previous.items():
             signal.signal(sig, handler)
+        self._previous = {}
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self._deferring and self._pending is None:
+            self._pending = signum
+            log.warning("%s: stopping once this step's commit is written (again to stop at once)",
+                        signal.Signals(signum).name)
+            return
+        raise StopSignal(signum)
+
+    @contextlib.contextmanager
+    def deferred(self):  # noqa: ANN201 - Iterator[None]
+        """A block a first signal does not interrupt; it raises StopSignal when the block ends."""
+        self._deferring += 1
+        try:
+            yield
+        finally:
+            self._deferring -= 1
+        if self._pending is not None and not self._deferring:
+            raise StopSignal(self._pending)
+
+
+@dataclass
+class _Where:
+    """Where a run is, for the line an interrupt prints: the step in progress (0: setup, before
+    the first step) and its phase, as the loop's events say."""
+
+    step: int = 0
+    phase: str = "setup"
+    total: int | None = None
+
+    def see(self, event: TrainEvent) -> None:
+        if event.kind == "plan":
+            self.total = event.data.total_steps
+        elif event.kind == "step_start":
+            self.step, self.phase = event.step, "rollouts"
+        elif event.kind == "phase":
+            self.step, self.phase = event.step, event.data
+        elif event.kind == "step_end":
+            self.phase = "done"
+
+    def interrupted(self, stop: StopSignal, run_dir: Path) -> Interrupted:
+        """The interrupt's message: the signal, the step and phase reached, the last committed
+        checkpoint (read from the run dir) and what a resume redoes."""
+        found = ckpt.resolve_resume(run_dir, "latest") if (run_dir / CKPT_DIR).is_dir() else None
+        saved = int(STEP_DIR_RE.match(found.name).group(1)) if found is not None else 0
+        of = f"/{self.total}" if self.total else ""
+        where = f"before step 1 ({self.phase})" if self.step == 0 else (
+            f"after step {self.step}{of}" if self.phase == "done" else f"at step {self.step}{of} ({self.phase})")
+        last = f"last checkpoint: step {saved} ({found})" if found is not None else "no checkpoint yet"
+        name = signal.Signals(stop.signum).name
+        return Interrupted(f"{name} {where}; {last}, a resume starts at step {saved + 1}",
+                           exit_code=128 + stop.signum)
 
 
 def seed_everything(seed: int) -> None:
@@ -199,20 +273,37 @@ def train(config: TrainConfig, run_dir: Path, resume: str | None = None, *,
             the run starts from its config (``auto`` resolved), tasks, plan and checkpoint.
     Returns: TrainResult.
     Raises:
+        Interrupted: SIGINT, SIGTERM or SIGHUP (in the main thread), after the run's cleanup; its
+            message names the step reached and the last checkpoint. A step's commit is never cut
+            by a first signal: it is written whole, then the run stops.
         ConfigError / TaskError / EnvironmentProblem / SandboxError: what the preflight refuses, a
             checkpoint that does not fit, Docker unusable. ValueError: ``checked`` of another run.
         RunFailed: the run trained zero steps although steps were planned.
     """
-    run = _prepare(_preflight(config, Path(run_dir), resume, checked), on_event)  # run.config: with auto resolved
+    checked = _preflight(config, Path(run_dir), resume, checked)  # checked.config: with auto resolved
+    where = _Where()
+    with StopSignals() as stops:
+        try:
+            return _train(checked, resume, where, stops, on_event)
+        except StopSignal as stop:  # after every cleanup: one line, raised as Interrupted (exit 130/143)
+            raise where.interrupted(stop, checked.run_dir) from None
+
+
+def _train(checked: Preflight, resume: str | None, where: _Where, stops: StopSignals,
+           on_event: Callable[[TrainEvent], None] | None) -> TrainResult:
+    """:func:`train` from its preflight; ``where`` follows its events, ``stops`` holds a signal
+    off each step's commit."""
+    run = _prepare(checked, on_event, where)
     if _resume(run, resume):
         return run.result
+    _say_what_a_stop_redoes(run)
     nonfinite = NonFiniteStreak(run.config.optimizer.max_consecutive_nonfinite_steps)
     with contextlib.ExitStack() as stack:
         rollouts = _start_rollouts(run, stack)
         for step in range(run.start_step + 1, run.plan.total_steps + 1):
             t_step = time.monotonic()
-            # Rollouts: the sampler's next batch of prompts (same order on every rank and after a
-            # resume), n verified episodes each; every rank collects its share, all ranks get all.
+            # Rollouts: the sampler's next batch of prompts (same order on every rank and after a resume), n
+            # verified episodes each, all ranks get all; dynamic sampling refills groups without signal.
             run.emit(TrainEvent("step_start", step, run.plan.samples_per_step))
             batch = rollouts.take(step)
             timings: dict[str, float] = dict(batch.metrics)
@@ -220,7 +311,7 @@ def train(config: TrainConfig, run_dir: Path, resume: str | None = None, *,
             quarantined = _watch(run, step, batch)
             # Failure classes and advantages: masked rows leave the baseline, failures score 0.
             run.emit(TrainEvent("phase", step, "advantages"))
-            advantages, adv_metrics, rows = _advantage_rows(run.config, batch.trajectories)
+            advantages, adv_metrics, rows = _advantage_rows(run.config, batch.trajectories, step)
             # Update: pi_old at the sampling temperature, then micro-batched optimizer step(s).
             run.emit(TrainEvent("phase", step, "update"))
             t0 = time.monotonic()
@@ -229,16 +320,17 @@ def train(config: TrainConfig, run_dir: Path, resume: str | None = None, *,
                 update_metrics = train_on_batch(run.model, run.optimizer, run.scheduler, rows, run.config.algorithm,
                                                 run.settings, run.info, run.reference)
             run.model.eval()
-            timings["timing/update_s"] = time.monotonic() - t0
+            timings[metric_keys.TIMING_UPDATE_S] = time.monotonic() - t0
             # Weight sync to the generator between two requests, then the parity probe (stops the run
             # on stale weights); it admits the producer's next batches.
             sync_metrics = rollouts.publish(step)
             held_out_metrics = _held_out_eval(run, rollouts.runner, step)
             # Log and commit: one record per step, in the checkpoint and in metrics.jsonl.
-            metrics = {**rollout_metrics(batch.trajectories), **adv_metrics, **update_metrics, **timings,
+            metrics = {**rollout_metrics(batch.generated), **adv_metrics, **update_metrics, **timings,
                        **held_out_metrics, **sync_metrics, **run.clock.fractions(t_step, time.monotonic()),
                        **quarantined, "epoch": float(batch.epoch)}
-            _commit(run, step, batch, rollouts.position(), metrics, advantages, t_step)
+            with stops.deferred():  # a signal now stops the run once the step is committed
+                _commit(run, step, batch, rollouts.position(), metrics, advantages, t_step)
             nonfinite.observe(step, update_metrics)  # K skipped optimizer steps in a row: RunFailed
     # A run that was asked to train and trained nothing is a failure, not a success.
     if run.result.steps_trained == 0:
@@ -262,15 +354,21 @@ def _preflight(config: TrainConfig, run_dir: Path, resume: str | None, checked: 
     return checked
 
 
-def _prepare(checked: Preflight, on_event: Callable[[TrainEvent], None] | None) -> _Run:
+def _prepare(checked: Preflight, on_event: Callable[[TrainEvent], None] | None, where: _Where) -> _Run:
     """Setup from the preflight's findings: ranks, seeds, run directory, the prompt sampler, then
     the policy, its optimizer and LR schedule (in this order: the seeds fix the model's
     initialization), and the KL term's reference policy (the initial weights, before a resume
     loads a checkpoint)."""
     config, run_dir, tasks, plan = checked.config, checked.run_dir, checked.tasks, checked.plan
-    info = dist.init_distributed(config.model.device)
+    info = dist.init_distributed(config.model.device,
+                                 cpu_offload=config.model.cpu_offload or config.model.reference_cpu_offload)
     check_ranks_agree(config)  # each rank resolved auto on its own machine
-    emit = on_event if (on_event is not None and info.is_main) else (lambda event: None)
+    show = on_event if (on_event is not None and info.is_main) else (lambda event: None)
+
+    def emit(event: TrainEvent) -> None:
+        where.see(event)
+        show(event)
+
     seed_everything(config.seed)
     if info.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -282,6 +380,7 @@ def _prepare(checked: Preflight, on_event: Callable[[TrainEvent], None] | None) 
     emit(TrainEvent("plan", data=plan))
     log.info("plan: %s x %s x %s, %s", counted(plan.total_steps, "step"), counted(plan.prompts_per_step, "prompt"),
              counted(config.n_samples, "sample"), counted(plan.total_optimizer_steps, "optimizer step"))
+    log.info("reproducibility: %s", reproducibility_words(config))
 
     model, tokenizer, model_path = load_policy(config.model, info)
     optimizer, scheduler = build_optimizer(model, config.optimizer, max(plan.total_optimizer_steps, 1))
@@ -305,6 +404,7 @@ def _update_settings(config: TrainConfig, tokenizer: Any) -> UpdateSettings:
         sharded=config.model.fsdp,
         sync_grads_every_micro_batch=config.model.grad_sync == "every_micro_batch",
         pad_id=pad_id,
+        replay_support=config.algorithm.sampling_support == "replay",
     )
 
 
@@ -346,6 +446,16 @@ def _resume(run: _Run, resume: str | None) -> bool:
     return False
 
 
+def _say_what_a_stop_redoes(run: _Run) -> None:
+    """With checkpoints less often than every step, say at the start that an interrupt (or a
+    crash) redoes the steps since the last checkpoint: a step is committed only by a checkpoint."""
+    steps = [s for s in run.plan.checkpoint_steps if s > run.start_step]
+    if run.info.is_main and len(steps) < run.plan.total_steps - run.start_step:
+        log.info("checkpoints at steps %s only: a run stopped between two of them resumes from the last one and "
+                 "redoes the steps after it (checkpointing.ckpt_interval: 1 commits every step)",
+                 ", ".join(map(str, steps)) or "none")
+
+
 def _start_rollouts(
     run: _Run, stack: contextlib.ExitStack
 ) -> pipeline.InlineRollouts | pipeline.PipelinedRollouts:
@@ -355,7 +465,6 @@ def _start_rollouts(
     trackers = open_trackers(config.logging, run.run_dir, config.model_dump(mode="json"), run.plan) if info.is_main else []
     run.sink = MetricsSink(run.run_dir, config.logging.tensorboard, trackers,
                            config.model_dump(mode="json")) if info.is_main else None
-    stack.enter_context(sigterm_unwinds())
     stack.callback(lambda: run.sink.close() if run.sink is not None else None)
     # Generator: every rank's engine(s) and their weight sync. Rollouts of step k use the weights
     # after k - 1 steps (weight version k - 1); a resumed run pushes the checkpoint's weights first.
@@ -381,10 +490,10 @@ def _start_rollouts(
 def _watch(run: _Run, step: int, batch: pipeline.RolloutBatch) -> dict[str, float]:
     """The masked-steps guard (raises RunFailed) and the quarantine ledger see batch ``step``;
     returns the step's ``quarantine/*`` metrics."""
-    run.guard.observe(step, batch.trajectories)
+    run.guard.observe(step, batch.generated)  # every episode, dropped groups included: a mask hides nothing
     if run.quarantine is None:
         return {}
-    return run.quarantine.observe(step, batch.epoch, batch.trajectories, batch.sampler_state)
+    return run.quarantine.observe(step, batch.epoch, batch.generated, batch.sampler_state)
 
 
 def _held_out_eval(run: _Run, runner: Any, step: int) -> dict[str, float]:
@@ -395,16 +504,21 @@ def _held_out_eval(run: _Run, runner: Any, step: int) -> dict[str, float]:
     return {}
 
 
-def _advantage_rows(config: TrainConfig, trajs: list) -> tuple[torch.Tensor, dict[str, float], list]:
+def _advantage_rows(config: TrainConfig, trajs: list, step: int) -> tuple[torch.Tensor, dict[str, float], list]:
     """Advantages (N,) of the step's trajectories (masked rows left out of the baseline, failures
-    scored 0), their ``advantage/*`` metrics, and the update's rows (one per token sequence)."""
+    scored 0), their ``advantage/*`` metrics (and, with ``algorithm.overlong_filter``,
+    ``response_length/overlong_filtered_fraction``), and the update's rows (one per token sequence;
+    step ``step`` trains the weights of version step - 1)."""
+    algo = config.algorithm
     rewards = torch.tensor([effective_reward(t) for t in trajs], dtype=torch.float32)
-    exclude = torch.tensor([t.exclude_from_baseline or t.failure_class == "mask" for t in trajs])
-    advantages, adv_metrics = compute_advantages(
-        config.algorithm, rewards, group_index([t.group_id for t in trajs]), exclude
-    )
+    exclude = torch.tensor([excluded_from_baseline(t) for t in trajs], dtype=torch.bool)
+    advantages, adv_metrics = compute_advantages(algo, rewards, group_index([t.group_id for t in trajs]), exclude)
     rows = [row for i, (t, a) in enumerate(zip(trajs, advantages))
-            for row in rows_from_trajectory(t, float(a), config.algorithm.agent_failure_tokens, i)]
+            for row in rows_from_trajectory(t, float(a), algo.agent_failure_tokens, i,
+                                            overlong_filter=algo.overlong_filter, trained_version=step - 1)]
+    if algo.overlong_filter:  # episodes whose loss the filter masked (cut by their token budget)
+        cut = sum(t.hit_length_limit and t.failure_class != "mask" for t in trajs)
+        adv_metrics = {**adv_metrics, metric_keys.RESPONSE_LENGTH_OVERLONG_FILTERED_FRACTION: cut / max(len(trajs), 1)}
     return advantages, adv_metrics, rows
 
 
@@ -414,14 +528,14 @@ def _commit(run: _Run, step: int, batch: pipeline.RolloutBatch, position: dict[s
     metrics.jsonl (rank 0 writes; ``persistence/commit.py``); then one log line."""
     config, info, run_dir, model = run.config, run.info, run.run_dir, run.model
     if info.is_main:  # every episode's sample record (the task health ledger reads them), always
-        write_sample_records(run_dir / ROLLOUTS_DIR / step_file_name(step), batch.trajectories, global_step=step,
+        write_sample_records(run_dir / ROLLOUTS_DIR / step_file_name(step), batch.generated, global_step=step,
                              epoch=batch.epoch)
     if info.is_main and config.logging.dump_trajectories:
         dump_trajectories(run_dir, step, batch.trajectories, [float(a) for a in advantages])
     if run.sink is not None:  # a few episodes for TensorBoard's text tab
         run.sink.log_episodes(step, batch.trajectories, [float(a) for a in advantages])
     if info.is_main:
-        record_flagged(run_dir, step, batch.trajectories)
+        record_flagged(run_dir, step, batch.generated)
     trainer_state = {"sampler": batch.sampler_state, "epoch": batch.epoch, "masked_streak": run.guard.streak,
                      "pipeline": position}
     if run.quarantine is not None:
@@ -443,8 +557,9 @@ def _commit(run: _Run, step: int, batch: pipeline.RolloutBatch, position: dict[s
         run.emit(TrainEvent("step_end", step, record))
         log.info(
             "step %d/%d | reward %.3f | pass@n %.2f | loss %.4f | grad %.3f | %.1fs",
-            step, run.plan.total_steps, metrics["reward/avg_raw_reward"], metrics["reward/avg_pass_at_n"],
-            metrics.get("loss/policy", 0.0), metrics["grad_norm"], metrics["timing/step_s"],
+            step, run.plan.total_steps, metrics[metric_keys.REWARD_AVG_RAW_REWARD],
+            metrics[metric_keys.REWARD_AVG_PASS_AT_N],
+            metrics.get(metric_keys.LOSS_POLICY, 0.0), metrics["grad_norm"], metrics[metric_keys.TIMING_STEP_S],
         )
     run.result.steps_trained += 1
     run.result.last_step = step

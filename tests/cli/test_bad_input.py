@@ -12,6 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 TASKS = str(ROOT / "tests" / "fixtures" / "tasks")
 DEMO_YAML = str(ROOT / "examples" / "humaneval-smollm2-cpu.yaml")
+LEARNING = str(ROOT / "examples" / "learning_tasks")
 
 CASES = [
     (["eval", "/nowhere", "-o", "out"], 2, "/nowhere: no such file or folder"),
@@ -19,6 +20,7 @@ CASES = [
     (["eval", TASKS, "--engine", "bogus://x", "-o", "out"], 2, "--engine: "),
     (["eval", TASKS, "--step", "3", "-o", "out"], 2, "--step needs --from-run"),
     (["sandbox-test", "/nowhere"], 2, "/nowhere: no such file or folder"),
+    (["sandbox-test"], 2, "pass a task source (TASKS) or a train config (--config TRAIN_YAML), not neither"),
     (["sandbox", "gc", "--engine", "unix:///nowhere/docker.sock"], 3, "Docker is not reachable"),
     (["train", DEMO_YAML, "-o", "run"], 2, "run: swerl tasks import humaneval runs/humaneval-tasks"),
     (["tasks", "import", "humaneval", "he", "--limit", "0"], 2, "'--limit'"),
@@ -26,6 +28,20 @@ CASES = [
     (["train", DEMO_YAML, "--set", "algorithm.n_samples_per_prompt=1"], 2, "set n_samples_per_prompt >= 2"),
     (["view", "/nowhere"], 2, "/nowhere does not exist"),
     (["select-checkpoint", "run", "--mode", "best"], 2, "Invalid value for '--mode': 'best' is not one of 'max', 'min'."),
+    # A device that is not there: refused before anything loads (no GPU index 99 on any machine).
+    (["eval", TASKS, "--device", "cuda:99", "-o", "out"], 2, "--device: cuda:99, but this machine has"),
+    # A name that matches no task is a typo, not a task dropped in silence: named with the closest names.
+    (["train", DEMO_YAML, "--dry-run", "--set", f"data.tasks={LEARNING}", "--set", "data.names=[magic-a, magic-bb]"],
+     2, "data.names: 'magic-bb' (closest: magic-b"),
+    (["train", DEMO_YAML, "--dry-run", "--set", f"data.tasks={LEARNING}", "--set", "data.names=null",
+      "--set", "data.exclude=[magic-a, magic-e]"], 2, "data.exclude: 'magic-e' (closest: magic-"),
+    (["train", DEMO_YAML, "--dry-run", "--set", f"data.tasks={LEARNING}", "--set", "data.names=null",
+      "--set", f"eval={{tasks: {LEARNING}, names: [magic-c, magic-x]}}"], 2, "eval.names: 'magic-x' (closest: magic-"),
+    # A field of another generator backend: pydantic's extra-field error, named with the backend that has it.
+    (["train", DEMO_YAML, "--dry-run", "--set", "generator.backend=hf", "--set", "generator.max_model_len=4096"], 2,
+     "--set generator.max_model_len=4096: generator.max_model_len: not a field of backend 'hf' (a field of vllm)"),
+    (["train", DEMO_YAML, "--dry-run", "--set", "generator.num_threads=2"], 2,
+     "generator.num_threads: a field of backend hf: under backend auto it goes in generator.hf"),
 ]
 
 
@@ -36,6 +52,16 @@ def test_bad_input_is_one_line_and_writes_nothing(argv, code, words, tmp_path):
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert proc.returncode == code and len(lines) == 1, proc.stderr[-3000:]
     assert lines[0].startswith("error: ") and words in lines[0] and proc.stdout == ""
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="a machine without a CUDA GPU")
+def test_a_cuda_device_on_a_cpu_machine_is_one_line_at_the_dry_run(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "swerl.cli", "train", DEMO_YAML, "--dry-run", "--set",
+                           "model.device=cuda"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-3000:]
+    assert lines[0].startswith("error: model.device: cuda, but this machine has no CUDA GPU") and proc.stdout == ""
     assert list(tmp_path.iterdir()) == []
 
 

@@ -18,8 +18,19 @@ def flags(**given) -> dict:
 
 def test_batch_size_reaches_hf_and_not_vllm():
     assert _eval_config(flags(backend="hf", batch_size=24)).inference.max_batch_size == 24
-    vllm = _eval_config(flags(backend="vllm", batch_size=24, model="/models/m", threads=1)).inference
-    assert vllm.backend == "vllm" and "max_batch_size" not in vllm.model_fields_set
+    vllm = _eval_config(flags(backend="vllm", batch_size=24, model="/models/m")).inference
+    assert vllm.backend == "vllm" and "max_batch_size" not in type(vllm).model_fields
+
+
+def test_a_flag_the_backend_does_not_read_is_refused_naming_its_field():
+    import pytest
+
+    from swerl.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"swerl eval: inference.num_threads: Extra inputs are not permitted"):
+        _eval_config(flags(backend="vllm", model="/models/m", threads=2))
+    with pytest.raises(ConfigError, match=r"swerl eval: inference.tokenizer: Extra inputs are not permitted"):
+        _eval_config(flags(backend="hf", tokenizer="/models/t"))
 
 
 def test_lora_reaches_hf_and_vllm_and_a_folder_without_an_adapter_is_refused(tmp_path):
@@ -29,7 +40,7 @@ def test_lora_reaches_hf_and_vllm_and_a_folder_without_an_adapter_is_refused(tmp
     from swerl.errors import ConfigError
 
     assert _eval_config(flags(lora=tmp_path)).inference.lora_adapter == str(tmp_path)
-    vllm = _eval_config(flags(backend="vllm", lora=tmp_path, model="/models/m", threads=1)).inference
+    vllm = _eval_config(flags(backend="vllm", lora=tmp_path, model="/models/m")).inference
     assert vllm.lora_adapter == str(tmp_path)
     (tmp_path / "tasks").mkdir()
     result = CliRunner().invoke(app, ["eval", str(tmp_path / "tasks"), "--lora", str(tmp_path)])

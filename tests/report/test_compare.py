@@ -14,7 +14,7 @@ from scipy import stats
 from typer.testing import CliRunner
 
 from swerl.cli import app
-from swerl.report.compare import PairingError, compare_runs
+from swerl.report.compare import Estimate, PairingError, Verdict, compare_runs, verdict_text
 from swerl.selection import ema
 
 from ._synthetic import make_run, random_passes
@@ -45,7 +45,7 @@ def test_a_known_difference_is_found_with_its_ci_and_mcnemar(tmp_path):
     assert pass1.metric == "pass@1" and pass1.a == "seqmean" and pass1.b == "seqnorm" and cmp.paired
     assert 0.3 < pass1.diff.mean < 0.5 and pass1.diff.low > 0 and pass1.p_value < 0.05
     assert pass1.only_b > pass1.only_a
-    assert pass1.text.startswith("seqnorm > seqmean: pass@1 +0.") and "McNemar p" in pass1.text
+    assert pass1.text.startswith("seqnorm > seqmean: better at 95%: pass@1 +0.") and "McNemar p" in pass1.text
     # The paired difference equals the mean of per-task pass-rate differences, recomputed here.
     per_task = {}
     for path, sign in ((a, -1), (b, 1)):
@@ -119,10 +119,10 @@ def test_seed_replicas_are_one_arm_with_a_ci_across_replicas(tmp_path):
     assert arm["final_ema"]["mean"] == pytest.approx(np.mean(finals))
     assert arm["final_ema"]["low"] == pytest.approx(max(np.mean(finals) - half, 0.0))
     assert len(arm["selected_steps"]) == 3 and arm["eval"]["pass@1"]["n"] == 3
-    assert cmp["verdicts"][0]["text"].startswith("seqnorm > seqmean: pass@1")
+    assert cmp["verdicts"][0]["text"].startswith("seqnorm > seqmean: better at 95%: pass@1")
     # Both arms start from the same step-0 evaluation; each arm is also tested against it.
     assert [v["a"] for v in cmp["learning"]] == ["seqmean@0", "seqmean@0", "seqnorm@0", "seqnorm@0"]
-    assert "seqnorm > seqmean: pass@1" in result.output and "arms (mean [CI] across replicas)" in result.output
+    assert "seqnorm > seqmean: better at 95%: pass@1" in result.output and "arms (mean [CI] across replicas)" in result.output
 
 
 def test_the_report_shows_the_comparison_and_groups_replicas(tmp_path):
@@ -135,10 +135,22 @@ def test_the_report_shows_the_comparison_and_groups_replicas(tmp_path):
         _arm(tmp_path, "seqnorm", s, np.minimum(rate + 0.4, 1.0), rng)
     result = build_report([tmp_path / "seqmean", tmp_path / "seqnorm"], tmp_path / "out" / "r.html")
     page = result.html_path.read_text()
-    assert "Do the arms differ?" in page and "seqnorm &gt; seqmean: pass@1" in page
+    assert "Do the arms differ?" in page and "seqnorm &gt; seqmean: better at 95%: pass@1" in page
     assert [row["arm"] for row in result.arms] == [
         "loss_reduction=seqmean, seed=0", "loss_reduction=seqmean, seed=1",
         "loss_reduction=seqnorm, seed=0", "loss_reduction=seqnorm, seed=1"]
     shutil.rmtree(tmp_path / "seqnorm")
     one = build_report([tmp_path / "seqmean"], tmp_path / "out" / "one.html")
     assert "Do the arms differ?" not in one.html_path.read_text()
+
+
+@pytest.mark.parametrize(("mean", "low", "high", "p", "expected"), [
+    (0.08, 0.02, 0.14, 0.01, "new > old: better at 95%: pass@1 +0.08 [0.02, 0.14], McNemar p = 0.010"),
+    (-0.08, -0.14, -0.02, 0.01, "old > new: better at 95%: pass@1 +0.08 [0.02, 0.14], McNemar p = 0.010"),
+    (0.08, 0.01, 0.14, 0.09, "new > old: pass@1 +0.08 [0.01, 0.14], McNemar p = 0.090 (not significant)"),
+    (0.08, -0.05, 0.14, 0.5, "new vs old: indistinguishable at 95%: pass@1 diff +0.08 [-0.05, 0.14], McNemar p = 0.50"),
+])
+def test_a_verdict_says_better_only_when_the_ci_and_the_test_agree(mean, low, high, p, expected):
+    verdict = Verdict(metric="pass@1", a="old", b="new", diff=Estimate(mean=mean, low=low, high=high, n=40),
+                      test="McNemar", p_value=p, paired=True, text="")
+    assert verdict_text(verdict, 0.95) == expected

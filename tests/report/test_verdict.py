@@ -55,6 +55,7 @@ def test_noise_is_called_noise_and_the_report_opens_with_the_verdict(tmp_path):
 def test_train_ends_with_the_verdict_and_the_next_commands(tmp_path):
     from rich.console import Console
 
+    from swerl.cli.common import swerl_program
     from swerl.cli.train import _print_verdict
 
     run_dir = make_run(tmp_path / "run", CONFIG, [0.125, 0.25, 0.1875], {})
@@ -62,4 +63,24 @@ def test_train_ends_with_the_verdict_and_the_next_commands(tmp_path):
     _print_verdict(console, run_dir)
     text = console.export_text()
     assert text.startswith("Did it learn? No change beyond sampling noise yet")
-    assert f"next:\n  swerl report {run_dir} --out {run_dir / 'report.html'}\n" in text
+    assert f"next:\n  {swerl_program()} report {run_dir} --out {run_dir / 'report.html'}\n" in text
+
+
+def test_the_printed_commands_call_swerl_as_this_shell_can(tmp_path, monkeypatch):
+    """``next:`` and the resume line name swerl so that they run as printed: ``swerl`` only when
+    that name on PATH is this program, else the script's path (a venv not activated), else
+    ``python -m swerl.cli``."""
+    from swerl.cli.common import swerl_program
+
+    script = tmp_path / "venv" / "bin" / "swerl"
+    script.parent.mkdir(parents=True)
+    script.write_text("#!/bin/sh\n")
+    script.chmod(0o755)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.argv", [str(script), "train"])
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    assert swerl_program() == "venv/bin/swerl"  # relative to the working folder
+    monkeypatch.setenv("PATH", f"{script.parent}:/usr/bin:/bin")
+    assert swerl_program() == "swerl"
+    monkeypatch.setattr("sys.argv", ["-m", "train"])
+    assert swerl_program().endswith(" -m swerl.cli")

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import Tensor
+
+from swerl.rl.loss import LossInputs
 
 VOCAB = 64
 SEQ = 14  # tokens per padded row; per-token logprobs have SEQ - 1 positions
@@ -52,6 +54,12 @@ class Batch:
 
     def rows(self, idx) -> "Batch":
         return Batch(*(getattr(self, f)[idx] for f in self.__dataclass_fields__))
+
+    def loss_inputs(self, logprobs: Tensor, **fields) -> LossInputs:
+        """The loss's view of these rows with log pi ``logprobs``; ``fields`` replace LossInputs fields."""
+        inputs = LossInputs(logprobs, self.old_logprobs, self.advantages, self.loss_mask, self.rollout_logprobs,
+                            self.has_rollout_logprobs, self.ref_logprobs)
+        return replace(inputs, **fields)
 
 
 def token_logprobs(

@@ -5,10 +5,10 @@ import torch
 
 from swerl.rl.config import SEED_RUN, AlgorithmConfig
 from swerl.rl.kl import kl_k3
-from swerl.rl.loss import compute_advantages, compute_policy_loss, kl_share, reported_metric_keys
+from swerl.rl.loss import LossInputs, compute_advantages, compute_policy_loss, kl_share, reported_metric_keys
 from swerl.rl.policy_loss import entropy_from_logits, regular
 from swerl.rl.reductions import denominator_parts, reduce_microbatch
-from swerl.rl.tis import tis_weights
+from swerl.rl.rollout_correction import token_truncate
 
 from ._tiny import ragged_batch, tiny_model, token_logprobs
 
@@ -18,16 +18,13 @@ def model():
     return tiny_model()
 
 
-def _loss(config, model, batch, **kw):
-    args = dict(
-        logprobs=token_logprobs(model, batch.input_ids), old_logprobs=batch.old_logprobs,
-        advantages=batch.advantages, loss_mask=batch.loss_mask,
-        denominators=denominator_parts(batch.loss_mask, batch.advantages),
-        rollout_logprobs=batch.rollout_logprobs, has_rollout_logprobs=batch.has_rollout_logprobs,
-        ref_logprobs=batch.ref_logprobs,
-    )
-    args.update(kw)
-    return compute_policy_loss(config, **args)
+def _loss(config, model, batch, denominators=None, **kw):
+    """(loss, metrics read as floats) of ``batch``; ``kw`` replaces LossInputs fields."""
+    if denominators is None:
+        denominators = denominator_parts(batch.loss_mask, batch.advantages)
+    logprobs = kw.pop("logprobs") if "logprobs" in kw else token_logprobs(model, batch.input_ids)
+    out = compute_policy_loss(config, batch.loss_inputs(logprobs, **kw), denominators)
+    return out.loss, {k: float(v) for k, v in out.metrics.items()}
 
 
 def test_several_updates_drive_ratios_off_one_and_clip_both_signs():
@@ -126,10 +123,8 @@ def test_non_finite_logprobs_off_the_mask_never_reach_value_or_gradient():
     logp = torch.tensor([[-1.0, -2.0, -float("inf"), float("nan")]], requires_grad=True)
     old = torch.tensor([[-1.02, -1.99, -float("inf"), -3.0]])
     adv = torch.tensor([1.0])
-    loss, _ = compute_policy_loss(
-        SEED_RUN, logprobs=logp, old_logprobs=old, advantages=adv, loss_mask=mask,
-        denominators=denominator_parts(mask, adv), rollout_logprobs=old.clone(),
-    )
+    loss = compute_policy_loss(SEED_RUN, LossInputs(logp, old, adv, mask, rollout_logprobs=old.clone()),
+                               denominator_parts(mask, adv)).loss
     loss.backward()
     assert torch.isfinite(loss) and torch.isfinite(logp.grad).all()
     assert logp.grad[0, 2:].tolist() == [0.0, 0.0] and (logp.grad[0, :2] != 0).all()
@@ -160,7 +155,7 @@ def _grads(model, loss):
 def test_seed_preset_loss_and_gradient_are_unchanged_bit_for_bit(model):
     """The seed recipe through today's compute_policy_loss equals, bit for bit, the composition it
     was before rollout corrections and the KL term existed: where-masked log-probs, ``regular`` PPO
-    clip times the ``tis_weights`` weight, the seqnorm-global reduction."""
+    clip times the token-level TIS weight, the seqnorm-global reduction."""
     batch = ragged_batch(model)
     denominators = denominator_parts(batch.loss_mask, batch.advantages)
     mask = batch.loss_mask
@@ -168,7 +163,7 @@ def test_seed_preset_loss_and_gradient_are_unchanged_bit_for_bit(model):
     old = torch.where(mask, batch.old_logprobs, 0.0)
     before = reduce_microbatch(
         regular(logp, old, batch.advantages, 0.2, 0.05).per_token_loss
-        * tis_weights(old, batch.rollout_logprobs, batch.has_rollout_logprobs, mask, 2.0).weights,
+        * token_truncate(old, batch.rollout_logprobs, batch.has_rollout_logprobs, mask, 2.0, 0.5).weights,
         mask, denominators, "seq_mean_token_sum_norm_global", 32768)
     before_grads = _grads(model, before)
     now, metrics = _loss(SEED_RUN, model, batch, ref_logprobs=None)
@@ -193,7 +188,7 @@ def test_kl_term_goes_through_the_reduction(model, reduction, estimator):
     assert m["loss/kl"] == pytest.approx(float(reduce_microbatch(per_token, mask, denominators, kl_mode, 32)), rel=1e-5)
     assert m["loss/total"] == pytest.approx(m["loss/policy"] + 0.3 * m["loss/kl"], rel=1e-5)
     assert m["policy/kl_ref_mean"] == pytest.approx(float(kl_k3(logp, batch.ref_logprobs)[mask].mean()), rel=1e-5)
-    assert set(m) == reported_metric_keys(config)
+    assert set(m) == reported_metric_keys(config).all
     share = kl_share(m, 0.3)
     assert 0 < share < 1 and share == pytest.approx(abs(0.3 * m["loss/kl"]) / (abs(0.3 * m["loss/kl"]) + m["loss/policy_abs"]))
 
@@ -211,7 +206,7 @@ def test_masked_corrections_report_what_they_hid(model):
     batch = ragged_batch(model)
     config = AlgorithmConfig(use_tis=False, rollout_correction={"level": "token", "mode": "mask", "high": 2.0})
     _, m = _loss(config, model, batch)
-    assert set(m) == reported_metric_keys(config)
+    assert set(m) == reported_metric_keys(config).all
     assert 0 < m["tis/masked_neg_adv_fraction"] <= m["tis/masked_fraction"] < 1
     assert m["tis/imp_ratio_mean"] < m["tis/ratio_mean"]  # masked tokens weigh 0
     everything = AlgorithmConfig(use_tis=False, rollout_correction={"level": "token", "mode": "mask", "high": 1.0001,
@@ -221,3 +216,17 @@ def test_masked_corrections_report_what_they_hid(model):
     alone, _ = _loss(AlgorithmConfig(use_tis=False), model, batch.rows([6]),
                      denominators=denominator_parts(batch.loss_mask, batch.advantages))
     assert float(loss.detach()) == pytest.approx(float(alone.detach()), rel=1e-6) and float(alone.detach()) != 0.0
+
+
+def test_metrics_stay_float64_tensors_on_the_device_and_name_their_token_means(model):
+    # Kept as tensors, the trainer reads them once per optimizer step, after the all-reduce.
+    batch = ragged_batch(model)
+    config = AlgorithmConfig(use_kl_loss=True, kl_loss_coef=0.1, use_tis=False,
+                             rollout_correction={"level": "token", "mode": "mask", "high": 2.0})
+    out = compute_policy_loss(config, batch.loss_inputs(token_logprobs(model, batch.input_ids)),
+                              denominator_parts(batch.loss_mask, batch.advantages))
+    assert all(v.dtype == torch.float64 and v.dim() == 0 and not v.requires_grad for v in out.metrics.values())
+    reported = reported_metric_keys(config)
+    assert out.token_means == reported.token_means and reported.token_means < reported.all
+    assert {"tis/masked_fraction", "policy/kl_ref_mean"} <= out.token_means
+    assert "policy/clip_fraction" not in out.token_means and "loss/kl" not in out.token_means

@@ -33,17 +33,8 @@ def _step(model, batch, config, micro_batches, dtype=None):
     denominators = sum((denominator_parts(mb.loss_mask, mb.advantages) for mb in parts), StepDenominators.zero())
     total = 0.0
     for mb in parts:
-        loss, _ = compute_policy_loss(
-            config,
-            logprobs=token_logprobs(model, mb.input_ids, dtype=dtype),
-            old_logprobs=mb.old_logprobs,
-            advantages=mb.advantages,
-            loss_mask=mb.loss_mask,
-            denominators=denominators,
-            rollout_logprobs=mb.rollout_logprobs,
-            has_rollout_logprobs=mb.has_rollout_logprobs,
-            ref_logprobs=mb.ref_logprobs,
-        )
+        loss = compute_policy_loss(config, mb.loss_inputs(token_logprobs(model, mb.input_ids, dtype=dtype)),
+                                   denominators).loss
         loss.backward()
         total += float(loss.detach())
     grads = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
@@ -80,11 +71,9 @@ def test_invariances_hold_for_every_correction_with_kl_on(model, batch, mode, co
     assert whole[1].abs().sum() > 0
     _close(_step(model, batch, config, [[i] for i in range(8)]), whole)
     _close(_step(model, batch, config, [[0, 7], [1, 2, 3], [4], [5, 6]]), whole)
-    _, metrics = compute_policy_loss(
-        config, logprobs=token_logprobs(model, batch.input_ids), old_logprobs=batch.old_logprobs,
-        advantages=batch.advantages, loss_mask=batch.loss_mask,
-        denominators=denominator_parts(batch.loss_mask, batch.advantages), rollout_logprobs=batch.rollout_logprobs,
-        has_rollout_logprobs=batch.has_rollout_logprobs, ref_logprobs=batch.ref_logprobs)
+    out = compute_policy_loss(config, batch.loss_inputs(token_logprobs(model, batch.input_ids)),
+                              denominator_parts(batch.loss_mask, batch.advantages))
+    metrics = {k: float(v) for k, v in out.metrics.items()}
     engaged = metrics.get("tis/masked_fraction", metrics.get("tis/imp_ratio_capped_fraction"))
     assert 0 < engaged < 1 and metrics["loss/kl"] != 0
 
@@ -119,12 +108,8 @@ def test_mean_of_micro_batch_means_is_not_the_step_token_mean(model, batch):
     wrong = 0.0
     for idx in ([0, 7], [1, 2, 3], [4], [5, 6]):
         mb = batch.rows(idx)
-        loss, _ = compute_policy_loss(
-            config, logprobs=token_logprobs(model, mb.input_ids), old_logprobs=mb.old_logprobs,
-            advantages=mb.advantages, loss_mask=mb.loss_mask,
-            denominators=denominator_parts(mb.loss_mask, mb.advantages),
-            rollout_logprobs=mb.rollout_logprobs, has_rollout_logprobs=mb.has_rollout_logprobs,
-        )
+        loss = compute_policy_loss(config, mb.loss_inputs(token_logprobs(model, mb.input_ids), ref_logprobs=None),
+                                   denominator_parts(mb.loss_mask, mb.advantages)).loss
         wrong += float(loss.detach()) / 4
     assert abs(wrong - whole) > 1e-3 * abs(whole)
 

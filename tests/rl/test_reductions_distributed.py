@@ -37,12 +37,7 @@ def _backward_step(model, batch, config, micro_batches, world_size, scale):
     denominators = StepDenominators.from_tensor(t)
     total = torch.zeros((), dtype=torch.float64)
     for mb in parts:
-        loss, _ = compute_policy_loss(
-            config, logprobs=token_logprobs(model, mb.input_ids), old_logprobs=mb.old_logprobs,
-            advantages=mb.advantages, loss_mask=mb.loss_mask, denominators=denominators,
-            rollout_logprobs=mb.rollout_logprobs, has_rollout_logprobs=mb.has_rollout_logprobs,
-            ref_logprobs=mb.ref_logprobs,
-        )
+        loss = compute_policy_loss(config, mb.loss_inputs(token_logprobs(model, mb.input_ids)), denominators).loss
         (loss * scale).backward()
         total += loss.detach().double()
     if world_size > 1:

@@ -104,3 +104,65 @@ def test_a_failure_is_masked_only_when_its_control_fails_too(docker_client):
     assert [e.task for e in report.escapable] == ["no_reward_file"] and report.forgeable == []
     assert {b.task for b in report.broken} == {"no_reward_file"}
     assert containers_of(docker_client, report.run_id) == []
+
+
+def test_a_control_started_while_the_trials_removal_is_pending_waits_for_it(docker_client, humaneval_task, monkeypatch):
+    """Removals made slow (1 s each, as a container of many files is): the trial's clean room
+    retires the agent's container in the background, yet the control starts only once both of the
+    trial's containers are gone, and the wait is the trial's time (its cleanup_s), not the control's."""
+    from swerl.sandbox.control import run_control
+    from swerl.sandbox.deployment.pool import Reaper
+    from swerl.sandbox.types import TrialTimings
+
+    remove = Reaper._remove
+
+    async def slow_remove(self, container_id):
+        await asyncio.sleep(1.0)
+        return await remove(self, container_id)
+
+    monkeypatch.setattr(Reaper, "_remove", slow_remove)
+
+    async def body():
+        async with SandboxManager(SandboxConfig(concurrency=2, warm_pool=False)) as mgr:
+            timings = TrialTimings()
+            async with mgr.sandbox(humaneval_task, timings) as sb:
+                trial = [sb.container_id]
+                await sb.verify()  # the clean room: a second container, the first retired
+                trial.append(sb.container_id)
+            sandbox = mgr.sandbox
+
+            def spied(*args, **kwargs):
+                left.extend(c for c in trial if containers_with_id(c))
+                return sandbox(*args, **kwargs)
+
+            left: list[str] = []
+            mgr.sandbox = spied
+            control = await run_control(mgr, humaneval_task, mgr.engines[0].url)
+            return trial, left, timings, control, mgr.run_id
+
+    def containers_with_id(cid):
+        return docker_client.containers.list(all=True, filters={"id": cid})
+
+    trial, left, timings, control, run_id = run(body())
+    assert len(set(trial)) == 2 and left == [], left  # nothing of the trial was left when the control started
+    assert timings.cleanup_s >= 1.0, timings  # the trial's time
+    assert control.blame.value == "attempt", control.detail  # the untouched sandbox read a reward
+    assert containers_of(docker_client, run_id) == []
+
+
+def test_a_work_product_over_its_cap_still_leaves_the_containers_tamper_reasons_on_the_failed_record(docker_client, humaneval_task):
+    """A sparse file over the work-product cap ends verification at the copy-out (disk_limit); the
+    container half of the tamper scan ran before it, so the failed record keeps its reasons."""
+    from swerl.sandbox.redteam import Attempt
+
+    attempt = Attempt(name="loader-and-sparse", description="a preloaded library, then a work product over the cap",
+                      kind="copy_out", commands=["f=/etc/ld.so; touch $f.pre''load", "truncate -s 8M /app/sparse"])
+
+    async def body():
+        async with SandboxManager(SandboxConfig(concurrency=1, warm_pool=False, max_artifact_mb=2)) as mgr:
+            return await attempt.run(mgr, humaneval_task), mgr.run_id
+
+    record, run_id = run(body())
+    assert record.outcome is Outcome.disk_limit and "over 2 MiB" in record.detail, record.detail
+    assert "loader: added /etc/ld.so.preload" in record.tamper, record.tamper
+    assert containers_of(docker_client, run_id) == []

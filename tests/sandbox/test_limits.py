@@ -67,22 +67,27 @@ def test_a_cancelled_command_leaves_the_keeper_free_and_the_next_verification_wo
 def test_a_trial_past_storage_mb_is_killed_and_ends_as_disk_limit(docker_client, tmp_path):
     folder = copy_task("add", tmp_path)
     toml = folder / "task.toml"
-    toml.write_text(toml.read_text().replace("[environment]\n", "[environment]\nstorage_mb = 20\n"))
+    toml.write_text(toml.read_text().replace("storage_mb = 1024\n", "storage_mb = 20\n"))
 
     async def body():
         async with SandboxManager(SandboxConfig(concurrency=1, warm_pool=False, disk_poll_s=0.3)) as mgr:
             try:
                 async with mgr.sandbox(load_task(folder)) as sb:
                     with pytest.raises(SandboxError) as caught:
-                        await sb.exec("dd if=/dev/zero of=/tmp/fill bs=1M count=80 status=none; sleep 20", timeout_s=60)
+                        await sb.exec("touch /etc/ld.so.preload; dd if=/dev/zero of=/tmp/fill bs=1M count=80 status=none; "
+                                      "sleep 20", timeout_s=60)
                     state = docker_client.api.inspect_container(sb.container_id)["State"]
-                    return caught.value, state, mgr.run_id
+                    with pytest.raises(SandboxError) as verifying:
+                        await sb.verify()
+                    return caught.value, state, verifying.value, mgr.run_id
             finally:
                 await mgr.engines[0].reaper.drain(30)
 
-    err, state, run_id = run(body())
+    err, state, verifying, run_id = run(body())
     assert err.outcome is Outcome.disk_limit  # mask until a control run says whose fault it is
     assert re.search(r"holds \d+ MiB on disk, over \[environment\] storage_mb = 20", str(err)) and not state["Running"]
+    # The stopped container is scanned all the same: the failed verification keeps its tamper reasons.
+    assert verifying.outcome is Outcome.disk_limit and verifying.tamper == ["loader: added /etc/ld.so.preload"]
     assert containers_of(docker_client, run_id) == []
 
 
@@ -96,7 +101,7 @@ def test_a_trial_past_storage_mb_in_empty_files_is_killed_and_blamed_on_the_atte
 
     folder = copy_task("add", tmp_path)
     toml = folder / "task.toml"
-    toml.write_text(toml.read_text().replace("[environment]\n", "[environment]\nstorage_mb = 20\n"))
+    toml.write_text(toml.read_text().replace("storage_mb = 1024\n", "storage_mb = 20\n"))
     task = load_task(folder)
 
     async def body():

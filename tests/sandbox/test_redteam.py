@@ -59,9 +59,12 @@ def test_no_attempt_escapes_its_penalty_on_either_task(redteam_run):
     assert "0/2 escapable by the red team" in out.stdout
     # The provoked failures were settled by their control runs: the attempt's fault, reward 0 kept.
     he = {a.removeprefix("redteam/"): r for (task, a), r in records.items() if task == "humaneval-000"}
-    for name in ("disk-flood", "inode-flood", "sparse-work-product"):
+    for name in ("disk-flood", "inode-flood", "sparse-work-product", "slow-removal-disk-fill"):
         assert (he[name]["outcome"], he[name]["failure_class"], he[name]["blame"]) == ("disk_limit", "zero", "attempt")
     assert he["links-out-of-work-product"]["work_product_dropped"]
+    # Bytecode never crosses; a work product made to be slow to check is checked and verified.
+    assert all(he[n]["work_product_dropped"].get("bytecode") for n in ("unchecked-pyc", "sourceless-pyc"))
+    assert (he["deep-tree-work-product"]["outcome"], he["deep-tree-work-product"]["failure_class"]) == ("failed", "none")
     # Sparse files cost no disk, taken rights are given back, a full pid table does not stop verification.
     for name in ("sparse-disk-flood", "chmod-reward-at-import", "fill-pids", "fill-pids-at-import"):
         assert (he[name]["outcome"], he[name]["failure_class"], he[name]["blame"]) == ("failed", "none", None), name

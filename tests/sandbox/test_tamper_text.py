@@ -20,13 +20,17 @@ CASES = {
                         "cp hook.py /usr/lib/python3.11/sitecustomize.py"],
                        ["torch.save(model.state_dict(), 'model.pth')", "pip list --path /usr/lib/python3/dist-packages"]),
     "loader": (["echo /tmp/x.so > /etc/ld.so.preload"], ["ldd /usr/bin/python3", "export LD_LIBRARY_PATH=/app/lib"]),
-    "test-framework": (["import _pytest.reports", "def pytest_runtest_makereport(item, call):\n    pass",
-                        "pytest.skip('no', allow_module_level=True)"],
-                       ["import pytest\n\ndef test_add():\n    assert add(1, 2) == 3", "python3 -m pytest -q test_pytest_cli.py"]),
-    "signal": (["kill -9 1", "kill -KILL -1", "kill -- -1", "kill -s TERM 1", "pkill -f pytest", "killall timeout",
-                "os.kill(os.getppid(), signal.SIGKILL)", "os.kill(1, 9)", "os.killpg(0, 9)", "atexit.register(os._exit, 0)"],
+    "signal": (["kill -9 1", "kill -KILL -1", "kill -- -1", "kill -s TERM 1", "os.kill(1, 9)", "os.kill(-1, 9)"],
                ["kill %1", "kill -9 12345", "kill -1 4242", "pkill -f 'python server.py'", "kill $(cat app.pid)",
                 "# skill level: kill the loop early", "os.kill(pid, signal.SIGTERM)"]),
+}
+# family -> texts that flag it only as code the verifier runs (a module the tests import): as a
+# command, or in a file no verifier runs (the agent's own tests and scripts), they reach nothing.
+RUN_ONLY = {
+    "test-framework": ["import _pytest.reports", "def pytest_runtest_makereport(item, call):\n    pass",
+                       "pytest.skip('no', allow_module_level=True)", "from _pytest.monkeypatch import MonkeyPatch"],
+    "signal": ["pkill -f pytest", "killall timeout", "os.kill(os.getppid(), signal.SIGKILL)", "os.killpg(0, 9)",
+               "atexit.register(os._exit, 0)", "if os.fork() == 0:\n    work()\n    os._exit(0)"],
 }
 
 
@@ -34,10 +38,19 @@ CASES = {
 def test_each_family_flags_the_attempt_and_not_the_honest_look_alike(family):
     flagged, honest = CASES[family]
     for text in flagged:
-        reasons = text_reasons(text, "a command")
-        assert any(r.startswith(f"{family}: a command ") for r in reasons), (text, reasons)
+        for runs in (False, True):
+            reasons = text_reasons(text, "a command", runs=runs)
+            assert any(r.startswith(f"{family}: a command ") for r in reasons), (text, reasons)
     for text in honest:
+        assert text_reasons(text, "a command") == [] and text_reasons(text, "a file", runs=True) == [], text
+
+
+@pytest.mark.parametrize("family", sorted(RUN_ONLY))
+def test_process_and_framework_rules_hold_only_for_code_the_verifier_runs(family):
+    for text in RUN_ONLY[family]:
         assert text_reasons(text, "a command") == [], text
+        assert any(r.startswith(f"{family}: /app/solution.py ") for r in text_reasons(text, "/app/solution.py", runs=True)), text
+    assert texts_reasons((text, "an action") for text in RUN_ONLY[family]) == []
 
 
 def test_a_module_that_exits_at_import_is_flagged_and_a_main_guard_is_not():
@@ -60,9 +73,9 @@ def test_reasons_of_many_texts_are_kept_once_in_order():
 def test_os_exit_imported_on_the_line_is_flagged_and_on_another_line_is_not():
     for text in ["from os import _exit", "from os import path, _exit as bye", "from  os\nimport sep, _exit",
                  "from os import path\nfrom os import getpid, _exit"]:
-        assert "signal: a file ends its process without unwinding (os._exit)" in text_reasons(text, "a file"), text
+        assert "signal: a file ends its process without unwinding (os._exit)" in text_reasons(text, "a file", runs=True), text
     for text in ["from os import path\n_exit = 1", "from os import _exits", "_exit from os import path"]:
-        assert text_reasons(text, "a file") == [], text
+        assert text_reasons(text, "a file", runs=True) == [], text
 
 
 # Texts that make a backtracking rule read a line again from each match of its start: each rule's
@@ -81,5 +94,19 @@ def test_every_rule_reads_the_largest_scanned_file_in_linear_time(unit):
 
     text = (unit * (MAX_TEXT_BYTES // len(unit) + 1))[:MAX_TEXT_BYTES]
     started = time.process_time()
-    text_reasons(text, "a file")
+    text_reasons(text, "a file", runs=True)
     assert time.process_time() - started < 2.0, unit
+
+
+def test_a_module_the_tests_run_that_imports_or_names_pytest_is_flagged():
+    """Red-team finding F4: ``pytest.Function.runtest = ...`` patches the test framework through its
+    public API; code under test never needs pytest, so a module the verifier runs that imports it
+    (or names it for ``sys.modules``/``import_module``) is a reason, plain code is not."""
+    from swerl.sandbox.tamper.text import module_reasons
+
+    for source in ("import pytest\npytest.Function.runtest = lambda self: None\n",
+                   "from _pytest.python import Function\n", "import sys\nsys.modules['pytest'].main = None\n",
+                   "import pluggy\n"):
+        assert any(r.startswith("test-framework: /app/m.py") for r in module_reasons(source, "/app/m.py")), source
+    for honest in ("import os\nPATH = 'a.py'\n", "def f(x):\n    return x.endswith('.py') and 'py' in x  # test helpers: see pytest's docs\n"):
+        assert not [r for r in module_reasons(honest, "/app/m.py") if r.startswith("test-framework")], honest

@@ -86,11 +86,26 @@ def test_plain_members_cross_normalized_owned_by_root_without_setuid():
     ([("usr/local/bin/pytest", tarfile.REGTYPE, None)], "outside"),
     ([("application", tarfile.REGTYPE, None)], "outside"),
     ([("app/f", tarfile.REGTYPE, None), ("app/f/g", tarfile.REGTYPE, None)], "below_file"),
+    ([("app/solution.pyc", tarfile.REGTYPE, None)], "bytecode"),  # a sourceless module
+    ([("app/sub.pyo", tarfile.REGTYPE, None)], "bytecode"),
+    ([("app/__pycache__", tarfile.SYMTYPE, "sub")], "bytecode"),
 ])
 def test_each_unsafe_member_kind_is_dropped_under_its_reason(entries, reason):
     _, members, stats = _crossed(_tar([("app", tarfile.DIRTYPE, None), *entries]))
     assert stats.dropped == {reason: 1}, stats.dropped
     assert ("app", tarfile.DIRTYPE, "", 0o755, 0) in members
+
+
+def test_bytecode_caches_never_cross_and_are_counted():
+    """An unchecked hash-based pyc beside its bland source would be imported in its place."""
+    _, members, stats = _crossed(_tar([
+        ("app", tarfile.DIRTYPE, None), ("app/solution.py", tarfile.REGTYPE, b"def f():\n    return 0\n"),
+        ("app/__pycache__", tarfile.DIRTYPE, None),
+        ("app/__pycache__/solution.cpython-310.pyc", tarfile.REGTYPE, b"\x6f\x0d\x0d\x0a\x03\0\0\0"),
+        ("app/pkg/__pycache__/deep/x.py", tarfile.REGTYPE, None),
+    ]))
+    assert [m[0] for m in members] == ["app", "app/solution.py"]
+    assert stats.dropped == {"bytecode": 3}, stats.dropped
 
 
 def test_a_link_chain_is_followed_through_the_archives_own_links():
@@ -166,3 +181,71 @@ def test_gnu_tar_extracting_the_rebuilt_bundle_writes_nothing_outside_the_declar
     assert found == ["app", "app/escape", "app/solution.py", "tests", "tests/test.sh"]
     assert (root / "tests/test.sh").read_text() == "real\n"
     assert stats.dropped == {"link_out": 2, "below_link": 2}
+
+
+def _deep_tree(depth: int, files: int) -> bytes:
+    """A folder ``depth`` levels deep with ``files`` members at its bottom (the deep-tree attack)."""
+    folders = ["app/" + "/".join(["d"] * i) if i else "app" for i in range(depth + 1)]
+    bottom = folders[-1]
+    return _tar([*((f, tarfile.DIRTYPE, None) for f in folders),
+                 *((f"{bottom}/f{i}", tarfile.REGTYPE, b"x") for i in range(files))])
+
+
+def test_a_deep_tree_is_checked_in_time_linear_in_its_names():
+    """Four times the depth (four times the bytes of names) costs about four times the CPU, not
+    sixteen: before, each member rebuilt and looked up every folder above it (~13 ms each at the
+    bottom of a deep tree, ~10 minutes for ~45,000 members)."""
+    import time
+
+    costs = []
+    for depth in (300, 1200):
+        archive = _deep_tree(depth, 300)
+        started = time.process_time()
+        _, members, stats = _crossed(archive)
+        costs.append(time.process_time() - started)
+        assert stats.dropped == {} and len(members) == depth + 1 + 300
+    assert costs[1] < 8 * costs[0] + 0.5, costs
+
+
+def test_member_names_past_the_cap_are_an_unreadable_work_product(monkeypatch):
+    from swerl.sandbox.runtime import workproduct
+
+    monkeypatch.setattr(workproduct, "MAX_NAME_BYTES", 4096)
+    with pytest.raises(UnreadableWorkProduct, match="member names pass"):
+        _crossed(_deep_tree(1000, 1))
+
+
+def _children_running(module: str) -> list[int]:
+    """Pids of this process's children whose command line names ``module``."""
+    import os
+
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == os.getpid() and module.encode() in cmdline:
+                found.append(int(entry))
+    return found
+
+
+def test_the_check_in_its_own_process_gives_what_bundle_gives_and_is_killed_at_its_deadline():
+    """A check past its deadline raises and leaves no process behind (before, the thread running
+    it went on after the deadline and ``sandbox-test`` did not exit)."""
+    import asyncio
+
+    from swerl.errors import SandboxTimeout
+    from swerl.sandbox.runtime.cleanroom import bundle_by_deadline
+
+    archive = _tar([("app", tarfile.DIRTYPE, None), ("app/solution.py", tarfile.REGTYPE, b"ok"),
+                    ("app/__pycache__/x.pyc", tarfile.REGTYPE, b"x")])
+    data, stats = asyncio.run(bundle_by_deadline(None, [(io.BytesIO(archive), "")], ["/app"], "", 120))
+    expected, expected_stats = bundle(None, [(io.BytesIO(archive), "")], ["/app"])
+    assert data == expected and stats.dropped == expected_stats.dropped == {"bytecode": 1}
+    chain = [("app", tarfile.DIRTYPE, None), *((f"app/l{i}", tarfile.SYMTYPE, f"l{i + 1}") for i in range(20_000))]
+    with pytest.raises(SandboxTimeout, match="its process was killed"):
+        asyncio.run(bundle_by_deadline(None, [(io.BytesIO(_tar(chain)), "")], ["/app"], "", 0.2))
+    assert _children_running("swerl.sandbox.runtime.cleanroom") == []

@@ -45,12 +45,12 @@ def host_verifier(tmp_path: Path) -> HostVerifier:
     return lambda task_dir, solution: _run_test_sh(task_dir, solution, tmp_path / f"verify-{next(counter)}")
 
 
-def _run_harness(task_dir: Path, solution: str | dict[str, str] | None, work: Path) -> float:
+def _run_harness(task_dir: Path, solution: str | dict[str, str | bytes] | None, work: Path) -> float:
     """Run a hardened task's real verifier (``tests/swerl_run_tests.py`` with its pinned pytest
     and, for isolated tasks, ``swerl_solution_proxy.py``) on the host; return its reward.
 
     ``/app`` in ``test_solution.py`` is mapped into ``work``; ``solution`` is the text of
-    ``solution.py``, or ``{file name: text}`` for several files in /app, or None (empty /app).
+    ``solution.py``, or ``{relative path: text or bytes}`` for several files in /app, or None (empty /app).
     The host venv's interpreter and pytest stand in for the image's.
     """
     import re
@@ -60,8 +60,12 @@ def _run_harness(task_dir: Path, solution: str | dict[str, str] | None, work: Pa
     app.mkdir(parents=True)
     shutil.copytree(task_dir / "tests", tests)
     files = {"solution.py": solution} if isinstance(solution, str) else (solution or {})
-    for name, text in files.items():
-        (app / name).write_text(text)
+    for name, content in files.items():
+        (app / name).parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            (app / name).write_bytes(content)
+        else:
+            (app / name).write_text(content)
     test_file = tests / "test_solution.py"
     test_file.write_text(test_file.read_text().replace('"/app"', repr(str(app))))
     expected = re.search(r"--expect (\d+)", (tests / "test.sh").read_text()).group(1)

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from swerl.cli import app
@@ -90,3 +91,34 @@ def test_validate_prints_each_fixtures_schema_and_the_keys_swerl_does_not_act_on
         assert f"schema {version}: 1 task ({folder.name})" in out and "verification auto: clean room" in out, out
         keys = unsupported.get(folder.name, [])
         assert ("keys swerl does not act on" in out) == bool(keys) and all(k in out for k in keys), out
+
+
+def test_tasks_new_refuses_a_folder_that_exists_and_a_bad_name(tmp_path: Path):
+    (tmp_path / "taken").mkdir()
+    from swerl.errors import ConfigError  # exit 2 through swerl.cli.main
+
+    result = runner.invoke(app, ["tasks", "new", str(tmp_path / "taken")])
+    assert isinstance(result.exception, ConfigError) and "exists; pass a new folder name" in str(result.exception)
+    result = runner.invoke(app, ["tasks", "new", str(tmp_path / "bad name!")])
+    assert isinstance(result.exception, ConfigError) and "a task name is letters" in str(result.exception)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["taken"]  # nothing half-written
+
+
+@pytest.mark.docker
+def test_tasks_new_writes_a_task_that_validate_and_sandbox_test_accept(tmp_path: Path):
+    import json
+
+    task = tmp_path / "mine" / "count-vowels"
+    proc = subprocess.run([sys.executable, "-m", "swerl.cli", "tasks", "new", str(task)], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert f"sandbox-test {task}" in proc.stdout  # says what to run next
+    assert sorted(p.name for p in (tmp_path / "mine").iterdir()) == ["count-vowels"]  # no temporary folder left
+    validate = subprocess.run([sys.executable, "-m", "swerl.cli", "tasks", "validate", str(task)],
+                              capture_output=True, text=True, timeout=120)
+    assert validate.returncode == 0 and "1 valid, 0 malformed" in validate.stdout, validate.stdout + validate.stderr
+    tested = subprocess.run([sys.executable, "-m", "swerl.cli", "sandbox-test", str(task), "--json", "-"],
+                            capture_output=True, text=True, timeout=300)
+    assert tested.returncode == 0, tested.stderr[-2000:]
+    rewards = {row["attempt"]: row["reward"] for row in json.loads(tested.stdout)}
+    assert rewards == {"oracle": 1.0, "null": 0.0}

@@ -137,3 +137,110 @@ def test_without_landlock_the_solution_is_never_run_unconfined(humaneval_task: P
                               timeout=120)
         assert proc.returncode == 3 and reward.read_text() == "", (name, proc.stdout, proc.stderr)
         assert "Landlock is unavailable here" in proc.stdout.strip().splitlines()[-1]
+
+
+def _unchecked_pyc(source: str, folder: Path) -> bytes:
+    """``source`` compiled to an unchecked hash-based pyc (PEP 552): imported without its source being read."""
+    import py_compile
+
+    src, out = folder / "payload.py", folder / "payload.pyc"
+    src.write_text(source)
+    py_compile.compile(str(src), cfile=str(out), doraise=True,
+                       invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+    return out.read_bytes()
+
+
+@pytest.fixture(scope="module")
+def in_process_task(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A task whose tests import the solution in the judging process (``isolate_solution=False``)."""
+    from swerl.tasks.pytask import PyTaskSpec, write_pytask
+
+    spec = PyTaskSpec(name="add", instruction="Write add(a, b).", entry_point="add", title="add",
+                      solution_code="def add(a, b):\n    return a + b\n",
+                      test_code="def test_add():\n    assert add(2, 3) == 5\n")
+    return write_pytask(spec, tmp_path_factory.mktemp("inproc") / "add")
+
+
+@pytest.mark.parametrize("isolated", [False, True])
+def test_bytecode_in_app_is_never_imported(harness_verifier, in_process_task: Path, humaneval_task: Path,
+                                           tmp_path: Path, isolated: bool):
+    """A correct solution as an unchecked pyc beside a bland source, or as a sourceless
+    ``solution.pyc``: the judge (and the isolated worker) compile the source or find no module."""
+    import sys
+
+    task = humaneval_task if isolated else in_process_task
+    oracle = (task / "solution" / "solution.py").read_text()
+    pyc = _unchecked_pyc(oracle, tmp_path)
+    bland = "def add(a, b):\n    return 0\n" if not isolated else oracle.replace("return ", "return not ", 1)
+    cached = f"__pycache__/solution.{sys.implementation.cache_tag}.pyc"
+    assert harness_verifier(task, oracle) == 1.0
+    assert harness_verifier(task, bland) == 0.0
+    assert harness_verifier(task, {"solution.py": bland, cached: pyc}) == 0.0
+    assert harness_verifier(task, {"solution.pyc": pyc}) == 0.0
+
+
+CLASS_MODULE = '''\
+class Box:
+    def __init__(self, start=0):
+        self.total = start
+
+    def add(self, n):
+        if n < 0:
+            raise ValueError("negative")
+        self.total += n
+        return self.total
+
+    def odd(self):
+        class ValueError(Exception):  # named like a builtin, but is not one
+            pass
+        raise ValueError("fake")
+
+    def thing(self):
+        return object()
+'''
+
+
+@pytest.mark.skipif(_landlock_abi() < 1, reason="this kernel has no Landlock")
+def test_class_instances_live_in_the_worker_and_only_plain_values_come_back(tmp_path: Path):
+    import sys
+
+    from swerl.tasks.harness.swerl_solution_proxy import SolutionError, close_workers, solution_class
+
+    (tmp_path / "boxmod.py").write_text(CLASS_MODULE)
+    Box = solution_class("Box", str(tmp_path), module="boxmod")
+    try:
+        a, b = Box(), Box(10)
+        assert (a.add(2), a.add(3), b.add(1)) == (2, 5, 11)  # state kept per instance, in the worker
+        with pytest.raises(SolutionError) as raised:
+            a.add(-1)
+        assert raised.value.exc_type == "ValueError"
+        with pytest.raises(SolutionError) as fake:
+            a.odd()
+        assert fake.value.exc_type is None  # a class merely named ValueError is not the builtin
+        with pytest.raises(SolutionError, match="not a plain builtin value"):
+            a.thing()
+        assert a.add(0) == 5
+        assert "boxmod" not in sys.modules  # the judge never imported the solution
+    finally:
+        close_workers()
+
+
+@pytest.fixture(scope="module")
+def class_task(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from swerl.tasks.generate import BY_NAME
+    from swerl.tasks.generate.write import task_spec
+    from swerl.tasks.pytask import write_pytask
+
+    spec = task_spec("pm-t3-classes-account-withdraw-0000", BY_NAME["account-withdraw"], 0, {})
+    return write_pytask(spec, tmp_path_factory.mktemp("gen") / spec.name)
+
+
+@pytest.mark.parametrize("payload", ["EXIT0_AT_IMPORT", "ALWAYS_EQUAL", "EQ_SUBCLASSES", "PATCH_PYTEST", "FORGE_JUNIT",
+                                     "WRONG_ANSWERS_PY"])
+def test_in_process_exploits_score_zero_on_a_generated_class_task(harness_verifier, class_task: Path, payload):
+    assert harness_verifier(class_task, getattr(p, payload)) == 0.0
+
+
+def test_a_generated_class_task_scores_its_oracle_one_and_its_stub_zero(harness_verifier, class_task: Path):
+    assert harness_verifier(class_task, (class_task / "solution" / "solution.py").read_text()) == 1.0
+    assert harness_verifier(class_task, (class_task / "environment" / "solution.py").read_text()) == 0.0

@@ -38,7 +38,8 @@ def test_task_files_follow_the_pymethods2test_shape(humaneval_dir: Path):
     assert task.dockerfile.read_text().splitlines() == [
         "FROM python:3.10-slim", "WORKDIR /app", "RUN pip install --no-cache-dir pytest"]
     test_sh = task.test_script.read_text()
-    assert "python3 -I -S /tests/swerl_run_tests.py --expect 1 --reward /logs/verifier/reward.txt" in test_sh
+    assert ('python3 -I -S -X pycache_prefix="$pyc" /tests/swerl_run_tests.py --expect 1 --reward /logs/verifier/reward.txt'
+            in test_sh)  # bytecode is compiled into an empty scratch prefix, never read from /app
     for name in ("pytest.ini", "swerl_run_tests.py", "swerl_solution_proxy.py"):
         assert (task.tests_dir / name).is_file(), name
     test_file = (task.tests_dir / "test_solution.py").read_text()

@@ -182,3 +182,12 @@ def test_unknown_file_format_is_a_task_error(tmp_path: Path):
     (tmp_path / "tasks.csv").write_text("path,task_binary\n")
     with pytest.raises(TaskError, match="parquet/.jsonl"):
         load_tasks(tmp_path / "tasks.csv")
+
+
+def test_a_folder_of_task_sets_names_them_instead_of_reporting_each_as_malformed(tmp_path: Path):
+    """A generated family's root (train/, heldout-*/ of task folders) is not a task set itself."""
+    for split in ("train", "heldout-instance"):
+        shutil.copytree(FIXTURES / "add-two", tmp_path / "family" / split / "add-two")
+    with pytest.raises(TaskError, match=r"family: holds task sets, not tasks \(heldout-instance, train\): pass one of"):
+        load_tasks(tmp_path / "family", on_error="skip")
+    assert [t.name for t in load_tasks(tmp_path / "family" / "train").tasks] == ["add-two"]

@@ -15,8 +15,9 @@ import pytest
 import yaml
 
 from swerl.errors import ConfigError
+from swerl.inference.config import HFGenerator, VLLMGenerator
 from swerl.inference.machine import cache_path, forced_probe
-from swerl.trainer.setup.auto import changes_since, choose, config_changes, resolve_auto, unread_generator_fields
+from swerl.trainer.setup.auto import changes_since, choose, config_changes, resolve_auto
 from swerl.trainer.setup.config import TrainConfig, load_train_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -73,13 +74,23 @@ def test_cpu_flags_are_a_hint_the_measurement_overrules():
     assert "flags" not in choose(ZEN4, dtype="auto", backend="auto").reasons[0][2]  # they agree: no word
 
 
-def test_vllm_chosen_resets_the_hf_fields_and_records_the_resolved_values(tmp_path):
+@pytest.mark.parametrize(("probe", "kind"), [(AMX, VLLMGenerator), (AVX2, HFGenerator)], ids=["amx", "avx2"])
+def test_auto_resolves_to_exactly_one_backend_config(probe, kind):
+    """On each CPU kind (a forced probe) the resolved generator is that backend's own model, the
+    chosen section of the auto config, with no key of the other backend or of the auto form."""
+    demo = load_train_config(DEMO_YAML)
+    generator = resolve_auto(demo, probe).config.generator
+    assert type(generator) is kind
+    chosen = demo.generator.candidate(generator.backend).model_dump(exclude_unset=True)
+    assert generator.model_dump(include=set(chosen)) == chosen  # the demo's hf section, when hf
+    dumped = yaml.safe_load(resolve_auto(demo, probe).config.to_yaml())["generator"]
+    assert set(dumped) == set(kind.model_fields)
+
+
+def test_vllm_chosen_records_the_resolved_values(tmp_path):
     resolution = resolve_auto(load_train_config(DEMO_YAML), AMX)
     cfg = resolution.config
-    assert (cfg.model.dtype, cfg.generator.backend, cfg.generator.dtype, cfg.generator.num_threads) == (
-        "bfloat16", "vllm", "bfloat16", None)
-    assert set(resolution.reset) == {  # hf-only fields, and the batcher's (vLLM batches continuously)
-        "generator.num_threads=1", "generator.max_batch_size=16", "generator.batch_wait_s=5.0"}
+    assert (cfg.model.dtype, cfg.generator.backend, cfg.generator.dtype) == ("bfloat16", "vllm", "bfloat16")
     dumped = yaml.safe_load(cfg.to_yaml())  # what RUN_DIR/config.yaml holds: no auto left, and it loads again
     assert (dumped["model"]["dtype"], dumped["generator"]["backend"]) == ("bfloat16", "vllm")
     (tmp_path / "config.yaml").write_text(cfg.to_yaml())
@@ -87,17 +98,21 @@ def test_vllm_chosen_resets_the_hf_fields_and_records_the_resolved_values(tmp_pa
     lines = resolution.lines()
     assert lines[0].startswith("auto: machine: Intel Xeon (AMX) (AVX512-BF16, AMX): matmul on 1 thread fp32 177 GFLOP/s")
     assert any(line.startswith("auto: generator.backend -> vllm (") for line in lines)
-    assert lines[-1].startswith("auto: not read by vllm -> generator.max_batch_size=16, generator.batch_wait_s=5.0, "
-                               "generator.num_threads=1")
-    hf_fields = set(unread_generator_fields("hf"))
-    assert {"max_model_len", "kv_cache_space_gib", "dtype"} <= hf_fields and "device" not in hf_fields
+    assert lines[-1].startswith("auto: generator.dtype -> bfloat16 (")
+
+
+def test_a_candidate_that_breaks_a_rule_is_refused_on_every_machine():
+    """Each auto section is checked as its backend's config at load, before any probe."""
+    with pytest.raises(ConfigError, match=r"generator.vllm.max_model_len=512 is below agent.limits.context_window_tokens"
+                                          r"=1024: raise generator.vllm.max_model_len"):
+        load_train_config(DEMO_YAML, ["generator.vllm.max_model_len=512"])
 
 
 def test_a_resolution_that_breaks_a_rule_names_what_auto_chose():
-    cfg = load_train_config(DEMO_YAML, ["generator.max_model_len=512"])  # < the 1024-token context window
-    assert resolve_auto(cfg, AVX2).config.generator.backend == "hf"  # hf does not read it: reset, no error
+    cfg = load_train_config(DEMO_YAML, ["algorithm.sampling_support=replay", "agent.top_k=20"])
+    assert resolve_auto(cfg, AVX2).config.generator.backend == "hf"  # hf returns each kept set
     with pytest.raises(ConfigError, match=r"auto chose model.dtype=bfloat16, generator.backend=vllm on this machine, "
-                                          r"and then .*raise generator.max_model_len"):
+                                          r"and then algorithm.sampling_support=replay with generator.backend=vllm needs"):
         resolve_auto(cfg, AMX)
 
 
@@ -105,9 +120,8 @@ def test_a_resume_on_another_machine_says_what_changed(tmp_path):
     demo = load_train_config(DEMO_YAML)
     (tmp_path / "config.yaml").write_text(resolve_auto(demo, AMX).config.to_yaml())  # the run began on AMX
     changes = changes_since(tmp_path / "config.yaml", resolve_auto(demo, AVX2).config)  # resumed on AVX2
-    assert changes == ["generator.backend: vllm -> hf", "generator.batch_wait_s: 0.05 -> 5.0",
-                       "generator.dtype: bfloat16 -> None", "generator.max_batch_size: 8 -> 16",
-                       "generator.num_threads: None -> 1", "model.dtype: bfloat16 -> float32"]
+    assert changes == ["generator.backend: vllm -> hf", "generator.dtype: bfloat16 -> None",
+                       "model.dtype: bfloat16 -> float32"]
     assert changes_since(tmp_path / "missing.yaml", demo) == []
     assert config_changes({"a": {"b": 1}}, {"a": {"b": 1, "c": [2]}}) == ["a.c: (unset) -> [2]"]
 

@@ -66,3 +66,51 @@ def test_an_update_waits_for_requests_in_flight_and_holds_new_ones_without_block
     assert clock.seconds(0.0, time.monotonic())["generation"] > 0.1
     with front.exclusive(blocking=False) as idle:
         assert idle is engine  # nothing in flight: the non-blocking update gets the engine
+
+
+class PausingEngine(VersionedEngine):
+    """An engine that can freeze its requests: a generation carries the version it was submitted
+    under (its oldest), as vLLM's engines in swerl do."""
+
+    can_pause = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.events: list[str] = []
+        self.versions: list[int] = []
+
+    def submit(self, prompt, sampling) -> Future:
+        self.versions.append(self.weight_version)
+        return super().submit(prompt, sampling)
+
+    def pause(self) -> None:
+        self.events.append("pause")
+
+    def resume(self) -> None:
+        self.events.append("resume")
+
+    def finish_all(self) -> None:
+        for future, version in zip(self.pending, self.versions):
+            if not future.done():
+                future.set_result(Generation(token_ids=[1, 2], logprobs=[-1.0, -1.0], finish_reason="length",
+                                             weight_version=version))
+
+
+def test_a_paused_update_does_not_wait_for_requests_in_flight_and_keeps_them():
+    engine = PausingEngine()
+    front = metered(engine, BusyClock())
+    sampling = SamplingParams()
+    spanning = front.submit([1], sampling)
+    with front.exclusive(pause=True) as inner:  # enters at once although a request is in flight
+        assert engine.events == ["pause"] and not spanning.done()
+        held = front.submit([2], sampling)
+        assert len(engine.pending) == 1  # held, not sent to the paused engine
+        inner.weight_version = 1  # the reload, under the frozen request
+    assert engine.events == ["pause", "resume"] and len(engine.pending) == 2
+    engine.finish_all()
+    frozen = spanning.result()  # not aborted: its tokens are there, counted by its oldest version
+    assert frozen.token_ids == [1, 2] and frozen.weight_version == 0
+    assert held.result().weight_version == 1
+    with front.exclusive() as drained:  # without pause: the plain drain, no pause call
+        assert drained is engine
+    assert engine.events == ["pause", "resume"]

@@ -109,10 +109,14 @@ def test_plan_counts_steps_samples_and_intervals():
 
 
 def test_cli_dry_run_of_the_seed_example_fails_its_preflight_here(tmp_path):
-    # The seed example names placeholder paths: the dry-run rejects them as the real run would.
+    # The seed example names CUDA and placeholder paths: the dry-run rejects them as the real run
+    # would (the device first, where this machine has no GPU; else the missing task set).
+    import torch
+
     result = CliRunner().invoke(app, ["train", str(SEED_YAML), "--dry-run", "--set", "loop.max_steps=10",
                                       "--out", str(tmp_path / "run")])
-    assert result.exception.exit_code == 2 and "exp_rpt_pymethods2test-large" in str(result.exception)
+    expected = "exp_rpt_pymethods2test-large" if torch.cuda.is_available() else "model.device: cuda, but this machine"
+    assert result.exception.exit_code == 2 and expected in str(result.exception)
     assert not (tmp_path / "run").exists()
 
 
@@ -124,3 +128,13 @@ def test_cli_unknown_key_exits_2_with_one_line(tmp_path):
     assert proc.returncode == 2
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "trainer" in lines[0] and "Traceback" not in proc.stderr
+
+
+def test_the_dry_run_plan_states_what_dynamic_sampling_may_draw():
+    off = make_plan(load_train_config(DEMO_YAML), num_tasks=48)
+    assert not [value for item, value in off.placement if item == "dynamic sampling"]
+    on = make_plan(load_train_config(DEMO_YAML, ["algorithm.dynamic_sampling.enabled=true",
+                                                 "algorithm.dynamic_sampling.max_extra_rounds=2"]), num_tasks=48)
+    (line,) = [value for item, value in on.placement if item == "dynamic sampling"]
+    b, n = on.prompts_per_step, on.samples_per_step // on.prompts_per_step
+    assert "up to 2 extra rounds" in line and f"at most {3 * b} prompts ({3 * b * n} episodes)" in line

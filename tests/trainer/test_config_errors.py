@@ -103,3 +103,42 @@ def test_kl_and_correction_settings_name_the_conflict():
     kl = load_train_config(DEMO_YAML, ["algorithm.use_kl_loss=true", "algorithm.kl_loss_coef=0.01",
                                        "model.reference_cpu_offload=true"])
     assert kl.model.reference_cpu_offload and kl.algorithm.kl_estimator == "k3"
+
+
+@pytest.mark.parametrize(("override", "named"), [
+    ("algorithm.dynamic_sampling.max_extra_rounds=0", "algorithm.dynamic_sampling.max_extra_rounds:"),
+    ("algorithm.dynamic_sampling.max_round=2", "did you mean 'max_extra_rounds'?"),
+    ("algorithm.dynamic_sampling.max_extra_rounds=8", "only read with enabled: true"),
+])
+def test_dynamic_sampling_settings_are_refused_in_one_line(override, named):
+    message = _error(DEMO_YAML, [override])
+    assert message.startswith(f"--set {override}:") and named in message, message
+
+
+def test_the_seed_example_and_the_demo_keep_dynamic_sampling_off():
+    for path in (DEMO_YAML, DEMO_YAML.parent / "rloo-seqnorm-tis-qwen3-8b.yaml"):
+        assert load_train_config(path).algorithm.dynamic_sampling.enabled is False
+
+
+REPLAY_YAML = "data: {tasks: x}\nagent: {limits: {context_window_tokens: 4096, max_new_tokens_per_turn: 512}}\n"
+
+
+@pytest.mark.parametrize(("overrides", "named"), [
+    (["generator.backend=vllm", "generator.vllm_mode=servers", "agent.top_k=20", "algorithm.sampling_support=replay"],
+     "vLLM servers' completions API does not return"),
+    (["generator.backend=vllm", "agent.top_k=20", "algorithm.sampling_support=replay"],
+     "set generator.return_sampling_mask=true"),
+    (["generator.backend=vllm", "generator.return_sampling_mask=true", "agent.top_k=0"], "needs agent.top_k > 0"),
+])
+def test_replay_that_the_generator_cannot_feed_is_refused_in_one_line(tmp_path, overrides, named):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(REPLAY_YAML)
+    assert named in _error(cfg, overrides)
+
+
+def test_replay_with_the_hf_backend_or_vllm_kept_sets_loads(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(REPLAY_YAML)
+    load_train_config(cfg, ["generator.backend=hf", "agent.top_k=20", "algorithm.sampling_support=replay"])
+    load_train_config(cfg, ["generator.backend=vllm", "generator.return_sampling_mask=true", "agent.top_k=20",
+                            "algorithm.sampling_support=replay"])

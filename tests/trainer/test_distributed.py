@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from swerl.trainer.policy.distributed import rank_slice
+from swerl.trainer.policy.distributed import process_group_backend, rank_slice
 
 HERE = Path(__file__).parent
 
@@ -19,6 +19,13 @@ def test_rank_slice_pads_to_equal_rows():
     assert rank_slice(9, 0, 2) == (range(0, 5), 5)
     assert rank_slice(9, 1, 2) == (range(5, 9), 5)
     assert rank_slice(1, 1, 2) == (range(1, 1), 1)
+
+
+def test_offloaded_state_on_cuda_gets_a_gloo_backend_beside_nccl():
+    """CPUOffloadPolicy's host DTensors (the gradient norm's sum) need a CPU backend; NCCL has none."""
+    assert process_group_backend(use_cuda=True, cpu_offload=True) == "cuda:nccl,cpu:gloo"
+    assert process_group_backend(use_cuda=True, cpu_offload=False) == "nccl"
+    assert process_group_backend(use_cuda=False, cpu_offload=True) == "gloo"
 
 
 REDUCTIONS = ["token_mean", "sequence_mean", "seq_mean_token_sum_norm_global"]

@@ -84,6 +84,24 @@ def test_a_lora_runs_export_is_its_adapter_on_the_runs_base(tmp_path):
     assert isinstance(result.exception, ConfigError) and "drop --lora" in str(result.exception)
 
 
+@pytest.mark.parametrize("lora", [None, {"rank": 8}], ids=["full", "lora"])
+def test_step_0_is_the_runs_initial_model_with_the_same_settings(tmp_path, lora):
+    run = _fake_run(tmp_path, [0.0, 0.5], exports=[2])
+    cfg = TrainConfig.model_validate({**RUN, "model": {"path": "/models/base", "device": "cpu", "lora": lora}})
+    (run / "config.yaml").write_text(cfg.to_yaml())
+    assert resolve_export(run, 0) == (0, None, "--step 0: the initial policy")
+    base, which = eval_config_from_run(run, 0, tasks=TASKS, out_dir=tmp_path / "a", samples=2, limit=None,
+                                       concurrency=None, resume=False)
+    final, _ = eval_config_from_run(run, 2, tasks=TASKS, out_dir=tmp_path / "b", samples=2, limit=None,
+                                    concurrency=None, resume=False)
+    assert base.inference.model == "/models/base" and base.inference.lora_adapter is None
+    assert which == f"step 0 of {run} (--step 0: the initial policy): /models/base"
+    # Everything but the weights is the same as for a trained step's export.
+    assert base.agent == final.agent and base.concurrency == final.concurrency
+    strip = {"model": None, "lora_adapter": None}
+    assert base.inference.model_copy(update=strip) == final.inference.model_copy(update=strip)
+
+
 @pytest.mark.docker
 @pytest.mark.slow
 @pytest.mark.parametrize("lora", [None, {"rank": 4, "alpha": 8.0}], ids=["full", "lora"])

@@ -118,10 +118,14 @@ def test_lora_on_a_bf16_base_with_checkpointing_matches_fp32_at_bf16_tolerance(f
     assert all(v.dtype == torch.float32 for v in state.values())  # adapters stay fp32 on a bf16 base
     ref_delta, delta = _delta(ref_state, initial), _delta(state, initial)
     largest = max(float(v.abs().max()) for v in ref_delta.values())
-    for key, value in ref_delta.items():  # the base itself is rounded to bf16 here: 10% (one replicated bf16 run: 9%)
-        torch.testing.assert_close(delta[key], value, rtol=0, atol=0.1 * largest)
+    # The base itself is rounded to bf16 here: 25% (one replicated bf16 run: 9%; 2 ranks dealt contiguously:
+    # 10%; dealt by length, so other micro-batches than one process's: 20% measured, on one element of 64).
+    for key, value in ref_delta.items():
+        torch.testing.assert_close(delta[key], value, rtol=0, atol=0.25 * largest)
+    # bf16 rounding of other micro-batches: grad_norm 3.6% off measured (was < 2% dealt contiguously);
+    # the fp32 cases above hold the dealing to 1e-5.
     for key in ("loss/policy", "grad_norm"):
-        assert metrics[key] == pytest.approx(ref_metrics[key], rel=2e-2), key
+        assert metrics[key] == pytest.approx(ref_metrics[key], rel=5e-2), key
 
 
 def test_lora_checkpoint_resumes_on_two_ranks_bit_for_bit(fsdp_run):

@@ -29,9 +29,7 @@ SMOLLM2_135M = {"hidden_size": 576, "num_hidden_layers": 30, "num_attention_head
 
 
 def test_fsdp_is_accepted_on_cpu_and_offload_needs_it():
-    cfg = load_train_config(DEMO_YAML, ["model.fsdp=true", "generator.backend=vllm", "generator.max_model_len=1024",
-                                         "generator.num_threads=null", "generator.max_batch_size=8",
-                                         "generator.batch_wait_s=0.05"])  # HF batcher fields at their defaults
+    cfg = load_train_config(DEMO_YAML, ["model.fsdp=true", "generator.backend=vllm", "generator.max_model_len=1024"])
     assert cfg.model.fsdp and cfg.model.device == "cpu"
     with pytest.raises(ConfigError, match="model.cpu_offload needs model.fsdp"):
         load_train_config(DEMO_YAML, ["model.cpu_offload=true"])
@@ -45,7 +43,9 @@ def test_placement_sizes_the_seed_run(tmp_path):
     lines = dict(plan.placement)
     assert "FSDP2 fully_shard" in lines["trainer"] and "one rank per GPU" in lines["trainer"]
     assert "8 ranks 16.4 GB" in lines["trainer state / rank"]  # 8.19 B x 16 B / 8
-    assert "+ 32.8 GB unsharded fp32 gradients between micro-batches" in lines["trainer state / rank"]
+    assert "unsharded" not in lines["trainer state / rank"]  # model.grad_sync: every_micro_batch, the default
+    last = make_plan(load_train_config(SEED_YAML, [f"model.path={tmp_path}", "model.grad_sync=last_micro_batch"]), 5000)
+    assert "+ 32.8 GB unsharded fp32 gradients between micro-batches" in dict(last.placement)["trainer state / rank"]
     assert lines["update activations / rank"] == (  # 2 x 32768 x 151936 x 2 B; 36 x 32768 x 4096 x 2 B
         "logits + their gradient 19.9 GB (1 x 32,768 x 151,936 bfloat16; log-probs in float32 chunks, +537 MB), "
         "9.7 GB checkpointed hidden states (36 layers)")

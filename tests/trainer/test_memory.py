@@ -69,7 +69,7 @@ def test_on_a_gpu_host_ram_is_rank_zeros_weights_not_the_training_state():
     def cfg(device, **model):
         data = _cfg(max_turns=8, context_window_tokens=32768).model_dump()
         data["model"].update(device=device, fsdp=device == "cuda", dtype="bfloat16", **model)
-        data["generator"].update(backend="vllm", max_model_len=32768)
+        data["generator"] = {"backend": "vllm", "max_model_len": 32768}
         if model.get("reference_cpu_offload"):
             data["algorithm"].update(use_kl_loss=True, kl_loss_coef=0.001)
         data["algorithm"].update(max_seq_len=32768)

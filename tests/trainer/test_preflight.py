@@ -88,8 +88,7 @@ def test_vllm_backend_without_vllm_installed_fails_with_exit_3(tmp_path, monkeyp
     result = CliRunner().invoke(app, [
         "train", str(DEMO_YAML), "--dry-run", "--out", str(tmp_path / "run"), "--set", f"data.tasks={FIXTURE_TASKS}",
         "--set", "data.names=null", "--set", "loop.train_batch_size=1", "--set", f"model.path={_model(tmp_path)}",
-        "--set", "generator.backend=vllm", "--set", "generator.num_threads=null",  # num_threads, batches: hf only
-        "--set", "generator.max_batch_size=8", "--set", "generator.batch_wait_s=0.05"])
+        "--set", "generator.backend=vllm"])  # over the demo's auto section: its vllm section
     # CliRunner calls the app, not main(): the SwerlError arrives as the exception that main() maps to its exit code.
     assert isinstance(result.exception, EnvironmentProblem) and result.exception.exit_code == 3
     assert "generator.backend=vllm needs the vllm package" in str(result.exception)
@@ -152,3 +151,23 @@ def test_resume_latest_with_nothing_to_resume_says_the_run_starts_at_step_1(tmp_
     assert code == 0, lines
     assert any(f"--resume latest: {run_dir} holds no checkpoint yet, so the run starts at step 1" in ln
                for ln in lines), lines
+
+
+@pytest.mark.docker
+def test_the_dry_run_says_when_the_engine_disk_holds_fewer_trials_than_run_at_once(tmp_path):
+    """Each trial reserves its storage_mb on the engine's disk: a task set whose budgets the free disk
+    cannot hold at the run's concurrency gets one note naming the free MiB and how many trials fit;
+    the fixtures' 1 GiB budgets at concurrency 2 get none."""
+    from swerl.trainer.setup.config import load_train_config
+    from swerl.trainer.setup.preflight import check_sandbox_disk
+    from swerl.tasks import load_tasks
+
+    tasks = tmp_path / "tasks"
+    shutil.copytree(FIXTURE_TASKS, tasks)
+    cfg = load_train_config(DEMO_YAML, [f"data.tasks={tasks}", "sandbox.concurrency=2"])
+    assert check_sandbox_disk(cfg, list(load_tasks(tasks))) == []
+    for toml in tasks.glob("*/task.toml"):
+        toml.write_text(toml.read_text().replace("storage_mb = 1024", f"storage_mb = {1 << 24}"))  # 16 TiB each
+    [note] = check_sandbox_disk(cfg, list(load_tasks(tasks)))
+    assert note.startswith("sandbox disk: Docker's data root") and "holds 0 trials of the tasks' storage_mb = 16777216" \
+        in note and "not the 2 in flight" in note, note

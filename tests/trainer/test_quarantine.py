@@ -9,7 +9,7 @@ import json
 from swerl.agent.trajectory import Trajectory
 from swerl.trainer.tracking.quarantine import Quarantine
 from swerl.trainer.rollouts.sampler import PromptSampler
-from swerl.trainer.tracking.task_health import QuarantineConfig
+from swerl.task_health import QuarantineConfig
 
 NAMES = ["always", "b", "c", "d", "e", "f"]
 CFG = QuarantineConfig(last_groups=1, flags=["saturated"])

@@ -53,3 +53,38 @@ def test_batch_larger_than_task_set_cannot_sample():
     assert s.batches_per_epoch == 0
     with pytest.raises(ConfigError, match="train_batch_size=4"):
         s.next_batch()
+
+
+def test_extra_prompts_continue_the_order_across_epochs():
+    """Dynamic sampling's extra draws take the next prompts of the same permutations (the drop-last
+    tail stays dropped), and the next step starts right after them."""
+    plain = PromptSampler(7, 2, seed=3)
+    stream = [i for e in range(4) for i in plain.epoch_order(e)[:6]]  # 3 batches of 2 per epoch, tail dropped
+    s = PromptSampler(7, 2, seed=3)
+    drawn = s.next_batch()[1] + s.next_prompts(1) + s.next_prompts(2)
+    epoch, second = s.next_batch()
+    drawn += second + s.next_prompts(3)  # crosses into epoch 1
+    assert drawn == stream[:10] and epoch == 0 and s.epoch == 1 and s.drawn_in_epoch == 4
+    assert s.next_batch() == (1, stream[10:12])
+    assert s.steps_drawn == 3  # extra draws are no steps
+
+
+def test_a_resume_after_extra_prompts_draws_the_same_prompts():
+    def run(sampler: PromptSampler, steps: range) -> list:
+        return [(sampler.next_batch(), sampler.next_prompts(step % 3)) for step in steps]
+
+    full = run(PromptSampler(9, 2, seed=1), range(7))
+    s = PromptSampler(9, 2, seed=1)
+    run(s, range(4))
+    restored = PromptSampler(9, 2, seed=1)
+    restored.load_state_dict(s.state_dict())
+    assert run(restored, range(4, 7)) == full[4:]
+
+
+def test_a_checkpoint_without_the_prompt_position_resumes_at_its_batch():
+    s = PromptSampler(7, 2, seed=3)
+    take(s, 2)
+    state = {k: v for k, v in s.state_dict().items() if k not in ("drawn_in_epoch", "epoch_done")}
+    restored = PromptSampler(7, 2, seed=3)
+    restored.load_state_dict(state)
+    assert take(restored, 3) == take(s, 3)

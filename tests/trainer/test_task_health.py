@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from swerl.tasks.exclude import excluded, read_exclude_file, write_exclude_file
-from swerl.trainer.tracking.task_health import HealthRules, TaskLedger
+from swerl.task_health import HealthRules, TaskLedger
 
 
 def _rec(task: str, passed: bool = False, outcome: str | None = None, failure_class: str = "none", **extra) -> dict:

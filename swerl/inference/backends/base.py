@@ -34,12 +34,16 @@ class Generation(BaseModel):
             return them (counted in ``tis/rows_without_logprobs``).
         finish_reason: ``stop`` (EOS / stop token / stop string) or ``length`` (budget hit).
         weight_version: policy version that produced it (bumped by ``update_weights``).
+        support: (T,) the kept set each token was drawn from under top-k / top-p (its ids, most
+            likely first, the sampled id among them: ``swerl.rl.support``); None when sampling did
+            not truncate (the whole vocabulary) or the backend cannot return it.
     """
 
     token_ids: list[int]
     logprobs: list[float] | None
     finish_reason: Literal["stop", "length"]
     weight_version: int = 0
+    support: list[list[int]] | None = None
 
 
 @runtime_checkable
@@ -58,6 +62,20 @@ class ContinuousBackend(ABC):
     every request in flight (up to its ``max_num_seqs``) in each step. Async callers go through
     ``batcher.RequestStream``; :meth:`generate` is the blocking form.
     """
+
+    can_pause: bool = False
+    """Whether :meth:`pause` / :meth:`resume` freeze requests in flight (vLLM 0.32's
+    ``pause_generation(mode="keep")``, or the in-process engine not stepped); False: a weight update
+    waits until no request is in flight."""
+
+    def pause(self) -> None:
+        """Freeze every request in flight where it is (tokens so far kept) and schedule none until
+        :meth:`resume`, so that weights can be swapped under them. Only when ``can_pause``."""
+        raise NotImplementedError(f"{type(self).__name__} cannot pause its requests")
+
+    def resume(self) -> None:
+        """Schedule again after :meth:`pause`: frozen requests continue, with the weights now loaded."""
+        raise NotImplementedError(f"{type(self).__name__} cannot pause its requests")
 
     @abstractmethod
     def submit(self, prompt: list[int], sampling: SamplingParams) -> Future[Generation]:

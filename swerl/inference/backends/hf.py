@@ -4,7 +4,8 @@ CPU or GPU) returning the exact log-prob of every sampled token.
 Sampling is done by our own logits processor on top of greedy ``generate``: it turns the
 raw logits into the processed distribution (:func:`sampling.processed_logprobs`: temperature,
 top-k, top-p), records ``log mu`` of the token it draws with a per-row generator, and
-hands ``generate`` a one-hot score so its argmax picks that token. So the recorded mu is
+hands ``generate`` a one-hot score so its argmax picks that token; under top-k / top-p it also
+records the kept set the token was drawn from (``Generation.support``). So the recorded mu is
 exactly the distribution sampled from (vLLM's ``processed_logprobs``), a row's draws do
 not depend on its batch neighbours, and torch's global RNG is never touched.
 """
@@ -22,7 +23,7 @@ from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList,
 
 from swerl.errors import ConfigError, InferenceError
 from swerl.inference.backends.base import Generation, SamplingParams
-from swerl.inference.backends.sampling import finish_row, processed_logprobs, sample_rows
+from swerl.inference.backends.sampling import finish_row, kept_sets, processed_logprobs, sample_rows, truncates
 from swerl.logs import PhaseClock, phase
 
 log = logging.getLogger(__name__)
@@ -41,6 +42,8 @@ class _SampleAndRecord(LogitsProcessor):
         self.clock = clock
         self.chosen: list[Tensor] = []
         self.logprobs: list[Tensor] = []
+        self.supports: list[Tensor] = []
+        self.record_support = truncates(sampling.temperature, sampling.top_k, sampling.top_p)
 
     def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
         if self.clock is not None:
@@ -50,6 +53,8 @@ class _SampleAndRecord(LogitsProcessor):
         chosen = sample_rows(logprobs, self.generators)
         self.chosen.append(chosen)
         self.logprobs.append(logprobs.gather(-1, chosen[:, None]).squeeze(-1))
+        if self.record_support:  # the exact set this filter kept (finite processed log-probs)
+            self.supports.append(kept_sets(logprobs).cpu())
         one_hot = torch.full_like(scores, float("-inf"))
         return one_hot.scatter_(-1, chosen[:, None], 0.0)
 
@@ -249,9 +254,10 @@ class HFBackend:
         generated = sequences[:, input_ids.shape[1] :].tolist()
         logprobs = torch.stack(recorder.logprobs, dim=1).tolist() if recorder.logprobs else [[] for _ in prompts]
         hits = stop_strings.hit_len if stop_strings is not None else [None] * len(prompts)
+        supports = _row_supports(recorder.supports, len(prompts))
         return [
-            self._finish(ids, row_logprobs, stop_ids, hit, sampling.max_new_tokens)
-            for ids, row_logprobs, hit in zip(generated, logprobs, hits, strict=True)
+            self._finish(ids, row_logprobs, stop_ids, hit, sampling.max_new_tokens, support)
+            for ids, row_logprobs, hit, support in zip(generated, logprobs, hits, supports, strict=True)
         ]
 
     def _generate_neutral(
@@ -283,7 +289,8 @@ class HFBackend:
             self.model.generation_config = model_defaults
 
     def _finish(
-        self, ids: list[int], logprobs: list[float], stop_ids: set[int], hit: int | None, budget: int
+        self, ids: list[int], logprobs: list[float], stop_ids: set[int], hit: int | None, budget: int,
+        support: list[list[int]] | None = None,
     ) -> Generation:
         keep, reason = finish_row(ids, stop_ids, hit, budget)
         if reason == "length" and keep < budget:
@@ -292,8 +299,21 @@ class HFBackend:
         if len(row_logprobs) != keep or not all(lp > float("-inf") and lp == lp for lp in row_logprobs):
             raise InferenceError("generate: missing or non-finite log-prob for a sampled token")
         return Generation(
-            token_ids=ids[:keep], logprobs=row_logprobs, finish_reason=reason, weight_version=self.weight_version
+            token_ids=ids[:keep], logprobs=row_logprobs, finish_reason=reason, weight_version=self.weight_version,
+            support=None if support is None else support[:keep],
         )
+
+
+def _row_supports(steps: list[Tensor], batch: int) -> list[list[list[int]] | None]:
+    """Per row, the kept set of each generated token (-1 padding dropped), from the recorder's
+    per-step (B, K) tensors; None per row when no support was recorded."""
+    if not steps:
+        return [None] * batch
+    rows: list[list[list[int]]] = [[] for _ in range(batch)]
+    for step in steps:
+        for row, ids in enumerate(step.tolist()):
+            rows[row].append([i for i in ids if i >= 0])
+    return rows
 
 
 def _with_adapter(model: nn.Module, adapter: Path) -> nn.Module:

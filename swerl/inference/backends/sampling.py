@@ -49,6 +49,26 @@ def processed_logprobs(logits: Tensor, temperature: float, top_k: int, top_p: fl
     return torch.log_softmax(scores, dim=-1)
 
 
+def truncates(sampling_temperature: float, top_k: int, top_p: float) -> bool:
+    """True when the sampled distribution is a strict subset of the vocabulary (top-k or top-p on,
+    temperature > 0): only then is a kept set worth storing (greedy ignores both)."""
+    return sampling_temperature > 0 and (top_k > 0 or top_p < 1.0)
+
+
+def kept_sets(logprobs: Tensor) -> Tensor:
+    """The kept set K_t of each row of a processed distribution: its finite entries, most likely
+    first (the representation of ``swerl.rl.support``; ties in probability in any order).
+
+    Args: logprobs: (B, V) float32 from :func:`processed_logprobs` (filtered tokens ``-inf``).
+    Returns: (B, K) int64 ids, K = the largest kept set in the batch (<= top_k unless logits tie
+        with the k-th), rows padded with -1.
+    """
+    kept = torch.isfinite(logprobs)
+    width = max(int(kept.sum(dim=-1).max()), 1)
+    values, ids = torch.topk(logprobs, width, dim=-1)
+    return torch.where(torch.isfinite(values), ids, -1)
+
+
 def sample_rows(logprobs: Tensor, generators: list[torch.Generator] | None) -> Tensor:
     """Draw one token per row; argmax when ``generators`` is None (greedy).
 

@@ -47,6 +47,17 @@ class EnginePool(ContinuousBackend):
         self._lock = threading.Lock()
         self._in_flight = [0] * len(self.engines)
         self._next = 0  # round-robin among the least loaded
+        self.can_pause = all(isinstance(e, ContinuousBackend) and e.can_pause for e in self.engines)
+
+    def pause(self) -> None:
+        """Freeze the requests in flight on every engine (``ContinuousBackend.pause``)."""
+        for engine in self.engines:
+            engine.pause()
+
+    def resume(self) -> None:
+        """Every engine steps on (``ContinuousBackend.resume``)."""
+        for engine in self.engines:
+            engine.resume()
 
     @property
     def weight_version(self) -> int:

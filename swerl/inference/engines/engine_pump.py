@@ -6,17 +6,20 @@ its batch ends, and a request arriving meanwhile would wait for the whole batch.
 
 The loop runs on the engine's owner thread (``engine_thread.py``) while any request is queued or
 in flight, then returns, so that control calls queued on that thread (weight reload, sleep, close)
-run only once the engine is idle: the weight sync drains by holding new requests back
-(``trainer/rollouts/busy.py``) and waiting for the loop to end.
+run only once the engine is idle, or once :meth:`RequestPump.pause` stops the loop between two
+steps with requests left inside the engine (the in-process form of vLLM's
+``pause_generation(mode="keep")``): a weight reload then runs between two ``step()`` calls, and
+:meth:`RequestPump.resume` steps the frozen requests on with the new weights.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from typing import Any
 
 from swerl.errors import InferenceError
@@ -32,42 +35,71 @@ class RequestPump:
 
     Args:
         thread: the engine's owner thread. engine: returns the ``LLMEngine`` (``llm.llm_engine``).
-        convert: a finished ``RequestOutput`` -> :class:`Generation` (raises ``InferenceError``).
+        convert: a finished ``RequestOutput`` and the weight version the request was submitted
+            under (its oldest) -> :class:`Generation` (raises ``InferenceError``).
 
     Attributes:
         retired: why the engine is unusable (a step failed with requests left in it), else None.
     """
 
     def __init__(self, thread: EngineThread, engine: Callable[[], Any],
-                 convert: Callable[[Any], Generation]) -> None:
+                 convert: Callable[[Any, int], Generation]) -> None:
         self._thread, self._engine, self._convert = thread, engine, convert
         self._lock = threading.Lock()
-        self._queued: list[tuple[str, Any, Any, Any, Future[Generation]]] = []
-        self._in_flight: dict[str, Future[Generation]] = {}
+        self._queued: list[tuple[str, Any, Any, Any, Future[Generation], int]] = []
+        self._in_flight: dict[str, tuple[Future[Generation], int]] = {}
         self._running = False
+        self._paused = False
         self._stopping = False
         self._ids = itertools.count()
         self.retired: str | None = None
 
-    def submit(self, prompt: Any, params: Any, lora_request: Any = None) -> Future[Generation]:
-        """Queue one request (a ``TokensPrompt``, its ``vllm.SamplingParams`` and the ``LoRARequest``
-        of the adapter it samples with, None = the base); its future."""
+    def submit(self, prompt: Any, params: Any, lora_request: Any = None, version: int = 0) -> Future[Generation]:
+        """Queue one request (a ``TokensPrompt``, its ``vllm.SamplingParams``, the ``LoRARequest``
+        of the adapter it samples with, None = the base, and the weight version it starts under);
+        its future."""
         future: Future[Generation] = Future()
         with self._lock:
             if self.retired is not None or self._stopping:
                 why = self.retired or "the engine is closing"
                 future.set_exception(InferenceError(f"the vLLM engine takes no more requests ({why})"))
                 return future
-            self._queued.append((f"swerl-{next(self._ids)}", prompt, params, lora_request, future))
-            start, self._running = not self._running, True
+            self._queued.append((f"swerl-{next(self._ids)}", prompt, params, lora_request, future, version))
+            start = not self._running and not self._paused
+            self._running = self._running or start
         if start:
             self._thread.submit(self._run)
         return future
 
+    def pause(self) -> None:
+        """Stop stepping after the current step, leaving the requests in flight inside the engine
+        (and new ones queued): calls queued on the owner thread after this one run with them frozen."""
+        with self._lock:
+            self._paused = True
+
+    def resume(self) -> None:
+        """Step again: frozen requests continue and queued ones enter."""
+        with self._lock:
+            self._paused = False
+            start = not self._running and bool(self._queued or self._in_flight)
+            self._running = self._running or start
+        if start:
+            self._thread.submit(self._run)
+
+    @property
+    def num_in_flight(self) -> int:
+        """Requests inside the engine (frozen ones included)."""
+        with self._lock:
+            return len(self._in_flight)
+
     def stop(self) -> None:
         """Abort what is queued or in flight (their futures raise) and take no more requests."""
         with self._lock:
-            self._stopping = True
+            self._stopping, self._paused = True, False
+            start = not self._running and bool(self._queued or self._in_flight)  # paused: nothing steps them
+            self._running = self._running or start
+        if start:
+            self._thread.submit(self._run)
 
     def _run(self) -> None:
         """The loop (owner thread): add new requests, step, resolve finished ones; ends when idle."""
@@ -81,11 +113,14 @@ class RequestPump:
                         self._abort(engine, queued, "the engine was closed")
                         self._running = False
                         return
-                    if not queued and not self._in_flight:
+                    if self._paused or (not queued and not self._in_flight):
+                        self._queued = queued + self._queued  # paused: they enter on resume
                         self._running = False
                         return
-                for request_id, prompt, params, lora_request, future in queued:
-                    self._add(engine, request_id, prompt, params, lora_request, future)
+                for request_id, prompt, params, lora_request, future, version in queued:
+                    if not future.cancelled():
+                        self._add(engine, request_id, prompt, params, lora_request, future, version)
+                self._drop_cancelled(engine)
                 try:
                     finished = [out for out in engine.step() if out.finished]
                 except Exception as err:  # noqa: BLE001 - every waiting caller gets it
@@ -97,23 +132,36 @@ class RequestPump:
                 clock.advance(done)
 
     def _add(self, engine: Any, request_id: str, prompt: Any, params: Any, lora_request: Any,
-             future: Future[Generation]) -> None:
+             future: Future[Generation], version: int) -> None:
         """Add one request; one vLLM refuses (e.g. a prompt past ``max_model_len``) fails alone."""
         try:
             engine.add_request(request_id, prompt, params, lora_request=lora_request)
         except Exception as err:  # noqa: BLE001 - delivered to this request's caller
             future.set_exception(err)
             return
-        self._in_flight[request_id] = future
+        self._in_flight[request_id] = (future, version)
+
+    def _drop_cancelled(self, engine: Any) -> None:
+        """Abort the requests whose caller cancelled its future (a stopping run's episodes)."""
+        cancelled = [request_id for request_id, (future, _) in self._in_flight.items() if future.cancelled()]
+        if cancelled:
+            engine.abort_request(cancelled)
+            for request_id in cancelled:
+                del self._in_flight[request_id]
 
     def _resolve(self, output: Any) -> None:
-        future = self._in_flight.pop(output.request_id, None)
-        if future is None:
+        entry = self._in_flight.pop(output.request_id, None)
+        if entry is None or entry[0].cancelled():
             return
+        future, version = entry
         try:
-            future.set_result(self._convert(output))
+            result = self._convert(output, version)
         except Exception as err:  # noqa: BLE001 - an unusable output fails its own request only
-            future.set_exception(err)
+            with contextlib.suppress(InvalidStateError):  # cancelled by its caller meanwhile
+                future.set_exception(err)
+            return
+        with contextlib.suppress(InvalidStateError):
+            future.set_result(result)
 
     def _fail(self, engine: Any, err: Exception) -> None:
         """A failed step: fail every request; retire the engine when requests stay inside it (every
@@ -130,7 +178,8 @@ class RequestPump:
         """Fail ``queued`` and every request in flight (aborting them in the engine when ``abort``)."""
         if abort and self._in_flight:
             engine.abort_request(list(self._in_flight))
-        for future in [*self._in_flight.values(), *(entry[-1] for entry in queued)]:
+        for future in [*(entry[0] for entry in self._in_flight.values()), *(entry[4] for entry in queued)]:
             if not future.done():
-                future.set_exception(InferenceError(why))
+                with contextlib.suppress(InvalidStateError):  # cancelled by its caller meanwhile
+                    future.set_exception(InferenceError(why))
         self._in_flight.clear()

@@ -68,17 +68,33 @@ def server_command(config: InferenceConfig, model_path: str, port: int, max_lora
     return argv
 
 
+LAUNCHER_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
+                      "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR", "MASTER_PORT",
+                      "TORCH_NCCL_ASYNC_ERROR_HANDLING", "OMP_NUM_THREADS", "PYTORCH_CUDA_ALLOC_CONF")
+"""Variables ``torchrun`` (or the trainer) sets for a trainer rank that a server must not inherit:
+vLLM reads RANK/WORLD_SIZE/MASTER_* as its own distributed layout, torchrun's
+``OMP_NUM_THREADS=1`` would starve its CPU threads, and the trainer's allocator settings conflict
+with vLLM's sleep-mode pool. ``TORCHELASTIC_*`` variables are removed too."""
+
+
+def without_launcher_variables(base: dict[str, str]) -> dict[str, str]:
+    """``base`` less :data:`LAUNCHER_VARIABLES` and every ``TORCHELASTIC_*`` variable."""
+    return {k: v for k, v in base.items() if k not in LAUNCHER_VARIABLES and not k.startswith("TORCHELASTIC_")}
+
+
 def server_env(config: InferenceConfig, cores: str | None, gpu: str | None, base: dict[str, str],
                lora: bool = False) -> dict[str, str]:
-    """Environment of one server: dev routes on (and the runtime LoRA routes with ``lora``), hub
-    offline, swerl importable, its cores or GPU.
+    """Environment of one server: ``base`` without the trainer rank's launcher variables
+    (:func:`without_launcher_variables`), dev routes on (and the runtime LoRA routes with ``lora``),
+    hub offline, swerl importable, its cores or GPU.
 
     Args:
         cores: CPU only, ``VLLM_CPU_OMP_THREADS_BIND`` (e.g. ``"0"``). gpu: GPU only, its id as the
             parent's ``CUDA_VISIBLE_DEVICES`` names it (``swerl.inference.engines.gpu_placement``).
     """
-    env = dict(base)
-    env.update({"VLLM_SERVER_DEV_MODE": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"})
+    env = without_launcher_variables(base)
+    env.update({"VLLM_SERVER_DEV_MODE": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+                "VLLM_CONFIGURE_LOGGING": "1"})  # a server logs to its own file (this process may have set 0)
     if lora:
         env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
     swerl_root = str(Path(__file__).resolve().parents[2])

@@ -15,6 +15,7 @@ vLLM; requests are stepped by :class:`swerl.inference.engines.engine_pump.Reques
 
 from __future__ import annotations
 
+import gc
 import itertools
 import logging
 import math
@@ -77,6 +78,8 @@ def engine_kwargs(config: InferenceConfig, model_path: str, on_cpu: bool,
         kwargs["max_num_batched_tokens"] = config.max_num_batched_tokens
     if config.fp32_lm_head:
         kwargs["hf_overrides"] = {"head_dtype": "float32"}
+    if config.return_sampling_mask:  # CompletionOutput.sampling_mask: each token's kept set (top_k > 0)
+        kwargs["return_sampling_mask"] = True
     if max_lora_rank is not None:
         kwargs.update(enable_lora=True, max_lora_rank=lora_slot_rank(max_lora_rank), max_loras=1)
     return kwargs
@@ -193,8 +196,27 @@ def generation_from_output(request_output: Any, weight_version: int) -> Generati
     if completion.finish_reason not in ("stop", "length"):
         raise InferenceError(f"vLLM request finished with reason {completion.finish_reason!r}")
     return Generation(
-        token_ids=token_ids, logprobs=logprobs, finish_reason=completion.finish_reason, weight_version=weight_version
+        token_ids=token_ids, logprobs=logprobs, finish_reason=completion.finish_reason, weight_version=weight_version,
+        support=_support(completion, token_ids),
     )
+
+
+def _support(completion: Any, token_ids: list[int]) -> list[list[int]] | None:
+    """Each token's kept set from ``completion.sampling_mask`` (engine arg ``return_sampling_mask``;
+    None without it). The exact set vLLM's sampler drew from (its ids after top-k / top-p), so
+    replay needs no reconstruction from candidate log-probs.
+
+    Raises: InferenceError for a mask of another length or one lacking the sampled id."""
+    mask = getattr(completion, "sampling_mask", None)  # a CompletionOutput field since vLLM 0.32
+    if mask is None:
+        return None
+    sets = [[int(i) for i in ids] for ids in mask.token_ids]
+    if len(sets) != len(token_ids):
+        raise InferenceError(f"vLLM returned {len(sets)} sampling masks for {len(token_ids)} tokens")
+    for step, (token, kept) in enumerate(zip(token_ids, sets, strict=True)):
+        if token not in kept:
+            raise InferenceError(f"vLLM sampling mask at step {step} lacks the sampled token id {token}")
+    return sets
 
 
 # ---- the backend ----------------------------------------------------------------------------
@@ -202,6 +224,9 @@ def generation_from_output(request_output: Any, weight_version: int) -> Generati
 
 def import_vllm() -> Any:
     """``import vllm`` or a one-line :class:`EnvironmentProblem` with the fix."""
+    # vLLM's records go through swerl's handlers (terminal: errors only unless -v; train.log: all),
+    # not a stdout handler of its own.
+    os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "0")
     try:
         import vllm
     except ImportError as err:
@@ -254,7 +279,7 @@ class VLLMBackend(ContinuousBackend):
 
         self._final_only = RequestOutputKind.FINAL_ONLY  # one output per request, when it finishes
         self._pump = RequestPump(self._thread, lambda: self.llm.llm_engine,
-                                 lambda output: generation_from_output(output, self.weight_version))
+                                 generation_from_output)  # the version a request started under: its oldest
         route_to_run_log("vllm")  # vLLM's logger, configured by the build, does not propagate to train.log
 
     def _build(self, kwargs: dict[str, Any]) -> Any:
@@ -287,7 +312,18 @@ class VLLMBackend(ContinuousBackend):
 
         params = self._vllm.SamplingParams(**sampling_kwargs(sampling, sampling.seed),
                                            output_kind=self._final_only)
-        return self._pump.submit(TokensPrompt(prompt_token_ids=list(prompt)), params, self.adapter)
+        return self._pump.submit(TokensPrompt(prompt_token_ids=list(prompt)), params, self.adapter, self.weight_version)
+
+    can_pause = True
+
+    def pause(self) -> None:
+        """Stop stepping the engine between two steps, its requests kept inside (``engine_pump.py``):
+        a reload queued after this runs with them frozen."""
+        self._pump.pause()
+
+    def resume(self) -> None:
+        """Step the frozen requests on (with the weights loaded meanwhile) and admit queued ones."""
+        self._pump.resume()
 
     def check_reload_api(self) -> None:
         """Nothing to check in process: ``collective_rpc`` and the worker extension came with the build."""
@@ -307,14 +343,16 @@ class VLLMBackend(ContinuousBackend):
 
     def _reload(self, weights_dir: str, repack_tied: bool) -> None:
         if not self.state.weights_on_gpu:
-            self.llm.wake_up(tags=["weights"])
+            self._wake_up(["weights"])
         self.llm.collective_rpc("swerl_reload_weights", kwargs={"weights_path": weights_dir, "repack_tied": repack_tied})
         self.state = self.state.wake(["weights"]).loaded_all_weights()
         if not self.state.kv_on_gpu:
-            self.llm.wake_up(tags=["kv_cache"])
+            self._wake_up(["kv_cache"])
             self.state = self.state.wake(["kv_cache"])
-        if not self.llm.reset_prefix_cache():
-            raise InferenceError("vLLM refused to reset the prefix cache (requests still running) after a weight sync")
+        # Paused requests in flight are preempted: they keep their tokens and recompute their KV
+        # with the new weights when they resume (none is in flight after a drain).
+        if not self.llm.reset_prefix_cache(reset_running_requests=True):
+            raise InferenceError("vLLM refused to reset the prefix cache after a weight sync")
 
     def check_adapter_api(self) -> None:
         """The engine was built for LoRA (``max_lora_rank``).
@@ -347,7 +385,7 @@ class VLLMBackend(ContinuousBackend):
 
     def _swap_adapter(self, request: Any) -> None:
         if not self.state.weights_on_gpu:
-            self.llm.wake_up(tags=["weights"])
+            self._wake_up(["weights"])
             self.state = self.state.wake(["weights"])
         engine = self.llm.llm_engine
         try:
@@ -357,7 +395,7 @@ class VLLMBackend(ContinuousBackend):
         if self.adapter is not None:
             engine.remove_lora(self.adapter.lora_int_id)
         if not self.state.kv_on_gpu:
-            self.llm.wake_up(tags=["kv_cache"])
+            self._wake_up(["kv_cache"])
             self.state = self.state.wake(["kv_cache"])
 
     def sleep(self, level: int) -> None:
@@ -377,8 +415,20 @@ class VLLMBackend(ContinuousBackend):
         """Wake ``weights`` and/or ``kv_cache`` (default both); after level 2 call :meth:`reload_weights`."""
         tags = tags or ["weights", "kv_cache"]
         new_state = self.state.wake(tags)
-        self._thread.call(self.llm.wake_up, tags=list(tags))
+        self._thread.call(self._wake_up, list(tags))
         self.state = new_state
+
+    def _wake_up(self, tags: list[str]) -> None:
+        """``llm.wake_up(tags)`` once the trainer's garbage is collected and PyTorch's CUDA cache is
+        emptied: vLLM empties it when it sleeps, not when it wakes, so the update's peak (logits,
+        activations) would still sit in the cache while vLLM maps its weights and KV cache outside
+        it (verl empties it before each wake the same way)."""
+        gc.collect()
+        if not self.on_cpu:
+            import torch
+
+            torch.cuda.empty_cache()
+        self.llm.wake_up(tags=tags)
 
     def close(self) -> None:
         """Abort the requests in flight, drop the engine on its thread (frees its KV cache) and end

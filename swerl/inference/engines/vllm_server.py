@@ -202,15 +202,42 @@ class VLLMServerBackend(ContinuousBackend):
             raise InferenceError(f"vLLM server: GET {self.url}/get_world_size failed: {err}") from err
         return int(response.json()["world_size"])
 
+    can_pause = True
+
+    def pause(self) -> None:
+        """``POST /pause?mode=keep`` (vLLM >= 0.32): requests in flight freeze with their tokens,
+        new ones wait in the server's queue until :meth:`resume`.
+
+        Raises:
+            InferenceError: the server refused (an older vLLM without the route: HTTP 404).
+        """
+        self._post_query("pause", {"mode": "keep"})
+
+    def resume(self) -> None:
+        """``POST /resume``: frozen and queued requests go on, with the weights loaded meanwhile."""
+        self._post_query("resume", {})
+
+    def _post_query(self, path: str, params: dict[str, str]) -> None:
+        url = f"{self.url}/{path}"
+        try:
+            response = self._session.post(url, params=params, timeout=self.timeout_s)
+        except requests.RequestException as err:
+            raise InferenceError(f"vLLM server: POST {url} failed: {err.__class__.__name__}: {err}") from err
+        if response.status_code != 200:
+            raise InferenceError(f"vLLM server: POST {url} -> HTTP {response.status_code}: {response.text[:300]} "
+                                 "(pausing requests needs vLLM 0.32 or newer)")
+
     def reset_prefix_cache(self, attempts: int = 5, wait_s: float = 0.1) -> None:
         """Drop every prefix-cache block (computed with old weights); retried while blocks are held.
+        Requests frozen by :meth:`pause` are preempted: they keep their tokens and recompute their
+        KV with the new weights when they resume.
 
         Raises:
             InferenceError: the server still answered ``{"success": false}`` after ``attempts`` tries
                 (requests running: a sync that did not drain them).
         """
         for attempt in range(attempts):
-            answer = self.post("reset_prefix_cache")
+            answer = self.post("reset_prefix_cache?reset_running_requests=true")
             if answer.get("success", True):  # older vLLMs answer 200 with no body
                 return
             time.sleep(wait_s * (attempt + 1))

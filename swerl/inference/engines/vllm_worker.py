@@ -47,6 +47,31 @@ def repack_tied_heads(model: Any) -> list[str]:
     return repacked
 
 
+RELOAD_LOGGER = "vllm.model_executor.model_loader.reload.layerwise"
+"""The vLLM logger that warns "ParallelLMHead: Failed to load weights" when a reload brings no
+weights for a tied head (it has none of its own: it shares the embedding's)."""
+
+
+class _TiedHeadNote(logging.Filter):
+    """Rewrites vLLM's "<Head>: Failed to load weights" of a reload into a DEBUG note that says what
+    it means: a tied LM head gets no weights of its own, and swerl re-packs it from the reloaded
+    embedding (:func:`repack_tied_heads`; the parity probe checks the result). Other records pass."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg == "%s: Failed to load weights" and record.args and "LMHead" in str(record.args[0]):
+            record.msg = "%s: no weights of its own in the reload (tied to the embedding): swerl re-packs it"
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return True
+
+
+def quiet_tied_head_warning() -> None:
+    """Install :class:`_TiedHeadNote` on vLLM's reload logger (once): a weight sync that succeeds
+    prints no warning that reads like a failure."""
+    target = logging.getLogger(RELOAD_LOGGER)
+    if not any(isinstance(f, _TiedHeadNote) for f in target.filters):
+        target.addFilter(_TiedHeadNote())
+
+
 class SwerlWorkerExtension:
     """Methods mixed into vLLM's worker class (``self`` is the worker)."""
 
@@ -68,8 +93,11 @@ class SwerlWorkerExtension:
         Returns:
             ``{"repacked": [head names]}`` (JSON-serialisable: the HTTP route returns it as is).
         """
+        repack = repack_tied in (True, "true", "True", "1")
+        if repack:
+            quiet_tied_head_warning()
         self.reload_weights(weights_path=weights_path)
-        repacked = repack_tied_heads(self.get_model()) if repack_tied in (True, "true", "True", "1") else []
+        repacked = repack_tied_heads(self.get_model()) if repack else []
         self._swerl_reloads = self.swerl_reload_count() + 1
         return {"repacked": repacked}
 

@@ -72,10 +72,15 @@ class WeightSync(ABC):
             rewritten, 1 (weights kept in host memory) when only part of them is (adapters).
         drain_all_ranks: True when engines this rank reloads also serve other ranks' requests
             (shared servers): every rank must drain its own requests before any rank applies.
+        keeps_requests: requests in flight may be frozen across :meth:`apply` and go on under the
+            weights it loaded (the engine's weights are rewritten in place); False when a request
+            names what it samples with (an adapter), so it would go on under the old version,
+            whose files the next version retires: the update then waits for them instead.
     """
 
     sleep_level: ClassVar[int] = 2
     drain_all_ranks: bool = False
+    keeps_requests: ClassVar[bool] = True
 
     def check(self) -> None:
         """At start: the APIs this sync needs exist (installed vLLM, the servers' routes).

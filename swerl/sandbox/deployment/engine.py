@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 from swerl.errors import EnvironmentProblem, SandboxError
 from swerl.sandbox.docker_api import LABEL_PID, LABEL_RUN, DockerCaller, connect, engine_url
 from swerl.sandbox.deployment.gc import collect_garbage
-from swerl.sandbox.deployment.limits import DiskWatch, check_free_disk
+from swerl.sandbox.deployment.admission import DiskAdmission
+from swerl.sandbox.deployment.limits import DiskWatch, FreeDisk, check_free_disk, data_root, free_disk
 from swerl.sandbox.deployment.pool import ContainerSpec, Reaper, WarmPool
 from swerl.sandbox.deployment.ramp import CreatePace
 from swerl.sandbox.endpoint import Endpoint
@@ -65,6 +66,7 @@ class Engine:
         images: task image tag per environment folder, built on this engine.
         base_ids: local image id per ``FROM`` ref seen on this engine (looked up once a run).
         pruned: whether the task image cache was pruned to its budget here in this run.
+        admission: the disk reservations of the trials placed here (:mod:`~swerl.sandbox.deployment.admission`).
     """
 
     def __init__(self, config: EngineConfig, sandbox: SandboxConfig, labels: dict[str, str]) -> None:
@@ -87,6 +89,8 @@ class Engine:
         self.base_ids: dict[str, str] = {}
         self.pruned = False
         self.image_locks: dict[str, asyncio.Lock] = {}
+        self.admission = DiskAdmission(self.url, self.free_disk, sandbox.admission_wait_s)
+        self._data_root: str | None = None
         self._evictions: set[asyncio.Task[None]] = set()
 
     @property
@@ -110,6 +114,7 @@ class Engine:
             if cfg.disk_poll_s is not None:
                 self.disk_watch = DiskWatch(self.call, self.client, self.labels, cfg.disk_poll_s)
             await self.call(check_free_disk, self.client, cfg.min_free_disk_mb)
+            self._data_root = await self.call(data_root, self.client)
             if self.runtime is not None:
                 await self.call(check_runtime, self.client, self.runtime, self.url)
             if cfg.gc_dead_runs:
@@ -121,6 +126,14 @@ class Engine:
             self.client = self.call = None
             raise
         self.healthy = True
+
+    async def free_disk(self) -> FreeDisk | None:
+        """What Docker's data root has free now (:func:`~swerl.sandbox.deployment.limits.free_disk`),
+        measured on this host; None for an engine on another host (``tcp://``, ``ssh://``) or before
+        :meth:`open`."""
+        if self._data_root is None or not self.url.startswith("unix://"):
+            return None
+        return await asyncio.to_thread(free_disk, self._data_root)
 
     async def answers(self) -> bool:
         """Whether the engine answers a ping within :data:`PING_TIMEOUT_S` seconds."""

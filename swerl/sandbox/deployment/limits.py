@@ -218,6 +218,11 @@ class DiskWatch:
         """Stop watching ``sandbox``."""
         self._watched.discard(sandbox)
 
+    def charged(self, container_id: str) -> int:
+        """Bytes charged to the container at the last poll (0 before its first reading)."""
+        use = self._last.get(container_id)
+        return use.charged if use is not None else 0
+
     async def _usage(self, watched: list[Sandbox]) -> dict[str, DiskUse]:
         """Use by container id of the ``watched`` sandboxes' current containers."""
         ids = {sb.container_id for sb in watched}
@@ -266,10 +271,47 @@ class DiskWatch:
             await asyncio.gather(self._task, return_exceptions=True)
 
 
+@dataclass(frozen=True)
+class FreeDisk:
+    """What Docker's data root has free: the lower of its free blocks and its free inodes at the file
+    system's bytes per inode (:func:`bytes_per_inode`), as the watch charges containers.
+
+    Attributes:
+        root: the data root (``docker info`` DockerRootDir).
+        mib: free MiB, the lower bound.
+        said: "" when the blocks are the lower bound, else the inodes in words (`` (its 1,000 free
+            inodes at 16.0 KiB each)``).
+    """
+
+    root: str
+    mib: int
+    said: str = ""
+
+
+def data_root(client: docker.DockerClient) -> str:
+    """Docker's data root (``docker info`` DockerRootDir; ``/var/lib/docker`` when it names none)."""
+    return client.info().get("DockerRootDir") or "/var/lib/docker"
+
+
+def free_disk(root: str) -> FreeDisk | None:
+    """What ``root`` has free on this host (``statvfs(2)``: ``f_bavail`` blocks, ``f_favail`` inodes
+    at :func:`bytes_per_inode`), or None when this host cannot read it."""
+    try:
+        st = os.statvfs(root)
+        ratio = bytes_per_inode(root)
+    except OSError as err:
+        log.debug("free disk of %s not measured: %s", root, err)
+        return None
+    free_mb, said = st.f_bavail * st.f_frsize // MIB, ""
+    if st.f_files and st.f_favail * ratio // MIB < free_mb:
+        free_mb = st.f_favail * ratio // MIB
+        said = f" (its {st.f_favail:,} free inodes at {ratio / 1024:.1f} KiB each)"
+    return FreeDisk(root, free_mb, said)
+
+
 def check_free_disk(client: docker.DockerClient, needed_mb: int) -> None:
-    """Raise when Docker's data root (``docker info`` DockerRootDir) has under ``needed_mb`` MiB free,
-    its free inodes counted as disk at :func:`bytes_per_inode` (``f_favail`` x that ratio), as the
-    watch counts them: a data root out of inodes is full whatever its free blocks.
+    """Raise when Docker's data root has under ``needed_mb`` MiB free (:func:`free_disk`: a data root
+    out of inodes is full whatever its free blocks).
 
     A data root this host cannot see (a remote daemon) is not checked.
 
@@ -278,19 +320,9 @@ def check_free_disk(client: docker.DockerClient, needed_mb: int) -> None:
     """
     if needed_mb <= 0:
         return
-    root = client.info().get("DockerRootDir") or "/var/lib/docker"
-    try:
-        st = os.statvfs(root)
-        ratio = bytes_per_inode(root)
-    except OSError as err:
-        log.debug("free disk of %s not checked: %s", root, err)
-        return
-    free_mb, said = st.f_bavail * st.f_frsize // MIB, ""
-    if st.f_files and st.f_favail * ratio // MIB < free_mb:
-        free_mb = st.f_favail * ratio // MIB
-        said = f" (its {st.f_favail:,} free inodes at {ratio / 1024:.1f} KiB each)"
-    if free_mb < needed_mb:
+    free = free_disk(data_root(client))
+    if free is not None and free.mib < needed_mb:
         raise EnvironmentProblem(
-            f"{root}: {free_mb} MiB free on Docker's data root{said}, swerl needs {needed_mb} MiB "
+            f"{free.root}: {free.mib} MiB free on Docker's data root{free.said}, swerl needs {needed_mb} MiB "
             "(SandboxConfig.min_free_disk_mb); free space (`swerl sandbox gc`, remove unused images) or lower the threshold"
         )

@@ -29,6 +29,9 @@ if TYPE_CHECKING:
     from swerl.sandbox.docker_api import DockerCaller
 
 log = logging.getLogger(__name__)
+# Seconds a removal whose call timed out is followed until the engine has removed the container
+# (a container of many files takes long to remove; a control run waits for it).
+GONE_WAIT_S = 120.0
 
 
 class ContainerSpec(BaseModel):
@@ -131,6 +134,8 @@ class Reaper:
         return task
 
     async def _remove(self, container_id: str) -> float:
+        """Remove the container; a call that timed out is followed until the container is gone
+        (the engine goes on removing it), at most :data:`GONE_WAIT_S` more. Never raises."""
         async with self._slots:
             began = time.monotonic()
             try:
@@ -138,8 +143,23 @@ class Reaper:
             except docker.errors.NotFound:
                 pass
             except SandboxError as err:  # left for gc; never fails the trial
-                log.warning("could not remove container %s: %s", container_id[:12], err)
+                if not await self._gone(container_id, began + GONE_WAIT_S):
+                    log.warning("could not remove container %s: %s", container_id[:12], err)
             return time.monotonic() - began
+
+    async def _gone(self, container_id: str, deadline: float) -> bool:
+        """Whether the container is gone by ``deadline`` (monotonic seconds), asked every second
+        while the engine answers (an engine that does not is not waited for)."""
+        while True:
+            try:
+                await self._call(self._client.api.inspect_container, container_id)
+            except docker.errors.NotFound:
+                return True
+            except SandboxError:
+                return False
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(1.0)
 
     async def drain(self, timeout_s: float) -> None:
         """Wait (at most ``timeout_s``) for every scheduled removal."""

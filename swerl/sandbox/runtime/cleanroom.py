@@ -27,15 +27,20 @@ uploaded again.
 
 from __future__ import annotations
 
+import asyncio
 import io
+import json
+import shutil
+import sys
 import tarfile
 import tempfile
+from collections import Counter
 from collections.abc import Generator
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-from swerl.errors import SandboxError
-from swerl.sandbox.runtime.workproduct import WorkProductStats, write_work_product
+from swerl.errors import SandboxError, SandboxTimeout
+from swerl.sandbox.runtime.workproduct import UnreadableWorkProduct, WorkProductStats, write_work_product
 from swerl.sandbox.types import Outcome, Verification
 from swerl.tasks.archive import add_tree
 
@@ -81,6 +86,76 @@ def bundle(
     return buf.getvalue(), stats
 
 
+async def bundle_by_deadline(
+    tests_dir: Path | None, work: list[tuple[IO[bytes], str]], paths: list[str], prefix: str, deadline_s: float
+) -> tuple[bytes, WorkProductStats]:
+    """:func:`bundle` in a child process that is killed at ``deadline_s``: a check that runs long
+    (an archive made to be slow to check) ends with its deadline and leaves nothing running,
+    where a worker thread abandoned at its deadline would go on holding a core and a slot of the
+    engine's call pool. The archives cross as files of a private temporary folder.
+
+    Raises:
+        SandboxTimeout: the check ran past ``deadline_s`` (its process was killed).
+        UnreadableWorkProduct: an archive of the work product is malformed or truncated.
+    """
+    with tempfile.TemporaryDirectory(prefix="swerl-bundle-") as tmp:
+        inputs = await asyncio.to_thread(_spill, work, tmp)
+        request = json.dumps({"tests": str(tests_dir) if tests_dir is not None else None, "work": inputs,
+                              "paths": paths, "prefix": prefix, "out": f"{tmp}/bundle.tar"})
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "swerl.sandbox.runtime.cleanroom", request,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        try:
+            out, err = await asyncio.wait_for(proc.communicate(), deadline_s)
+        except asyncio.TimeoutError:
+            proc.kill()
+            await proc.wait()
+            raise SandboxTimeout(f"checking the work product ran past {deadline_s:g} s; its process was killed") from None
+        except BaseException:  # the trial cancelled: the check dies with it
+            proc.kill()
+            await proc.wait()
+            raise
+        try:
+            answer = json.loads(out.decode() or "{}")
+        except ValueError:
+            answer = {}
+        if "unreadable" in answer:
+            raise UnreadableWorkProduct(answer["unreadable"])
+        if proc.returncode != 0 or "members" not in answer:
+            raise SandboxError(f"the work-product check failed (exit {proc.returncode}): {err.decode(errors='replace')[-500:]}")
+        stats = WorkProductStats(answer["members"], answer["file_bytes"], Counter(answer["dropped"]))
+        return await asyncio.to_thread(Path(f"{tmp}/bundle.tar").read_bytes), stats
+
+
+def _spill(work: list[tuple[IO[bytes], str]], folder: str) -> list[tuple[str, str]]:
+    """Each archive of ``work`` as a file of ``folder``: ``(path, rebase)`` pairs."""
+    files = []
+    for i, (spool, rebase) in enumerate(work):
+        path = f"{folder}/work-{i}.tar"
+        spool.seek(0)
+        with open(path, "wb") as fh:
+            shutil.copyfileobj(spool, fh, 1 << 20)
+        files.append((path, rebase))
+    return files
+
+
+def _check_main(request: str) -> int:
+    """The child of :func:`bundle_by_deadline`: bundle, write the tar, print what crossed as JSON."""
+    req = json.loads(request)
+    archives = [(open(path, "rb"), rebase) for path, rebase in req["work"]]  # noqa: SIM115 - closed below
+    try:
+        data, stats = bundle(Path(req["tests"]) if req["tests"] else None, archives, req["paths"], req["prefix"])
+    except UnreadableWorkProduct as err:
+        print(json.dumps({"unreadable": str(err)}))
+        return 0
+    finally:
+        for fh, _ in archives:
+            fh.close()
+    Path(req["out"]).write_bytes(data)
+    print(json.dumps({"members": stats.members, "file_bytes": stats.file_bytes, "dropped": dict(stats.dropped)}))
+    return 0
+
+
 def spool_archive(stream: Generator[bytes, None, None], limit_bytes: int) -> IO[bytes] | None:
     """The bytes of ``stream`` in a temporary file (in memory up to 8 MiB, then on disk), rewound;
     None once they pass ``limit_bytes`` (the stream is closed: the engine stops sending)."""
@@ -109,3 +184,7 @@ def too_large(task: Task, cap_mb: int) -> Exception:
         f"{task.name}: the work product {task.clean_room_paths} is over {cap_mb} MiB "
         "(SandboxConfig.max_artifact_mb)", outcome=Outcome.disk_limit,
     )
+
+
+if __name__ == "__main__":
+    sys.exit(_check_main(sys.argv[1]))

@@ -10,6 +10,7 @@ per trial at a time.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import uuid
@@ -29,8 +30,9 @@ from swerl.sandbox.runtime.keeper import KeeperChannel
 from swerl.sandbox.runtime.layer import LayerReader
 from swerl.sandbox.runtime.shell import Shell
 from swerl.sandbox.runtime.verifier import VERIFY_OUTPUT_BYTES, VERIFY_SCRIPT, parse_sections, verdict
+from swerl.sandbox.tamper.reach import VerifierReach
 from swerl.sandbox.tamper.scan import scan_container
-from swerl.sandbox.types import ExecResult, Outcome, SandboxConfig, VerifierResult
+from swerl.sandbox.types import ExecResult, Outcome, SandboxConfig, Verification, VerifierResult
 
 if TYPE_CHECKING:
     import docker
@@ -62,17 +64,19 @@ class Sandbox:
         container_id: str,
         keeper: KeeperChannel | None = None,
         renew: Callable[[], Awaitable[tuple[str, KeeperChannel]]] | None = None,
-        retire: Callable[[str], None] | None = None,
+        retire: Callable[[str], asyncio.Task[float]] | None = None,
     ) -> None:
         """``keeper``: the container's channel (attached before start; None: attached on first
         use); ``renew``/``retire``: the manager's hooks that start a fresh container of the same
-        image and remove an old one (the clean room needs both)."""
+        image and remove an old one in the background (the clean room needs both; the manager
+        awaits :attr:`removals` when the trial ends)."""
         self._call, self._client, self._config = call, client, config
         self.task = task
         self.container_id = container_id
         self._shells: list[Shell] = []
         self._commands = Commands(call, client, container_id, keeper, config.docker_timeout_s)
         self._renew, self._retire = renew, retire
+        self.removals: list[asyncio.Task[float]] = []  # removals of the trial's retired containers
         self.disk_exceeded: str | None = None  # set by the manager's disk watcher before it kills the container
         self.engine: str | None = None  # URL of the Docker engine it runs on (set by the manager)
         self.image: str | None = None  # the agent's image, and the clean room's (both set by the manager)
@@ -149,6 +153,10 @@ class Sandbox:
     async def verify(self, timeout_s: float | None = None) -> VerifierResult:
         """Run the task's hidden tests (docs/sandbox.md) and read the reward.
 
+        First, with every process of the agent's container killed, the container half of the
+        tamper scan (:func:`~swerl.sandbox.tamper.scan.scan_container`): nothing that can end
+        verification runs before it, and a verification that fails after it raises with its reasons.
+
         Where: :func:`~swerl.sandbox.runtime.cleanroom.verification_mode`. Clean room: the engine
         kills the agent's container and reads the work product out of it (its archive API; a
         stopped container reads too), every member is checked and what passes is rewritten
@@ -168,28 +176,22 @@ class Sandbox:
             SandboxError: only when the container/daemon fails (``outcome`` daemon_error, oom,
                 start_error), the trial passed its disk budget or the work product the cap
                 (``disk_limit``), the work product's archive is unreadable (``copy_out_error``), or
-                the clean room's healthcheck never passed (``healthcheck_failed``).
+                the clean room's healthcheck never passed (``healthcheck_failed``); its ``tamper``
+                holds the scan's reasons when the scan ran.
         """
         limit = timeout_s or self._config.verifier_timeout_s or self.task.config.verifier.timeout_sec
         began = time.monotonic()
-        self._check_disk()
         mode = cleanroom.verification_mode(self.task, self._config)
-        # Tests that belong to a separate verifier's own image are in its /tests (mode is then clean_room).
-        tests = None if self.task.tests_in_verifier_image else self.task.tests_dir
-        if mode == "clean_room":
-            paths = await self._work_paths()
-            work = await self._copy_out(paths)
-        else:
-            paths, work = [], []
+        # The container half of the tamper signal comes first: whatever ends verification after it
+        # (the disk budget, a work product over its cap, a broken copy-out) keeps its reasons.
+        if mode == "clean_room":  # the engine kills the agent's container: it reads the same stopped
+            await self._stop()
+        tamper = await self._scan_for_tamper(kill_first=mode != "clean_room")
         try:
-            # In the clean room the engine killed the agent's container to read it; else kill first.
-            tamper = await self._scan_for_tamper(kill_first=mode != "clean_room")
-            if mode == "clean_room":
-                await self._switch_container()
-            raw, stats = await self._deliver_and_test(tests, work, paths, limit)
-        finally:
-            for spool, _ in work:
-                spool.close()
+            raw, stats = await self._verify_scanned(mode, limit)
+        except SandboxError as err:
+            err.tamper = tamper
+            raise
         if raw.timed_out:  # the stream outlived the deadline: kill everything from outside
             await self._commands.docker_exec.run(Command(script="kill -KILL -1", max_output_bytes=4096, wait_s=10.0))
         self._check_disk()
@@ -202,21 +204,39 @@ class Sandbox:
             update["detail"] = "; ".join(x for x in (result.detail, note) if x)
         return result.model_copy(update=update)
 
+    async def _verify_scanned(self, mode: Verification, limit: float) -> tuple[ExecResult, WorkProductStats]:
+        """After the scan: the disk check, the copy-out and the switch (clean room), then the protocol."""
+        self._check_disk()
+        # Tests that belong to a separate verifier's own image are in its /tests (mode is then clean_room).
+        tests = None if self.task.tests_in_verifier_image else self.task.tests_dir
+        if mode == "clean_room":
+            paths = await self._work_paths()
+            work = await self._copy_out(paths)
+        else:
+            paths, work = [], []
+        try:
+            if mode == "clean_room":
+                await self._switch_container()
+            return await self._deliver_and_test(tests, work, paths, limit)
+        finally:
+            for spool, _ in work:
+                spool.close()
+
     async def _deliver_and_test(
         self, tests: Path | None, work: list[tuple[IO[bytes], str]], paths: list[str], limit: float
     ) -> tuple[ExecResult, WorkProductStats]:
         """Send ``tests`` and the checked work product in as one tar and run the protocol on it.
 
-        The tar is checked and written on the engine's worker threads, within the verifier's time
-        ``limit``: up to ``MAX_WORK_MEMBERS`` members of the agent's choosing (links resolved through
-        chains of up to 40) cost seconds of CPU, which on the event loop would stall every sandbox of
-        the run (17 s for 199k chained links here); asyncio's default threads would queue the
-        engine's health pings behind it."""
-        archive, stats = await self._call(cleanroom.bundle, tests, work, paths, timeout_s=limit)
+        The tar is checked and written in a child process killed at the verifier's time ``limit``
+        (:func:`cleanroom.bundle_by_deadline`): up to ``MAX_WORK_MEMBERS`` members of the agent's
+        choosing (links resolved through chains of up to 40) cost seconds of CPU, which on the event
+        loop would stall every sandbox of the run (17 s for 199k chained links here), and a worker
+        thread abandoned at its deadline would go on running and hold a slot of the engine's calls."""
+        archive, stats = await cleanroom.bundle_by_deadline(tests, work, paths, "", limit)
         raw = await self._run_verify_script("-", limit, tests is not None, archive, paths)
         if "\x1enotar\x1f" in raw.output:  # no tar in the image: the daemon copies the files in first
             staging = f"/tmp/.swerl-verify-{uuid.uuid4().hex}"
-            staged, _ = await self._call(cleanroom.bundle, tests, work, paths, staging.lstrip("/") + "/", timeout_s=limit)
+            staged, _ = await cleanroom.bundle_by_deadline(tests, work, paths, staging.lstrip("/") + "/", limit)
             await self._put_archive(staged)
             raw = await self._run_verify_script(staging, limit, tests is not None, None, paths)
         return raw, stats
@@ -227,10 +247,15 @@ class Sandbox:
         if not self._config.tamper_scan:
             return []
         if kill_first:
-            await self._guard(self._commands.run(Command(
-                script="kill -KILL -1 2>/dev/null; true", max_output_bytes=4096, wait_s=self._config.docker_timeout_s)))
+            try:
+                await self._commands.run(Command(
+                    script="kill -KILL -1 2>/dev/null; true", max_output_bytes=4096, wait_s=self._config.docker_timeout_s))
+            except (docker.errors.NotFound, SandboxError) as err:
+                if await self._is_running():  # a stopped container (e.g. past its disk budget) is scanned as it is
+                    raise await self._container_failure(err) from err
         reader = LayerReader(self._call, self._client, self.container_id)
-        return await scan_container(reader, self.task.clean_room_paths, self._config.tamper_scan_max_changes)
+        return await scan_container(reader, self.task.clean_room_paths, self._config.tamper_scan_max_changes,
+                                    VerifierReach.of(self.task))
 
     def _check_disk(self) -> None:
         if self.disk_exceeded is not None:
@@ -250,10 +275,24 @@ class Sandbox:
             )
         return [workdir.rstrip("/")]
 
+    async def _stop(self) -> None:
+        """The engine kills the agent's container (every process in it dies at once), so nothing
+        changes it while it is scanned and read; a container that had stopped already is read as it is.
+
+        Raises:
+            SandboxError: the container is gone.
+        """
+        try:
+            await self._call(self._client.api.kill, self.container_id)
+        except docker.errors.NotFound as err:
+            raise await self._container_failure(err) from err
+        except SandboxError as err:  # 409: it had stopped already (e.g. its keeper died); it still reads
+            log.debug("%s: kill before the scan and copy-out: %s", self.task.name, err)
+
     async def _copy_out(self, paths: list[str]) -> list[tuple[IO[bytes], str]]:
-        """Read the work product without running anything of the agent's container: the engine
-        kills the container (every process in it dies), then its archive API reads each declared
-        path that exists, streamed into temporary files, at most ``max_artifact_mb`` in all.
+        """Read the work product out of the stopped agent's container (:meth:`_stop`) without
+        running anything of it: the engine's archive API reads each declared path that exists,
+        streamed into temporary files, at most ``max_artifact_mb`` in all.
 
         Returns:
             ``(tar file object, rebase)`` pairs, rewound (see :func:`cleanroom.bundle`).
@@ -262,12 +301,6 @@ class Sandbox:
             SandboxError: disk_limit (over the cap, or the container passed its disk budget),
                 daemon_error (the container is gone).
         """
-        try:
-            await self._call(self._client.api.kill, self.container_id)
-        except docker.errors.NotFound as err:
-            raise await self._container_failure(err) from err
-        except SandboxError as err:  # 409: it had stopped already (e.g. its keeper died); it still reads
-            log.debug("%s: kill before copy-out: %s", self.task.name, err)
         budget = (self._config.max_artifact_mb << 20) + (1 << 20)  # tar headers and padding on top of the data
         work: list[tuple[IO[bytes], str]] = []
         try:
@@ -301,6 +334,13 @@ class Sandbox:
             raise cleanroom.too_large(self.task, self._config.max_artifact_mb)
         return spool
 
+    async def _is_running(self) -> bool:
+        try:
+            attrs = await self._call(self._client.api.inspect_container, self.container_id)
+        except (docker.errors.NotFound, SandboxError):
+            return False
+        return bool((attrs.get("State") or {}).get("Running"))
+
     async def _exists(self) -> bool:
         try:
             await self._call(self._client.api.inspect_container, self.container_id)
@@ -314,7 +354,7 @@ class Sandbox:
         if self._renew is None or self._retire is None:
             raise SandboxError("clean-room verification needs a sandbox from SandboxManager.sandbox()", outcome=Outcome.start_error)
         await self.close_shells()
-        self._retire(self.container_id)
+        self.removals.append(self._retire(self.container_id))
         self.container_id, keeper = await self._renew()
         self._commands = Commands(self._call, self._client, self.container_id, keeper, self._config.docker_timeout_s)
         if (check := self.task.config.verifier_environment.healthcheck) is not None:

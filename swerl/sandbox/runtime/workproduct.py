@@ -9,6 +9,10 @@ and counted under its reason (:attr:`WorkProductStats.dropped`):
 - its name is relative, has no ``..`` and lies at or below a declared path (``outside``,
   ``absolute``, ``dotdot``);
 - it is a regular file, a folder, a symlink or a hard link (``special``: devices, fifos, ...);
+- it is no Python bytecode: nothing named ``*.pyc`` or ``*.pyo`` and nothing at or below a
+  ``__pycache__`` folder (``bytecode``). An unchecked hash-based pyc (PEP 552) is imported without
+  its source being read, and a sourceless ``.pyc`` module is imported as it stands, so bytecode
+  would carry code that no text rule reads; the verifier compiles every module from its source;
 - no folder above it is a symlink or a hard link (``below_link``) or any other non-folder
   (``below_file``): nothing is ever written through a link;
 - a symlink's target, followed step by step through the archive's own symlinks (at most 40, as the
@@ -17,7 +21,9 @@ and counted under its reason (:attr:`WorkProductStats.dropped`):
 - a hard link names a kept regular file of the same declared path (``link_out``).
 
 Names are normalized (no ``.``, no doubled ``/``); when a name occurs twice the last wins, as tar
-extraction would have it. The new tar holds folders first (parents before children), then regular
+extraction would have it. The check costs time linear in the bytes of the names and link targets
+(a member is kept only when the folder above it was kept; every name is a node of one tree, so no
+ancestor is rebuilt or looked up again), and those are capped (:data:`MAX_NAME_BYTES`). The new tar holds folders first (parents before children), then regular
 files, then hard links, then symlinks, so no member is ever extracted through a link, and a
 symlink is created only after everything else; modes lose their setuid/setgid bits and every
 member is owned by root. Extracting it at ``/`` (after the declared paths were cleared) cannot
@@ -38,8 +44,12 @@ from swerl.sandbox.types import Outcome
 
 MAX_WORK_MEMBERS = 200_000
 """Most members a work product may hold (a guard against archives of millions of tiny files)."""
+MAX_NAME_BYTES = 64 << 20
+"""Most bytes of member names and link targets a work product may hold: the check costs time linear
+in them (a guard against ~45,000 members at the bottom of a very deep folder)."""
 MAX_LINK_HOPS = 40
 """Symlinks followed while resolving one target (Linux's MAXSYMLINKS)."""
+BYTECODE_SUFFIXES = (".pyc", ".pyo")
 _KINDS = (tarfile.REGTYPE, tarfile.AREGTYPE, tarfile.DIRTYPE, tarfile.SYMTYPE, tarfile.LNKTYPE)
 
 
@@ -99,21 +109,51 @@ def _declared_root(rel: str, roots: list[str]) -> str | None:
     return min(above, key=len) if above else None
 
 
-def _inside(parts: list[str], root: str) -> bool:
-    path = "/".join(parts)
-    return path == root or path.startswith(root + "/")
+class _Tree:
+    """Every name of the archive (and every folder above one) as a node id, parents before
+    children: a child is found from its parent and its last component in O(1), so walking a
+    name costs its length, never its depth squared."""
+
+    def __init__(self) -> None:
+        self.parent: list[int] = [-1]  # node 0 is "/"
+        self.children: dict[tuple[int, str], int] = {}
+
+    def add(self, parts: list[str]) -> int:
+        """The node of ``parts`` (relative to ``/``), created with its folders when missing."""
+        node = 0
+        for part in parts:
+            child = self.children.get((node, part))
+            if child is None:
+                child = self.children[(node, part)] = len(self.parent)
+                self.parent.append(node)
+            node = child
+        return node
+
+    def find(self, parts: list[str]) -> int | None:
+        node: int | None = 0
+        for part in parts:
+            node = self.children.get((node, part))
+            if node is None:
+                return None
+        return node
 
 
-def resolves_inside(link: str, target: str, root: str, links: dict[str, str]) -> bool:
-    """Whether following ``target`` from the folder of symlink ``link`` stays at or below ``root``
-    at every step (``..`` pops a component; a symlink of ``links`` met on the way is followed,
-    at most :data:`MAX_LINK_HOPS` in all). Names are relative to ``/``; an absolute target
-    starts from ``/``."""
-    stack = [] if target.startswith("/") else link.split("/")[:-1]
-    pending = target.split("/")
+def _resolves(tree: _Tree, link_parent: int, target: str, root: int, root_depth: int, links: dict[int, str]) -> bool:
+    """Whether ``target``, followed from node ``link_parent`` (the link's folder), stays at or
+    below node ``root`` (at depth ``root_depth``) at every step; symlinks met on the way (``links``:
+    node -> target) are followed, at most :data:`MAX_LINK_HOPS` in all. Each step is O(1): the
+    path walked is a stack of nodes (None below a name the archive does not hold)."""
+    stack: list[int | None] = []
+    if not target.startswith("/"):
+        node = link_parent
+        while node != 0:
+            stack.append(node)
+            node = tree.parent[node]
+        stack.reverse()
+    pending = list(reversed(target.split("/")))
     hops = 0
     while pending:
-        part = pending.pop(0)
+        part = pending.pop()
         if part in ("", "."):
             continue
         if part == "..":
@@ -121,8 +161,10 @@ def resolves_inside(link: str, target: str, root: str, links: dict[str, str]) ->
                 return False
             stack.pop()
         else:
-            stack.append(part)
-            followed = links.get("/".join(stack))
+            top = stack[-1] if stack else 0
+            node = tree.children.get((top, part)) if top is not None else None
+            stack.append(node)
+            followed = links.get(node) if node is not None else None
             if followed is not None:
                 hops += 1
                 if hops > MAX_LINK_HOPS:
@@ -130,18 +172,29 @@ def resolves_inside(link: str, target: str, root: str, links: dict[str, str]) ->
                 stack.pop()
                 if followed.startswith("/"):
                     stack = []
-                pending = followed.split("/") + pending
+                pending += reversed(followed.split("/"))
                 continue
-        if not _inside(stack, root):
+        if len(stack) < root_depth or stack[root_depth - 1] != root:
             return False
-    return _inside(stack, root)
+    return len(stack) >= root_depth and (root_depth == 0 or stack[root_depth - 1] == root)
+
+
+def resolves_inside(link: str, target: str, root: str, links: dict[str, str]) -> bool:
+    """Whether following ``target`` from the folder of symlink ``link`` stays at or below ``root``
+    at every step (``..`` pops a component; a symlink of ``links`` met on the way is followed,
+    at most :data:`MAX_LINK_HOPS` in all). Names are relative to ``/``; an absolute target
+    starts from ``/``."""
+    tree = _Tree()
+    by_node = {tree.add(name.split("/")): target for name, target in links.items()}
+    root_parts = root.split("/") if root else []
+    return _resolves(tree, tree.add(link.split("/")[:-1]), target, tree.add(root_parts), len(root_parts), by_node)
 
 
 def _read_entries(archives: list[tuple[IO[bytes], str]], roots: list[str], stats: WorkProductStats) -> dict[str, _Entry]:
     """Every acceptable-looking member by normalized name (the last occurrence wins); members
     outside the declared paths, with bad names or of special kinds are counted as dropped."""
     entries: dict[str, _Entry] = {}
-    seen = 0
+    seen = name_bytes = 0
     for fileobj, rebase in archives:
         try:
             fileobj.seek(0)
@@ -150,6 +203,9 @@ def _read_entries(archives: list[tuple[IO[bytes], str]], roots: list[str], stats
                 seen += 1
                 if seen > MAX_WORK_MEMBERS:
                     raise UnreadableWorkProduct(f"the work product holds over {MAX_WORK_MEMBERS} members")
+                name_bytes += len(member.name) + len(member.linkname)
+                if name_bytes > MAX_NAME_BYTES:
+                    raise UnreadableWorkProduct(f"the work product's member names pass {MAX_NAME_BYTES >> 20} MiB")
                 reason, entry = _classify(member, source, rebase, roots)
                 if entry is None:
                     stats.dropped[reason] += 1
@@ -178,28 +234,56 @@ def _classify(member: tarfile.TarInfo, source: tarfile.TarFile, rebase: str, roo
         return "outside", None
     if member.type not in _KINDS:
         return "special", None
+    if "__pycache__" in parts or parts[-1].endswith(BYTECODE_SUFFIXES):
+        return "bytecode", None
     return "", _Entry(rel, member, source, rebase, root)
 
 
-def _reason_to_drop(entry: _Entry, entries: dict[str, _Entry], links: dict[str, str]) -> str:
-    """Why ``entry`` cannot cross ("" when it can)."""
-    parts = entry.name.split("/")
-    for depth in range(len(entry.root.split("/")), len(parts)):
-        above = entries.get("/".join(parts[:depth]))
-        if above is None or above.member.isdir():
-            continue
-        return "below_link" if above.member.issym() or above.member.islnk() else "below_file"
-    member = entry.member
-    if member.issym():
-        if entry.name == entry.root or not resolves_inside(entry.name, member.linkname, entry.root, links):
-            return "link_out"
-    elif member.islnk():
-        name = entry.hardlink_target()
-        target = entries.get(name) if name else None
-        if (target is None or not target.member.isreg() or target.root != entry.root or entry.name == entry.root
-                or _reason_to_drop(target, entries, links)):
-            return "link_out"
-    return ""
+def _check(entries: dict[str, _Entry], stats: WorkProductStats) -> list[_Entry]:
+    """The entries that may cross, in O(total length of names and link targets): a member is kept
+    only when the folder above it was kept (or, not in the archive, is kept by the same rule) and
+    is a folder; a symlink only when it resolves inside its declared path; a hard link only to a
+    kept regular file of its declared path. Drops are counted in ``stats``."""
+    tree = _Tree()
+    node_of = {name: tree.add(name.split("/")) for name in entries}
+    entry_at = {node: entries[name] for name, node in node_of.items()}
+    links = {node: e.member.linkname for node, e in entry_at.items() if e.member.issym()}
+    roots = {e.root: tree.find(e.root.split("/")) for e in entries.values()}
+    # Why each node's children cannot cross ("" = they may), in node order: parents come first.
+    blocked = [""] * len(tree.parent)
+    for node in range(1, len(tree.parent)):
+        up = tree.parent[node]
+        above = entry_at.get(up)
+        if blocked[up]:
+            blocked[node] = blocked[up]
+        elif above is not None and not above.member.isdir():
+            blocked[node] = "below_link" if above.member.issym() or above.member.islnk() else "below_file"
+    reasons: dict[int, str] = {}
+    for name, node in node_of.items():  # folders, files and symlinks first: hard links need their targets
+        entry = entry_at[node]
+        reason = blocked[node]
+        if not reason and entry.member.issym():
+            root = roots[entry.root]
+            if entry.name == entry.root or root is None or not _resolves(
+                    tree, tree.parent[node], entry.member.linkname, root, entry.root.count("/") + 1, links):
+                reason = "link_out"
+        reasons[node] = reason
+    for name, node in node_of.items():
+        entry = entry_at[node]
+        if entry.member.islnk() and not reasons[node]:
+            target = entry.hardlink_target()
+            found = node_of.get(target) if target else None
+            other = entry_at.get(found) if found is not None else None
+            if (other is None or not other.member.isreg() or other.root != entry.root or entry.name == entry.root
+                    or reasons[found]):
+                reasons[node] = "link_out"
+    kept: list[_Entry] = []
+    for node, reason in reasons.items():
+        if reason:
+            stats.dropped[reason] += 1
+        else:
+            kept.append(entry_at[node])
+    return kept
 
 
 def write_work_product(
@@ -224,14 +308,7 @@ def write_work_product(
     roots = ["/".join(p) for p in (normalize(path) for path in paths) if p]
     stats = WorkProductStats()
     entries = _read_entries(archives, roots, stats)
-    links = {name: e.member.linkname for name, e in entries.items() if e.member.issym()}
-    kept: list[_Entry] = []
-    for entry in entries.values():
-        reason = _reason_to_drop(entry, entries, links)
-        if reason:
-            stats.dropped[reason] += 1
-        else:
-            kept.append(entry)
+    kept = _check(entries, stats)
     order = {tarfile.DIRTYPE: 0, tarfile.REGTYPE: 1, tarfile.AREGTYPE: 1, tarfile.LNKTYPE: 2, tarfile.SYMTYPE: 3}
     kept.sort(key=lambda e: (order[e.member.type], e.name.split("/")))
     try:
@@ -266,4 +343,4 @@ def _write(entry: _Entry, out: tarfile.TarFile, prefix: str, stats: WorkProductS
     stats.members += 1
 
 
-__all__ = ["MAX_WORK_MEMBERS", "UnreadableWorkProduct", "WorkProductStats", "resolves_inside", "write_work_product"]
+__all__ = ["MAX_NAME_BYTES", "MAX_WORK_MEMBERS", "UnreadableWorkProduct", "WorkProductStats", "resolves_inside", "write_work_product"]

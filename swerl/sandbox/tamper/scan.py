@@ -4,8 +4,10 @@ verification, against its pristine image, without running anything in it.
 Runs after the agent's processes are killed and before the tests (in the clean room: before
 the agent's container is removed). Two parts: every change against the image goes through the
 path rules of :mod:`~swerl.sandbox.tamper.territory`, and the text of the files the agent
-wrote (its work product first, then anything else it added outside the library folders) goes
-through the text rules of :mod:`~swerl.sandbox.tamper.text`. Files are read through
+wrote (its work product first, the modules the tests import leading, then anything else it added
+outside the library folders) goes through the text rules of :mod:`~swerl.sandbox.tamper.text`:
+all of them for the code the verifier runs (:mod:`~swerl.sandbox.tamper.reach`), the rules of
+any text for the rest. Files are read through
 :class:`~swerl.sandbox.runtime.layer.LayerReader` (the engine, or its storage on this host).
 """
 
@@ -13,10 +15,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from importlib.machinery import EXTENSION_SUFFIXES
 
 from swerl.errors import SandboxError, SandboxTimeout
 from swerl.fileio import TooManyEntries
 from swerl.sandbox.runtime.layer import MAX_CHANGES, Change, LayerReader
+from swerl.sandbox.tamper.reach import VerifierReach, import_closure
 from swerl.sandbox.tamper.territory import LIB_DIRS, Territory, change_reasons, python_library
 from swerl.sandbox.tamper.text import module_reasons, text_reasons
 
@@ -31,13 +35,14 @@ SWERL_FILES = frozenset({"/tmp/.swerl-keeper", "/tmp/.swerl-keeper/cmd.sh", "/tm
 
 
 async def scan_container(reader: LayerReader, work_paths: Sequence[str] | None,
-                         max_changes: int = MAX_CHANGES) -> list[str]:
+                         max_changes: int = MAX_CHANGES, reach: VerifierReach | None = None) -> list[str]:
     """Tamper reasons of one container, each once, at most :data:`MAX_REASONS` (then a count).
 
     Args:
         reader: the container's reader.
         work_paths: the declared work product; None = the image's working folder.
         max_changes: most changed paths read (``SandboxConfig.tamper_scan_max_changes``).
+        reach: how the task's verifier reads the container (None: the widest, any verifier).
 
     Never raises: an engine failure is logged and yields the reasons found so far (none). A container
     the scan cannot see whole is itself a reason (``scan: ...``): over ``max_changes`` changed
@@ -47,7 +52,7 @@ async def scan_container(reader: LayerReader, work_paths: Sequence[str] | None,
     try:
         changes = [c for c in await reader.changes(max_changes) if c.path not in SWERL_FILES]
         paths = list(work_paths) if work_paths is not None else [p for p in [reader.workdir] if p]
-        territory = Territory.of(reader.env, paths)
+        territory = Territory.of(reader.env, paths, reach)
         by_path = await change_reasons(changes, territory, reader)
         # A file already judged by its path is not read again for its text.
         reasons = [*by_path.values(), *await _text_reasons([c for c in changes if c.path not in by_path], territory, reader)]
@@ -75,26 +80,69 @@ def merge(*reason_lists: Sequence[str]) -> list[str]:
 
 
 async def _text_reasons(changes: Sequence[Change], territory: Territory, reader: LayerReader) -> list[str]:
-    """Text rules over the files the agent added or changed: the work product's first, then the
-    others outside library folders (those are judged by path), binary files skipped."""
+    """Text rules over the files the agent added or changed: the work product's modules first (the
+    modules the tests import leading), then its other files, then anything else it added outside
+    library folders (those are judged by path); binary files skipped. Every rule for the code the
+    verifier runs, the rules of any text for the rest. A work product with more changed modules
+    than the scan reads, or a compiled module where the tests import from, is itself a reason: the
+    scan cannot read what such code does."""
     limit = MAX_TEXT_FILES_LOCAL if reader.reads_host else MAX_TEXT_FILES_REMOTE
     written = [c.path for c in changes if c.kind != "deleted" and not _in_library(c.path)]
-    in_work = [p for p in written if any(p == w or p.startswith(w + "/") for w in territory.work_paths)]
-    ordered = list(dict.fromkeys([*in_work, *written]))
+    in_work = [p for p in written if _in_work(p, territory)]
+    roots = _import_roots(territory)
+    entry = territory.reach.entry_modules or frozenset()
+    modules = [p for p in in_work if p.endswith(".py")]
+    leading = [p for p in modules if _top_module(p, roots) in entry]
     reasons: list[str] = []
-    read = 0
-    for path in ordered:
-        if read >= limit:
+    if len(modules) > limit:
+        reasons.append(f"scan: the work product has {len(modules)} changed Python modules; the scan reads {limit}")
+    compiled = [p for p in in_work if p.endswith(tuple(EXTENSION_SUFFIXES)) and _top_module(p, roots) is not None]
+    reasons += [f"compiled-module: {p} is compiled code where the tests import from" for p in compiled[:4]]
+    texts: dict[str, str] = {}
+    for path in dict.fromkeys([*leading, *modules, *in_work, *written]):
+        if len(texts) >= limit:
             break
         data = await reader.read(path, MAX_TEXT_BYTES)
-        if data is None:
-            continue
-        read += 1
-        if b"\0" in data[:8192]:
-            continue
-        text = data.decode("utf-8", "replace")
-        reasons += text_reasons(text, path) + (module_reasons(text, path) if path.endswith(".py") else [])
+        if data is not None and b"\0" not in data[:8192]:
+            texts[path] = data.decode("utf-8", "replace")
+        elif data is not None:
+            texts[path] = ""  # binary: read, counted, not scanned
+    runs = _runs(texts, territory)
+    for path, text in texts.items():
+        judged = _in_work(path, territory) and (runs is None or path in runs)
+        reasons += text_reasons(text, path, runs=judged)
+        if judged and path.endswith(".py"):
+            reasons += module_reasons(text, path)
     return reasons
+
+
+def _runs(texts: dict[str, str], territory: Territory) -> set[str] | None:
+    """The work product's files the verifier runs, None for all of them (any verifier but swerl's,
+    or a module that loads code dynamically)."""
+    entry = territory.reach.entry_modules
+    if entry is None:
+        return None
+    sources = {p: t for p, t in texts.items() if p.endswith(".py") and _in_work(p, territory)}
+    return import_closure(sources, _import_roots(territory), entry)
+
+
+def _import_roots(territory: Territory) -> list[str]:
+    """The folders the tests import from: the verifier's ``pythonpath`` when it pins one, else the
+    work product's folders."""
+    return list(territory.reach.import_roots or territory.work_paths)
+
+
+def _in_work(path: str, territory: Territory) -> bool:
+    return any(path == w or path.startswith(w + "/") for w in territory.work_paths)
+
+
+def _top_module(path: str, roots: Sequence[str]) -> str | None:
+    """The top-level module name a path under one of the import ``roots`` belongs to
+    (``/app/pkg/x.py`` -> ``pkg``; ``/app/m.cpython-311-x86_64-linux-gnu.so`` -> ``m``)."""
+    for root in sorted(roots, key=len, reverse=True):
+        if path.startswith(root + "/"):
+            return path[len(root) + 1 :].split("/", 1)[0].split(".", 1)[0]
+    return None
 
 
 def _in_library(path: str) -> bool:

@@ -1,11 +1,14 @@
 """Run the hidden tests with a pinned pytest and write the reward (a swerl verifier file).
 
-``python3 -I -S swerl_run_tests.py --expect N --reward FILE TEST_FILE`` (``tests/test.sh`` runs it):
+``python3 -I -S swerl_run_tests.py --expect N --reward FILE [--tests-dir DIR] TEST ...`` (``tests/test.sh``
+runs it; each ``TEST`` a test file or a pytest node id such as ``/tests/repo/test_x.py::test_y``; ``DIR``,
+default the first test's folder, holds ``pytest.ini`` and is pytest's root):
 
 1. Starts pytest in a child process (forked, so it starts with none of the interpreter's
    start-up cost twice) with a clean environment (``PYTEST_ADDOPTS``, ``PYTEST_PLUGINS``,
    ``PYTHONPATH`` gone; plugin autoload off), ``-I -S`` (no ``.pth``, ``sitecustomize`` or
-   current-folder imports; the child inherits them), no bytecode written, the ini file pinned with ``-c`` beside
+   current-folder imports; the child inherits them), no bytecode read or written (below),
+   the ini file pinned with ``-c`` beside
    ``TEST_FILE``, ``--rootdir`` that folder and ``--noconftest`` (no ``pytest.ini`` or
    ``conftest.py`` planted in ``/``, ``/app`` or elsewhere is read), no cache.
 2. Reads pytest's JUnit XML report through a pipe opened now (``--junitxml=/dev/fd/N``),
@@ -18,13 +21,19 @@
    test cases, all passed (none failed, errored, skipped or xfailed); else ``0``. Prints
    one summary line.
 
+No bytecode of anyone else's is ever read: ``tests/test.sh`` starts this runner with
+``-X pycache_prefix=`` an empty folder it just made (else the runner sets ``sys.pycache_prefix``
+to one of its own first), so no ``__pycache__`` under ``/app`` or the library folders is read
+(an unchecked hash-based pyc, PEP 552, is imported without its source being looked at), and
+:func:`source_only_imports` drops the sourceless-bytecode loader, so a ``solution.pyc`` without a
+``solution.py`` is no module. Every module is compiled from its source.
+
 Both processes make themselves non-dumpable, so a same-user process cannot read their
 memory or open their pipes through ``/proc``. Standard library only; Python >= 3.8.
 """
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import sys
@@ -35,7 +44,23 @@ _PR_SET_DUMPABLE, _PR_SET_CHILD_SUBREAPER = 4, 36
 _CLEAN_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
+def source_only_imports() -> None:
+    """Import modules of folders only from source (and extension modules), never from bytecode:
+    a fresh empty ``sys.pycache_prefix`` unless the command line gave one, and the path hook of
+    folders rebuilt without the sourceless ``.pyc`` loader. Call before any other import."""
+    from importlib import machinery
+
+    if sys.pycache_prefix is None:
+        sys.pycache_prefix = _scratch_dir("swerl-pycache")
+    hook = machinery.FileFinder.path_hook((machinery.ExtensionFileLoader, machinery.EXTENSION_SUFFIXES),
+                                          (machinery.SourceFileLoader, machinery.SOURCE_SUFFIXES))
+    sys.path_hooks[:] = [hook if "FileFinder" in getattr(h, "__qualname__", "") else h for h in sys.path_hooks]
+    sys.path_importer_cache.clear()
+
+
 def _prctl(option: int, value: int) -> None:
+    import ctypes
+
     try:
         ctypes.CDLL(None).prctl(option, value, 0, 0, 0)
     except (OSError, AttributeError):  # not Linux: nothing to harden
@@ -113,10 +138,10 @@ def kill_descendants(deadline_s: float = 5.0) -> int:
     return killed
 
 
-def _scratch_dir() -> str:
+def _scratch_dir(kind: str = "swerl-pytest") -> str:
     """A new private folder under /tmp (an unguessable name; never one that already exists)."""
     while True:
-        path = f"/tmp/swerl-pytest-{os.urandom(8).hex()}"
+        path = f"/tmp/{kind}-{os.urandom(8).hex()}"
         try:
             os.mkdir(path, 0o700)
             return path
@@ -124,21 +149,21 @@ def _scratch_dir() -> str:
             continue
 
 
-def run_pytest(test_file: str, report_fd: int, parent_fd: int) -> int:
-    """Fork the pinned pytest child writing its JUnit report to ``report_fd`` (``parent_fd``,
-    the pipe's read end, is closed in the child); returns its pid.
+def run_pytest(tests: list[str], tests_dir: str, report_fd: int, parent_fd: int) -> int:
+    """Fork the pinned pytest child running ``tests`` with ``tests_dir``'s ``pytest.ini`` and writing
+    its JUnit report to ``report_fd`` (``parent_fd``, the pipe's read end, is closed in the child);
+    returns its pid.
 
     The child is this interpreter forked (same ``-I -S`` flags), so it pays no second start-up;
     it holds nothing the solution could use (the expected count and the reward path are on
     this process's command line anyway).
     """
-    tests_dir = os.path.dirname(os.path.abspath(test_file))
     import site
 
     site_dirs = [p for p in site.getsitepackages() if os.path.isdir(p)]
     scratch = _scratch_dir()
     args = ["-c", os.path.join(tests_dir, "pytest.ini"), "--rootdir", tests_dir, "--noconftest",
-            "-p", "no:cacheprovider", "-v", "--tb=short", f"--junitxml=/dev/fd/{report_fd}", test_file]
+            "-p", "no:cacheprovider", "-v", "--tb=short", f"--junitxml=/dev/fd/{report_fd}", *tests]
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
@@ -175,27 +200,28 @@ def _pytest_child(site_dirs: list[str], args: list[str]) -> int:
     return int(pytest.main(args))
 
 
-USAGE = "usage: python3 -I -S swerl_run_tests.py --expect N --reward FILE TEST_FILE"
+USAGE = "usage: python3 -I -S swerl_run_tests.py --expect N --reward FILE [--tests-dir DIR] TEST ..."
 
 
-def parse_args(argv: list[str]) -> tuple[int, str, str]:
-    """``(expected, reward file, test file)`` from the command line; exits 2 with the usage otherwise."""
+def parse_args(argv: list[str]) -> tuple[int, str, str, list[str]]:
+    """``(expected, reward file, tests folder, tests)`` from the command line; exits 2 with the usage otherwise."""
     opts: dict[str, str] = {}
     rest: list[str] = []
     it = iter(argv)
     for arg in it:
-        if arg in ("--expect", "--reward"):
+        if arg in ("--expect", "--reward", "--tests-dir"):
             opts[arg] = next(it, "")
         else:
             rest.append(arg)
     try:
         expected = int(opts["--expect"])
-        if not opts["--reward"] or len(rest) != 1:
+        if not opts["--reward"] or not rest or opts.get("--tests-dir") == "":
             raise ValueError
     except (KeyError, ValueError):
         print(USAGE, file=sys.stderr)
         raise SystemExit(2) from None
-    return expected, opts["--reward"], rest[0]
+    tests_dir = opts.get("--tests-dir") or os.path.dirname(os.path.abspath(rest[0].split("::")[0]))
+    return expected, opts["--reward"], os.path.abspath(tests_dir), rest
 
 
 def confinement_problem(tests_dir: str) -> str:
@@ -216,8 +242,9 @@ def confinement_problem(tests_dir: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    expected, reward_file, test_file = parse_args(sys.argv[1:] if argv is None else argv)
-    problem = confinement_problem(os.path.dirname(os.path.abspath(test_file)))
+    source_only_imports()
+    expected, reward_file, tests_dir, tests = parse_args(sys.argv[1:] if argv is None else argv)
+    problem = confinement_problem(tests_dir)
     if problem:  # the infrastructure cannot judge: no reward (the trial's control run fails too: masked)
         open(reward_file, "w").close()
         print(f"swerl_run_tests: {problem}; no reward written", flush=True)
@@ -225,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     _prctl(_PR_SET_DUMPABLE, 0)
     _prctl(_PR_SET_CHILD_SUBREAPER, 1)
     read_fd, write_fd = os.pipe()
-    child = run_pytest(test_file, write_fd, read_fd)
+    child = run_pytest(tests, tests_dir, write_fd, read_fd)
     os.close(write_fd)
     chunks, size = [], 0
     with os.fdopen(read_fd, "rb") as pipe:

@@ -1,8 +1,11 @@
 """Call the solution's functions in a separate, confined worker process (a swerl verifier file).
 
-The hidden tests run ``f = solution_function("f")`` instead of ``from solution import f``:
+The hidden tests run ``f = solution_function("f")`` instead of ``from solution import f``
+(and ``C = solution_class("C")`` instead of ``from solution import C``: ``C(...)`` makes the
+instance inside the worker and hands back a handle whose method calls run there, so a class
+with state is judged by the plain values its methods return):
 the judging pytest process never imports the solution. Each call sends its arguments to
-one worker process (``python3 -I -S -B this_file worker ...``), which imports the solution
+one worker process (``python3 -I -S -B -X pycache_prefix=EMPTY this_file worker ...``), which imports the solution
 and answers with the result. Both directions cross as tagged JSON of plain builtin values
 with exact types (None, bool, int, float, complex, str, bytes, list, tuple, dict, set,
 frozenset), so a result that is not a plain value (an object whose ``__eq__`` always answers
@@ -90,7 +93,14 @@ def _receive(stream):
 
 
 class SolutionError(AssertionError):
-    """The solution's call raised, returned a non-plain value, or its worker died."""
+    """The solution's call raised, returned a non-plain value, or its worker died.
+
+    ``exc_type`` names the exception the call raised when it is a builtin one (exactly
+    ``builtins.<name>``, e.g. "ValueError"), else None: tests that expect a raise check it."""
+
+    def __init__(self, message: str, exc_type=None) -> None:
+        super().__init__(message)
+        self.exc_type = exc_type
 
 
 class _Worker:
@@ -101,7 +111,9 @@ class _Worker:
         import tempfile
 
         self.scratch = tempfile.mkdtemp(prefix="swerl-solution-")
-        argv = [sys.executable, "-I", "-S", "-B", os.path.abspath(__file__), "worker", app_dir, module, self.scratch]
+        pycache = os.path.join(self.scratch, "pycache")  # empty: no bytecode of /app is ever read
+        argv = [sys.executable, "-I", "-S", "-B", "-X", f"pycache_prefix={pycache}", os.path.abspath(__file__),
+                "worker", app_dir, module, self.scratch]
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": self.scratch, "TMPDIR": self.scratch,
                "LANG": "C.UTF-8"}
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=app_dir, env=env,
@@ -115,19 +127,37 @@ class _Worker:
         if type(hello) is not dict or hello.get("ready") is not True:
             self.failure = str(hello.get("error") if type(hello) is dict else hello)[:2000]
 
-    def call(self, name: str, args: tuple, kwargs: dict):
+    def call(self, name: str, args: tuple, kwargs: dict, handle=None):
+        """``name(*args, **kwargs)`` of the module, or a method of the instance ``handle``."""
+        request = {"call": name, "args": encode(tuple(args)), "kwargs": encode(dict(kwargs))}
+        if handle is not None:
+            request["handle"] = handle
+        return self._ask(request, name, {"result"}, lambda reply: decode(reply["result"]))
+
+    def new(self, name: str, args: tuple, kwargs: dict) -> int:
+        """Make an instance of the class ``name`` in the worker; returns its handle."""
+        request = {"new": name, "args": encode(tuple(args)), "kwargs": encode(dict(kwargs))}
+        return self._ask(request, name, {"handle"}, lambda reply: reply["handle"] if type(reply["handle"]) is int
+                         else self._malformed(reply))
+
+    def _ask(self, request: dict, name: str, keys: set, read):
         if self.failure is not None:
             raise SolutionError(self.failure)
         try:
-            _send(self.proc.stdin, {"call": name, "args": encode(tuple(args)), "kwargs": encode(dict(kwargs))})
+            _send(self.proc.stdin, request)
             reply = self._reply()
         except (BrokenPipeError, EOFError, ValueError) as err:
             self.failure = f"the solution worker died during {name}() ({err})"
             raise SolutionError(self.failure) from None
-        if type(reply) is dict and set(reply) == {"result"}:
-            return decode(reply["result"])
-        if type(reply) is dict and set(reply) == {"error"} and type(reply["error"]) is str:
-            raise SolutionError(reply["error"][:2000])
+        if type(reply) is dict and set(reply) == keys:
+            return read(reply)
+        if (type(reply) is dict and set(reply) == {"error", "type"} and type(reply["error"]) is str
+                and (reply["type"] is None or type(reply["type"]) is str)):
+            raise SolutionError(reply["error"][:2000], reply["type"])
+        self._malformed(reply)
+
+    @staticmethod
+    def _malformed(reply):
         raise SolutionError(f"malformed reply from the solution worker: {str(reply)[:80]}")
 
     def _reply(self):
@@ -172,6 +202,40 @@ def solution_function(name: str, app_dir: str = "/app", module: str = "solution"
 
     call.__name__ = call.__qualname__ = name
     return call
+
+
+class _Instance:
+    """A handle on an instance living in the worker: ``obj.method(*args)`` runs there."""
+
+    def __init__(self, worker_key, class_name: str, handle: int) -> None:
+        self._key, self._class, self._handle = worker_key, class_name, handle
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+
+        def method(*args, **kwargs):
+            return _workers[self._key].call(name, args, kwargs, handle=self._handle)
+
+        method.__name__ = method.__qualname__ = f"{self._class}.{name}"
+        return method
+
+    def __repr__(self) -> str:
+        return f"<{self._class} instance #{self._handle} in the solution worker>"
+
+
+def solution_class(name: str, app_dir: str = "/app", module: str = "solution"):
+    """A stand-in for ``from <module> import <name>`` of a class: calling it makes the instance
+    in the worker process and returns an :class:`_Instance` handle."""
+
+    def new(*args, **kwargs):
+        key = (app_dir, module)
+        if key not in _workers:
+            _workers[key] = _Worker(app_dir, module)
+        return _Instance(key, name, _workers[key].new(name, args, kwargs))
+
+    new.__name__ = new.__qualname__ = name
+    return new
 
 
 def close_workers() -> None:
@@ -244,6 +308,18 @@ def _error_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {err}{place}"
 
 
+def source_only_imports() -> None:
+    """Folders' modules from source (or extension modules) only: the path hook rebuilt without the
+    sourceless ``.pyc`` loader (a ``solution.pyc`` without its ``solution.py`` is no module); the
+    worker's ``-X pycache_prefix`` keeps any ``__pycache__`` of ``/app`` unread."""
+    from importlib import machinery
+
+    hook = machinery.FileFinder.path_hook((machinery.ExtensionFileLoader, machinery.EXTENSION_SUFFIXES),
+                                          (machinery.SourceFileLoader, machinery.SOURCE_SUFFIXES))
+    sys.path_hooks[:] = [hook if "FileFinder" in getattr(h, "__qualname__", "") else h for h in sys.path_hooks]
+    sys.path_importer_cache.clear()
+
+
 def serve(app_dir: str, module: str, scratch: str) -> None:
     """Worker main: confine, import the solution, answer calls on the original stdin/stdout.
 
@@ -263,6 +339,7 @@ def serve(app_dir: str, module: str, scratch: str) -> None:
         print(f"swerl_solution_proxy: {why}; the solution is not run unconfined", file=sys.stderr)
         _send(channel_out, {"error": f"the solution was not imported: {why} (it would run unconfined)"})
         return
+    source_only_imports()
     sys.path[:0] = [app_dir]
     sys.path += [p for p in site_dirs if p not in sys.path]
     try:
@@ -271,17 +348,32 @@ def serve(app_dir: str, module: str, scratch: str) -> None:
         _send(channel_out, {"error": f"importing {module} failed: {_error_line(err)}"})
         return
     _send(channel_out, {"ready": True})
+    instances = []
     while True:
         try:
             request = _receive(channel_in)
         except EOFError:
             return
+        name = request.get("new", request.get("call"))
         try:
-            result = getattr(solution, request["call"])(*decode(request["args"]), **decode(request["kwargs"]))
-            reply = {"result": encode(result)}
+            args, kwargs = decode(request["args"]), decode(request["kwargs"])
+            if "new" in request:
+                instances.append(getattr(solution, name)(*args, **kwargs))
+                reply = {"handle": len(instances) - 1}
+            else:
+                owner = solution if request.get("handle") is None else instances[request["handle"]]
+                reply = {"result": encode(getattr(owner, name)(*args, **kwargs))}
         except BaseException as err:  # noqa: BLE001 - a SystemExit in the solution is its error too
-            reply = {"error": f"{request.get('call')}() raised {_error_line(err)}"}
+            reply = {"error": f"{name}() raised {_error_line(err)}", "type": _builtin_name(err)}
         _send(channel_out, reply)
+
+
+def _builtin_name(err: BaseException):
+    """The name of ``err``'s type when that type is exactly a builtin exception, else None."""
+    import builtins
+
+    name = type(err).__name__
+    return name if getattr(builtins, name, None) is type(err) else None
 
 
 if __name__ == "__main__" and sys.argv[1:2] == ["worker"]:

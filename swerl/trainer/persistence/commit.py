@@ -27,6 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from swerl import metric_keys
 from swerl.fileio import atomic_write_text
 from swerl.text import counted
 from swerl.run_layout import CKPT_DIR, EXPORT_DIR, METRICS_FILE, TMP_PREFIX
@@ -61,8 +62,8 @@ def commit_step(
     t0 = time.monotonic()
     if export is not None:
         export()
-    metrics["timing/export_s"] = time.monotonic() - t0
-    metrics["timing/step_s"] = time.monotonic() - t_step  # up to the commit: the checkpoint write is logged
+    metrics[metric_keys.TIMING_EXPORT_S] = time.monotonic() - t0
+    metrics[metric_keys.TIMING_STEP_S] = time.monotonic() - t_step  # up to the commit: the checkpoint write is logged
     record = make_record(step, metrics)
     if checkpoint is not None:
         t0 = time.monotonic()

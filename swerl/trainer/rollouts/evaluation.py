@@ -23,6 +23,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from swerl import metric_keys
 from swerl.agent.metrics import summarize
 from swerl.agent.records import write_sample_records
 from swerl.run_layout import EVAL_DIR, step_file_name
@@ -54,8 +55,9 @@ def eval_metrics(trajectories: list[Any], samples: int) -> dict[str, float]:
     """The ``eval/*`` keys of a step's record from the eval trajectories."""
     summary = summarize(trajectories, ks=[1, samples])
     out = {f"eval/{k}": float(v) for k, v in summary.items() if k.startswith("pass@")}
-    out.update({"eval/reward": float(summary["reward/mean"]), "eval/num_tasks": float(summary["num_tasks"]),
-                "eval/num_masked": float(summary["num_masked"])})
+    out.update({metric_keys.EVAL_REWARD: float(summary[metric_keys.REWARD_MEAN]),
+                metric_keys.EVAL_NUM_TASKS: float(summary["num_tasks"]),
+                metric_keys.EVAL_NUM_MASKED: float(summary["num_masked"])})
     return out
 
 
@@ -70,7 +72,7 @@ def run_eval(cfg: EvalDuringTrainingConfig, runner: Any, tasks: list[Any], step:
     trajectories = runner.collect(tasks, cfg.samples, step, group_prefix=f"eval{step}/", task_seed=cfg.seed)
     write_sample_records(run_dir / EVAL_DIR / step_file_name(step), trajectories, global_step=step)
     out = eval_metrics(trajectories, cfg.samples)
-    out["timing/eval_s"] = time.monotonic() - started
-    log.info("eval at step %d: pass@1 %.3f, reward %.3f over %d tasks", step, out.get("eval/pass@1", 0.0),
-             out["eval/reward"], len(tasks))
+    out[metric_keys.TIMING_EVAL_S] = time.monotonic() - started
+    log.info("eval at step %d: pass@1 %.3f, reward %.3f over %d tasks", step, out.get(metric_keys.EVAL_PASS_AT_1, 0.0),
+             out[metric_keys.EVAL_REWARD], len(tasks))
     return out

@@ -19,8 +19,10 @@ from typing import Any
 
 import torch
 
+from swerl import metric_keys
 from swerl.inference.engines.engine_pool import EnginePool
 from swerl.inference.backends.hf import HFBackend
+from swerl.inference.config import HFGenerator
 from swerl.inference.weight_sync.base import Staged, WeightSync, owned_indices
 from swerl.run_layout import ENGINE_LOGS_DIR, WEIGHT_SYNC_DIR
 from swerl.trainer.policy import distributed as dist
@@ -77,7 +79,7 @@ def make_generator(
     from swerl.trainer.policy.lora import hf_module
 
     gen = config.generator
-    if gen.backend == "hf":
+    if isinstance(gen, HFGenerator):
         if gen.num_threads is not None:  # CPU: leave cores to the sandboxes' verifiers
             torch.set_num_threads(gen.num_threads)
         # the transformers model inside a peft policy generates WITH its live adapters
@@ -209,8 +211,9 @@ def publish_weights(
 
 
 def apply_weights(generator: Generator, staged: Staged, model: torch.nn.Module, config: TrainConfig,
-                  info: DistInfo) -> dict[str, float]:
-    """The engines take ``staged`` and are probed (no request of this rank in flight). Shared servers
+                  info: DistInfo, probe: bool = True) -> dict[str, float]:
+    """The engines take ``staged`` and are probed (``probe``; no request of this rank running: drained,
+    or frozen by a pause, in which case the caller probes after resuming them). Shared servers
     (``drain_all_ranks``) wait until every rank has drained before any reload, and until every
     reload is done before any rank sends again, so no request of any rank straddles one; that
     first wait is ``timing/weight_sync_wait_s`` (seconds). Returns and raises as :func:`publish_weights`."""
@@ -223,9 +226,10 @@ def apply_weights(generator: Generator, staged: Staged, model: torch.nn.Module, 
     if shared:
         dist.barrier()
     applied = time.monotonic() - t0 - waited
-    metrics = {**probe_parity(generator, model, config, info), "timing/weight_sync_s": staged.stage_s + applied,
-               "inference/weight_sync_bytes": float(staged.num_bytes)}
-    return {**metrics, "timing/weight_sync_wait_s": waited} if shared else metrics
+    metrics = {**(probe_parity(generator, model, config, info) if probe else {}),
+               metric_keys.TIMING_WEIGHT_SYNC_S: staged.stage_s + applied,
+               metric_keys.INFERENCE_WEIGHT_SYNC_BYTES: float(staged.num_bytes)}
+    return {**metrics, metric_keys.TIMING_WEIGHT_SYNC_WAIT_S: waited} if shared else metrics
 
 
 def probe_parity(generator: Generator, model: torch.nn.Module, config: TrainConfig, info: DistInfo) -> dict[str, float]:
@@ -293,10 +297,11 @@ def rescore_everywhere(model: torch.nn.Module, prompt: list[int], samples: list,
 
 def reduce_probes(results: list[dict[str, float]]) -> dict[str, float]:
     """Every rank's probe metrics -> the run's: mean weighted by probe tokens, max of maxima."""
-    tokens = sum(r["inference/probe_tokens"] for r in results)
-    mean = sum(r["inference/logprob_diff_mean"] * r["inference/probe_tokens"] for r in results) / tokens if tokens else 0.0
-    return {"inference/logprob_diff_mean": mean,
-            "inference/logprob_diff_max": max(r["inference/logprob_diff_max"] for r in results)}
+    tokens = sum(r[metric_keys.INFERENCE_PROBE_TOKENS] for r in results)
+    weighted = sum(r[metric_keys.INFERENCE_LOGPROB_DIFF_MEAN] * r[metric_keys.INFERENCE_PROBE_TOKENS] for r in results)
+    mean = weighted / tokens if tokens else 0.0
+    return {metric_keys.INFERENCE_LOGPROB_DIFF_MEAN: mean,
+            metric_keys.INFERENCE_LOGPROB_DIFF_MAX: max(r[metric_keys.INFERENCE_LOGPROB_DIFF_MAX] for r in results)}
 
 
 def close_generator(generator: Generator) -> None:

@@ -16,6 +16,13 @@ Batch s is always the sampler's s-th batch of prompts (the plan's order), every 
   continuous batching) reload them once the requests in flight have finished, new ones held back
   meanwhile, and are probed. In-flight episodes continue with the new version, recorded per turn.
 
+Dynamic sampling (``algorithm.dynamic_sampling``, ``dynamic.py``): batch s is then round 0 (the
+sampler's s-th batch, or the prompts after the previous step's extra rounds) plus the extra rounds
+that refill it, all collected by whoever collects batch s (the trainer, or the producer before it
+moves on to s + 1); the admission of batch s is unchanged, and a later round only runs on weights
+at least as new, so the staleness bound holds for every round. With k >= 1 it runs on one trainer
+rank (the rounds' all-gather would share the trainer's process group from another thread).
+
 A checkpoint stores the sampler position of the last TRAINED batch; batches the producer had
 collected or started beyond it were never trained and are collected again after a resume.
 """
@@ -33,9 +40,13 @@ from typing import Any
 
 import torch
 
+from swerl import metric_keys
 from swerl.agent.trajectory import Trajectory
+from swerl.inference.config import HFGenerator
 from swerl.inference.weight_sync.module_share import ModuleCopy, ModuleShare
+from swerl.errors import ConfigError
 from swerl.trainer.rollouts.busy import BusyClock, metered
+from swerl.trainer.rollouts.dynamic import fill_batch
 from swerl.trainer.setup.config import TrainConfig
 from swerl.trainer.policy.distributed import DistInfo
 from swerl.trainer.setup.concurrency import rank_sandbox
@@ -55,11 +66,15 @@ class RolloutBatch:
     Attributes:
         step: the global step that trains on it.
         epoch: the sampler's epoch of its prompts.
-        trajectories: N = B * n trajectories, all ranks, groups contiguous in prompt order.
+        trajectories: N = B * n trajectories, all ranks, groups contiguous in prompt order (with
+            dynamic sampling: the groups with signal, at most B of them, in the order drawn).
+        generated: every trajectory collected for the step, all rounds (= ``trajectories``
+            without dynamic sampling); None until gathered.
         sampler_state: the sampler position right after this batch (what a checkpoint stores).
         metrics: ``timing/rollout_s`` (seconds collecting it), ``timing/wait_for_rollouts_s``
             (seconds the trainer waited for it), ``rollout/buffer_depth`` (finished batches
-            waiting when the trainer asked), ``async/staleness_mean`` / ``_max`` (steps).
+            waiting when the trainer asked), ``async/staleness_mean`` / ``_max`` (steps), and
+            ``dynamic_sampling/*`` when it is on.
     """
 
     step: int
@@ -67,6 +82,7 @@ class RolloutBatch:
     trajectories: list[Trajectory]
     sampler_state: dict
     metrics: dict[str, float] = field(default_factory=dict)
+    generated: list[Trajectory] | None = None
 
 
 def staleness(trajs: list[Trajectory], step: int) -> list[int]:
@@ -84,8 +100,19 @@ def staleness(trajs: list[Trajectory], step: int) -> list[int]:
 def staleness_metrics(trajs: list[Trajectory], step: int) -> dict[str, float]:
     """``async/staleness_mean`` and ``async/staleness_max`` of a batch (steps; 0 when no turn was sampled)."""
     values = staleness(trajs, step)
-    return {"async/staleness_mean": sum(values) / len(values) if values else 0.0,
-            "async/staleness_max": float(max(values, default=0))}
+    return {metric_keys.ASYNC_STALENESS_MEAN: sum(values) / len(values) if values else 0.0,
+            metric_keys.ASYNC_STALENESS_MAX: float(max(values, default=0))}
+
+
+def rollout_seed(cfg: TrainConfig) -> int | None:
+    """The base seed of training rollouts when ``agent.seed`` is unset: the run's ``seed`` on the
+    HF backend, whose batcher samples every row with its own generator anyway, and on vLLM on CPU,
+    where a seeded row costs one more small op per token beside a forward of the whole model (a
+    seeded run is then repeatable, measured in docs/inference.md); None (unseeded) on vLLM on GPUs,
+    which samples the rows of seeded requests one by one in its sampler (one kernel launch per
+    request per decode step), as verl, SkyRL and prime-rl send rollouts. Evaluations and the parity
+    probe stay seeded."""
+    return cfg.seed if cfg.generator.backend == "hf" or cfg.model.device == "cpu" else None
 
 
 @dataclass
@@ -108,16 +135,42 @@ class Context:
         cfg = self.config
         sandbox, episodes = rank_sandbox(cfg.sandbox, cfg.loop.rollout_concurrency or cfg.sandbox.concurrency,
                                          self.info.rank, self.info.world_size)
-        return RolloutRunner(backend, backend.tokenizer, sandbox, cfg.agent, episodes,
-                             cfg.generator.max_batch_size, cfg.generator.batch_wait_s, cfg.seed)
+        gen = cfg.generator  # vLLM batches continuously: the batcher's fields are HF's
+        max_batch, wait_s = (gen.max_batch_size, gen.batch_wait_s) if isinstance(gen, HFGenerator) else (1, 0.0)
+        return RolloutRunner(backend, backend.tokenizer, sandbox, cfg.agent, episodes, max_batch, wait_s,
+                             rollout_seed(cfg))
 
-    def collect_local(self, runner: RolloutRunner, step: int, indices: list[int], on_event: Any) -> list[Trajectory]:
-        """This rank's share of batch ``step`` (prompts ``indices``), timed as ``rollout``."""
+    def collect_local(self, runner: RolloutRunner, step: int, indices: list[int], on_event: Any,
+                      round_index: int = 0) -> list[Trajectory]:
+        """This rank's share of batch ``step`` (prompts ``indices``; round ``round_index`` of
+        dynamic sampling, group ids ``step{N}/r{round}/`` after round 0), timed as ``rollout``."""
         batch_tasks = [self.tasks[i] for i in indices]
         share, prefix = rank_share(len(batch_tasks), step, self.info.rank, self.info.world_size)
+        prefix = f"{prefix}r{round_index}/" if round_index else prefix
         with self.clock.busy("rollout"):
             return runner.collect([batch_tasks[i] for i in share], self.config.n_samples, step,
                                   on_event=on_event, group_prefix=prefix, first_index=share.start)
+
+
+def collect_batch(ctx: Context, runner: RolloutRunner, step: int, on_event: Any) -> RolloutBatch:
+    """Batch ``step`` with every round dynamic sampling adds (every rank its share of each round,
+    gathered after each), groups contiguous; ``metrics`` holds ``timing/rollout_s`` and
+    ``dynamic_sampling/*``."""
+    epoch, indices = ctx.sampler.next_batch()
+    t0 = time.monotonic()
+    trajs = group_batch(gather_trajectories(ctx.collect_local(runner, step, indices, on_event)))
+    if not ctx.config.algorithm.dynamic_sampling.enabled:
+        return RolloutBatch(step, epoch, trajs, ctx.sampler.state_dict(),
+                            {metric_keys.TIMING_ROLLOUT_S: time.monotonic() - t0}, generated=trajs)
+
+    def draw(round_index: int, count: int) -> list[Trajectory]:
+        more = ctx.collect_local(runner, step, ctx.sampler.next_prompts(count), on_event, round_index)
+        return group_batch(gather_trajectories(more))
+
+    filled = fill_batch(ctx.config.algorithm, ctx.config.loop.train_batch_size, trajs, draw)
+    return RolloutBatch(step, epoch, filled.trajectories, ctx.sampler.state_dict(),
+                        {metric_keys.TIMING_ROLLOUT_S: time.monotonic() - t0, **filled.metrics},
+                        generated=filled.generated)
 
 
 def group_batch(trajs: list[Trajectory]) -> list[Trajectory]:
@@ -148,16 +201,14 @@ class InlineRollouts:
     def take(self, step: int) -> RolloutBatch:
         """Collect batch ``step`` now (every rank its share, then gathered)."""
         ctx = self.ctx
-        epoch, indices = ctx.sampler.next_batch()
         t0 = time.monotonic()
         ctx.model.eval()
-        local = ctx.collect_local(self.runner, step, indices, lambda ev: ctx.emit_rollout(step, ev))
+        batch = collect_batch(ctx, self.runner, step, lambda ev: ctx.emit_rollout(step, ev))
         ctx.generator.sleep_for_update()  # a colocated engine frees the GPU for the update; the sync wakes it
-        trajs = group_batch(gather_trajectories(local))
         waited = time.monotonic() - t0
-        metrics = {"timing/rollout_s": waited, "timing/wait_for_rollouts_s": waited, "rollout/buffer_depth": 0.0,
-                   **staleness_metrics(trajs, step)}
-        return RolloutBatch(step, epoch, trajs, ctx.sampler.state_dict(), metrics)
+        batch.metrics.update({metric_keys.TIMING_ROLLOUT_S: waited, metric_keys.TIMING_WAIT_FOR_ROLLOUTS_S: waited,
+                              "rollout/buffer_depth": 0.0, **staleness_metrics(batch.trajectories, step)})
+        return batch
 
     def publish(self, step: int) -> dict[str, float]:
         """Give the generator the weights after ``step`` steps (then the parity probe)."""
@@ -238,11 +289,7 @@ class PipelinedRollouts:
                 for step in range(self.next_step, self.last_step + 1):
                     if not self._admitted(step):
                         return
-                    epoch, indices = ctx.sampler.next_batch()
-                    t0 = time.monotonic()
-                    local = ctx.collect_local(runner, step, indices, None)
-                    batch = RolloutBatch(step, epoch, local, ctx.sampler.state_dict(),
-                                         {"timing/rollout_s": time.monotonic() - t0})
+                    batch = self._collect(runner, step)
                     with self._cond:
                         self._ready[step] = batch
                         self._producing = None
@@ -255,6 +302,18 @@ class PipelinedRollouts:
                     self._cond.notify_all()
         finally:
             self._producer_runner = None
+
+    def _collect(self, runner: RolloutRunner, step: int) -> RolloutBatch:
+        """Batch ``step``: this rank's share, gathered by the trainer's :meth:`take`; with dynamic
+        sampling (one rank: nothing to gather) every round of it, filtered here."""
+        ctx = self.ctx
+        if ctx.config.algorithm.dynamic_sampling.enabled:
+            return collect_batch(ctx, runner, step, None)
+        epoch, indices = ctx.sampler.next_batch()
+        t0 = time.monotonic()
+        local = ctx.collect_local(runner, step, indices, None)
+        return RolloutBatch(step, epoch, local, ctx.sampler.state_dict(),
+                            {metric_keys.TIMING_ROLLOUT_S: time.monotonic() - t0})
 
     # ---- trainer thread -------------------------------------------------------------------
 
@@ -274,8 +333,9 @@ class PipelinedRollouts:
                 raise self._error
             batch = self._ready.pop(step)
         waited = time.monotonic() - t0
-        batch.trajectories = group_batch(gather_trajectories(batch.trajectories))
-        batch.metrics.update({"timing/wait_for_rollouts_s": waited, "rollout/buffer_depth": float(depth),
+        if batch.generated is None:  # this rank's share: every rank's, in prompt order
+            batch.trajectories = batch.generated = group_batch(gather_trajectories(batch.trajectories))
+        batch.metrics.update({metric_keys.TIMING_WAIT_FOR_ROLLOUTS_S: waited, "rollout/buffer_depth": float(depth),
                               **staleness_metrics(batch.trajectories, step)})
         return batch
 
@@ -293,19 +353,28 @@ class PipelinedRollouts:
         return metrics
 
     def _publish_to_engines(self, step: int) -> dict[str, float]:
-        """vLLM: stage the new weights while the engines keep generating (a ``disk`` write), wait
-        until no request of this rank is in flight (turns, not episodes: each episode's next turn is
-        a new request), then apply and probe while none runs. The wait is
-        ``timing/weight_sync_wait_s``; staging, applying and probing are busy as ``update``."""
+        """vLLM: stage the new weights while the engines keep generating (a ``disk`` write), then
+        hold new requests and freeze those in flight (``pause``: vLLM's ``/pause?mode=keep``, or the
+        in-process engine not stepped), apply, resume them, and probe while they run: a turn that
+        spans the update keeps its tokens, carries the version it started under (its oldest, which
+        staleness counts) and each token's own sampling log-prob (TIS corrects it). Servers shared
+        by every rank (``drain_all_ranks``) still drain: no request of any rank may straddle their
+        reload; so do adapter syncs (``keeps_requests`` False: a request names its adapter). The wait is ``timing/weight_sync_wait_s``; staging, applying and probing are busy as
+        ``update``."""
         ctx = self.ctx
         with ctx.clock.busy("update"):
             staged = self.generator.sync.stage(ctx.model, step)
         t0 = time.monotonic()
-        with self.metered.exclusive():
+        pause = not self.generator.sync.drain_all_ranks and self.generator.sync.keeps_requests
+        with self.metered.exclusive(pause=pause):
             waited = time.monotonic() - t0
             with ctx.clock.busy("update"):
-                metrics = apply_weights(self.generator, staged, ctx.model, ctx.config, ctx.info)
-        return {**metrics, "timing/weight_sync_wait_s": waited + metrics.get("timing/weight_sync_wait_s", 0.0)}
+                metrics = apply_weights(self.generator, staged, ctx.model, ctx.config, ctx.info, probe=not pause)
+        if pause:  # the probe's requests must not wait behind frozen ones
+            with ctx.clock.busy("update"):
+                metrics.update(probe_parity(self.generator, ctx.model, ctx.config, ctx.info))
+        earlier = metrics.get(metric_keys.TIMING_WEIGHT_SYNC_WAIT_S, 0.0)
+        return {**metrics, metric_keys.TIMING_WEIGHT_SYNC_WAIT_S: waited + earlier}
 
     def _publish_to_copy(self, step: int) -> dict[str, float]:
         """The HF copy: copy the weights in now and probe parity when no generate call runs; else
@@ -317,10 +386,11 @@ class PipelinedRollouts:
             if backend is not None:
                 sync.apply(staged)
                 return {**probe_parity(self.generator, ctx.model, ctx.config, ctx.info),
-                        "timing/weight_sync_s": time.monotonic() - t0,
-                        "inference/weight_sync_bytes": float(staged.num_bytes)}
+                        metric_keys.TIMING_WEIGHT_SYNC_S: time.monotonic() - t0,
+                        metric_keys.INFERENCE_WEIGHT_SYNC_BYTES: float(staged.num_bytes)}
         self.metered.stage(lambda backend: sync.apply(staged))
-        return {"timing/weight_sync_s": time.monotonic() - t0, "inference/weight_sync_bytes": float(staged.num_bytes)}
+        return {metric_keys.TIMING_WEIGHT_SYNC_S: time.monotonic() - t0,
+                metric_keys.INFERENCE_WEIGHT_SYNC_BYTES: float(staged.num_bytes)}
 
     def position(self) -> dict[str, Any]:
         """The pipeline's part of a checkpoint's trainer state (informative: a resume re-collects
@@ -333,6 +403,10 @@ class PipelinedRollouts:
 def open_rollouts(ctx: Context, start_step: int, last_step: int) -> InlineRollouts | PipelinedRollouts:
     """The rollout source for ``loop.max_staleness_steps`` (use as a context manager)."""
     k = ctx.config.loop.max_staleness_steps
+    if k > 0 and ctx.config.algorithm.dynamic_sampling.enabled and ctx.info.world_size > 1:
+        raise ConfigError(f"algorithm.dynamic_sampling with loop.max_staleness_steps={k} runs on one trainer rank, "
+                          f"this run has {ctx.info.world_size}: set loop.max_staleness_steps: 0 or "
+                          "algorithm.dynamic_sampling.enabled: false")
     if k == 0 and not THREADED_AT_ZERO:
         return InlineRollouts(ctx, start_step)
     return PipelinedRollouts(ctx, start_step, last_step, k)

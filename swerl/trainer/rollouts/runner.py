@@ -58,7 +58,7 @@ class RolloutRunner:
         agent_cfg: protocol, limits, sampling; ``seed`` None is replaced by ``seed``.
         concurrency: most episodes in flight.
         max_batch_size, batch_wait_s: async batcher settings (prompts per call, seconds).
-        seed: base sampling seed when ``agent_cfg.seed`` is None.
+        seed: base sampling seed when ``agent_cfg.seed`` is None (None: unseeded episodes).
     """
 
     def __init__(
@@ -70,7 +70,7 @@ class RolloutRunner:
         concurrency: int,
         max_batch_size: int,
         batch_wait_s: float,
-        seed: int,
+        seed: int | None,
     ) -> None:
         self.backend = backend
         self.tokenizer = tokenizer

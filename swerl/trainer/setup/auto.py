@@ -12,9 +12,9 @@ Rules (an explicit value always wins; ``choose`` is the whole logic, a pure func
   sharded module cannot generate); else ``hf`` on the live policy. vLLM's dtype, when
   ``generator.dtype`` is unset: bf16 where bf16 is fast, else fp32. On an AVX2-only CPU (no bf16
   kernel) HF generate in fp32 outran the vLLM CPU build, which is today's CPU default.
-- The ``generator`` fields that only the other backend reads (``num_threads`` for hf; ``max_model_len``,
-  ``kv_cache_space_gib``, ... for vllm) are reset to their defaults in the resolved config: they
-  apply when their backend is chosen, and are not an error under ``auto``.
+- ``generator.backend: auto`` holds one section per candidate (``generator.hf``, ``generator.vllm``,
+  each validated as that backend's config at load); the resolved config's generator is the chosen
+  section, nothing else of the other.
 
 The resolved config is what the run uses and what ``RUN_DIR/config.yaml`` records.
 """
@@ -28,9 +28,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from swerl.errors import ConfigError
-from swerl.inference.config import AUTO_CHOICES, BATCHER_ONLY, ONLY_READ_BY, InferenceConfig
+from swerl.inference.config import AutoGenerator
 from swerl.inference.machine import MachineProbe
-from swerl.trainer.setup.config import TrainConfig, generator_fields_ignored
+from swerl.trainer.setup.config import TrainConfig
 
 BF16_MIN_SPEEDUP = 1.5
 """bf16 / fp32 matmul rate from which ``auto`` trains in bf16 (and samples with vLLM on CPU)."""
@@ -119,7 +119,7 @@ def _choose_backend(probe: MachineProbe, fast: bool, fsdp: bool, vllm_installed:
 
 def uses_auto(config: TrainConfig) -> bool:
     """True when ``model.dtype`` or ``generator.backend`` is ``auto``."""
-    return config.model.dtype == "auto" or config.generator.backend == "auto"
+    return config.model.dtype == "auto" or isinstance(config.generator, AutoGenerator)
 
 
 def probe_device(config: TrainConfig) -> str:
@@ -131,16 +131,6 @@ def probe_device(config: TrainConfig) -> str:
     return "cuda" if config.model.device == "cuda" or torch.cuda.is_available() else "cpu"
 
 
-def unread_generator_fields(backend: str) -> tuple[str, ...]:
-    """The ``generator`` fields ``swerl train`` does not read with the chosen ``backend`` (hf or vllm)
-    that it would read with the other choice."""
-    others = [name for other in AUTO_CHOICES if other != backend for name in ONLY_READ_BY[other]]
-    if backend == "vllm":  # continuous batching: the HF batcher's fields are not read
-        others += BATCHER_ONLY
-    never = generator_fields_ignored("auto")  # read by neither choice: still refused
-    return tuple(dict.fromkeys(name for name in [*others, *generator_fields_ignored(backend)] if name not in never))
-
-
 @dataclass(frozen=True)
 class Resolution:
     """A config with ``auto`` resolved.
@@ -149,25 +139,19 @@ class Resolution:
         config: the resolved config (no ``auto`` left); the input itself when it had none.
         probe: the machine probe it rests on (None when nothing was ``auto``).
         choice: what was chosen and why (None when nothing was ``auto``).
-        reset: ``generator.<field>=<value>`` entries the chosen backend does not read, reset to defaults.
     """
 
     config: TrainConfig
     probe: MachineProbe | None = None
     choice: AutoChoice | None = None
-    reset: tuple[str, ...] = ()
 
     def rows(self) -> list[tuple[str, str]]:
-        """(item, value) rows of the dry-run's plan: the machine and its probe, each choice and why,
-        the fields reset; none when nothing was ``auto``."""
+        """(item, value) rows of the dry-run's plan: the machine and its probe, each choice and why;
+        none when nothing was ``auto``."""
         if self.choice is None or self.probe is None:
             return []
-        rows = [("auto: machine", self.probe.describe()),
+        return [("auto: machine", self.probe.describe()),
                 *((f"auto: {field}", f"{value} ({why})") for field, value, why in self.choice.reasons)]
-        if self.reset:
-            rows.append((f"auto: not read by {self.choice.backend}", f"{', '.join(self.reset)} (they apply when the "
-                         "other backend is chosen)"))
-        return rows
 
     def lines(self) -> list[str]:
         """:meth:`rows` as log lines (``train.log``)."""
@@ -181,8 +165,7 @@ class Resolution:
                 "fp32_gflops": self.probe.fp32_gflops, "bf16_gflops": self.probe.bf16_gflops,
                 "model.dtype": self.config.model.dtype, "generator.backend": self.config.generator.backend,
                 "generator.dtype": self.config.generator.dtype,
-                "reasons": {field: why for field, _, why in self.choice.reasons},
-                "reset": list(self.reset)}
+                "reasons": {field: why for field, _, why in self.choice.reasons}}
 
 
 def resolve_auto(config: TrainConfig, probe: MachineProbe | None = None) -> Resolution:
@@ -197,28 +180,26 @@ def resolve_auto(config: TrainConfig, probe: MachineProbe | None = None) -> Reso
     from swerl.inference.machine import probe_machine, vllm_installed
 
     probe = probe or probe_machine(probe_device(config))
-    choice = choose(probe, dtype=config.model.dtype, backend=config.generator.backend,
-                    generator_dtype=config.generator.dtype, fsdp=config.model.fsdp, vllm_installed=vllm_installed())
+    generator = config.generator
+    auto = isinstance(generator, AutoGenerator)
+    choice = choose(probe, dtype=config.model.dtype, backend=generator.backend,
+                    generator_dtype=generator.vllm.dtype if auto else None, fsdp=config.model.fsdp,
+                    vllm_installed=vllm_installed())
     data = config.model_dump(mode="json", exclude_unset=True)
     data.setdefault("model", {})["dtype"] = choice.dtype
-    generator = data.setdefault("generator", {})
-    reset: list[str] = []
-    if config.generator.backend == "auto":
-        generator["backend"] = choice.backend
-        defaults = InferenceConfig.model_fields
-        for name in unread_generator_fields(choice.backend):
-            if name in generator and generator[name] != defaults[name].get_default(call_default_factory=True):
-                reset.append(f"generator.{name}={generator.pop(name)}")
-    if choice.generator_dtype is not None:
-        generator["dtype"] = choice.generator_dtype
+    if auto:  # the chosen candidate is the generator: the other candidate's section goes with it
+        chosen = generator.candidate(choice.backend).model_dump(mode="json", exclude_unset=True)
+        data["generator"] = {**chosen, "backend": choice.backend}
+        if choice.generator_dtype is not None:
+            data["generator"]["dtype"] = choice.generator_dtype
     try:
         resolved = TrainConfig.model_validate(data)
     except ValidationError as err:
         first = err.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
+        where = "".join(f"{part}." for part in first["loc"]).removesuffix(".") + ": " if first["loc"] else ""
         raise ConfigError(f"auto chose model.dtype={choice.dtype}, generator.backend={choice.backend} on this machine, and "
-                          f"then {where}: {first['msg'].removeprefix('Value error, ')}") from err
-    return Resolution(config=resolved, probe=probe, choice=choice, reset=tuple(reset))
+                          f"then {where}{first['msg'].removeprefix('Value error, ')}") from err
+    return Resolution(config=resolved, probe=probe, choice=choice)
 
 
 def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
@@ -233,11 +214,16 @@ def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
 
 def config_changes(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
     """``key: old -> new`` for every dotted key whose value differs between two config dicts
-    (e.g. a run's ``config.yaml`` and the config that resumes it on another machine)."""
+    (e.g. a run's ``config.yaml`` and the config that resumes it on another machine). Where
+    ``generator.backend`` changed, the generator keys of one side only are left out: they are the
+    fields of one backend, which the other has not (the backend's line says it)."""
     old, new = _flatten(before), _flatten(after)
     missing = "(unset)"
+    switched = old.get("generator.backend") != new.get("generator.backend")
+    keys = [key for key in sorted(old.keys() | new.keys())
+            if not (switched and key.startswith("generator.") and (key in old) != (key in new))]
     return [f"{key}: {old.get(key, missing)} -> {new.get(key, missing)}"
-            for key in sorted(old.keys() | new.keys()) if old.get(key, missing) != new.get(key, missing)]
+            for key in keys if old.get(key, missing) != new.get(key, missing)]
 
 
 def changes_since(path: Path, config: TrainConfig) -> list[str]:

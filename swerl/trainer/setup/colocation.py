@@ -14,18 +14,17 @@ On CPU there is no GPU memory to share and vLLM's sleep is a no-op: every mix ru
 
 from __future__ import annotations
 
-from swerl.inference.config import InferenceConfig
+from swerl.inference.config import TrainGenerator, VLLMGenerator
 
 
-
-def colocation_problem(gen: InferenceConfig, max_staleness_steps: int, on_gpu: bool) -> str | None:
+def colocation_problem(gen: TrainGenerator, max_staleness_steps: int, on_gpu: bool) -> str | None:
     """The one-line refusal of a config whose generation and training cannot both hold, or None.
 
     Args:
         gen: the generator's settings. max_staleness_steps: ``loop.max_staleness_steps`` (k).
         on_gpu: the trainer runs on GPU (on CPU an in-process engine may generate during the update).
     """
-    if gen.backend != "vllm":
+    if not isinstance(gen, VLLMGenerator):
         return None
     if gen.vllm_mode == "inprocess" and max_staleness_steps >= 1 and on_gpu:
         return (f"loop.max_staleness_steps={max_staleness_steps} generates while the trainer updates, but "

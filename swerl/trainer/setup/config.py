@@ -12,18 +12,18 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 import yaml
-from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, Tag, ValidationError, field_validator, model_validator
 
 from swerl.agent.config import AgentConfig
 from swerl.errors import ConfigError
 from swerl.fields import set_fields
-from swerl.inference.config import InferenceConfig
+from swerl.inference.config import BACKENDS, AutoGenerator, HFGenerator, OpenAIGenerator, TrainGenerator, VLLMGenerator
 from swerl.rl.config import AlgorithmConfig
 from swerl.sandbox.types import SandboxConfig
 from swerl.text import did_you_mean
 from swerl.trainer.rollouts.evaluation import EvalDuringTrainingConfig
 from swerl.trainer.setup.model_config import LoraConfig, ModelConfig, StrictModel  # noqa: F401 - LoraConfig re-exported
-from swerl.trainer.tracking.task_health import QuarantineConfig
+from swerl.task_health import QuarantineConfig
 from swerl.trainer.tracking.trackers import MlflowConfig, WandbConfig
 
 
@@ -138,15 +138,28 @@ class LoggingConfig(StrictModel):
         """``wandb: true`` / ``mlflow: true`` turn a tracker on with its defaults; ``false`` turns it off."""
         return {} if value is True else None if value is False else value
 
-def generator_fields_ignored(backend: str) -> dict[str, str]:
-    """The ``generator`` fields ``swerl train`` never reads with ``backend`` (field -> why); with
-    ``auto`` only those that neither choice reads (the others apply when their backend is chosen)."""
-    ignored = {"device": "the generator runs on model.device"}
-    if backend == "hf":
-        ignored["dtype"] = "generator.backend=hf samples with the trained module itself, in its dtype"
-    elif backend != "auto":
-        ignored["num_threads"] = "it sets torch threads for generator.backend=hf only"
-    return ignored
+def sampling_support_problem(support: str, generator: TrainGenerator, top_k: int, top_p: float) -> str | None:
+    """Why ``algorithm.sampling_support=replay`` cannot get each token's kept set from this generator
+    (one line naming the fix), or None. The hf backend always returns it; vLLM in-process with
+    ``return_sampling_mask`` and top_k > 0 (vLLM bounds the mask by top_k); vLLM servers' completions
+    API returns none. Under ``auto`` only the vllm candidate's own rule (the resolved config gets the rest)."""
+    vllm = generator.vllm if isinstance(generator, AutoGenerator) else generator
+    if not isinstance(vllm, VLLMGenerator):
+        return None
+    if vllm.return_sampling_mask and top_k == 0:
+        return ("generator.return_sampling_mask needs agent.top_k > 0 (vLLM refuses the request otherwise: it bounds "
+                "each kept set by top_k): set agent.top_k (e.g. 20) or remove return_sampling_mask")
+    if support != "replay" or vllm is not generator:
+        return None
+    truncated = top_k > 0 or top_p < 1.0
+    if vllm.vllm_mode == "servers" and truncated:
+        return ("algorithm.sampling_support=replay needs each token's kept set, which vLLM servers' completions API does "
+                "not return: use generator.vllm_mode=inprocess with generator.return_sampling_mask=true, "
+                "generator.backend=hf, or sampling_support=full")
+    if truncated and not vllm.return_sampling_mask:
+        return ("algorithm.sampling_support=replay with generator.backend=vllm needs the engine's kept sets: set "
+                "generator.return_sampling_mask=true (or sampling_support=full)")
+    return None
 
 
 class TrainConfig(StrictModel):
@@ -154,10 +167,11 @@ class TrainConfig(StrictModel):
 
     model: ModelConfig = Field(default_factory=ModelConfig, description="The policy being trained.")
     data: DataConfig = Field(..., description="Task source and prompt order.")
-    generator: InferenceConfig = Field(
-        default_factory=InferenceConfig,
-        description="Inference backend that samples rollouts on every rank (hf, or vllm in-process / servers), its weight "
-        "sync and parity probe; its model is model.path, leave generator.model unset.",
+    generator: TrainGenerator = Field(
+        default_factory=HFGenerator,
+        description="Inference backend that samples rollouts on every rank (hf, or vllm in-process / servers, or auto: "
+        "the one of the two this machine runs faster, each with its own section), its weight sync and parity probe; "
+        "its model is model.path, leave generator.model unset.",
     )
     agent: AgentConfig = Field(default_factory=AgentConfig, description="Agent protocol, episode limits, sampling (temperature, top-p, top-k).")
     sandbox: SandboxConfig = Field(
@@ -179,50 +193,59 @@ class TrainConfig(StrictModel):
             raise ValueError(
                 "agent.temperature must be > 0 for training (log-probs are taken at the sampling temperature): set e.g. 0.7"
             )
-        if self.generator.backend == "openai":
-            raise ValueError("generator.backend=openai cannot receive trained weights: use hf or vllm")
-        if self.generator.model is not None and self.generator.model != self.model.path:
-            raise ValueError("generator.model must be unset (the generator samples from model.path): remove it")
-        if self.generator.lora_adapter is not None:
-            raise ValueError("generator.lora_adapter must be unset: swerl train syncs its own adapters (model.lora); "
-                             "to start from an adapter, merge it into model.path first")
-        if self.generator.backend == "vllm" and self.generator.max_model_len < self.agent.limits.context_window_tokens:
-            raise ValueError(
-                f"generator.max_model_len={self.generator.max_model_len} is below agent.limits.context_window_tokens="
-                f"{self.agent.limits.context_window_tokens}: raise generator.max_model_len"
-            )
-        if self.generator.weight_sync == "nccl" and self.generator.vllm_mode != "servers":
-            raise ValueError(
-                "generator.weight_sync=nccl sends weights to vLLM servers: set generator.vllm_mode=servers or weight_sync=disk"
-            )
+        if isinstance(self.generator, OpenAIGenerator):
+            raise ValueError("generator.backend=openai cannot receive trained weights: use hf, vllm or auto")
+        auto = isinstance(self.generator, AutoGenerator)
+        for generator in (self.generator.hf, self.generator.vllm) if auto else (self.generator,):
+            problem = self._generator_problem(generator, f"generator.{generator.backend}" if auto else "generator")
+            if problem is not None:
+                raise ValueError(problem)
         from swerl.trainer.setup.colocation import colocation_problem
 
         # device auto: the GPU half is checked again once the run knows its device (trainer/rollouts/generator.py)
         problem = colocation_problem(self.generator, self.loop.max_staleness_steps, self.model.device == "cuda")
         if problem is not None:
             raise ValueError(problem)
-        ignored = generator_fields_ignored(self.generator.backend)
-        stray = set_fields(self.generator, ignored)
-        if stray:
-            default = InferenceConfig.model_fields[stray[0]].get_default()
-            raise ValueError(f"generator.{stray[0]} would be ignored by swerl train ({ignored[stray[0]]}): remove it "
-                             f"(or --set generator.{stray[0]}={'null' if default is None else default})")
         if self.model.reference_cpu_offload and not self.algorithm.use_kl_loss:
             raise ValueError("model.reference_cpu_offload would be ignored: there is a reference policy only with "
                              "algorithm.use_kl_loss=true; remove it")
         if self.model.lora is not None and self.model.reference_cpu_offload:
             raise ValueError("model.reference_cpu_offload would be ignored: under model.lora the reference is the policy "
                              "with its adapters off (no copy to offload); remove it")
-        if self.model.lora is not None and self.generator.weight_sync == "nccl":
-            raise ValueError("model.lora syncs the adapters through a folder the engines load (tens of MB): set "
-                             "generator.weight_sync=disk")
         if self.checkpointing.export_merged and self.model.lora is None:
             raise ValueError("checkpointing.export_merged merges LoRA adapters, and model.lora is off: remove it")
-        if self.model.fsdp and self.generator.backend == "hf":
+        if self.model.fsdp and isinstance(self.generator, HFGenerator):
             raise ValueError(
                 "model.fsdp with generator.backend=hf: every rank generates with its own module, a sharded one cannot; use generator.backend=vllm"
             )
+        problem = sampling_support_problem(self.algorithm.sampling_support, self.generator, self.agent.top_k,
+                                           self.agent.top_p)
+        if problem is not None:
+            raise ValueError(problem)
         return self
+
+    def _generator_problem(self, gen: HFGenerator | VLLMGenerator, at: str) -> str | None:
+        """Why swerl train cannot use ``gen`` (the generator, or one of ``auto``'s candidates, whose
+        section is ``at``), naming the field and the fix; None when it can."""
+        if gen.model is not None and gen.model != self.model.path:
+            return f"{at}.model must be unset (the generator samples from model.path): remove it"
+        if gen.lora_adapter is not None:
+            return (f"{at}.lora_adapter must be unset: swerl train syncs its own adapters (model.lora); to start from "
+                    "an adapter, merge it into model.path first")
+        if isinstance(gen, HFGenerator):  # it samples with the trained module itself
+            why = {"device": "the generator runs on model.device", "dtype": "hf samples with the trained module itself, "
+                   "in its dtype"}
+            stray = set_fields(gen, why)
+            return f"{at}.{stray[0]} would be ignored by swerl train ({why[stray[0]]}): remove it" if stray else None
+        if gen.max_model_len < self.agent.limits.context_window_tokens:
+            return (f"{at}.max_model_len={gen.max_model_len} is below agent.limits.context_window_tokens="
+                    f"{self.agent.limits.context_window_tokens}: raise {at}.max_model_len")
+        if gen.weight_sync == "nccl" and gen.vllm_mode != "servers":
+            return f"{at}.weight_sync=nccl sends weights to vLLM servers: set {at}.vllm_mode=servers or weight_sync=disk"
+        if gen.weight_sync == "nccl" and self.model.lora is not None:
+            return (f"model.lora syncs the adapters through a folder the engines load (tens of MB): set "
+                    f"{at}.weight_sync=disk")
+        return None
 
     @property
     def n_samples(self) -> int:
@@ -247,14 +270,48 @@ def _unwrap(annotation: Any) -> Any:
     return annotation
 
 
-def _model_at(keys: list[str] | tuple) -> Any:
-    """The config class at a dotted path below TrainConfig, or None inside a dict-typed field."""
+def _tagged(annotation: Any) -> dict[str, Any]:
+    """The members of a tagged union (``TrainGenerator``) by tag; {} for any other annotation."""
+    members = [get_args(arg) for arg in get_args(annotation)]
+    return {meta.tag: args[0] for args in members if len(args) == 2 and isinstance(meta := args[1], Tag)}
+
+
+def _walk(keys: list[str] | tuple) -> tuple[tuple, Any]:
+    """``keys`` without the tags pydantic puts after a tagged union (``generator.vllm.max_model_len``
+    -> ``generator.max_model_len``), and the config class at their end (None inside a dict-typed
+    field, or at a union whose member the keys do not name)."""
     model: Any = TrainConfig
-    for key in keys:
+    path: list[Any] = []
+    rest = list(keys)
+    while rest:
+        key = rest.pop(0)
+        path.append(key)
         if not (isinstance(model, type) and issubclass(model, BaseModel)) or key not in model.model_fields:
-            return None
-        model = _unwrap(model.model_fields[key].annotation)
-    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
+            model = None
+            continue
+        annotation = model.model_fields[key].annotation
+        members = _tagged(annotation)
+        model = members[rest.pop(0)] if members and rest and rest[0] in members else _unwrap(annotation)
+    return tuple(path), model if isinstance(model, type) and issubclass(model, BaseModel) else None
+
+
+def _model_at(keys: list[str] | tuple) -> Any:
+    """The config class at a dotted path below TrainConfig (see :func:`_walk`), or None."""
+    return _walk(keys)[1]
+
+
+def _unknown_key(where: tuple, key: str, model: Any) -> str:
+    """Why ``key`` is refused in ``model``'s section ``where``: a field of another generator backend
+    is named with the backend that has it; any other key gets a did-you-mean."""
+    owners = [tag for tag, member in BACKENDS.items() if key in member.model_fields and tag != "auto"]
+    section = ".".join(map(str, where))
+    if model is AutoGenerator and owners:
+        return f"a field of backend {' and '.join(owners)}: under backend auto it goes in {section}.{owners[0]}"
+    if "backend" in model.model_fields and owners:
+        backend = model.model_fields["backend"].default
+        return (f"not a field of backend {backend!r} (a field of {' and '.join(owners)}): remove it, or set "
+                f"{section}.backend to {owners[0]}")
+    return f"unknown key; {did_you_mean(key, list(model.model_fields))}"
 
 
 def _check_path(keys: list[str], raw: str) -> None:
@@ -327,14 +384,13 @@ def _blame(loc: tuple, msg: str, path: Path, file_data: dict, overrides: list[st
 _EXPECTED = {"int": ("an integer", 3), "float": ("a number", 0.5), "bool": ("true or false", True)}
 
 
-def _expected_value(loc: tuple, error_type: str) -> str | None:
+def _expected_value(loc: tuple, error_type: str, model: Any) -> str | None:
     """``expected an integer, e.g. 3`` for a numeric/boolean type error, the example being the
     field's default when it has one of that type; None for any other error."""
     kind = error_type.split("_", 1)[0]
     if kind not in _EXPECTED or not error_type.endswith(("_type", "_parsing", "_from_float")):
         return None
     expected, example = _EXPECTED[kind]
-    model = _model_at(loc[:-1])
     field = model.model_fields.get(str(loc[-1])) if model is not None and loc else None
     default = getattr(field, "default", None)
     if type(default) is type(example):  # a bool is not an integer example, nor an integer a number one
@@ -347,14 +403,13 @@ _BOUNDS = {"greater_than_equal": ("ge", ">="), "greater_than": ("gt", ">"), "les
            "less_than": ("lt", "<")}
 
 
-def _bound(loc: tuple, error: dict) -> str | None:
+def _bound(loc: tuple, error: dict, model: Any) -> str | None:
     """``must be >= 1 (or null); got -1: set loop.max_steps to 1 or more`` for a value out of a
     field's bounds; None for any other error."""
     if error["type"] not in _BOUNDS:
         return None
     name, op = _BOUNDS[error["type"]]
     limit = (error.get("ctx") or {}).get(name)
-    model = _model_at(loc[:-1])
     field = model.model_fields.get(str(loc[-1])) if model is not None and loc else None
     nullable = field is not None and field.default is None and not field.is_required()
     where = ".".join(map(str, loc))
@@ -364,16 +419,17 @@ def _bound(loc: tuple, error: dict) -> str | None:
 
 def _error_line(error: dict, path: Path, file_data: dict, overrides: list[str]) -> str:
     """One pydantic error as ``source: field: reason``, the reason naming the fix where pydantic's does not."""
-    loc = tuple(error["loc"])
+    loc, _ = _walk(error["loc"])
+    parent = _model_at(error["loc"][:-1])
     where = ".".join(str(p) for p in loc) or "(top level)"
     msg = error["msg"].removeprefix("Value error, ")
-    if error["type"] == "extra_forbidden" and _model_at(loc[:-1]) is not None:
-        msg = f"unknown key; {did_you_mean(str(loc[-1]), list(_model_at(loc[:-1]).model_fields))}"
+    if error["type"] == "extra_forbidden" and parent is not None:
+        msg = _unknown_key(loc[:-1], str(loc[-1]), parent)
     elif error["type"] == "missing":
         return f"{path}: {where}: required field missing: add it to the file"
-    elif (expected := _expected_value(loc, error["type"])) is not None:
+    elif (expected := _expected_value(loc, error["type"], parent)) is not None:
         msg = f"{expected}; got {error['input']!r}"
-    elif (bound := _bound(loc, error)) is not None:
+    elif (bound := _bound(loc, error, parent)) is not None:
         msg = bound
     return f"{_blame(loc, msg, path, file_data, overrides)}: {where}: {msg}"
 
@@ -387,6 +443,20 @@ def _validation_error(path: Path, err: ValidationError, file_data: dict, overrid
     lines = [_error_line(e, path, file_data, overrides) for e in errors]
     more = f" (+{len(lines) - 1} more; -v shows them)" if len(lines) > 1 else ""
     return ConfigError(lines[0] + more, details=lines[1:])
+
+
+def _forced_backend(file_data: dict, data: dict) -> dict:
+    """``data`` where ``--set generator.backend=hf`` (or ``vllm``) overrides a file's ``backend: auto``:
+    the generator becomes that backend's section of the file (``generator.hf`` / ``generator.vllm``),
+    as ``auto`` choosing it would have made it, with any other ``generator.*`` override on top."""
+    before, after = file_data.get("generator"), data.get("generator")
+    if not (isinstance(before, dict) and isinstance(after, dict) and before.get("backend") == "auto"):
+        return data
+    backend = after.get("backend")
+    if backend not in ("hf", "vllm"):
+        return data
+    rest = {key: value for key, value in after.items() if key not in ("hf", "vllm")}
+    return {**data, "generator": {**(after.get(backend) or {}), **rest}}
 
 
 def load_train_config(path: str | Path, overrides: list[str] | None = None) -> TrainConfig:
@@ -412,7 +482,7 @@ def load_train_config(path: str | Path, overrides: list[str] | None = None) -> T
     import copy
 
     file_data = copy.deepcopy(data)
-    data = apply_overrides(data, overrides or [])
+    data = _forced_backend(file_data, apply_overrides(data, overrides or []))
     try:
         return TrainConfig.model_validate(data)
     except ValidationError as err:

@@ -37,10 +37,12 @@ from pathlib import Path
 
 import yaml
 
+from swerl import metric_keys
 from swerl.run_layout import CONFIG_FILE, METRICS_FILE
 from swerl.trainer.setup.config import TrainConfig
 from swerl.trainer.setup.model_size import kv_bytes_per_token
-from swerl.trainer.setup.plan import TRAIN_BYTES_PER_PARAM, format_bytes
+from swerl.trainer.setup.plan import format_bytes
+from swerl.trainer.setup.state_size import TRAIN_BYTES_PER_PARAM
 
 RUNTIME_BYTES = 500_000_000
 """Resident size of Python + torch + transformers with a model loaded lazily (measured: 0.48 GB
@@ -183,9 +185,9 @@ def last_step_seconds(run_dir: Path, model_path: str | None = None) -> tuple[Pat
                 record = json.loads(line)
             except json.JSONDecodeError:
                 continue
-            if record.get("global_step", 0) > 0 and "timing/step_s" in record:
-                steps.append(float(record["timing/step_s"]))
-                episodes.append(float(record.get("reward/num_trajectories", 0.0)))
+            if record.get("global_step", 0) > 0 and metric_keys.TIMING_STEP_S in record:
+                steps.append(float(record[metric_keys.TIMING_STEP_S]))
+                episodes.append(float(record.get(metric_keys.REWARD_NUM_TRAJECTORIES, 0.0)))
         if steps:
             return path, statistics.median(steps), statistics.median(episodes)
     return None

@@ -61,17 +61,21 @@ class ModelConfig(StrictModel):
     )
 
     grad_sync: Literal["last_micro_batch", "every_micro_batch"] = Field(
-        "last_micro_batch",
-        description="With fsdp: when gradients are reduce-scattered. last_micro_batch: once per optimizer step (each "
-        "rank holds the unsharded fp32 gradients of the whole model, 4 B/parameter, between micro-batches); "
-        "every_micro_batch: after each micro-batch (gradients stay sharded; one reduce-scatter per micro-batch).",
+        "every_micro_batch",
+        description="With fsdp: when gradients are reduce-scattered. every_micro_batch: after each micro-batch "
+        "(gradients stay sharded, 4 B/parameter / W; one reduce-scatter per micro-batch, as torchtitan and verl); "
+        "last_micro_batch: once per optimizer step (fewer collectives, but each rank holds the unsharded fp32 "
+        "gradients of the whole model, 4 B/parameter, between micro-batches: the dry-run refuses it where that "
+        "does not fit the GPU). A replicated model (fsdp=false) all-reduces once per optimizer step whatever it says "
+        "(runs saved before every_micro_batch became the default name last_micro_batch there).",
+    )
+    gpu_memory_gib: float | None = Field(
+        None, gt=0, description="Memory of one trainer GPU in GiB, for the dry-run's fit check (e.g. 79.6 for an "
+        "H100 80GB); None = the visible GPU's, and no check where none is visible."
     )
 
     @model_validator(mode="after")
     def _offload_needs_fsdp(self) -> "ModelConfig":
         if self.cpu_offload and not self.fsdp:
             raise ValueError("model.cpu_offload needs model.fsdp=true (it offloads FSDP shards): set both or neither")
-        if self.grad_sync != "last_micro_batch" and not self.fsdp:
-            raise ValueError("model.grad_sync applies to FSDP shards (a replicated model all-reduces once per "
-                             "optimizer step): remove it or set model.fsdp=true")
         return self

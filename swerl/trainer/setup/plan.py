@@ -9,10 +9,12 @@ import math
 
 from pydantic import BaseModel
 
+from swerl.inference.config import AutoGenerator, VLLMGenerator
 from swerl.text import counted
 from swerl.trainer.setup.concurrency import rank_sandbox, split_count
 from swerl.trainer.setup.config import TrainConfig
-from swerl.trainer.setup.model_size import kv_bytes_per_token, lora_param_count, model_size
+from swerl.trainer.setup.model_size import kv_bytes_per_token, model_size
+from swerl.trainer.setup.state_size import TRAIN_BYTES_PER_PARAM, state_bytes, trained_params
 
 
 class RunPlan(BaseModel):
@@ -49,7 +51,6 @@ class RunPlan(BaseModel):
     notes: list[str] = []
 
 
-TRAIN_BYTES_PER_PARAM = 16  # fp32 master weight + fp32 grad + AdamW m and v
 CHECKPOINT_BYTES_PER_PARAM = 12  # DCP: fp32 weights + AdamW exp_avg and exp_avg_sq
 REFERENCE_BYTES_PER_PARAM = 4  # the KL term's frozen reference: fp32 weights, no gradient or optimizer state
 def export_bytes_per_param(cfg: TrainConfig) -> int:
@@ -66,12 +67,6 @@ def format_bytes(num_bytes: float) -> str:
     if num_bytes >= 1e6:
         return f"{num_bytes / 1e6:.0f} MB"
     return f"{num_bytes / 1e3:.0f} kB"
-
-
-def trained_params(cfg: TrainConfig, shape: dict, n: int) -> int:
-    """Parameters that train, hold AdamW state and are checkpointed: all ``n``, or the LoRA adapters."""
-    lora = cfg.model.lora
-    return n if lora is None else lora_param_count(shape, lora.target_modules, lora.rank)
 
 
 def stored_bytes(cfg: TrainConfig, shape: dict, n: int) -> tuple[int, int]:
@@ -149,16 +144,6 @@ def _trainer_lines(cfg: TrainConfig, ranks: tuple[int, ...]) -> list[tuple[str, 
              f"{format_bytes(adapters * 4)} fp32 peft adapter{merged}")]
 
 
-def state_bytes(cfg: TrainConfig, shape: dict, n: int, ranks: int) -> float:
-    """Trainer state on one of ``ranks`` ranks, bytes: 16 B per trained parameter (fp32 weight,
-    gradient, AdamW m and v) plus a LoRA run's frozen base (bf16 with bf16 compute, else fp32),
-    divided by the ranks under FSDP."""
-    m = cfg.model
-    frozen = 0 if m.lora is None else n * (2 if m.dtype == "bfloat16" else 4)
-    total = trained_params(cfg, shape, n) * TRAIN_BYTES_PER_PARAM + frozen
-    return total / (ranks if m.fsdp else 1)
-
-
 def _activation_words(cfg: TrainConfig, shape: dict) -> str:
     """The update's largest tensors for one micro-batch at the full context window: the logits and
     their gradient, one chunk's float32 graph of the log-probs (4 chunks of ``rl.logprobs.CHUNK_BYTES``:
@@ -223,6 +208,8 @@ def _sync_lines(cfg: TrainConfig) -> list[tuple[str, str]]:
 def _generator_lines(cfg: TrainConfig, ranks: int, in_flight: int) -> list[tuple[str, str]]:
     """The generator's backend and placement, and the KV cache the episodes in flight need at full context."""
     m, gen = cfg.model, cfg.generator
+    if isinstance(gen, AutoGenerator):  # the preflight resolves it first: the plan of a run never says auto
+        return [("generator", "auto: HF generate or vLLM, chosen for this machine when the run starts")]
     if gen.backend == "vllm":
         dtype = gen.resolved_dtype()
         lines = [("generator", f"{_vllm_where(cfg, ranks)} ({dtype}, max_model_len {gen.max_model_len:,}, "
@@ -249,14 +236,12 @@ def _generator_lines(cfg: TrainConfig, ranks: int, in_flight: int) -> list[tuple
 def _gpu_phase_lines(cfg: TrainConfig, ranks: tuple[int, ...]) -> list[tuple[str, str]]:
     """GPU memory of each phase (rollouts, update) on the smallest rank count sized (``colocation.py``)."""
 
+    from swerl.trainer.setup.gpu_budget import gpu_total_bytes, memory_row
+
     shape, n, _ = model_size(cfg.model.path)
     state = state_bytes(cfg, shape, n, ranks[0]) if n and shape else None
-    total = None
-    if cfg.model.device != "cpu":
-        import torch
-
-        total = torch.cuda.get_device_properties(0).total_memory if torch.cuda.is_available() else None
-    return gpu_phase_lines(cfg, n, state, total)
+    total = gpu_total_bytes(cfg) if cfg.model.device != "cpu" else None
+    return [*gpu_phase_lines(cfg, n, state, total), *memory_row(cfg, ranks, total)]
 
 
 def _in_flight_words(in_flight: int, ranks: tuple[int, ...]) -> str:
@@ -294,7 +279,7 @@ def pipeline_lines(cfg: TrainConfig) -> list[tuple[str, str]]:
         sync = "" if cfg.generator.backend == "hf" else " + weight sync"  # HF samples with the live module
         return [("rollout pipeline", f"synchronous (loop.max_staleness_steps=0): step time = rollouts + update{sync}, "
                  "in sequence")]
-    one = cfg.generator.num_engines == 1
+    one = not isinstance(cfg.generator, VLLMGenerator) or cfg.generator.num_engines == 1
     engines = ("its own HF copy of the policy (one more model in memory), weights copied in between two "
                "generate calls after every step") if cfg.generator.backend == "hf" else (
                f"the run's vLLM {'engine' if one else 'engines'} (per rank); weights reach {'it' if one else 'them'} "
@@ -306,6 +291,37 @@ def pipeline_lines(cfg: TrainConfig) -> list[tuple[str, str]]:
         ("expected overlap", "step time ~ max(rollouts, update + weight sync) instead of their sum, from step 2 "
          "(step 1 waits for its rollouts)"),
     ]
+
+
+def dynamic_sampling_lines(cfg: TrainConfig) -> list[tuple[str, str]]:
+    """Dry-run line of ``algorithm.dynamic_sampling`` when on: what a step may draw beyond its batch."""
+    ds, b, n = cfg.algorithm.dynamic_sampling, cfg.loop.train_batch_size, cfg.n_samples
+    if not ds.enabled:
+        return []
+    most = b * (1 + ds.max_extra_rounds)
+    return [("dynamic sampling", f"groups without signal dropped; up to {counted(ds.max_extra_rounds, 'extra round')} "
+             f"per step, each drawing the next prompts for the groups still missing: at most {most} prompts "
+             f"({most * n} episodes) per step, so an epoch may end in fewer than steps_per_epoch steps")]
+
+
+def reproducibility_words(cfg: TrainConfig) -> str:
+    """What a second run of ``cfg`` with the same seed repeats, and a resume (measured per path with
+    ``bench/reproducibility.py``; the table is in docs/inference.md)."""
+    if cfg.loop.max_staleness_steps > 0:
+        return ("not repeatable: rollouts run ahead of the update (loop.max_staleness_steps > 0), so the weights "
+                "that sample an episode depend on timing; loop.max_staleness_steps: 0 for a repeatable run")
+    if cfg.generator.backend == "vllm" and cfg.generator.vllm_mode == "servers":
+        return ("not repeatable: a vLLM server batches requests as they arrive, so which share a forward follows "
+                "timing (measured: most samples differ between two seeded runs); vllm_mode: inprocess with a seed "
+                "repeats bit for bit")
+    if cfg.generator.backend == "vllm" and cfg.agent.seed is None and cfg.model.device != "cpu":
+        return ("not repeatable: vLLM training rollouts on GPUs are unseeded (a seeded request is sampled on "
+                "its own); agent.seed: S seeds every request")
+    if cfg.generator.backend == "hf" and getattr(cfg.generator, "max_batch_size", 1) > 1:
+        return ("same samples for the same seed (a seed per row); the update may differ in the last bits "
+                "(~1e-7 relative: the sampler's log-probs depend on which prompts share a generate batch); "
+                "generator.max_batch_size: 1 (generator.hf.max_batch_size under auto) repeats it bit for bit")
+    return "bit for bit: the same seed gives the same samples and updates, and a resumed step repeats"
 
 
 def _every(interval: int, total: int, final: bool) -> list[int]:
@@ -320,10 +336,15 @@ def make_plan(cfg: TrainConfig, num_tasks: int | None, world_size: int = 1) -> R
     ``world_size`` processes (torchrun's ``WORLD_SIZE``; the placement lines depend on it).
 
     With an unknown task count the run is assumed to stop at ``loop.max_steps``.
-    Raises: ConfigError when the run's concurrency leaves a rank nothing (``concurrency.rank_sandbox``).
+    Raises: ConfigError when the run's concurrency leaves a rank nothing (``concurrency.rank_sandbox``),
+        or when the update's GPU peak does not fit the GPU (``gpu_budget.check_fits``).
     """
+    from swerl.trainer.setup.gpu_budget import check_fits, gpu_total_bytes
+
     loop = cfg.loop
     rank_sandbox(cfg.sandbox, loop.rollout_concurrency or cfg.sandbox.concurrency, 0, world_size)
+    if cfg.model.device != "cpu":
+        check_fits(cfg, rank_counts(cfg, world_size), gpu_total_bytes(cfg))
     if num_tasks is not None and cfg.data.limit is not None:
         num_tasks = min(num_tasks, cfg.data.limit)
     steps_per_epoch = None if num_tasks is None else num_tasks // loop.train_batch_size
@@ -350,7 +371,8 @@ def make_plan(cfg: TrainConfig, num_tasks: int | None, world_size: int = 1) -> R
         token_budget_per_step=samples * window,
         checkpoint_steps=_every(ck.ckpt_interval, total, ck.save_final),
         export_steps=_every(ck.hf_save_interval, total, ck.save_final),
-        placement=placement(cfg, loop.rollout_concurrency or cfg.sandbox.concurrency, world_size) + pipeline_lines(cfg),
+        placement=placement(cfg, loop.rollout_concurrency or cfg.sandbox.concurrency, world_size) + pipeline_lines(cfg)
+        + dynamic_sampling_lines(cfg) + [("reproducibility", reproducibility_words(cfg))],
         notes=notes,
     )
 
@@ -377,12 +399,12 @@ def gpu_phase_lines(cfg: TrainConfig, n_params: int | None, state_per_rank: floa
         return []
     state = _bytes(state_per_rank) if state_per_rank is not None else "16 B/parameter / W"
     weights = f"{_bytes(n_params * BF16_BYTES)} bf16 weights" if n_params else "bf16 weights"
-    share = f"{gen.gpu_memory_utilization:g} of the GPU" + (
-        f" = {_bytes(gen.gpu_memory_utilization * gpu_total_bytes)}" if gpu_total_bytes else "")
     trainer = f"trainer state {state} + activations"
-    if gen.backend != "vllm":
+    if not isinstance(gen, VLLMGenerator):
         return [("GPU memory, rollouts", f"trainer state {state} + the KV cache of HF generate (live module)"),
                 ("GPU memory, update", trainer)]
+    share = f"{gen.gpu_memory_utilization:g} of the GPU" + (
+        f" = {_bytes(gen.gpu_memory_utilization * gpu_total_bytes)}" if gpu_total_bytes else "")
     engine = f"vLLM {share} ({weights} + KV cache)"
     if gen.vllm_mode == "inprocess":
         level1 = "vLLM asleep at level 1: weights in host RAM (a LoRA sync never rewrites the base), KV cache freed"

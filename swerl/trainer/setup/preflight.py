@@ -4,6 +4,7 @@ passes is a run that starts.
 
 Checks, in order (each raises one one-line :class:`SwerlError`):
 
+0. the device: ``model.device`` names a device this machine has (``cuda`` needs a GPU) (2);
 1. the task sources exist (``ConfigError`` naming the fix, exit 2), the tasks load (``TaskError``, 2)
    and the plan trains at least one step (``ConfigError``, 2);
 2. the run directory: checkpoints without ``--resume``, ``--resume`` without checkpoints (2);
@@ -31,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from swerl.errors import ConfigError, EnvironmentProblem
+from swerl.inference.config import HFGenerator
 from swerl.text import counted
 from swerl.trainer.setup.auto import Resolution, resolve_auto
 from swerl.trainer.setup.config import TrainConfig
@@ -95,6 +97,11 @@ def run_preflight(cfg: TrainConfig, run_dir: Path, resume: str | None, world_siz
     from swerl.tasks.load import load_tasks
     from swerl.trainer.tracking.trackers import check_tracker_packages
 
+    from swerl.inference.machine import device_problem
+
+    problem = device_problem("model.device", cfg.model.device)  # before auto probes a device that is not there
+    if problem is not None:
+        raise ConfigError(problem)
     resolution = resolve_auto(cfg)
     cfg = resolution.config
     check_task_source("data.tasks", cfg.data.tasks)
@@ -103,7 +110,8 @@ def run_preflight(cfg: TrainConfig, run_dir: Path, resume: str | None, world_siz
     held_out = []
     if cfg.eval is not None:
         check_task_source("eval.tasks", cfg.eval.tasks)
-        held_out = list(load_tasks(cfg.eval.tasks, limit=cfg.eval.limit, names=cfg.eval.names))
+        held_out = list(load_tasks(cfg.eval.tasks, limit=cfg.eval.limit, names=cfg.eval.names,
+                                   names_field="eval.names"))
     check_network([*tasks, *held_out], cfg.sandbox)
     plan = make_plan(cfg, len(tasks), launch_world_size() if world_size is None else world_size)
     if plan.total_steps == 0:
@@ -122,6 +130,7 @@ def run_preflight(cfg: TrainConfig, run_dir: Path, resume: str | None, world_siz
     size_memory_and_time(cfg, plan, tasks, run_dir, result)
     check_disk(cfg, plan, run_dir, model_folder, result)
     result.images = check_docker(cfg, tasks)
+    result.notes.extend(check_sandbox_disk(cfg, tasks))
     return result
 
 
@@ -201,7 +210,9 @@ def check_cores(cfg: TrainConfig, tasks: list) -> list[str]:
         return []
     cores = usable_cores()
     gen = cfg.generator
-    threads = gen.num_threads or (cores if gen.backend == "hf" and cfg.model.device == "cpu" else 0)
+    threads = 0  # vLLM's engines: their own cores (generator.cpu_cores)
+    if isinstance(gen, HFGenerator):
+        threads = gen.num_threads or (cores if cfg.model.device == "cpu" else 0)
     in_flight = cfg.loop.rollout_concurrency or cfg.sandbox.concurrency
     cpus = max((t.config.environment.cpus for t in tasks), default=1.0)
     demand = threads + in_flight * cpus
@@ -261,6 +272,33 @@ def check_disk(cfg: TrainConfig, plan: RunPlan, run_dir: Path, model_folder: Pat
             f"{format_bytes(result.disk_free_bytes)} free; set checkpointing.keep_last, raise hf_save_interval, "
             "or pick another --out"
         )
+
+
+def check_sandbox_disk(cfg: TrainConfig, tasks: list) -> list[str]:
+    """One note when the first engine's free disk holds fewer trials at once than the run keeps in
+    flight: every trial reserves its task's ``storage_mb`` there until its containers are removed
+    (``sandbox/deployment/admission.py``), so the others wait. [] for engines this host cannot
+    measure (remote) and when the disk covers them all. Not an error."""
+    from swerl.sandbox.deployment.limits import data_root, free_disk
+    from swerl.sandbox.docker_api import connect
+
+    engine = cfg.sandbox.engine_list()[0]
+    if not tasks or str(engine.url or "unix://").split("://")[0] != "unix":
+        return []
+    client = connect(engine.url, 2, cfg.sandbox.docker_timeout_s, engine.sdk_tls())
+    try:
+        free = free_disk(data_root(client))
+    finally:
+        client.close()
+    in_flight = cfg.loop.rollout_concurrency or cfg.sandbox.concurrency
+    budget = max(t.config.environment.storage_mb for t in tasks)
+    if free is None or free.mib >= in_flight * budget:
+        return []
+    fits = free.mib // budget
+    return [f"sandbox disk: Docker's data root {free.root} has {free.mib:,} MiB free{free.said}, which holds "
+            f"{counted(fits, 'trial')} of the tasks' storage_mb = {budget} at once, not the {in_flight} in flight: "
+            "the others wait for disk; lower [environment] storage_mb of the tasks, free disk, or lower "
+            "sandbox.concurrency"]
 
 
 def check_docker(cfg: TrainConfig, tasks: list) -> list[str]:

@@ -18,8 +18,9 @@ from dataclasses import dataclass, replace
 import torch
 from torch import Tensor
 
-from swerl.agent.trajectory import Trajectory
+from swerl.agent.trajectory import Segment, Trajectory
 from swerl.rl.config import AgentFailureTokens
+from swerl.rl.support import NO_TOKEN, pad_supports
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,11 @@ class Row:
             before the trainer computed it).
         episode_index: index of the trajectory the row comes from in the step's batch (rows of
             one episode share it; mini-batches are cut between episodes); None = a row of its own.
+        support: (T, K) int64 kept set of each token under top-k / top-p (``rl.support``, padded
+            with ``NO_TOKEN``; a row of ``NO_TOKEN`` = the vocabulary), or None (none stored).
+        version_lag: (T,) int64 policy versions between the weights that sampled each token and
+            those the step trains (0 = on-policy), or None (unknown).
+        old_log_mass: (T,) float32 log S_t under pi_old (the kept set's mass), or None.
     """
 
     prompt_ids: Tensor
@@ -48,6 +54,9 @@ class Row:
     old_logprobs: Tensor | None = None
     episode_index: int | None = None
     ref_logprobs: Tensor | None = None
+    support: Tensor | None = None
+    version_lag: Tensor | None = None
+    old_log_mass: Tensor | None = None
 
     @property
     def num_trainable_tokens(self) -> int:
@@ -63,13 +72,19 @@ def row_from_trajectory(traj: Trajectory, advantage: float, agent_failure_tokens
 
 
 def rows_from_trajectory(traj: Trajectory, advantage: float, agent_failure_tokens: AgentFailureTokens = "train",
-                         episode_index: int | None = None) -> list[Row]:
+                         episode_index: int | None = None, *, overlong_filter: bool = False,
+                         trained_version: int | None = None) -> list[Row]:
     """One :class:`Row` per token sequence of the episode (one unless it was summarized), in
     sampling order, each with the episode's ``advantage`` and its own loss mask (generated ids
-    only); trainable tokens are dropped as in :func:`row_from_trajectory`."""
+    only); trainable tokens are dropped as in :func:`row_from_trajectory`, and, with
+    ``overlong_filter``, for an episode whose turn hit its token budget (``hit_length_limit``).
+    ``trained_version`` (the policy version the step trains, step - 1) sets each token's
+    ``version_lag``."""
     untrained = traj.failure_class == "mask" or (traj.failure_class == "zero" and agent_failure_tokens == "mask")
+    untrained = untrained or (overlong_filter and traj.hit_length_limit)
+    sequences = traj.token_sequences()
     rows = []
-    for seq in traj.token_sequences():
+    for seq in sequences:
         mask = torch.tensor(seq.loss_mask, dtype=torch.bool)
         lp = None if seq.rollout_logprobs is None else torch.tensor(seq.rollout_logprobs, dtype=torch.float32)
         rows.append(Row(
@@ -79,8 +94,35 @@ def rows_from_trajectory(traj: Trajectory, advantage: float, agent_failure_token
             rollout_logprobs=lp,
             advantage=float(advantage),
             episode_index=episode_index,
+            support=None if seq.rollout_support is None else pad_supports(seq.rollout_support),
+            version_lag=_version_lag(seq, traj.turn_weight_versions, trained_version, len(sequences) == 1),
         ))
     return rows
+
+
+def _version_lag(seq: Segment, versions: list[int], trained_version: int | None, single: bool) -> Tensor | None:
+    """(T,) int64 lag of each token: ``trained_version`` minus the version of the turn that sampled
+    it. A one-sequence episode maps its turns to the runs of generated ids when they match one to
+    one; otherwise every token gets the episode's oldest turn's lag (as ``async/staleness_max``)."""
+    if trained_version is None or not versions:
+        return None
+    lag = torch.full((len(seq.response_ids),), trained_version - min(versions), dtype=torch.int64)
+    runs = _generated_runs(seq.loss_mask)
+    if single and len(runs) == len(versions):
+        for (start, stop), version in zip(runs, versions, strict=True):
+            lag[start:stop] = trained_version - version
+    return lag
+
+
+def _generated_runs(loss_mask: list[int]) -> list[tuple[int, int]]:
+    """[start, stop) of each maximal run of generated ids (loss mask 1)."""
+    runs: list[tuple[int, int]] = []
+    for t, bit in enumerate(loss_mask):
+        if bit and (not runs or runs[-1][1] != t):
+            runs.append((t, t + 1))
+        elif bit:
+            runs[-1] = (runs[-1][0], t + 1)
+    return runs
 
 
 def mini_batches(rows: list[Row], episodes_per_mini_batch: int) -> list[list[Row]]:
@@ -100,10 +142,20 @@ def mini_batches(rows: list[Row], episodes_per_mini_batch: int) -> list[list[Row
 
 
 def padding_row(like: Row) -> Row:
-    """A row that only keeps ranks in step: same shape as ``like``, nothing trainable, A = 0."""
-    old = like.old_logprobs if like.old_logprobs is not None else torch.zeros(len(like.response_ids))
-    ref = like.ref_logprobs if like.ref_logprobs is not None else torch.zeros(len(like.response_ids))
-    return replace(like, loss_mask=torch.zeros_like(like.loss_mask), advantage=0.0, old_logprobs=old, ref_logprobs=ref)
+    """A row that only keeps ranks in step: ``like``'s prompt and at most its first response token
+    (its first response column stays where ``like``'s is, so a micro-batch's ``logits_to_keep``
+    does not grow; no full-length forward for nothing), nothing trainable, A = 0."""
+    response = like.response_ids[:1]
+    cut = len(response)
+
+    def first(values: Tensor | None, fill: bool) -> Tensor | None:
+        return values[:cut] if values is not None else (torch.zeros(cut) if fill else None)
+
+    return replace(like, response_ids=response, loss_mask=torch.zeros(cut, dtype=torch.bool),
+                   rollout_logprobs=first(like.rollout_logprobs, False), advantage=0.0,
+                   old_logprobs=first(like.old_logprobs, True), ref_logprobs=first(like.ref_logprobs, True),
+                   old_log_mass=first(like.old_log_mass, True), support=first(like.support, False),
+                   version_lag=first(like.version_lag, False))
 
 
 @dataclass(frozen=True)
@@ -121,6 +173,12 @@ class MicroBatch:
         ref_logprobs: (n, L-1) float32 or None (only when every row has them).
         response_starts: (n,) int64, column of each row's first response token.
         response_lengths: (n,) int64, T of each row.
+        support: (n, L-1, K) int64 kept sets (``NO_TOKEN`` rows where none), or None when no row
+            has one.
+        replay_support: normalise log-probs over ``support`` (``algorithm.sampling_support=replay``)
+            in every forward of this micro-batch (pi, pi_old, pi_ref); False = the vocabulary.
+        version_lag: (n, L-1) int64 lag of each token (-1 where unknown).
+        old_log_mass: (n, L-1) float32 log S_t under pi_old, or None.
     """
 
     input_ids: Tensor
@@ -133,6 +191,10 @@ class MicroBatch:
     response_starts: Tensor
     response_lengths: Tensor
     ref_logprobs: Tensor | None = None
+    support: Tensor | None = None
+    replay_support: bool = False
+    version_lag: Tensor | None = None
+    old_log_mass: Tensor | None = None
 
     def to(self, device: torch.device) -> "MicroBatch":
         """Copy every tensor to ``device``."""
@@ -148,8 +210,9 @@ class MicroBatch:
         return out
 
 
-def collate(rows: list[Row], pad_id: int = 0) -> MicroBatch:
-    """Pad ``rows`` to the longest sequence among them (not the step's longest: less compute)."""
+def collate(rows: list[Row], pad_id: int = 0, replay_support: bool = False) -> MicroBatch:
+    """Pad ``rows`` to the longest sequence among them (not the step's longest: less compute);
+    ``replay_support`` as :attr:`MicroBatch.replay_support`."""
     n = len(rows)
     seq_lens = [len(r.prompt_ids) + len(r.response_ids) for r in rows]
     length = max(max(seq_lens), 2)
@@ -164,6 +227,11 @@ def collate(rows: list[Row], pad_id: int = 0) -> MicroBatch:
     has_ref = all(r.ref_logprobs is not None for r in rows)
     starts = torch.zeros(n, dtype=torch.int64)
     lengths = torch.zeros(n, dtype=torch.int64)
+    width = max((r.support.shape[1] for r in rows if r.support is not None), default=0)
+    support = torch.full((n, length - 1, width), NO_TOKEN, dtype=torch.int64) if width else None
+    lag = torch.full((n, length - 1), -1, dtype=torch.int64)
+    has_mass = all(r.old_log_mass is not None for r in rows)
+    mass = torch.zeros((n, length - 1), dtype=torch.float32)
     for i, r in enumerate(rows):
         p, t = len(r.prompt_ids), len(r.response_ids)
         input_ids[i, :p] = r.prompt_ids
@@ -179,6 +247,12 @@ def collate(rows: list[Row], pad_id: int = 0) -> MicroBatch:
             old_lp[i, s : s + t] = r.old_logprobs
         if has_ref:
             ref_lp[i, s : s + t] = r.ref_logprobs
+        if support is not None and r.support is not None:
+            support[i, s : s + t, : r.support.shape[1]] = r.support
+        if r.version_lag is not None:
+            lag[i, s : s + t] = r.version_lag
+        if has_mass:
+            mass[i, s : s + t] = r.old_log_mass
     has_rollout = torch.tensor([r.rollout_logprobs is not None for r in rows], dtype=torch.bool)
     return MicroBatch(
         input_ids=input_ids,
@@ -191,5 +265,9 @@ def collate(rows: list[Row], pad_id: int = 0) -> MicroBatch:
         response_starts=starts,
         response_lengths=lengths,
         ref_logprobs=ref_lp if has_ref else None,
+        support=support,
+        replay_support=replay_support,
+        version_lag=lag,
+        old_log_mass=mass if has_mass and support is not None else None,
     )
 

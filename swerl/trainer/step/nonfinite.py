@@ -14,11 +14,12 @@ import math
 
 import torch
 
+from swerl import metric_keys
 from swerl.errors import RunFailed
 
 log = logging.getLogger(__name__)
 
-SKIPPED = "update/skipped_nonfinite_steps"
+SKIPPED = metric_keys.UPDATE_SKIPPED_NONFINITE_STEPS
 """Optimizer steps of the training step skipped for a non-finite gradient (a count)."""
 TRAILING = "update/trailing_nonfinite_steps"
 """Skipped optimizer steps at the end of the training step (how the streak carries over)."""
@@ -71,7 +72,7 @@ class NonFiniteStreak:
             metrics: ``train_on_batch``'s metrics (``policy/optimizer_steps`` and the two keys above).
         Raises: RunFailed (exit 1) once ``limit`` optimizer steps in a row were skipped.
         """
-        skipped, total = int(metrics.get(SKIPPED, 0)), int(metrics.get("policy/optimizer_steps", 1))
+        skipped, total = int(metrics.get(SKIPPED, 0)), int(metrics.get(metric_keys.POLICY_OPTIMIZER_STEPS, 1))
         if skipped == total:
             self.in_a_row += skipped
         else:

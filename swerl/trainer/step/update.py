@@ -2,14 +2,15 @@
 
 Once per training step: log pi_old of every row (the weights that produced the batch) and, with a
 KL term, log pi_ref of the reference policy beside it. Per optimizer step (docs/algorithms.md, Loss
-reductions): count the step's denominators over all its micro-batches,
-SUM them over ranks (one all-reduce), then for each micro-batch forward at the sampling
-temperature, ``compute_policy_loss`` (PPO clip, rollout correction, reduction, KL) and ``backward``;
-gradients are SUMMED over ranks once per optimizer step (replicated models: one all-reduce; FSDP:
-one reduce-scatter after the last micro-batch, its average cancelled by scaling the loss by W);
-clip the global norm, step AdamW and the schedule. Nothing is divided by the number of
-micro-batches. Padding rows (rank balance) and failed rows carry an all-zero loss mask, so they
-reach neither a numerator nor a denominator.
+reductions): count the step's denominators over all its micro-batches, SUM them over ranks (one
+all-reduce), then for each micro-batch forward at the sampling temperature, ``compute_policy_loss``
+on its ``LossInputs`` (PPO clip, rollout correction, reduction, KL) and ``backward``, its metrics
+kept on the device until one all-reduce and one read per optimizer step; gradients are SUMMED
+over ranks once per optimizer step (replicated models: one all-reduce; FSDP: one reduce-scatter
+after the last micro-batch, its average cancelled by scaling the loss by W); clip the global norm,
+step AdamW and the schedule. Nothing is divided by the number of micro-batches. Padding rows (rank
+balance) and failed rows carry an all-zero loss mask, so they reach neither a numerator nor a
+denominator.
 """
 
 from __future__ import annotations
@@ -20,14 +21,15 @@ from typing import Protocol
 
 import torch
 
+from swerl import metric_keys
 from swerl.rl.config import AlgorithmConfig
-from swerl.rl.logprobs import next_token_logprobs
-from swerl.rl.loss import TOKEN_MEAN_METRICS, compute_policy_loss, kl_share, reported_metric_keys
+from swerl.rl.logprobs import next_token_logprobs, next_token_logprobs_on_support
+from swerl.rl.loss import LossInputs, ReportedKeys, compute_policy_loss, kl_share, reported_metric_keys
 from swerl.rl.reductions import StepDenominators, denominator_parts, dp_loss_scale
+from swerl.rl.rollout_correction import lag_means
 from swerl.trainer.step.batch import MicroBatch, Row, collate, mini_batches, padding_row
 from swerl.trainer.policy.distributed import DistInfo, all_reduce_grads, all_reduce_max, all_reduce_sum, rank_slice
 from swerl.trainer.step.nonfinite import SKIPPED, skip_counts, step_if_finite
-
 
 
 class ReferencePolicy(Protocol):
@@ -62,6 +64,8 @@ class UpdateSettings:
         skip_no_signal_rows: do not forward rows whose advantage is 0 or that have no trainable
             token (their policy loss and gradient are exactly 0); they still count in the
             denominators. Ignored when an entropy bonus or a KL term is on (they touch every token).
+        replay_support: normalise every forward over the stored kept sets
+            (``algorithm.sampling_support=replay``; rows without one use the vocabulary).
         reuse_pi_old: with one update epoch, the first optimizer step's forward runs on the
             weights that produced the batch, so its log-probs, detached, ARE log pi_old of its
             rows: no separate pi_old forward for them (2 of the 8N FLOPs per token). False runs
@@ -79,6 +83,7 @@ class UpdateSettings:
     pad_id: int = 0
     skip_no_signal_rows: bool = True
     reuse_pi_old: bool = True
+    replay_support: bool = False
 
 
 def _autocast(device: torch.device, dtype: torch.dtype | None):
@@ -102,6 +107,8 @@ def forward_logprobs(
     FSDP's bf16 param dtype; the temperature, log-softmax and everything after them (the loss)
     are computed in float32 outside autocast, a chunk of positions at a time
     (``rl.logprobs.next_token_logprobs``: no float32 (L, V) tensor, same values and gradients).
+    With ``mb.replay_support`` a token with a stored kept set is normalised over it
+    (``rl.logprobs.next_token_logprobs_on_support``), otherwise over the vocabulary.
 
     Only the columns from the micro-batch's first response column s0 on are computed: the LM head
     and the log-softmax skip the prompt positions before it (``logits_to_keep``; no row has a
@@ -109,12 +116,30 @@ def forward_logprobs(
 
     Returns: (n, L-1) float32 log-probs, and (n, L-1) float32 entropies or None; 0 in columns < s0.
     """
+    logprobs, entropy, _ = forward_with_mass(model, mb, temperature, with_entropy, compute_dtype)
+    return logprobs, entropy
+
+
+def forward_with_mass(
+    model: torch.nn.Module, mb: MicroBatch, temperature: float, with_entropy: bool = False,
+    compute_dtype: torch.dtype | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """:func:`forward_logprobs` plus (n, L-1) float32 log S_t, the log of the mass each token's
+    stored kept set holds under the forwarded weights (0 where none; None when ``mb.support`` is None)."""
     start = int(mb.response_starts.min()) if mb.response_starts.numel() else 0
     with _autocast(mb.input_ids.device, compute_dtype):
         logits = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask, use_cache=False,
                        logits_to_keep=mb.input_ids.shape[1] - start).logits  # (n, L - s0, V)
-    logprobs, entropy = next_token_logprobs(logits, mb.input_ids[:, start:], temperature, with_entropy=with_entropy)
-    return _from_column(logprobs, start), (None if entropy is None else _from_column(entropy, start))
+    if mb.support is None:
+        logprobs, entropy = next_token_logprobs(logits, mb.input_ids[:, start:], temperature,
+                                                with_entropy=with_entropy)
+        log_mass = None
+    else:
+        logprobs, entropy, log_mass = next_token_logprobs_on_support(
+            logits, mb.input_ids[:, start:], mb.support[:, start:], temperature, replay=mb.replay_support,
+            with_entropy=with_entropy)
+        log_mass = _from_column(log_mass, start)
+    return _from_column(logprobs, start), (None if entropy is None else _from_column(entropy, start)), log_mass
 
 
 def _from_column(values: torch.Tensor, start: int) -> torch.Tensor:
@@ -122,13 +147,35 @@ def _from_column(values: torch.Tensor, start: int) -> torch.Tensor:
     return torch.nn.functional.pad(values, (start, 0)) if start else values
 
 
-def rank_rows(mini_batch: list[Row], dist_info: DistInfo) -> list[Row]:
-    """This rank's contiguous share of a mini-batch, padded so every rank has as many rows."""
-    indices, per_rank = rank_slice(len(mini_batch), dist_info.rank, dist_info.world_size)
-    mine = [mini_batch[i] for i in indices]
+def rank_rows(mini_batch: list[Row], dist_info: DistInfo, algo: AlgorithmConfig, s: UpdateSettings) -> list[Row]:
+    """This rank's share of a mini-batch, length-balanced, padded so every rank has as many rows.
+
+    The rows to forward (:func:`rows_to_forward`) are sorted longest first and dealt to the ranks
+    in snake order (0..W-1, W-1..0, ...), then the others (no forward, they only count in the
+    denominators) the same way. Each rank's forwarded rows thus come longest first, and its i-th
+    micro-batch holds rows of about the length of every other rank's i-th: under FSDP's lockstep
+    a micro-batch costs its longest row on any rank, so this is what minimizes the padding and
+    the waiting (verl balances sequence lengths across ranks the same way). ``rows`` is identical
+    on every rank, so every rank computes the same deal. Slots past a rank's rows are short
+    padding rows (:func:`padding_row`).
+    """
+    world = dist_info.world_size
+    if world == 1:
+        return list(mini_batch)
+    forwarded = {id(r) for r in rows_to_forward(mini_batch, algo, s)}
+    order = sorted(range(len(mini_batch)), key=lambda i: (id(mini_batch[i]) not in forwarded,
+                                                          -len(mini_batch[i].prompt_ids) - len(mini_batch[i].response_ids), i))
+    mine = [mini_batch[i] for k, i in enumerate(order) if snake_rank(k, world) == dist_info.rank]
+    per_rank = rank_slice(len(mini_batch), dist_info.rank, world)[1]
     while len(mine) < per_rank:
         mine.append(padding_row(mini_batch[-1]))
     return mine
+
+
+def snake_rank(k: int, world_size: int) -> int:
+    """The rank that takes the ``k``-th longest row: 0..W-1 in even rounds, W-1..0 in odd ones."""
+    turn, rank = divmod(k, world_size)
+    return rank if turn % 2 == 0 else world_size - 1 - rank
 
 
 def has_signal(row: Row) -> bool:
@@ -177,9 +224,10 @@ def with_old_logprobs(
     forwarded = _pad_to_common_length(rows, template or (rows[0] if rows else None), s)
     out: list[Row] = []
     for chunk in _micro_batches(forwarded, s.micro_batch_size):
-        mb = collate(chunk, s.pad_id).to(device)
-        lp, _ = forward_logprobs(model, mb, s.temperature, compute_dtype=_autocast_dtype(s))
-        out.extend(replace(r, old_logprobs=v) for r, v in zip(chunk, mb.response_values(lp)))
+        mb = collate(chunk, s.pad_id, s.replay_support).to(device)
+        lp, _, mass = forward_with_mass(model, mb, s.temperature, compute_dtype=_autocast_dtype(s))
+        masses = mb.response_values(mass) if mass is not None else [None] * len(chunk)
+        out.extend(replace(r, old_logprobs=v, old_log_mass=m) for r, v, m in zip(chunk, mb.response_values(lp), masses))
     return out[: len(rows)]
 
 
@@ -195,7 +243,7 @@ def with_ref_logprobs(
     forwarded = _pad_to_common_length(rows, template or (rows[0] if rows else None), s)
     out: list[Row] = []
     for chunk in _micro_batches(forwarded, s.micro_batch_size):
-        mb = collate(chunk, s.pad_id).to(device)
+        mb = collate(chunk, s.pad_id, s.replay_support).to(device)
         out.extend(replace(r, ref_logprobs=v) for r, v in zip(chunk, mb.response_values(reference.logprobs(mb))))
     return out[: len(rows)]
 
@@ -203,7 +251,7 @@ def with_ref_logprobs(
 def _with_pi_old(model: torch.nn.Module, mini: list[Row], algo: AlgorithmConfig, s: UpdateSettings,
                  dist_info: DistInfo) -> list[Row]:
     """This rank's rows of one mini-batch, with log pi_old on each row that will be forwarded."""
-    mine = rank_rows(mini, dist_info)
+    mine = rank_rows(mini, dist_info, algo, s)
     needed = {id(r) for r in rows_to_forward(mine, algo, s)}
     with_old = iter(with_old_logprobs(model, [r for r in mine if id(r) in needed], s, dist_info.device, mine[0]))
     return [next(with_old) if id(r) in needed else r for r in mine]
@@ -233,7 +281,7 @@ def _plan_step(rows: list[Row], algo: AlgorithmConfig, s: UpdateSettings, dist_i
     denominators = StepDenominators.from_tensor(all_reduce_sum(parts.as_tensor(dist_info.device)))
     forwarded = _pad_to_common_length(rows_to_forward(rows, algo, s), rows[0], s)
     chunks = _micro_batches(forwarded, s.micro_batch_size)
-    micro = [collate(chunk, s.pad_id) for chunk in chunks]
+    micro = [collate(chunk, s.pad_id, s.replay_support) for chunk in chunks]
     return denominators, forwarded, list(zip(micro, [torch.tensor([r.advantage for r in c]) for c in chunks]))
 
 
@@ -263,24 +311,38 @@ def _apply_gradients(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
     return float(grad_norm), lr, skipped
 
 
-def _step_metrics(totals: dict[str, float], forwarded: list[Row], denominators: StepDenominators,
-                  algo: AlgorithmConfig, device: torch.device) -> dict[str, float]:
-    """The optimizer step's loss metrics, summed over micro-batches (``totals``) and ranks."""
-    # Metrics are additive over micro-batches and ranks (see compute_policy_loss).
-    keys = sorted(set(totals) | reported_metric_keys(algo))  # same keys on every rank, even one that forwarded nothing
-    summed = all_reduce_sum(torch.tensor([totals.get(k, 0.0) for k in keys], dtype=torch.float64, device=device))
-    out = dict(zip(keys, (float(v) for v in summed.cpu())))
+def _loss_inputs(mb: MicroBatch, logprobs: torch.Tensor, entropy: torch.Tensor | None,
+                 log_mass: torch.Tensor | None, advantages: torch.Tensor, reused: bool) -> LossInputs:
+    """The loss's view of a forwarded micro-batch (on the device); ``reused``: this forward ran on the
+    weights that produced the batch, so its detached log-probs and mass are pi_old's."""
+    return LossInputs(
+        logprobs=logprobs, old_logprobs=logprobs.detach() if reused else mb.old_logprobs, advantages=advantages,
+        loss_mask=mb.loss_mask, rollout_logprobs=mb.rollout_logprobs, has_rollout_logprobs=mb.has_rollout_logprobs,
+        ref_logprobs=mb.ref_logprobs, entropy=entropy,
+        log_truncation_mass=log_mass if reused else mb.old_log_mass, version_lag=mb.version_lag,
+    )
+
+
+def _step_metrics(totals: dict[str, torch.Tensor], forwarded: list[Row], denominators: StepDenominators,
+                  algo: AlgorithmConfig, reported: ReportedKeys, device: torch.device) -> dict[str, float]:
+    """The optimizer step's loss metrics, summed over micro-batches (``totals``: 0-dim float64
+    tensors on ``device``, one per reported key) and ranks, read from the device once."""
+    # Metrics are additive over micro-batches and ranks (see LossOutputs); every rank sends the same
+    # keys, even one that forwarded nothing, and the forwarded tokens ride the same all-reduce.
+    keys = sorted(reported.all)
+    fwd_tokens = torch.tensor(float(sum(r.num_trainable_tokens for r in forwarded)), dtype=torch.float64, device=device)
+    *summed, fwd_tokens = all_reduce_sum(torch.stack([*(totals[k] for k in keys), fwd_tokens])).tolist()
+    out = dict(zip(keys, summed))
     # Token means over the forwarded rows (compute_policy_loss divides by all tokens); undefined,
     # so left out, when no row was forwarded (a step without signal).
-    fwd_tokens = float(all_reduce_sum(torch.tensor([float(sum(r.num_trainable_tokens for r in forwarded))],
-                                                   dtype=torch.float64, device=device))[0])
-    for key in TOKEN_MEAN_METRICS:
-        if key in out and fwd_tokens > 0:
+    for key in sorted(reported.token_means):
+        if fwd_tokens > 0:
             out[key] *= denominators.num_tokens / fwd_tokens
-        elif key in out:
+        else:
             del out[key]
     if algo.use_kl_loss:
-        out["loss/kl_share"] = kl_share(out, algo.kl_loss_coef)
+        out[metric_keys.LOSS_KL_SHARE] = kl_share(out, algo.kl_loss_coef)
+    out = lag_means(out)  # the per-lag parts of |log pi_old - log mu| -> their means
     out.update({"policy/num_tokens": denominators.num_tokens, "policy/num_signal_rows": denominators.num_signal_rows})
     return out
 
@@ -290,10 +352,10 @@ def _mean_over_steps(history: list[dict[str, float]], rows: list[Row], algo: Alg
     totals (see ``train_on_batch``)."""
     keys = sorted({k for h in history for k in h})
     out = {k: sum(h[k] for h in history if k in h) / sum(k in h for h in history) for k in keys}
-    out["policy/optimizer_steps"] = float(len(history))
+    out[metric_keys.POLICY_OPTIMIZER_STEPS] = float(len(history))
     out.update(skip_counts([h[SKIPPED] for h in history]))  # counts over the step, not means
     if algo.correction is not None:  # every row of the step, forwarded or not (rows is identical on every rank)
-        out["tis/rows_without_logprobs"] = float(sum(r.rollout_logprobs is None for r in rows))
+        out[metric_keys.TIS_ROWS_WITHOUT_LOGPROBS] = float(sum(r.rollout_logprobs is None for r in rows))
     return out
 
 
@@ -329,30 +391,27 @@ def train_on_batch(
     # pi_old of every mini-batch with the weights that produced the batch, before any optimizer
     # step; the first one's comes from its own training forward when that runs on those weights.
     reuse_first = s.reuse_pi_old and s.update_epochs == 1
-    local = [rank_rows(mini, dist_info) if reuse_first and i == 0 else _with_pi_old(model, mini, algo, s, dist_info)
+    local = [rank_rows(mini, dist_info, algo, s) if reuse_first and i == 0 else _with_pi_old(model, mini, algo, s, dist_info)
              for i, mini in enumerate(mini_batches(rows, s.rows_per_mini_batch))]
     if algo.use_kl_loss:  # log pi_ref of the same rows, once per step beside pi_old
         local = _with_pi_ref(reference, local, algo, s, dist_info)
+    reported = reported_metric_keys(algo)
     history: list[dict[str, float]] = []
     for _ in range(s.update_epochs):
         for index, mini_rows in enumerate(local):  # one optimizer step
             denominators, forwarded, micro = _plan_step(mini_rows, algo, s, dist_info)
             reused = reuse_first and index == 0  # its forward is the only one on the batch's weights
-            totals: dict[str, float] = {}
-            for index, (mb, adv) in enumerate(micro):
-                _require_grad_sync(model, s, last=index == len(micro) - 1)
+            totals = {k: torch.zeros((), dtype=torch.float64, device=device) for k in reported.all}
+            for mb_index, (mb, adv) in enumerate(micro):
+                _require_grad_sync(model, s, last=mb_index == len(micro) - 1)
                 mb = mb.to(device)
-                logprobs, entropy = forward_logprobs(model, mb, s.temperature, with_entropy, _autocast_dtype(s))
-                loss, metrics = compute_policy_loss(
-                    algo, logprobs=logprobs, old_logprobs=logprobs.detach() if reused else mb.old_logprobs,
-                    advantages=adv.to(device),
-                    loss_mask=mb.loss_mask, denominators=denominators, rollout_logprobs=mb.rollout_logprobs,
-                    has_rollout_logprobs=mb.has_rollout_logprobs, ref_logprobs=mb.ref_logprobs, entropy=entropy,
-                )
-                (loss * scale).backward()
-                for k, v in metrics.items():
-                    totals[k] = totals.get(k, 0.0) + v
+                logprobs, entropy, log_mass = forward_with_mass(model, mb, s.temperature, with_entropy, _autocast_dtype(s))
+                out = compute_policy_loss(algo, _loss_inputs(mb, logprobs, entropy, log_mass, adv.to(device), reused),
+                                          denominators)
+                (out.loss * scale).backward()
+                for k, v in out.metrics.items():  # still on the device: read once, after the all-reduce
+                    totals[k] = totals[k] + v
             grad_norm, lr, skipped = _apply_gradients(model, optimizer, scheduler, s)
-            history.append({**_step_metrics(totals, forwarded, denominators, algo, device),
+            history.append({**_step_metrics(totals, forwarded, denominators, algo, reported, device),
                             "grad_norm": grad_norm, "lr": lr, SKIPPED: skipped})
     return _mean_over_steps(history, rows, algo)

@@ -13,6 +13,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from swerl import metric_keys
 from swerl.fileio import atomic_write_text
 from swerl.agent.trajectory import Trajectory
 from swerl.run_layout import FLAGGED_FILE, METRICS_FILE, TENSORBOARD_DIR, TRAJECTORIES_DIR, step_file_name
@@ -24,6 +25,11 @@ log = logging.getLogger(__name__)
 def effective_reward(traj: Trajectory) -> float:
     """The reward training uses: the verifier's for ``none``, 0 for ``mask``/``zero`` failures."""
     return float(traj.reward) if traj.failure_class == "none" else 0.0
+
+
+def excluded_from_baseline(traj: Trajectory) -> bool:
+    """Whether the row leaves its group's baseline: an infrastructure failure or a ``mask`` row."""
+    return traj.exclude_from_baseline or traj.failure_class == "mask"
 
 
 def _mean(values: list[float]) -> float:
@@ -60,18 +66,18 @@ def rollout_metrics(trajs: list[Trajectory]) -> dict[str, float]:
     for t, r in zip(trajs, rewards):
         groups[t.group_id] = groups.get(t.group_id, False) or r > 0
     out: dict[str, float] = {
-        "reward/avg_raw_reward": _mean(rewards),
-        "reward/avg_pass_at_n": _mean([float(v) for v in groups.values()]),
-        "reward/num_trajectories": float(len(trajs)),
+        metric_keys.REWARD_AVG_RAW_REWARD: _mean(rewards),
+        metric_keys.REWARD_AVG_PASS_AT_N: _mean([float(v) for v in groups.values()]),
+        metric_keys.REWARD_NUM_TRAJECTORIES: float(len(trajs)),
         "reward/tamper_suspect_rate": _mean([float(bool(t.tamper)) for t in trajs]),
-        "response_length/mean": _mean(gen),
-        "response_length/max": max(gen, default=0.0),
-        "response_length/clip_fraction": _mean([float(t.hit_length_limit) for t in trajs]),
-        "response_length/reward_pos_mean": _mean([g for g, r in zip(gen, rewards) if r > 0]),
-        "response_length/reward_zero_mean": _mean([g for g, r in zip(gen, rewards) if r <= 0]),
-        "response_length/masked_mean": _mean(masked),
+        metric_keys.RESPONSE_LENGTH_MEAN: _mean(gen),
+        metric_keys.RESPONSE_LENGTH_MAX: max(gen, default=0.0),
+        metric_keys.RESPONSE_LENGTH_CLIP_FRACTION: _mean([float(t.hit_length_limit) for t in trajs]),
+        metric_keys.RESPONSE_LENGTH_REWARD_POS_MEAN: _mean([g for g, r in zip(gen, rewards) if r > 0]),
+        metric_keys.RESPONSE_LENGTH_REWARD_ZERO_MEAN: _mean([g for g, r in zip(gen, rewards) if r <= 0]),
+        metric_keys.RESPONSE_LENGTH_MASKED_MEAN: _mean(masked),
         "response_length/masked_rows": float(len(masked)),
-        "turns/mean": _mean([float(t.num_turns) for t in trajs]),
+        metric_keys.TURNS_MEAN: _mean([float(t.num_turns) for t in trajs]),
         "tokens/prompt": float(sum(len(t.prompt_ids) for t in trajs)),
         "tokens/generated": float(sum(gen)),
         "tokens/trainable": float(sum(trainable)),

@@ -1,7 +1,7 @@
 """``data.quarantine``: tasks the task health ledger flags leave the prompt order of later epochs.
 
 Stage: ``trainer/`` (the loop's trainer thread, every rank alike: all ranks see every batch).
-Every batch the trainer takes is added to a :class:`~swerl.trainer.tracking.task_health.TaskLedger`. At
+Every batch the trainer takes is added to a :class:`~swerl.task_health.TaskLedger`. At
 the end of an epoch (its last batch taken), the tasks flagged by the configured rules and flags
 are marked in the prompt sampler, to be left out of every epoch that starts after step
 ``s + k + 1`` (s = the epoch's last step, k = ``loop.max_staleness_steps``): a rollout producer
@@ -21,9 +21,18 @@ from typing import Any
 
 from swerl.agent.records import sample_record
 from swerl.trainer.rollouts.sampler import PromptSampler
-from swerl.trainer.tracking.task_health import QuarantineConfig, TaskLedger
+from swerl.task_health import QuarantineConfig, TaskLedger
 
 log = logging.getLogger(__name__)
+
+
+def epoch_ended(epoch: int, sampler_state: dict) -> bool:
+    """Whether the batch whose first prompt is of ``epoch`` ended that epoch: the sampler (its state
+    right after the batch) has drawn the epoch's last usable prompt, or moved past it (dynamic
+    sampling's extra prompts may cross into the next epoch)."""
+    if sampler_state["epoch"] > epoch:
+        return True
+    return sampler_state.get("epoch_done", sampler_state["batch_in_epoch"] >= sampler_state["batches_in_epoch"])
 
 
 class Quarantine:
@@ -43,12 +52,13 @@ class Quarantine:
         self.dropped: dict[str, int] = {}
 
     def observe(self, step: int, epoch: int, trajectories: list[Any], sampler_state: dict) -> dict[str, float]:
-        """Add batch ``step`` to the ledger; at an epoch's last batch, mark the flagged tasks.
+        """Add batch ``step`` (every episode it generated) to the ledger; at an epoch's last batch,
+        mark the flagged tasks.
 
         Returns: the ``quarantine/*`` metrics of the step (empty unless it ended an epoch).
         """
         self.ledger.observe(step, epoch, [sample_record(t) for t in trajectories])
-        if sampler_state["batch_in_epoch"] < sampler_state["batches_in_epoch"]:
+        if not epoch_ended(epoch, sampler_state):
             return {}
         from_step = step + self.k + 1
         picked = self._pick(step)
