@@ -131,5 +131,7 @@ async def prove_tasks(task_dirs: list[Path], config, say: Callable[[str], None])
 
     report = await run_sandbox_test(tasks, config, on_trial=on_trial)
     trials = {(r.task, r.attempt): (r.outcome.value, r.reward, r.detail) for r in report.records}
-    reasons = {t.name: proof_reason(trials.get((t.name, "oracle")), trials.get((t.name, "null"))) for t in tasks}
+    tamper = {r.task: r.tamper for r in report.records if r.attempt == "oracle"}
+    reasons = {t.name: proof_reason(trials.get((t.name, "oracle")), trials.get((t.name, "null")), tamper.get(t.name))
+               for t in tasks}
     return {name: why for name, why in reasons.items() if why}

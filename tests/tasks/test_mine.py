@@ -199,3 +199,14 @@ def test_limit_writes_the_first_tasks_and_names_the_rest(mined, tmp_path: Path):
     assert [e.function for e in limited if e.status == "kept"] == ["add", "shout"]
     # the limit comes before the leak check: clamp (a leak when written) is past it too
     assert {e.function for e in limited if e.reason.startswith("limit")} == KEPT - {"add", "shout"} | {"clamp"}
+
+
+def test_an_oracle_the_tamper_signal_flags_drops_its_task():
+    """Mined tasks train under ``agent.on_tamper: zero``: a task whose own oracle is flagged (its
+    module reaches the interpreter by reflection, say) could pay no honest solution, so it is dropped."""
+    from swerl.tasks.mine.pipeline import proof_reason
+
+    passed, failed = ("passed", 1.0, ""), ("failed", 0.0, "")
+    assert proof_reason(passed, failed, []) == ""
+    reason = "test-framework: /app/lib.py reaches the objects of other modules by reflection (sys.modules)"
+    assert proof_reason(passed, failed, [reason]) == f"oracle flagged by the tamper signal: {reason}"

@@ -106,7 +106,8 @@ TEST_FRAMEWORK_MODULES = frozenset({"pytest", "_pytest", "pluggy", "py"})
 def module_reasons(source: str, origin: str) -> list[str]:
     """Python rules of a module the tests may import: it imports the test framework or names one of
     its modules in a string (:data:`TEST_FRAMEWORK_MODULES`: ``import pytest``,
-    ``sys.modules["pytest"]``), or a statement run at import time (outside functions, classes and
+    ``sys.modules["pytest"]``), or reaches the objects of other modules by reflection
+    (:func:`reflection_used`: the framework by a name no static read sees), or a statement run at import time (outside functions, classes and
     ``if __name__ == "__main__":``) exits the process (``sys.exit``, ``exit``, ``quit``,
     ``os._exit``, ``os.abort``, ``raise SystemExit``)."""
     try:
@@ -116,11 +117,119 @@ def module_reasons(source: str, origin: str) -> list[str]:
     reasons = []
     if any(_names_test_framework(node) for node in ast.walk(tree)):
         reasons.append(f"test-framework: {origin} imports or names the test framework's modules (pytest)")
+    reflection = reflection_used(tree)
+    if reflection:
+        reasons.append(f"test-framework: {origin} reaches the objects of other modules by reflection ({reflection})")
     for node in _import_time(tree.body):
         if any(_exits(sub) for sub in ast.walk(node)):
             reasons.append(f"signal: {origin} exits the process that imports it")
             break
     return reasons
+
+
+# Interpreter reflection. Tests that import the solution in-process (``isolate_solution=False``,
+# repository tasks) share one interpreter with pytest: code that holds any of these reaches every
+# object of the process, the test framework's included, by a name no static read of its imports
+# sees (``sys.modules.get("pyt" + "est")``, ``object.__subclasses__()``, a caller's frame's
+# globals, the garbage collector's object list, raw memory). Code under test never needs them.
+REFLECTION_ATTRS = frozenset({
+    "__subclasses__", "__globals__", "__builtins__", "f_back", "f_globals", "f_locals", "f_builtins",
+    "tb_frame", "gi_frame", "cr_frame", "ag_frame", "_getframe", "_current_frames", "currentframe",
+    "getouterframes", "getinnerframes", "get_referrers", "get_referents", "get_objects", "settrace",
+    "setprofile", "addaudithook",
+})
+REFLECTION_MODULES = frozenset({"gc", "ctypes", "_ctypes", "cffi", "builtins"})
+# What honest code reads of ``sys``; any other use of the module (``sys.modules``, ``getattr(sys, ...)``,
+# ``vars(sys)``, ``sys`` passed or bound to another name) can reach the interpreter's module table.
+SYS_PLAIN = frozenset({
+    "argv", "orig_argv", "stdin", "stdout", "stderr", "__stdin__", "__stdout__", "__stderr__", "path", "version",
+    "version_info", "hexversion", "api_version", "implementation", "platform", "byteorder", "maxsize",
+    "maxunicode", "float_info", "int_info", "hash_info", "float_repr_style", "flags", "executable", "prefix",
+    "base_prefix", "exec_prefix", "base_exec_prefix", "platlibdir", "copyright", "exit", "exc_info", "exception",
+    "getrecursionlimit", "setrecursionlimit", "getsizeof", "getrefcount", "intern", "getdefaultencoding",
+    "getfilesystemencoding", "getfilesystemencodeerrors", "get_int_max_str_digits", "set_int_max_str_digits",
+    "stdlib_module_names", "builtin_module_names", "dont_write_bytecode", "warnoptions", "is_finalizing",
+})
+_INSPECT_FRAMES = frozenset({"stack", "trace"})
+_IMPORT_CALLS = frozenset({"__import__", "import_module"})
+_ATTR_CALLS = frozenset({"getattr", "setattr", "delattr", "hasattr"})
+_REFLECTIVE_CALLABLES = _IMPORT_CALLS | _ATTR_CALLS | {"vars"}
+_BUILTIN_TYPES = frozenset({"object", "type", "int", "str", "bytes", "float", "list", "dict", "tuple", "set",
+                            "frozenset", "bool", "BaseException", "Exception", "function"})
+
+
+def reflection_used(tree: ast.AST) -> str:
+    """What of interpreter reflection the module ``tree`` uses, e.g. ``"sys.modules"``; "" when none:
+    :data:`REFLECTION_ATTRS` (as attributes, names or strings), :data:`REFLECTION_MODULES`, ``sys``
+    beyond :data:`SYS_PLAIN` (or itself as a value, or reached as another module's ``.sys``), a frame
+    of ``inspect``, an import by a computed name, an attribute by a computed name of anything but a
+    plain local name (``getattr(self, "visit_" + kind)`` is plain; ``getattr(sys, ...)``,
+    ``getattr(object, ...)``, ``getattr(x.__class__, ...)`` are not), a module's ``__dict__`` or
+    ``vars()``, and ``getattr``/``__import__``/``vars`` passed as values."""
+    bound: dict[str, str] = {}  # name bound by an import -> what it names (module, or module.attr)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                top = alias.name.split(".")[0]
+                if top in REFLECTION_MODULES:
+                    return f"import {alias.name}"
+                bound[alias.asname or top] = alias.name if alias.asname else top
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            top = node.module.split(".")[0]
+            for alias in node.names:
+                if top in REFLECTION_MODULES or alias.name in REFLECTION_ATTRS or (
+                        top == "sys" and alias.name not in SYS_PLAIN) or (top == "inspect" and alias.name in _INSPECT_FRAMES):
+                    return f"from {node.module} import {alias.name}"
+                bound[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+
+    def is_sys(expr: ast.AST) -> bool:
+        return isinstance(expr, ast.Name) and (bound.get(expr.id) == "sys" or bound.get(expr.id, "").endswith(".sys"))
+
+    def unqualified(func: ast.AST) -> str:  # the called function's own name, through import aliases
+        if isinstance(func, ast.Name):
+            return bound.get(func.id, func.id).rsplit(".", 1)[-1]
+        return func.attr if isinstance(func, ast.Attribute) else ""
+
+    def plain_local(expr: ast.AST | None) -> bool:
+        return isinstance(expr, ast.Name) and expr.id not in bound and expr.id not in _BUILTIN_TYPES
+
+    called, plain_sys = set(), set()  # ids of names called directly; of ``sys`` read as ``sys.<plain>``
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            called.add(id(node.func))
+            name, args = unqualified(node.func), node.args
+            if name in _IMPORT_CALLS and not (args and isinstance(args[0], ast.Constant) and isinstance(args[0].value, str)):
+                return f"{name}() of a computed name"
+            if name in _ATTR_CALLS and len(args) > 1 and not isinstance(args[1], ast.Constant) and not plain_local(args[0]):
+                return f"{name}() of a computed attribute name"
+            if name in ("__getattribute__", "attrgetter") and not all(isinstance(a, ast.Constant) for a in args[-1:]):
+                return f"{name}() of a computed attribute name"
+            if name == "vars" and args and not plain_local(args[0]):
+                return "vars() of a module or type"
+        elif isinstance(node, ast.Attribute):
+            if node.attr in REFLECTION_ATTRS:
+                return f".{node.attr}"
+            if node.attr == "sys":
+                return "a module's .sys"
+            if is_sys(node.value):
+                if node.attr not in SYS_PLAIN:
+                    return f"sys.{node.attr}"
+                plain_sys.add(id(node.value))
+            if isinstance(node.value, ast.Name) and bound.get(node.value.id) == "inspect" and node.attr in _INSPECT_FRAMES:
+                return f"inspect.{node.attr}"
+            if node.attr == "__dict__" and not plain_local(node.value) and not (
+                    isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
+                return ".__dict__ of a module or type"
+        elif isinstance(node, ast.Name) and node.id in REFLECTION_ATTRS:
+            return node.id
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in REFLECTION_ATTRS:
+            return repr(node.value)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and id(node) not in called and node.id in _REFLECTIVE_CALLABLES and node.id not in bound:
+            return f"{node.id} passed as a value"
+        if is_sys(node) and id(node) not in plain_sys:
+            return "the sys module itself"
+    return ""
 
 
 def _names_test_framework(node: ast.AST) -> bool:

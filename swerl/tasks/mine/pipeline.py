@@ -141,14 +141,21 @@ def settle(out_dir: Path, run: ProjectRun, entries: list[Entry], broken: dict[st
     return manifest
 
 
-def proof_reason(oracle: tuple[str, float, str] | None, null: tuple[str, float, str] | None) -> str:
-    """Why a written task is dropped after its trials, '' when the oracle scored 1 and the null 0.
+def proof_reason(oracle: tuple[str, float, str] | None, null: tuple[str, float, str] | None,
+                 oracle_tamper: list[str] | None = None) -> str:
+    """Why a written task is dropped after its trials, '' when the oracle scored 1 with no tamper
+    reason and the null 0.
 
-    ``oracle``/``null``: (outcome, reward, detail) of the trial, or None when it did not run.
+    ``oracle``/``null``: (outcome, reward, detail) of the trial, or None when it did not run;
+    ``oracle_tamper``: the oracle trial's tamper reasons. An oracle the tamper signal flags (its
+    module reaches the interpreter by reflection, say) means an honest solution would be flagged
+    too: mined tasks train under ``agent.on_tamper: zero``, where no attempt could earn a reward.
     """
     if oracle is None or oracle[0] != "passed" or oracle[1] != 1.0:
         outcome, reward, detail = oracle or ("missing", 0.0, "")
         return f"oracle fails: {outcome} (reward {reward:g}) {detail}".strip()
+    if oracle_tamper:
+        return f"oracle flagged by the tamper signal: {oracle_tamper[0]}"
     if null is None or null[0] != "failed" or null[1] != 0.0:
         outcome, reward, detail = null or ("missing", 0.0, "")
         return f"tests pass on the stub: {outcome} (reward {reward:g}) {detail}".strip()
