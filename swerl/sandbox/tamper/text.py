@@ -166,21 +166,9 @@ def reflection_used(tree: ast.AST) -> str:
     plain local name (``getattr(self, "visit_" + kind)`` is plain; ``getattr(sys, ...)``,
     ``getattr(object, ...)``, ``getattr(x.__class__, ...)`` are not), a module's ``__dict__`` or
     ``vars()``, and ``getattr``/``__import__``/``vars`` passed as values."""
-    bound: dict[str, str] = {}  # name bound by an import -> what it names (module, or module.attr)
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                top = alias.name.split(".")[0]
-                if top in REFLECTION_MODULES:
-                    return f"import {alias.name}"
-                bound[alias.asname or top] = alias.name if alias.asname else top
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            top = node.module.split(".")[0]
-            for alias in node.names:
-                if top in REFLECTION_MODULES or alias.name in REFLECTION_ATTRS or (
-                        top == "sys" and alias.name not in SYS_PLAIN) or (top == "inspect" and alias.name in _INSPECT_FRAMES):
-                    return f"from {node.module} import {alias.name}"
-                bound[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+    bound, imported = _import_bindings(tree)
+    if imported:
+        return imported
 
     def is_sys(expr: ast.AST) -> bool:
         return isinstance(expr, ast.Name) and (bound.get(expr.id) == "sys" or bound.get(expr.id, "").endswith(".sys"))
@@ -230,6 +218,27 @@ def reflection_used(tree: ast.AST) -> str:
         if is_sys(node) and id(node) not in plain_sys:
             return "the sys module itself"
     return ""
+
+
+def _import_bindings(tree: ast.AST) -> tuple[dict[str, str], str]:
+    """``(name bound by an import -> what it names, module or module.attr)`` of ``tree``, and the
+    first import that is reflection itself (``import gc``, ``from sys import modules``), else ""."""
+    bound: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                top = alias.name.split(".")[0]
+                if top in REFLECTION_MODULES:
+                    return bound, f"import {alias.name}"
+                bound[alias.asname or top] = alias.name if alias.asname else top
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            top = node.module.split(".")[0]
+            for alias in node.names:
+                if top in REFLECTION_MODULES or alias.name in REFLECTION_ATTRS or (
+                        top == "sys" and alias.name not in SYS_PLAIN) or (top == "inspect" and alias.name in _INSPECT_FRAMES):
+                    return bound, f"from {node.module} import {alias.name}"
+                bound[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+    return bound, ""
 
 
 def _names_test_framework(node: ast.AST) -> bool:
