@@ -12,7 +12,6 @@ import stat
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 
 def atomic_write(path: Path, write: Callable[[Path], None], mode: int = 0o644) -> Path:
@@ -48,7 +47,7 @@ def atomic_write_text(path: Path, text: str, mode: int = 0o644) -> Path:
     return atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"), mode)
 
 
-def atomic_write_json(path: Path, payload: Any, indent: int | None = 2, mode: int = 0o644) -> Path:
+def atomic_write_json(path: Path, payload: object, indent: int | None = 2, mode: int = 0o644) -> Path:
     """Write ``payload`` as JSON (plus a newline) to ``path`` atomically; non-JSON values via ``str``."""
     return atomic_write_text(path, json.dumps(payload, indent=indent, default=str) + "\n", mode)
 

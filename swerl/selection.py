@@ -17,7 +17,7 @@ import json
 import logging
 import math
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import yaml
 from pydantic import BaseModel
@@ -156,7 +156,7 @@ def read_metric(
     return sorted(first.items()), bad
 
 
-def _find_key(node: Any, key: str) -> Any:
+def _find_key(node: object, key: str) -> object:
     """First value of ``key`` in a nested mapping, breadth first."""
     queue = [node]
     while queue:

@@ -14,7 +14,7 @@ import hashlib
 import logging
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from swerl.agent.config import AgentConfig
 from swerl.agent.episode import finish_trajectory, masked_trajectory, play_episode
@@ -22,6 +22,10 @@ from swerl.agent.policy import Policy
 from swerl.agent.trajectory import Trajectory
 from swerl.errors import SandboxError
 from swerl.sandbox.control import run_control
+
+if TYPE_CHECKING:
+    from swerl.sandbox.manager import SandboxManager
+    from swerl.tasks.task_folder import Task
 
 logger = logging.getLogger(__name__)
 
@@ -55,10 +59,10 @@ def group_id_for(task_index: int, task_name: str, prefix: str = "") -> str:
 
 
 async def collect_rollouts(
-    tasks: list[Any],
+    tasks: list[Task],
     n_samples: int,
     policy: Policy,
-    sandbox_manager: Any,
+    sandbox_manager: SandboxManager,
     agent_cfg: AgentConfig,
     *,
     concurrency: int,
@@ -96,11 +100,11 @@ async def collect_rollouts(
     total = len(todo)
     done = 0
 
-    def emit(kind: EventKind, task: Any, index: int, traj: Trajectory | None = None) -> None:
+    def emit(kind: EventKind, task: Task, index: int, traj: Trajectory | None = None) -> None:
         if on_event is not None:
             on_event(RolloutEvent(kind, task.name, index, done, total, traj))
 
-    async def one(task_index: int, task: Any, sample_index: int) -> Trajectory:
+    async def one(task_index: int, task: Task, sample_index: int) -> Trajectory:
         nonlocal done
         group_id = group_id_for(task_index, task.name, group_prefix)
         async with semaphore:
@@ -116,7 +120,7 @@ async def collect_rollouts(
     return list(await asyncio.gather(*jobs))
 
 
-async def _guarded_episode(task: Any, manager: Any, policy: Policy, cfg: AgentConfig, group_id: str,
+async def _guarded_episode(task: Task, manager: SandboxManager, policy: Policy, cfg: AgentConfig, group_id: str,
                            sample_index: int, seed: int | None, on_phase: Callable[[EventKind], None]) -> Trajectory:
     """One episode whose failures become typed trajectories, never exceptions.
 

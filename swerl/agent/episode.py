@@ -13,7 +13,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from swerl.agent.config import AgentConfig, EpisodeLimits
 from swerl.agent.outcome import Verdict, judge
@@ -26,6 +26,14 @@ from swerl.agent.trajectory import FailureClass, Segment, Trajectory
 from swerl.errors import SandboxError
 from swerl.sandbox.control import ControlResult
 from swerl.sandbox.runtime.shell import ShellExited
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    from swerl.inference.backends.base import Generation, SamplingParams
+    from swerl.sandbox.runtime.sandbox import Sandbox
+    from swerl.sandbox.types import VerifierResult
+    from swerl.tasks.task_folder import Task
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +54,7 @@ class _EpisodeState:
     num_summarizations: int = 0
 
 
-def first_prompt(task: Any, policy: Policy, cfg: AgentConfig) -> tuple[AgentProtocol, ChatFormat, list[dict], list[int]]:
+def first_prompt(task: Task, policy: Policy, cfg: AgentConfig) -> tuple[AgentProtocol, ChatFormat, list[dict], list[int]]:
     """The protocol, chat format, first messages and (P,) prompt ids of an episode of ``task``.
 
     The prompt ids are the template over the messages with the assistant header, followed
@@ -71,7 +79,7 @@ class PlayedEpisode:
 
     state: _EpisodeState
     end_reason: str
-    verifier: Any | None
+    verifier: VerifierResult | None
     verdict: Verdict
     tamper: list[str] = field(default_factory=list)
 
@@ -88,7 +96,7 @@ class _GuardedPolicy:
         self._policy = policy
         self.tokenizer = policy.tokenizer
 
-    async def generate(self, prompt_ids: list[int], sampling: Any) -> Any:
+    async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> Generation:
         try:
             return await self._policy.generate(prompt_ids, sampling)
         except Exception as err:  # noqa: BLE001 - any failure of the inference stage
@@ -96,7 +104,7 @@ class _GuardedPolicy:
 
 
 async def play_episode(
-    task: Any, sandbox: Any, policy: Policy, protocol_cfg: AgentConfig, limits: EpisodeLimits | None = None,
+    task: Task, sandbox: Sandbox, policy: Policy, protocol_cfg: AgentConfig, limits: EpisodeLimits | None = None,
     *, seed: int | None = None, on_verify: Callable[[], None] | None = None,
 ) -> PlayedEpisode:
     """Act in ``sandbox`` until an end reason, then verify what the agent left (see :func:`run_episode`).
@@ -146,7 +154,7 @@ async def play_episode(
     return PlayedEpisode(state, end_reason, verifier, verdict, tamper)
 
 
-def finish_trajectory(task: Any, played: PlayedEpisode, control: ControlResult | None = None, *,
+def finish_trajectory(task: Task, played: PlayedEpisode, control: ControlResult | None = None, *,
                       group_id: str | None = None, sample_index: int = 0) -> Trajectory:
     """The trajectory of ``played``, its class settled by ``control`` when one ran (``zero`` when
     the control read a reward, ``mask`` when it failed too; ``blame`` and its seconds recorded)."""
@@ -161,8 +169,8 @@ def finish_trajectory(task: Any, played: PlayedEpisode, control: ControlResult |
 
 
 async def run_episode(
-    task: Any,
-    sandbox: Any,
+    task: Task,
+    sandbox: Sandbox,
     policy: Policy,
     protocol_cfg: AgentConfig,
     limits: EpisodeLimits | None = None,
@@ -195,7 +203,7 @@ async def run_episode(
 
 
 async def _agent_loop(
-    protocol: AgentProtocol, chat: ChatFormat, sandbox: Any, policy: Policy, cfg: AgentConfig,
+    protocol: AgentProtocol, chat: ChatFormat, sandbox: Sandbox, policy: Policy, cfg: AgentConfig,
     limits: EpisodeLimits, state: _EpisodeState, seed: int | None,
 ) -> EndReason:
     """Turns until the protocol, a budget or the context window ends the episode."""
@@ -294,7 +302,7 @@ async def _hand_off(state: _EpisodeState, summarizer: ContextSummarizer | None, 
     return summarizer.window - len(handoff.prompt_ids) > 0
 
 
-async def _verify(sandbox: Any, state: _EpisodeState) -> tuple[Any | None, str | None, list[str]]:
+async def _verify(sandbox: Sandbox, state: _EpisodeState) -> tuple[VerifierResult | None, str | None, list[str]]:
     """Run the task's tests: (the verdict, None, the container's tamper reasons); a sandbox failure
     here yields (None, its outcome, the reasons of the scan that ran before it failed)."""
     started = time.monotonic()
@@ -312,8 +320,8 @@ async def _verify(sandbox: Any, state: _EpisodeState) -> tuple[Any | None, str |
         state.timings_s["verify_s"] = time.monotonic() - started
 
 
-def _trajectory(task: Any, group_id: str | None, sample_index: int, state: _EpisodeState, end_reason: str,
-                verdict: Verdict, verifier: Any | None) -> Trajectory:
+def _trajectory(task: Task, group_id: str | None, sample_index: int, state: _EpisodeState, end_reason: str,
+                verdict: Verdict, verifier: VerifierResult | None) -> Trajectory:
     """Assemble the trajectory; a ``mask`` verdict zeroes the loss masks (no trainable tokens)."""
     record = state.record
     masked = verdict.failure_class == "mask"
@@ -352,7 +360,7 @@ def _trajectory(task: Any, group_id: str | None, sample_index: int, state: _Epis
     )
 
 
-def masked_trajectory(task: Any, policy: Policy, cfg: AgentConfig, *, group_id: str, sample_index: int,
+def masked_trajectory(task: Task, policy: Policy, cfg: AgentConfig, *, group_id: str, sample_index: int,
                       outcome: str, detail: str, control: ControlResult | None = None) -> Trajectory:
     """A trajectory for an episode that never ran or crashed: the first prompt only, reward 0,
     class ``mask``, unless a ``control`` run (after a crash) put the blame on the attempt (``zero``)."""
@@ -368,7 +376,7 @@ def masked_trajectory(task: Any, policy: Policy, cfg: AgentConfig, *, group_id: 
     )
 
 
-def _template_has_tools(tokenizer: Any) -> bool:
+def _template_has_tools(tokenizer: PreTrainedTokenizerBase) -> bool:
     return "tools" in (getattr(tokenizer, "chat_template", None) or "")
 
 

@@ -17,7 +17,7 @@ import os
 import time
 from collections.abc import Callable, Collection
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -32,13 +32,18 @@ from swerl.fileio import atomic_write_text
 from swerl.inference.config import HFGenerator, InferenceConfig, OpenAIGenerator
 from swerl.run_layout import EVAL_SUMMARY_FILE, EVAL_TRAJECTORIES_FILE
 
+if TYPE_CHECKING:
+    from swerl.inference.backends.base import ContinuousBackend, GenerationBackend
+    from swerl.sandbox.types import SandboxConfig
+    from swerl.tasks.task_folder import Task
+
 log = logging.getLogger(__name__)
 
 
 async def evaluate(
-    tasks: list[Any],
+    tasks: list[Task],
     policy: Policy,
-    sandbox_config: Any,
+    sandbox_config: SandboxConfig,
     agent_cfg: AgentConfig,
     *,
     n_samples: int,
@@ -198,7 +203,7 @@ def model_label(config: InferenceConfig) -> str:
     return f"{config.model}{adapter}"
 
 
-async def _run_async(tasks: list[Any], backend: Any, config: EvalConfig,
+async def _run_async(tasks: list[Task], backend: GenerationBackend | ContinuousBackend, config: EvalConfig,
                      on_event: Callable[[RolloutEvent], None] | None,
                      skip: Collection[tuple[str, int]]) -> tuple[list[Trajectory], dict]:
     from swerl.inference.factory import make_batcher

@@ -6,16 +6,21 @@
 
 from __future__ import annotations
 
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from swerl.inference.backends.base import Generation, SamplingParams
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    from swerl.inference.backends.batcher import AsyncBatcher, RequestStream
 
 
 @runtime_checkable
 class Policy(Protocol):
     """An async sampler over token ids with the tokenizer whose chat template it speaks."""
 
-    tokenizer: Any
+    tokenizer: PreTrainedTokenizerBase
 
     async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> Generation:
         """Sample one assistant turn conditioned on exactly ``prompt_ids`` ((P,) ids)."""
@@ -30,7 +35,7 @@ class BackendPolicy:
         tokenizer: the model's tokenizer (chat template, decode).
     """
 
-    def __init__(self, batcher: Any, tokenizer: Any):
+    def __init__(self, batcher: AsyncBatcher | RequestStream, tokenizer: PreTrainedTokenizerBase):
         self.batcher = batcher
         self.tokenizer = tokenizer
 
@@ -51,7 +56,7 @@ class ScriptedPolicy:
         prompts: every ``prompt_ids`` it was called with, in order (what it was conditioned on).
     """
 
-    def __init__(self, replies: list[str | list[int]], tokenizer: Any, end_token_id: int | None = None):
+    def __init__(self, replies: list[str | list[int]], tokenizer: PreTrainedTokenizerBase, end_token_id: int | None = None):
         if not replies:
             raise ValueError("ScriptedPolicy needs at least one reply")
         self.replies = list(replies)

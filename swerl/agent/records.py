@@ -43,7 +43,7 @@ def sample_record(traj: Trajectory) -> dict[str, Any]:
     }
 
 
-def write_sample_records(path: Path, trajectories: list[Trajectory], **fields: Any) -> Path:
+def write_sample_records(path: Path, trajectories: list[Trajectory], **fields: object) -> Path:
     """Write one sample record per trajectory to ``path`` (JSON lines, temp file + rename: a
     redone step replaces its file whole), each line with ``fields`` first (e.g. ``global_step``)."""
     lines = "".join(json.dumps({**fields, **sample_record(t)}) + "\n" for t in trajectories)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
@@ -26,6 +26,8 @@ from swerl.sandbox.redteam import PREFIX, SOLUTION, RedTeamAttempt
 from swerl.sandbox.types import FailureClass, Outcome, TrialRecord, TrialTimings
 
 if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerFast
+
     from swerl.agent.trajectory import Trajectory
     from swerl.sandbox.manager import SandboxManager
     from swerl.tasks.task_folder import Task
@@ -39,7 +41,7 @@ WRITE_WRONG = f"printf %s {json.dumps(p.WRONG_ANSWERS_PY)} > {SOLUTION}"
 
 
 @functools.lru_cache(maxsize=1)
-def byte_tokenizer() -> Any:
+def byte_tokenizer() -> PreTrainedTokenizerFast:
     """A transformers tokenizer with one id per byte, ChatML's two special tokens and template,
     built in memory (``tokenizers``' byte-level BPE without merges)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers

@@ -26,7 +26,7 @@ the answers request share one conversation, so they form one segment.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from swerl.agent.config import AgentConfig, EpisodeLimits
 from swerl.agent.policy import Policy
@@ -42,6 +42,9 @@ from swerl.agent.protocols.terminus_texts import (
 from swerl.agent.tokens import ChatFormat, TokenRecord
 from swerl.agent.trajectory import Segment, SegmentKind
 from swerl.inference.backends.base import Generation
+
+if TYPE_CHECKING:
+    from swerl.agent.protocols.terminus2 import Terminus2
 
 UNWIND_TARGET_FREE_TOKENS = 4000
 """terminus-2 ``_unwind_messages_to_free_tokens(chat, target_free_tokens=4000)``."""
@@ -83,7 +86,7 @@ class ContextSummarizer:
         seed: the episode's seed (None = backend RNG).
     """
 
-    def __init__(self, protocol: Any, chat: ChatFormat, policy: Policy, cfg: AgentConfig, limits: EpisodeLimits,
+    def __init__(self, protocol: Terminus2, chat: ChatFormat, policy: Policy, cfg: AgentConfig, limits: EpisodeLimits,
                  seed: int | None):
         self.protocol, self.chat, self.policy, self.cfg, self.seed = protocol, chat, policy, cfg, seed
         self.max_new_tokens = limits.max_new_tokens_per_turn

@@ -18,10 +18,13 @@ end-of-turn that the policy already generated (its stop token) is dropped.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from swerl.errors import InferenceError
 from swerl.inference.backends.base import Generation
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 _PLACEHOLDER = "\u2063SWERL_ASSISTANT_PLACEHOLDER\u2063"
 _BASE_CONVERSATION = [
@@ -43,7 +46,7 @@ class ChatFormat:
             render a conversation as an append-only string (no delta can be cut).
     """
 
-    def __init__(self, tokenizer: Any, template_kwargs: dict[str, Any] | None = None, tools: list[dict] | None = None):
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, template_kwargs: dict[str, Any] | None = None, tools: list[dict] | None = None):
         if not getattr(tokenizer, "chat_template", None):
             raise InferenceError("the model's tokenizer has no chat_template; use a chat/instruct model")
         self.tokenizer = tokenizer
@@ -104,7 +107,7 @@ class ChatFormat:
         return self.tokenizer.decode(token_ids, skip_special_tokens=True)
 
 
-def _stop_token_ids(tokenizer: Any) -> set[int]:
+def _stop_token_ids(tokenizer: PreTrainedTokenizerBase) -> set[int]:
     """Ids that end an assistant turn: EOS plus the template's end-of-turn token when known."""
     ids: set[int] = set()
     eos = getattr(tokenizer, "eos_token_id", None)

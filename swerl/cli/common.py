@@ -12,11 +12,14 @@ import os
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 from rich.console import Console
 from typer.core import TyperCommand, TyperGroup, TyperOption
+
+if TYPE_CHECKING:
+    import click
 
 # Off a terminal (CI logs, `2> file`) lines are never wrapped at 80 columns.
 PLAIN_WIDTH = 240
@@ -79,7 +82,7 @@ class _PlainFlags:
     help prints an option's metavar in place of its type, ``<bool>`` for a flag, as if it took a
     value; a flag gets an empty one)."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: object, **kwargs: object) -> None:
         from rich.markup import escape
 
         super().__init__(*args, **kwargs)  # type: ignore[call-arg]
@@ -89,7 +92,7 @@ class _PlainFlags:
             if getattr(param, "help", None):
                 param.help = escape(param.help)
 
-    def get_params(self, ctx: Any) -> list:
+    def get_params(self, ctx: click.Context) -> list:
         params = super().get_params(ctx)  # type: ignore[misc]
         for param in params:
             _plain_flag(param)
@@ -104,7 +107,7 @@ class SwerlGroup(_PlainFlags, TyperGroup):
     """Every swerl group (``swerl``, ``swerl tasks``, ...): ``typer.Typer(cls=SwerlGroup)``."""
 
 
-def _plain_flag(param: Any) -> None:
+def _plain_flag(param: click.Parameter) -> None:
     if isinstance(param, TyperOption) and param.is_flag and param.metavar is None:
         param.metavar = ""
 
@@ -267,7 +270,7 @@ def results_console(json_out: str | None) -> Console:
     return err_console if json_out == "-" else out_console
 
 
-def write_json(json_out: str | None, payload: Any) -> None:
+def write_json(json_out: str | None, payload: object) -> None:
     """``--json PATH``: the payload as JSON to PATH (atomically: temp file + rename) or stdout for ``-``."""
     import json
 

@@ -186,7 +186,7 @@ class AutoGenerator(BaseModel):
         return self.hf if backend == "hf" else self.vllm
 
 
-def backend_of(value: Any) -> str | None:
+def backend_of(value: object) -> str | None:
     """The ``backend`` tag of a generator section (a dict or a generator model; ``hf`` when a dict
     leaves it out); None for anything else (pydantic's error then)."""
     if isinstance(value, dict):
@@ -214,7 +214,7 @@ BACKENDS: dict[str, type[BaseModel]] = {"hf": HFGenerator, "vllm": VLLMGenerator
 _ADAPTER: TypeAdapter[Any] = TypeAdapter(InferenceConfig)
 
 
-def inference_config(**fields: Any) -> HFGenerator | VLLMGenerator | OpenAIGenerator:
+def inference_config(**fields: object) -> HFGenerator | VLLMGenerator | OpenAIGenerator:
     """The generator config of ``fields`` (``backend`` picks the model; hf when left out).
 
     Raises:

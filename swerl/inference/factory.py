@@ -8,18 +8,24 @@ import os
 import tempfile
 from functools import singledispatch
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel
 
-from swerl.inference.backends.base import GenerationBackend
+from swerl.inference.backends.base import ContinuousBackend, GenerationBackend
 from swerl.inference.backends.batcher import AsyncBatcher, RequestStream, make_front
 from swerl.inference.config import AutoGenerator, HFGenerator, InferenceConfig, OpenAIGenerator, VLLMGenerator, inference_config
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    from swerl.inference.engines.engine_pool import EnginePool
+    from swerl.inference.engines.vllm_backend import VLLMBackend
 
 log = logging.getLogger(__name__)
 
 
-def make_backend(kind: Literal["hf", "vllm", "openai"], model: str | None = None, **opts: Any) -> GenerationBackend:
+def make_backend(kind: Literal["hf", "vllm", "openai"], model: str | None = None, **opts: object) -> GenerationBackend:
     """Build a backend: ``make_backend("hf", None)`` loads the default SmolLM2 model on CPU.
 
     Args:
@@ -83,7 +89,7 @@ def build_openai(config: OpenAIGenerator) -> GenerationBackend:
 
 
 @build_backend.register
-def build_vllm_with_adapter(config: VLLMGenerator) -> Any:
+def build_vllm_with_adapter(config: VLLMGenerator) -> ContinuousBackend:
     """vLLM engines on ``config.model``, sampling with ``config.lora_adapter`` when it is set (the
     engines are built for its rank and load it as version 0).
 
@@ -128,7 +134,7 @@ def engine_cores(config: VLLMGenerator, available: list[int]) -> list[str | None
 
 
 def build_vllm(config: VLLMGenerator, model_path: str, log_dir: Path, gpus: list[str] | None = None,
-               max_lora_rank: int | None = None) -> Any:
+               max_lora_rank: int | None = None) -> VLLMBackend | EnginePool:
     """vLLM engines for one rank: an in-process ``VLLMBackend``, or an ``EnginePool`` over the servers
     named in ``server_urls`` or started here (one per core set on CPU, one per GPU id in ``gpus``,
     default the visible GPUs ``0..num_servers-1``; see ``gpu_placement.server_gpus``); with
@@ -174,7 +180,7 @@ def make_batcher(backend: GenerationBackend, config: InferenceConfig) -> AsyncBa
     return make_front(backend, config.max_batch_size, config.batch_wait_s)
 
 
-def _openai_tokenizer(config: OpenAIGenerator) -> Any:
+def _openai_tokenizer(config: OpenAIGenerator) -> PreTrainedTokenizerBase | None:
     """Tokenizer of the served model: ``tokenizer`` if set, else ``model`` when it is a local path, else None."""
     from transformers import AutoTokenizer
 

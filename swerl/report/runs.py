@@ -133,7 +133,7 @@ def config_differences(runs: list[Run], ignored: tuple[str, ...] = ()) -> list[s
             and len({json.dumps(f.get(k), sort_keys=True, default=str) for f in flat}) > 1]
 
 
-def _value_text(value: Any) -> str:
+def _value_text(value: object) -> str:
     """A config value as YAML writes it on one line (``true``, ``null``, ``1.0e-05``, ``{a: 1}``)."""
     return yaml.safe_dump(value, default_flow_style=True, sort_keys=False).strip().removesuffix("...").strip()
 
@@ -153,7 +153,7 @@ def _unit_text(run: Run, flat: dict[str, Any], unit: str, keys: list[str]) -> st
     (``{level: sequence, mode: mask}``), or ``null`` when the run has no such block."""
     if keys == [unit]:
         return _value_text(flat.get(unit))
-    block: Any = run.config
+    block: object = run.config
     for segment in unit.split("."):
         block = block.get(segment) if isinstance(block, dict) else None
     if not isinstance(block, dict) or not block:

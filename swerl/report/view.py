@@ -14,7 +14,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from swerl import metric_keys
 from swerl.errors import ConfigError
@@ -22,6 +22,9 @@ from swerl.report.runs import read_config
 from swerl.run_layout import EVAL_SUMMARY_FILE, EVAL_TRAJECTORIES_FILE, TRAJECTORIES_DIR, step_file_name
 from swerl.run_layout import STEP_FILE_RE as STEP_FILE
 from swerl.text import counted, did_you_mean
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 TAMPER_OUTCOMES = frozenset({"no_reward_file", "bad_reward"})
 """Verifier outcomes that flag a reward file the policy may have tampered with."""
@@ -90,7 +93,7 @@ class EpisodeSet:
         return out
 
 
-def _decode_messages(record: dict[str, Any], tokenizer: Any) -> list[dict[str, Any]]:
+def _decode_messages(record: dict[str, Any], tokenizer: _LazyTokenizer) -> list[dict[str, Any]]:
     """A transcript rebuilt from ids: the prompt, then runs of generated (assistant) and
     observation ids, split where ``loss_mask`` changes (for display only)."""
     messages = [{"role": "prompt", "content": tokenizer.decode(record.get("prompt_ids", []))}]
@@ -123,7 +126,7 @@ class _LazyTokenizer:
         return self._tok.decode(ids)
 
 
-def _episode(record: dict[str, Any], tokenizer: Any) -> Episode:
+def _episode(record: dict[str, Any], tokenizer: _LazyTokenizer) -> Episode:
     messages = record.get("messages") or []
     if not messages and record.get("prompt_ids"):
         messages = _decode_messages(record, tokenizer)
@@ -252,7 +255,7 @@ def pick(eps: EpisodeSet, task: str | None, sample: int | None) -> list[Episode]
     return (signal or eps.episodes)[:1]
 
 
-def render_terminal(eps: EpisodeSet, console: Any, task: str | None = None, sample: int | None = None) -> None:
+def render_terminal(eps: EpisodeSet, console: Console, task: str | None = None, sample: int | None = None) -> None:
     """Print groups, episodes and the picked conversations to a rich ``console``."""
     from rich.panel import Panel
     from rich.table import Table

@@ -182,7 +182,7 @@ def _filters(eps: EpisodeSet) -> str:
     return f'<div id="filters">{inputs}<button id="reset">reset</button></div>'
 
 
-def _json_script(element_id: str, data: Any) -> str:
+def _json_script(element_id: str, data: object) -> str:
     """Data for the script, safe inside ``<script>`` (``</`` cannot close the element)."""
     text = json.dumps(data, ensure_ascii=False).replace("</", "<\\/").replace("<!--", "<\\!--")
     return f'<script type="application/json" id="{element_id}">{text}</script>'

@@ -13,7 +13,7 @@ import logging
 import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import docker
 import docker.errors
@@ -88,7 +88,8 @@ class DockerCaller:
         self.default_timeout_s = default_timeout_s
         self.endpoint = endpoint
 
-    async def __call__(self, fn: Callable[..., T], *args: Any, timeout_s: float | None = None, **kwargs: Any) -> T:
+    async def __call__(self, fn: Callable[..., T], *args: object, timeout_s: float | None = None,
+                       **kwargs: object) -> T:
         """Await ``fn(*args, **kwargs)`` in a worker thread.
 
         Raises:

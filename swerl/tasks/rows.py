@@ -53,7 +53,7 @@ def _jsonl_rows(file: Path) -> Iterator[dict[str, Any]]:
             yield row if isinstance(row, dict) else {"_error": f"line {line_no}: not a JSON object"}
 
 
-def _task_bytes(value: Any) -> bytes:
+def _task_bytes(value: object) -> bytes:
     """Raw archive bytes from a Parquet binary or a JSONL base64 string."""
     if isinstance(value, (bytes, bytearray, memoryview)):
         return bytes(value)

@@ -149,7 +149,7 @@ class EnvironmentSection(_Network):
 
     @model_validator(mode="before")
     @classmethod
-    def _legacy_sizes(cls, data: Any) -> Any:
+    def _legacy_sizes(cls, data: object) -> object:
         """Harbor's deprecated ``memory``/``storage`` strings as ``memory_mb``/``storage_mb``."""
         if not isinstance(data, dict):
             return data
@@ -163,7 +163,7 @@ class EnvironmentSection(_Network):
 
     @field_validator("os", mode="before")
     @classmethod
-    def _linux_only(cls, value: Any) -> Any:
+    def _linux_only(cls, value: object) -> object:
         if isinstance(value, str) and value.lower() == "windows":
             raise ValueError('os = "windows" is not supported: swerl runs Linux containers only')
         return value.lower() if isinstance(value, str) else value
@@ -288,7 +288,7 @@ class TaskConfig(_Section):
 
     @model_validator(mode="before")
     @classmethod
-    def _version_rename(cls, data: Any) -> Any:
+    def _version_rename(cls, data: object) -> object:
         """Schema 1.0's ``version`` is 1.3's ``schema_version``."""
         if isinstance(data, dict) and "version" in data:
             data = dict(data)
@@ -299,7 +299,7 @@ class TaskConfig(_Section):
 
     @field_validator("artifacts", mode="before")
     @classmethod
-    def _artifact_strings(cls, value: Any) -> Any:
+    def _artifact_strings(cls, value: object) -> object:
         if isinstance(value, list):
             return [artifact_path(v) if isinstance(v, str) else v for v in value]
         return value

@@ -38,10 +38,11 @@ import random
 import signal
 import threading
 import time
+import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import torch
@@ -78,6 +79,12 @@ from swerl.trainer.persistence.shared_dir import check_shared_run_dir
 from swerl.trainer.tracking.trackers import open_trackers
 from swerl.trainer.step.update import UpdateSettings, train_on_batch
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    from swerl.agent.collect import RolloutEvent
+    from swerl.trainer.rollouts.runner import RolloutRunner
+
 log = logging.getLogger(__name__)
 
 
@@ -92,7 +99,7 @@ class TrainEvent:
 
     kind: Literal["plan", "step_start", "rollout", "phase", "step_end"]
     step: int = 0
-    data: Any = None
+    data: RunPlan | RolloutEvent | int | str | dict[str, Any] | None = None
 
 
 @dataclass
@@ -150,7 +157,7 @@ class StopSignals:
             signal.signal(sig, handler)
         self._previous = {}
 
-    def _handle(self, signum: int, frame: Any) -> None:
+    def _handle(self, signum: int, frame: types.FrameType | None) -> None:
         if self._deferring and self._pending is None:
             self._pending = signum
             log.warning("%s: stopping once this step's commit is written (again to stop at once)",
@@ -245,7 +252,7 @@ class _Run:
     sampler: PromptSampler
     plan: RunPlan
     model: torch.nn.Module
-    tokenizer: Any
+    tokenizer: PreTrainedTokenizerBase
     model_path: Path
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LRScheduler
@@ -391,7 +398,7 @@ def _prepare(checked: Preflight, on_event: Callable[[TrainEvent], None] | None, 
                 optimizer, scheduler, settings, checked.ckpt_path, reference, quarantine=quarantine)
 
 
-def _update_settings(config: TrainConfig, tokenizer: Any) -> UpdateSettings:
+def _update_settings(config: TrainConfig, tokenizer: PreTrainedTokenizerBase) -> UpdateSettings:
     """The policy update's settings from the config (padding with the tokenizer's pad or EOS id)."""
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.eos_token_id or 0)
     return UpdateSettings(
@@ -496,7 +503,7 @@ def _watch(run: _Run, step: int, batch: pipeline.RolloutBatch) -> dict[str, floa
     return run.quarantine.observe(step, batch.epoch, batch.generated, batch.sampler_state)
 
 
-def _held_out_eval(run: _Run, runner: Any, step: int) -> dict[str, float]:
+def _held_out_eval(run: _Run, runner: RolloutRunner, step: int) -> dict[str, float]:
     """The held-out eval of the current weights when due at ``step`` (rank 0), else ``{}``."""
     if run.info.is_main and run.config.eval is not None and is_due(run.config.eval, step, run.plan.total_steps):
         run.emit(TrainEvent("phase", step, "eval (held-out)"))

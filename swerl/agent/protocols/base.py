@@ -11,9 +11,12 @@ from __future__ import annotations
 import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 from swerl.agent.config import AgentConfig
+
+if TYPE_CHECKING:
+    from swerl.sandbox.runtime.sandbox import Sandbox
 
 EndReason = Literal[
     "task_complete",
@@ -68,7 +71,7 @@ class AgentProtocol(ABC):
     def initial_messages(self, instruction: str) -> list[dict]:
         """The chat messages of the first prompt for a task ``instruction``."""
 
-    async def start(self, sandbox: Any) -> None:
+    async def start(self, sandbox: Sandbox) -> None:
         """Prepare the sandbox side (e.g. open the persistent shell). Default: nothing."""
 
     def messages_after_start(self) -> list[dict] | None:
@@ -77,13 +80,13 @@ class AgentProtocol(ABC):
         so the episode simply re-renders its prompt ids."""
         return None
 
-    async def act_truncated(self, reply: str, sandbox: Any, max_new_tokens: int) -> TurnResult | None:
+    async def act_truncated(self, reply: str, sandbox: Sandbox, max_new_tokens: int) -> TurnResult | None:
         """What a reply cut at the per-turn limit of ``max_new_tokens`` tokens leads to, or
         None to :meth:`act` on it like any reply (the default)."""
         return None
 
     @abstractmethod
-    async def act(self, reply: str, sandbox: Any) -> TurnResult:
+    async def act(self, reply: str, sandbox: Sandbox) -> TurnResult:
         """Carry out one assistant ``reply`` (text, thinking included) in ``sandbox``."""
 
 

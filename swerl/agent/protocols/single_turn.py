@@ -4,9 +4,12 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING
 
 from swerl.agent.protocols.base import AgentProtocol, TurnResult, strip_thinking
+
+if TYPE_CHECKING:
+    from swerl.sandbox.runtime.sandbox import Sandbox
 
 SYSTEM_PROMPT = "You are an expert Python programmer. Answer with a single complete Python code block."
 USER_SUFFIX = (
@@ -69,7 +72,7 @@ class SingleTurn(AgentProtocol):
         user = instruction.strip() + USER_SUFFIX.format(path=self.cfg.solution_path)
         return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
 
-    async def act(self, reply: str, sandbox: Any) -> TurnResult:
+    async def act(self, reply: str, sandbox: Sandbox) -> TurnResult:
         code = extract_python_block(reply)
         if code is not None:
             self.actions.append(code)

@@ -31,7 +31,7 @@ separately). The history keeps the generated tokens either way.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING
 
 from swerl.agent.protocols.base import AgentProtocol, TurnResult, at_parse_failure_cap, limit_output_bytes
 from swerl.agent.protocols.terminus_parser import ParsedReply, parse_terminus_reply
@@ -44,6 +44,10 @@ from swerl.agent.protocols.terminus_texts import (
     parse_error_message,
 )
 from swerl.sandbox.runtime.tmux import TmuxSession
+
+if TYPE_CHECKING:
+    from swerl.agent.config import AgentConfig
+    from swerl.sandbox.runtime.sandbox import Sandbox
 
 _LEADING_REASONING_RE = re.compile(r"<(?:think|thinking|budget:thinking)>(.*?)</(?:think|thinking|budget:thinking)>(.*)",
                                    re.DOTALL)
@@ -63,7 +67,7 @@ class Terminus2(AgentProtocol):
     name = "terminus-json"
     supports_summarization = True
 
-    def __init__(self, cfg: Any):
+    def __init__(self, cfg: AgentConfig):
         super().__init__(cfg)
         self.session: TmuxSession | None = None
         self.pending_completion = False
@@ -81,7 +85,7 @@ class Terminus2(AgentProtocol):
         )
         return [_user(text)]
 
-    async def start(self, sandbox: Any) -> None:
+    async def start(self, sandbox: Sandbox) -> None:
         self.session = TmuxSession(sandbox, width=PANE_WIDTH, height=PANE_HEIGHT)
         await self.session.start()
         self._first_screen = self._limit(await self.session.incremental_output())
@@ -104,7 +108,7 @@ class Terminus2(AgentProtocol):
         when ``reasoning_split``."""
         return split_leading_reasoning(reply) if self.cfg.reasoning_split else reply
 
-    async def act(self, reply: str, sandbox: Any) -> TurnResult:
+    async def act(self, reply: str, sandbox: Sandbox) -> TurnResult:
         parsed = parse_terminus_reply(self.reply_content(reply))
         if parsed.error:
             return self._parse_failure(parsed)
@@ -122,7 +126,7 @@ class Terminus2(AgentProtocol):
             return self._observe(WARNINGS_TEMPLATE.format(warnings=parsed.warning_text, terminal_output=self._limit(output)))
         return self._observe(self._limit(output))
 
-    async def act_truncated(self, reply: str, sandbox: Any, max_new_tokens: int) -> TurnResult | None:
+    async def act_truncated(self, reply: str, sandbox: Sandbox, max_new_tokens: int) -> TurnResult | None:
         """A reply cut at ``max_new_tokens``: nothing runs; the model is told to re-issue it."""
         limit = f"{max_new_tokens} tokens"
         text = OUTPUT_LIMIT_TEMPLATE.format(limit=limit)

@@ -17,11 +17,16 @@ the confirmation turn carries the raw output.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from swerl.agent.protocols.base import AgentProtocol, TurnResult, at_parse_failure_cap, limit_output_bytes, strip_thinking
 from swerl.agent.protocols.terminus_parser import Command, ParsedReply, parse_terminus_reply
 from swerl.agent.protocols.terminus_texts import CONFIRM_TEMPLATE, PROMPT_TEMPLATE, parse_error_message
+
+if TYPE_CHECKING:
+    from swerl.agent.config import AgentConfig
+    from swerl.sandbox.runtime.sandbox import Sandbox
+    from swerl.sandbox.runtime.shell import Shell
 
 INITIAL_TERMINAL_STATE = "Current Terminal Screen:\nroot@sandbox:/app# "
 
@@ -44,9 +49,9 @@ class TerminusJson(AgentProtocol):
 
     name = "terminus-json-fast"
 
-    def __init__(self, cfg: Any):
+    def __init__(self, cfg: AgentConfig):
         super().__init__(cfg)
-        self.shell: Any = None
+        self.shell: Shell | None = None
         self.pending_completion = False
         self.consecutive_parse_failures = 0
 
@@ -58,10 +63,10 @@ class TerminusJson(AgentProtocol):
         )
         return [{"role": "user", "content": text}]
 
-    async def start(self, sandbox: Any) -> None:
+    async def start(self, sandbox: Sandbox) -> None:
         self.shell = await sandbox.open_shell()
 
-    async def act(self, reply: str, sandbox: Any) -> TurnResult:
+    async def act(self, reply: str, sandbox: Sandbox) -> TurnResult:
         parsed = parse_terminus_reply(strip_thinking(reply))
         if parsed.error:
             return self._parse_failure(parsed)
@@ -105,7 +110,7 @@ class TerminusJson(AgentProtocol):
         return "".join(chunks), (waited_s if busy else None)
 
 
-async def _is_busy(shell: Any) -> bool:
+async def _is_busy(shell: Shell) -> bool:
     """Whether a command sent by the last ``send_keys`` is still running (False when unknown).
 
     Reads the shell's ``still_running`` flag (set by ``send_keys``), else asks ``is_busy()``.

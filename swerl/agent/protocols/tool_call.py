@@ -11,9 +11,14 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import TYPE_CHECKING
 
 from swerl.agent.protocols.base import AgentProtocol, TurnResult, at_parse_failure_cap, limit_output_bytes, strip_thinking
+
+if TYPE_CHECKING:
+    from swerl.agent.config import AgentConfig
+    from swerl.sandbox.runtime.sandbox import Sandbox
+    from swerl.sandbox.runtime.shell import Shell
 
 BASH_TOOL = {
     "type": "function",
@@ -83,10 +88,10 @@ class ToolCall(AgentProtocol):
 
     name = "tool-call"
 
-    def __init__(self, cfg: Any, template_has_tools: bool = True):
+    def __init__(self, cfg: AgentConfig, template_has_tools: bool = True):
         super().__init__(cfg)
         self.template_has_tools = template_has_tools
-        self.shell: Any = None
+        self.shell: Shell | None = None
         self.consecutive_parse_failures = 0
 
     def tools(self) -> list[dict] | None:
@@ -98,10 +103,10 @@ class ToolCall(AgentProtocol):
             system += HERMES_TOOLS_BLOCK.format(tools=json.dumps(BASH_TOOL))
         return [{"role": "system", "content": system}, {"role": "user", "content": instruction.strip()}]
 
-    async def start(self, sandbox: Any) -> None:
+    async def start(self, sandbox: Sandbox) -> None:
         self.shell = await sandbox.open_shell()
 
-    async def act(self, reply: str, sandbox: Any) -> TurnResult:
+    async def act(self, reply: str, sandbox: Sandbox) -> TurnResult:
         commands, error = parse_tool_calls(reply)
         if error:
             self.consecutive_parse_failures += 1

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor, nn
@@ -25,6 +25,9 @@ from swerl.errors import ConfigError, InferenceError
 from swerl.inference.backends.base import Generation, SamplingParams
 from swerl.inference.backends.sampling import finish_row, kept_sets, processed_logprobs, sample_rows, truncates
 from swerl.logs import PhaseClock, phase
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 log = logging.getLogger(__name__)
 
@@ -62,14 +65,14 @@ class _SampleAndRecord(LogitsProcessor):
 class _StopStrings(StoppingCriteria):
     """Marks a row done once its decoded generated text contains a stop string."""
 
-    def __init__(self, tokenizer: Any, stops: list[str], prompt_len: int, batch_size: int) -> None:
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, stops: list[str], prompt_len: int, batch_size: int) -> None:
         self.tokenizer = tokenizer
         self.stops = stops
         self.prompt_len = prompt_len
         self.window = 2 * max(len(stop) for stop in stops) + 8  # tokens decoded per check
         self.hit_len: list[int | None] = [None] * batch_size
 
-    def __call__(self, input_ids: Tensor, scores: Tensor, **kwargs: Any) -> Tensor:
+    def __call__(self, input_ids: Tensor, scores: Tensor, **kwargs: object) -> Tensor:
         generated = input_ids[:, self.prompt_len :]
         num_generated = generated.shape[1]
         done = torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
@@ -98,7 +101,7 @@ class HFBackend:
     :meth:`rng_state`), so generation never consumes torch's global RNG.
     """
 
-    def __init__(self, model: nn.Module, tokenizer: Any, *, seed: int = 0, weight_version: int = 0) -> None:
+    def __init__(self, model: nn.Module, tokenizer: PreTrainedTokenizerBase, *, seed: int = 0, weight_version: int = 0) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.weight_version = weight_version

@@ -11,13 +11,17 @@ from __future__ import annotations
 import logging
 import math
 import re
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import requests
 
 from swerl.errors import InferenceError
 from swerl.inference.backends.base import Generation, SamplingParams
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +108,7 @@ class OpenAIBackend:
         self,
         base_url: str,
         model: str = "default",
-        tokenizer: Any = None,
+        tokenizer: PreTrainedTokenizerBase | None = None,
         api_key: str | None = None,
         endpoint: Literal["completions", "chat"] = "completions",
         timeout_s: float = 600.0,
@@ -140,7 +144,7 @@ class OpenAIBackend:
         bodies = [chat_body(self.model, messages, sampling, sampling.seed) for messages in conversations]
         return self._map(lambda body: self._chat(body, sampling), bodies)
 
-    def _map(self, fn: Any, bodies: list[dict[str, Any]]) -> list[Generation]:
+    def _map(self, fn: Callable[[dict[str, Any]], Generation], bodies: list[dict[str, Any]]) -> list[Generation]:
         if len(bodies) <= 1:
             return [fn(body) for body in bodies]
         with ThreadPoolExecutor(max_workers=min(self.max_concurrency, len(bodies))) as pool:

@@ -10,9 +10,12 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from swerl.inference.backends.base import ContinuousBackend, Generation, SamplingParams
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 
 def split_evenly(count: int, parts: int) -> list[range]:
@@ -37,7 +40,7 @@ class EnginePool(ContinuousBackend):
         tokenizer: the policy's tokenizer; on_close: called by :meth:`close` (e.g. stop servers).
     """
 
-    def __init__(self, engines: Sequence[Any], tokenizer: Any = None, on_close: Callable[[], None] | None = None) -> None:
+    def __init__(self, engines: Sequence[Any], tokenizer: PreTrainedTokenizerBase | None = None, on_close: Callable[[], None] | None = None) -> None:
         if not engines:
             raise ValueError("EnginePool needs at least one engine")
         self.engines = list(engines)

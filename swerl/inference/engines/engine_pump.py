@@ -20,12 +20,17 @@ import logging
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError
-from typing import Any
+from typing import TYPE_CHECKING
 
 from swerl.errors import InferenceError
 from swerl.inference.backends.base import Generation
 from swerl.inference.engines.engine_thread import EngineThread
 from swerl.logs import phase
+
+if TYPE_CHECKING:
+    from vllm import LLMEngine, RequestOutput, TokensPrompt
+    from vllm import SamplingParams as VllmSamplingParams
+    from vllm.lora.request import LoRARequest
 
 log = logging.getLogger(__name__)
 
@@ -42,11 +47,12 @@ class RequestPump:
         retired: why the engine is unusable (a step failed with requests left in it), else None.
     """
 
-    def __init__(self, thread: EngineThread, engine: Callable[[], Any],
-                 convert: Callable[[Any, int], Generation]) -> None:
+    def __init__(self, thread: EngineThread, engine: Callable[[], LLMEngine],
+                 convert: Callable[[RequestOutput, int], Generation]) -> None:
         self._thread, self._engine, self._convert = thread, engine, convert
         self._lock = threading.Lock()
-        self._queued: list[tuple[str, Any, Any, Any, Future[Generation], int]] = []
+        self._queued: list[tuple[str, TokensPrompt, VllmSamplingParams, LoRARequest | None, Future[Generation],
+                                 int]] = []
         self._in_flight: dict[str, tuple[Future[Generation], int]] = {}
         self._running = False
         self._paused = False
@@ -54,7 +60,8 @@ class RequestPump:
         self._ids = itertools.count()
         self.retired: str | None = None
 
-    def submit(self, prompt: Any, params: Any, lora_request: Any = None, version: int = 0) -> Future[Generation]:
+    def submit(self, prompt: TokensPrompt, params: VllmSamplingParams, lora_request: LoRARequest | None = None,
+               version: int = 0) -> Future[Generation]:
         """Queue one request (a ``TokensPrompt``, its ``vllm.SamplingParams``, the ``LoRARequest``
         of the adapter it samples with, None = the base, and the weight version it starts under);
         its future."""
@@ -131,8 +138,8 @@ class RequestPump:
                 done += len(finished)
                 clock.advance(done)
 
-    def _add(self, engine: Any, request_id: str, prompt: Any, params: Any, lora_request: Any,
-             future: Future[Generation], version: int) -> None:
+    def _add(self, engine: LLMEngine, request_id: str, prompt: TokensPrompt, params: VllmSamplingParams,
+             lora_request: LoRARequest | None, future: Future[Generation], version: int) -> None:
         """Add one request; one vLLM refuses (e.g. a prompt past ``max_model_len``) fails alone."""
         try:
             engine.add_request(request_id, prompt, params, lora_request=lora_request)
@@ -141,7 +148,7 @@ class RequestPump:
             return
         self._in_flight[request_id] = (future, version)
 
-    def _drop_cancelled(self, engine: Any) -> None:
+    def _drop_cancelled(self, engine: LLMEngine) -> None:
         """Abort the requests whose caller cancelled its future (a stopping run's episodes)."""
         cancelled = [request_id for request_id, (future, _) in self._in_flight.items() if future.cancelled()]
         if cancelled:
@@ -149,7 +156,7 @@ class RequestPump:
             for request_id in cancelled:
                 del self._in_flight[request_id]
 
-    def _resolve(self, output: Any) -> None:
+    def _resolve(self, output: RequestOutput) -> None:
         entry = self._in_flight.pop(output.request_id, None)
         if entry is None or entry[0].cancelled():
             return
@@ -163,7 +170,7 @@ class RequestPump:
         with contextlib.suppress(InvalidStateError):
             future.set_result(result)
 
-    def _fail(self, engine: Any, err: Exception) -> None:
+    def _fail(self, engine: LLMEngine, err: Exception) -> None:
         """A failed step: fail every request; retire the engine when requests stay inside it (every
         later step would wait for them forever)."""
         with self._lock:
@@ -174,7 +181,7 @@ class RequestPump:
             self._abort(engine, queued, f"vLLM step failed: {type(err).__name__}: {err}", abort=False)
             self._running = False
 
-    def _abort(self, engine: Any, queued: list, why: str, abort: bool = True) -> None:
+    def _abort(self, engine: LLMEngine, queued: list, why: str, abort: bool = True) -> None:
         """Fail ``queued`` and every request in flight (aborting them in the engine when ``abort``)."""
         if abort and self._in_flight:
             engine.abort_request(list(self._in_flight))

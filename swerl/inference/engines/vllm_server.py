@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import time
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import requests
 import requests.adapters
@@ -23,6 +23,9 @@ from swerl.errors import EnvironmentProblem, InferenceError
 from swerl.inference.backends.base import ContinuousBackend, Generation, SamplingParams
 from swerl.inference.engines.server_process import SERVED_NAME
 from swerl.logs import phase
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 RELOAD_ROUTES = ("/collective_rpc", "/reset_prefix_cache")
 """Dev routes a disk reload drives (``VLLM_SERVER_DEV_MODE=1``)."""
@@ -97,7 +100,7 @@ class VLLMServerBackend(ContinuousBackend):
         adapter: the name of the LoRA adapter requests sample with (None: the base).
     """
 
-    def __init__(self, url: str, tokenizer: Any = None, max_concurrency: int = 64, timeout_s: float = 600.0) -> None:
+    def __init__(self, url: str, tokenizer: PreTrainedTokenizerBase | None = None, max_concurrency: int = 64, timeout_s: float = 600.0) -> None:
         self.url = url.rstrip("/").removesuffix("/v1")
         self.tokenizer = tokenizer
         self.weight_version = 0
@@ -153,7 +156,7 @@ class VLLMServerBackend(ContinuousBackend):
         except ValueError:  # the adapter routes answer plain text ("Success: ...")
             return {"text": response.text}
 
-    def collective_rpc(self, method: str, **kwargs: Any) -> list[Any]:
+    def collective_rpc(self, method: str, **kwargs: object) -> list[Any]:
         """Run a worker(-extension) method on every worker of the server; its results."""
         return self.post("collective_rpc", {"method": method, "kwargs": kwargs}).get("results", [])
 

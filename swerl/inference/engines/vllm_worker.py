@@ -14,14 +14,17 @@ bf16 kernels run on CPU.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger(__name__)
 
 EXTENSION_QUALNAME = "swerl.inference.engines.vllm_worker.SwerlWorkerExtension"
 
 
-def repack_tied_heads(model: Any) -> list[str]:
+def repack_tied_heads(model: torch.nn.Module) -> list[str]:
     """Re-run ``process_weights_after_loading`` of every LM head that shares its weight with an
     embedding (vLLM CPU packs the head once at load; a reload never refreshes a tied one).
 

@@ -21,6 +21,8 @@ from swerl.errors import ConfigError, EnvironmentProblem
 from swerl.inference.weight_sync.base import Staged, WeightSync
 
 if TYPE_CHECKING:
+    from vllm.distributed.weight_transfer.base import ModuleSource
+
     from swerl.inference.engines.vllm_server import VLLMServerBackend
 
 TRANSFER_MODULES = ("vllm.distributed.weight_transfer.base", "vllm.distributed.weight_transfer.clients",
@@ -73,7 +75,7 @@ def sender_rank(is_owner: bool) -> int:
     return 0 if is_owner else 1
 
 
-def cast_source(model: torch.nn.Module, dtype: torch.dtype) -> Any:
+def cast_source(model: torch.nn.Module, dtype: torch.dtype) -> ModuleSource:
     """A vLLM ``WeightSource`` over ``model.named_parameters()`` (tied weights once, HF names) that
     casts each parameter to ``dtype`` where it lives BEFORE gathering it (an FSDP shard is cast
     locally, then all-gathered: half the bytes of an fp32 gather for a bf16 engine)."""

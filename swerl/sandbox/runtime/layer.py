@@ -30,7 +30,7 @@ import json
 import os
 import stat
 import tarfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -42,6 +42,7 @@ from swerl.sandbox.runtime.files import file_from_tar
 
 if TYPE_CHECKING:
     import docker
+    import requests
 
     from swerl.sandbox.docker_api import DockerCaller
 
@@ -148,7 +149,7 @@ class LayerReader:
         """The engine's stat of ``path`` as the container sees it, or None when it does not exist."""
         api = self._client.api
 
-        def head() -> Any:
+        def head() -> requests.Response:
             return api.head(api._url("/containers/{0}/archive", self.container_id), params={"path": path})
 
         response = await self._call(head)
@@ -265,7 +266,7 @@ def _read_upper(upper: str, path: str, max_bytes: int) -> bytes | None:
         os.close(file_fd)
 
 
-def _bounded(stream: Any, cap: int) -> bytes:
+def _bounded(stream: Iterable[bytes], cap: int) -> bytes:
     """The first ``cap`` bytes of a ``get_archive`` stream (the rest is not read)."""
     chunks, size = [], 0
     for chunk in stream:

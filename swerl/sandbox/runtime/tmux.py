@@ -25,10 +25,14 @@ import asyncio
 import logging
 import shlex
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 from swerl.errors import SandboxError
 from swerl.sandbox.types import Outcome
+
+if TYPE_CHECKING:
+    from swerl.sandbox.runtime.sandbox import Sandbox
+    from swerl.sandbox.types import ExecResult
 
 
 log = logging.getLogger(__name__)
@@ -60,7 +64,7 @@ class TmuxSession:
         exec_timeout_s: budget of each tmux command, seconds.
     """
 
-    def __init__(self, sandbox: Any, width: int = 160, height: int = 40,
+    def __init__(self, sandbox: Sandbox, width: int = 160, height: int = 40,
                  install_timeout_s: float = 300.0, exec_timeout_s: float = 30.0):
         if width <= 0 or height <= 0:
             raise ValueError("tmux pane width and height must be positive")
@@ -157,7 +161,7 @@ class TmuxSession:
                 outcome=Outcome.start_error,
             )
 
-    async def _exec(self, command: str) -> Any:
+    async def _exec(self, command: str) -> ExecResult:
         return await self.sandbox.exec(command, timeout_s=self.exec_timeout_s)
 
 

@@ -32,7 +32,7 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed.checkpoint as dcp
@@ -53,6 +53,9 @@ from swerl.run_layout import STEP_DIR_RE as _STEP_RE
 from swerl.trainer.policy.distributed import DistInfo, barrier, is_distributed
 from swerl.trainer.persistence.hf_folder import untied_state, write_hf_folder
 from swerl.trainer.persistence.model_card import finish_export
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +144,7 @@ def save_checkpoint(
     step: int,
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
-    scheduler: Any,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
     trainer_state: dict[str, Any],
     config_yaml: str,
     dist_info: DistInfo,
@@ -236,7 +239,7 @@ def load_checkpoint(
     path: Path,
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
-    scheduler: Any,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
     dist_info: DistInfo,
 ) -> dict[str, Any]:
     """Restore weights, optimizer, scheduler and this rank's RNG from ``path``; every rank calls it.
@@ -297,7 +300,7 @@ def read_model_state(path: Path) -> dict[str, torch.Tensor]:
 
 @phase("export")
 def export_hf(
-    run_dir: Path, step: int, model: torch.nn.Module, tokenizer: Any, dist_info: DistInfo,
+    run_dir: Path, step: int, model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, dist_info: DistInfo,
     *, max_shard_bytes: int = 5 * 2**30, metrics: dict[str, Any] | None = None, dtype: torch.dtype = torch.float32,
     merged: bool = False,
 ) -> Path:

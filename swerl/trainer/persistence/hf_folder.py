@@ -10,9 +10,12 @@ import copy
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 
 def _shard_plan(sizes: list[tuple[str, int]], max_shard_bytes: int) -> list[list[str]]:
@@ -58,7 +61,7 @@ def write_safetensors_streaming(folder: Path, sizes: list[tuple[str, int]],
 
 
 def write_hf_folder(folder: Path, sizes: list[tuple[str, int]], stream: Iterator[tuple[str, torch.Tensor | None]],
-                    model: torch.nn.Module, tokenizer: Any, is_main: bool, max_shard_bytes: int,
+                    model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, is_main: bool, max_shard_bytes: int,
                     dtype: torch.dtype | None = None) -> None:
     """An HF model folder: the weights of ``stream`` (:func:`write_safetensors_streaming`), then on
     rank 0 ``model``'s config (naming ``dtype``, the weights' dtype, when given) and generation

@@ -9,19 +9,22 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
 from swerl.inference.weight_sync.adapter import write_adapter
 from swerl.trainer.policy.lora import hf_module
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
 MERGED_DIR = "merged"
 BASE_SUFFIX = ".base_layer.weight"
 
 
-def write_lora_export(folder: Path, model: torch.nn.Module, tokenizer: Any, is_main: bool, max_shard_bytes: int,
-                      merged: bool) -> None:
+def write_lora_export(folder: Path, model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, is_main: bool,
+                      max_shard_bytes: int, merged: bool) -> None:
     """Collective: the adapter folder of ``model`` (a peft model) in ``folder``, and ``folder/merged``
     when ``merged``; rank 0 writes."""
     from swerl.trainer.persistence.hf_folder import write_hf_folder

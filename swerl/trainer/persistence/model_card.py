@@ -7,12 +7,15 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from swerl import metric_keys
 from swerl.run_layout import CONFIG_FILE
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
 
 KEY_METRICS = (metric_keys.REWARD_AVG_RAW_REWARD, metric_keys.REWARD_AVG_PASS_AT_N, metric_keys.LOSS_POLICY,
                "grad_norm", metric_keys.EVAL_PASS_AT_1, "eval/pass@k", metric_keys.EVAL_REWARD, "epoch")
@@ -32,7 +35,7 @@ def _config(run_dir: Path) -> dict:
         return {}
 
 
-def _value(value: Any) -> str:
+def _value(value: object) -> str:
     return f"{value:.4g}" if isinstance(value, float) and math.isfinite(value) else str(value)
 
 
@@ -100,7 +103,8 @@ def make_readable(folder: Path) -> None:
             os.chmod(Path(root) / name, 0o644)
 
 
-def finish_export(folder: Path, run_dir: Path, step: int, model_config: Any, metrics: dict[str, Any] | None) -> None:
+def finish_export(folder: Path, run_dir: Path, step: int, model_config: PretrainedConfig,
+                  metrics: dict[str, Any] | None) -> None:
     """Write the card, fix the tokenizer's ``model_max_length`` and the modes of an export folder (rank 0)."""
     config = _config(run_dir)
     (folder / "README.md").write_text(model_card(step, metrics, config))

@@ -28,7 +28,7 @@ T = TypeVar("T")
 GATHER_TIMEOUT_S = 24 * 3600.0
 """Timeout of the gloo group that gathers rollouts: a whole step's episodes on the slowest rank."""
 
-_objects_group: Any = None  # the gloo group of objects and barriers, made by init_distributed
+_objects_group: dist.ProcessGroup | None = None  # the gloo group of objects and barriers, made by init_distributed
 
 
 @dataclass(frozen=True)

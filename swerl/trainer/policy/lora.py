@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Any
 
 import torch
 
@@ -70,7 +69,7 @@ def trainable_count(model: torch.nn.Module) -> int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
-def describe(cfg: LoraConfig, model: Any) -> str:
+def describe(cfg: LoraConfig, model: torch.nn.Module) -> str:
     """``LoRA r=16 alpha=32 on all-linear: 1.8M of 136M parameters trained`` (the run log's line)."""
     total = sum(p.numel() for p in model.parameters())
     targets = cfg.target_modules if isinstance(cfg.target_modules, str) else ", ".join(cfg.target_modules)

@@ -14,10 +14,13 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, InvalidStateError
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from swerl import metric_keys
 from swerl.inference.backends.base import ContinuousBackend
+
+if TYPE_CHECKING:
+    from swerl.inference.backends.base import Generation, GenerationBackend, SamplingParams
 
 Interval = tuple[float, float]
 
@@ -119,7 +122,7 @@ class _Metered:
     none is (or freezes them, on an engine that can pause) and holds new ones back until it ends. Every other attribute (tokenizer,
     ``weight_version``, ``engines`` ...) is the wrapped backend's."""
 
-    def __init__(self, backend: Any, clock: BusyClock) -> None:
+    def __init__(self, backend: GenerationBackend | ContinuousBackend, clock: BusyClock) -> None:
         self.inner = backend
         self.clock = clock
         self._gate = threading.Condition()
@@ -204,7 +207,7 @@ class MeteredBackend(_Metered):
     and episodes in flight continue with the new version.
     """
 
-    def __init__(self, backend: Any, clock: BusyClock) -> None:
+    def __init__(self, backend: GenerationBackend, clock: BusyClock) -> None:
         super().__init__(backend, clock)
         if "seeds" not in inspect.signature(backend.generate).parameters:
             self.generate = self._generate_plain  # the batcher then never passes per-row seeds
@@ -222,14 +225,15 @@ class MeteredBackend(_Metered):
                 self._in_flight -= 1
                 self._gate.notify_all()
 
-    def generate(self, prompts: list[list[int]], sampling: Any, seeds: list[int | None] | None = None) -> list[Any]:
+    def generate(self, prompts: list[list[int]], sampling: SamplingParams,
+                 seeds: list[int | None] | None = None) -> list[Generation]:
         """The wrapped backend's ``generate`` (same arguments and results), one call at a time."""
         with self._call(), self.clock.busy("generation"):
             if seeds is None:
                 return self.inner.generate(prompts, sampling)
             return self.inner.generate(prompts, sampling, seeds=seeds)
 
-    def _generate_plain(self, prompts: list[list[int]], sampling: Any) -> list[Any]:
+    def _generate_plain(self, prompts: list[list[int]], sampling: SamplingParams) -> list[Generation]:
         with self._call(), self.clock.busy("generation"):
             return self.inner.generate(prompts, sampling)
 
@@ -241,9 +245,9 @@ class MeteredStream(_Metered, ContinuousBackend):
 
     def __init__(self, backend: ContinuousBackend, clock: BusyClock) -> None:
         super().__init__(backend, clock)
-        self._held: list[tuple[list[int], Any, Future]] = []
+        self._held: list[tuple[list[int], SamplingParams, Future[Generation]]] = []
 
-    def submit(self, prompt: list[int], sampling: Any) -> Future:
+    def submit(self, prompt: list[int], sampling: SamplingParams) -> Future[Generation]:
         """The wrapped backend's ``submit``, or held until the weight update in progress ends."""
         outer: Future = Future()
         with self._gate:
@@ -254,7 +258,7 @@ class MeteredStream(_Metered, ContinuousBackend):
         self._forward(prompt, sampling, outer)
         return outer
 
-    def _forward(self, prompt: list[int], sampling: Any, outer: Future) -> None:
+    def _forward(self, prompt: list[int], sampling: SamplingParams, outer: Future[Generation]) -> None:
         """Send one admitted request; ``outer`` gets its result, the gate and the clock its end. A
         cancelled ``outer`` (its episode cancelled: Ctrl-C, a stopping run) cancels the request,
         and a result that arrives for it anyway is dropped."""
@@ -299,7 +303,7 @@ class MeteredStream(_Metered, ContinuousBackend):
             self._forward(prompt, sampling, outer)
 
 
-def metered(backend: Any, clock: BusyClock) -> MeteredBackend | MeteredStream:
+def metered(backend: GenerationBackend | ContinuousBackend, clock: BusyClock) -> MeteredBackend | MeteredStream:
     """The metered front for ``backend``'s type: :class:`MeteredStream` for a ``ContinuousBackend``."""
     if isinstance(backend, ContinuousBackend):
         return MeteredStream(backend, clock)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -27,6 +27,11 @@ from swerl import metric_keys
 from swerl.agent.metrics import summarize
 from swerl.agent.records import write_sample_records
 from swerl.run_layout import EVAL_DIR, step_file_name
+
+if TYPE_CHECKING:
+    from swerl.agent.trajectory import Trajectory
+    from swerl.tasks.task_folder import Task
+    from swerl.trainer.rollouts.runner import RolloutRunner
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +56,7 @@ def is_due(cfg: EvalDuringTrainingConfig, step: int, last_step: int) -> bool:
     return step == last_step or (cfg.interval > 0 and step % cfg.interval == 0)
 
 
-def eval_metrics(trajectories: list[Any], samples: int) -> dict[str, float]:
+def eval_metrics(trajectories: list[Trajectory], samples: int) -> dict[str, float]:
     """The ``eval/*`` keys of a step's record from the eval trajectories."""
     summary = summarize(trajectories, ks=[1, samples])
     out = {f"eval/{k}": float(v) for k, v in summary.items() if k.startswith("pass@")}
@@ -61,7 +66,8 @@ def eval_metrics(trajectories: list[Any], samples: int) -> dict[str, float]:
     return out
 
 
-def run_eval(cfg: EvalDuringTrainingConfig, runner: Any, tasks: list[Any], step: int, run_dir: Path) -> dict[str, float]:
+def run_eval(cfg: EvalDuringTrainingConfig, runner: RolloutRunner, tasks: list[Task], step: int,
+             run_dir: Path) -> dict[str, float]:
     """Evaluate the current weights: ``cfg.samples`` episodes per task through the run's rollout
     runner (same protocol, limits and sandboxes as training; seeds of ``cfg.seed``), and write
     their sample records to ``run_dir/eval/step_<step>.jsonl``.

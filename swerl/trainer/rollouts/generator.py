@@ -15,7 +15,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -28,6 +28,12 @@ from swerl.run_layout import ENGINE_LOGS_DIR, WEIGHT_SYNC_DIR
 from swerl.trainer.policy import distributed as dist
 from swerl.trainer.setup.config import TrainConfig
 from swerl.trainer.policy.distributed import DistInfo
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    from swerl.inference.backends.base import SamplingParams
+    from swerl.inference.engines.vllm_backend import VLLMBackend
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +52,7 @@ class Generator:
         owns_backend: :func:`close_generator` closes the backend (False: someone else's engines).
     """
 
-    backend: Any
+    backend: HFBackend | VLLMBackend | EnginePool
     sync: WeightSync
     sleeps_during_update: bool = False
     owns_backend: bool = True
@@ -63,7 +69,8 @@ def local_world_size() -> int:
 
 
 def make_generator(
-    config: TrainConfig, model: torch.nn.Module, tokenizer: Any, model_path: Path, run_dir: Path, info: DistInfo
+    config: TrainConfig, model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, model_path: Path, run_dir: Path,
+    info: DistInfo,
 ) -> Generator:
     """This rank's generator.
 
@@ -123,8 +130,8 @@ def check_colocation(config: TrainConfig, on_cpu: bool) -> None:
         raise ConfigError(problem)
 
 
-def attach_sync(backend: Any, config: TrainConfig, model: torch.nn.Module, run_dir: Path, info: DistInfo,
-                owns_backend: bool = True) -> Generator:
+def attach_sync(backend: HFBackend | VLLMBackend | EnginePool, config: TrainConfig, model: torch.nn.Module,
+                run_dir: Path, info: DistInfo, owns_backend: bool = True) -> Generator:
     """``backend`` with the weight sync its type calls for (checked against the engines' APIs).
 
     ``HFBackend`` -> ``ModuleShare``; ``VLLMBackend`` or ``EnginePool`` -> ``AdapterSync`` for a LoRA
@@ -185,7 +192,7 @@ def weights_dir(config: TrainConfig, run_dir: Path) -> Path:
     return Path(config.generator.weight_sync_dir) if config.generator.weight_sync_dir else run_dir / WEIGHT_SYNC_DIR
 
 
-def probe_prompt(tokenizer: Any) -> list[int]:
+def probe_prompt(tokenizer: PreTrainedTokenizerBase) -> list[int]:
     """The fixed prompt of the parity probe (a short chat turn through the policy's template)."""
     return list(tokenizer.apply_chat_template(PROBE_MESSAGES, add_generation_prompt=True, tokenize=True,
                                               return_dict=False))
@@ -275,8 +282,8 @@ def probe_parity(generator: Generator, model: torch.nn.Module, config: TrainConf
     return reduce_probes(results)
 
 
-def rescore_everywhere(model: torch.nn.Module, prompt: list[int], samples: list, sampling: Any, info: DistInfo,
-                       fsdp: bool) -> list[torch.Tensor]:
+def rescore_everywhere(model: torch.nn.Module, prompt: list[int], samples: list, sampling: SamplingParams,
+                       info: DistInfo, fsdp: bool) -> list[torch.Tensor]:
     """The trainer's log-probs of this rank's probe samples, computed on ``info.device``.
 
     Under FSDP a forward is a collective, so the samples' ids are gathered and every rank runs one

@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -53,6 +53,11 @@ from swerl.trainer.setup.concurrency import rank_sandbox
 from swerl.trainer.rollouts.generator import Generator, apply_weights, probe_parity, publish_weights
 from swerl.trainer.rollouts.runner import RolloutRunner, gather_trajectories, rank_share
 from swerl.trainer.rollouts.sampler import PromptSampler
+
+if TYPE_CHECKING:
+    from swerl.agent.collect import RolloutEvent
+    from swerl.tasks.task_folder import Task
+    from swerl.trainer.rollouts.busy import MeteredBackend, MeteredStream
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +125,7 @@ class Context:
     """What both rollout sources need from the loop's setup."""
 
     config: TrainConfig
-    tasks: list[Any]
+    tasks: list[Task]
     sampler: PromptSampler
     generator: Generator
     model: torch.nn.Module
@@ -129,7 +134,7 @@ class Context:
     clock: BusyClock
     emit_rollout: Callable[[int, Any], None]
 
-    def runner(self, backend: Any) -> RolloutRunner:
+    def runner(self, backend: MeteredBackend | MeteredStream) -> RolloutRunner:
         """A rollout runner (own event loop and sandbox manager) on ``backend``, with this rank's
         share of the run's episodes in flight and sandbox slots (``concurrency.rank_sandbox``)."""
         cfg = self.config
@@ -140,8 +145,8 @@ class Context:
         return RolloutRunner(backend, backend.tokenizer, sandbox, cfg.agent, episodes, max_batch, wait_s,
                              rollout_seed(cfg))
 
-    def collect_local(self, runner: RolloutRunner, step: int, indices: list[int], on_event: Any,
-                      round_index: int = 0) -> list[Trajectory]:
+    def collect_local(self, runner: RolloutRunner, step: int, indices: list[int],
+                      on_event: Callable[[RolloutEvent], None] | None, round_index: int = 0) -> list[Trajectory]:
         """This rank's share of batch ``step`` (prompts ``indices``; round ``round_index`` of
         dynamic sampling, group ids ``step{N}/r{round}/`` after round 0), timed as ``rollout``."""
         batch_tasks = [self.tasks[i] for i in indices]
@@ -152,7 +157,8 @@ class Context:
                                   on_event=on_event, group_prefix=prefix, first_index=share.start)
 
 
-def collect_batch(ctx: Context, runner: RolloutRunner, step: int, on_event: Any) -> RolloutBatch:
+def collect_batch(ctx: Context, runner: RolloutRunner, step: int,
+                  on_event: Callable[[RolloutEvent], None] | None) -> RolloutBatch:
     """Batch ``step`` with every round dynamic sampling adds (every rank its share of each round,
     gathered after each), groups contiguous; ``metrics`` holds ``timing/rollout_s`` and
     ``dynamic_sampling/*``."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from swerl.agent.config import AgentConfig
 from swerl.agent.policy import BackendPolicy
@@ -23,6 +23,13 @@ from swerl.agent.collect import RolloutEvent, collect_rollouts
 from swerl.agent.trajectory import Trajectory
 from swerl.inference.backends.batcher import make_front
 from swerl.sandbox.types import SandboxConfig
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    from swerl.inference.backends.base import ContinuousBackend, GenerationBackend
+    from swerl.sandbox.manager import SandboxManager
+    from swerl.tasks.task_folder import Task
 
 log = logging.getLogger(__name__)
 
@@ -63,8 +70,8 @@ class RolloutRunner:
 
     def __init__(
         self,
-        backend: Any,
-        tokenizer: Any,
+        backend: GenerationBackend | ContinuousBackend,
+        tokenizer: PreTrainedTokenizerBase,
         sandbox_cfg: SandboxConfig,
         agent_cfg: AgentConfig,
         concurrency: int,
@@ -80,7 +87,7 @@ class RolloutRunner:
         self.max_batch_size = max_batch_size
         self.batch_wait_s = batch_wait_s
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._manager: Any = None
+        self._manager: SandboxManager | None = None
         self._collecting = False
 
     def __enter__(self) -> "RolloutRunner":
@@ -125,7 +132,7 @@ class RolloutRunner:
 
     def collect(
         self,
-        tasks: list[Any],
+        tasks: list[Task],
         n_samples: int,
         step: int,
         on_event: Callable[[RolloutEvent], None] | None = None,
@@ -150,7 +157,7 @@ class RolloutRunner:
             self._collecting = False
 
     async def _collect(
-        self, tasks: list[Any], n_samples: int, prefix: str, first_index: int,
+        self, tasks: list[Task], n_samples: int, prefix: str, first_index: int,
         on_event: Callable[[RolloutEvent], None] | None, task_seed: int | None,
     ) -> list[Trajectory]:
         async with make_front(self.backend, self.max_batch_size, self.batch_wait_s) as batcher:

@@ -202,7 +202,7 @@ def resolve_auto(config: TrainConfig, probe: MachineProbe | None = None) -> Reso
     return Resolution(config=resolved, probe=probe, choice=choice)
 
 
-def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
+def _flatten(data: object, prefix: str = "") -> dict[str, Any]:
     """``{"a": {"b": 1}}`` -> ``{"a.b": 1}`` (lists are values)."""
     if not isinstance(data, dict):
         return {prefix: data}

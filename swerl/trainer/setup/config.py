@@ -262,7 +262,7 @@ class TrainConfig(StrictModel):
         return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
 
 
-def _unwrap(annotation: Any) -> Any:
+def _unwrap(annotation: object) -> object:
     """The pydantic model inside ``X | None`` (or the annotation itself)."""
     args = [a for a in get_args(annotation) if a is not type(None)]
     if len(args) == 1:
@@ -270,17 +270,17 @@ def _unwrap(annotation: Any) -> Any:
     return annotation
 
 
-def _tagged(annotation: Any) -> dict[str, Any]:
+def _tagged(annotation: object) -> dict[str, Any]:
     """The members of a tagged union (``TrainGenerator``) by tag; {} for any other annotation."""
     members = [get_args(arg) for arg in get_args(annotation)]
     return {meta.tag: args[0] for args in members if len(args) == 2 and isinstance(meta := args[1], Tag)}
 
 
-def _walk(keys: list[str] | tuple) -> tuple[tuple, Any]:
+def _walk(keys: list[str] | tuple) -> tuple[tuple, type[BaseModel] | None]:
     """``keys`` without the tags pydantic puts after a tagged union (``generator.vllm.max_model_len``
     -> ``generator.max_model_len``), and the config class at their end (None inside a dict-typed
     field, or at a union whose member the keys do not name)."""
-    model: Any = TrainConfig
+    model: object = TrainConfig
     path: list[Any] = []
     rest = list(keys)
     while rest:
@@ -295,12 +295,12 @@ def _walk(keys: list[str] | tuple) -> tuple[tuple, Any]:
     return tuple(path), model if isinstance(model, type) and issubclass(model, BaseModel) else None
 
 
-def _model_at(keys: list[str] | tuple) -> Any:
+def _model_at(keys: list[str] | tuple) -> type[BaseModel] | None:
     """The config class at a dotted path below TrainConfig (see :func:`_walk`), or None."""
     return _walk(keys)[1]
 
 
-def _unknown_key(where: tuple, key: str, model: Any) -> str:
+def _unknown_key(where: tuple, key: str, model: type[BaseModel]) -> str:
     """Why ``key`` is refused in ``model``'s section ``where``: a field of another generator backend
     is named with the backend that has it; any other key gets a did-you-mean."""
     owners = [tag for tag, member in BACKENDS.items() if key in member.model_fields and tag != "auto"]
@@ -356,7 +356,7 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
     return data
 
 
-def _has_path(data: Any, keys: tuple) -> bool:
+def _has_path(data: object, keys: tuple) -> bool:
     for key in keys:
         if not isinstance(data, dict) or key not in data:
             return False
@@ -384,7 +384,7 @@ def _blame(loc: tuple, msg: str, path: Path, file_data: dict, overrides: list[st
 _EXPECTED = {"int": ("an integer", 3), "float": ("a number", 0.5), "bool": ("true or false", True)}
 
 
-def _expected_value(loc: tuple, error_type: str, model: Any) -> str | None:
+def _expected_value(loc: tuple, error_type: str, model: type[BaseModel] | None) -> str | None:
     """``expected an integer, e.g. 3`` for a numeric/boolean type error, the example being the
     field's default when it has one of that type; None for any other error."""
     kind = error_type.split("_", 1)[0]
@@ -403,7 +403,7 @@ _BOUNDS = {"greater_than_equal": ("ge", ">="), "greater_than": ("gt", ">"), "les
            "less_than": ("lt", "<")}
 
 
-def _bound(loc: tuple, error: dict, model: Any) -> str | None:
+def _bound(loc: tuple, error: dict, model: type[BaseModel] | None) -> str | None:
     """``must be >= 1 (or null); got -1: set loop.max_steps to 1 or more`` for a value out of a
     field's bounds; None for any other error."""
     if error["type"] not in _BOUNDS:

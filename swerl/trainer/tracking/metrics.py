@@ -11,13 +11,16 @@ import logging
 import os
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from swerl import metric_keys
 from swerl.fileio import atomic_write_text
 from swerl.agent.trajectory import Trajectory
 from swerl.run_layout import FLAGGED_FILE, METRICS_FILE, TENSORBOARD_DIR, TRAJECTORIES_DIR, step_file_name
 from swerl.sandbox.types import Blame
+
+if TYPE_CHECKING:
+    from torch.utils.tensorboard import SummaryWriter
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +115,7 @@ TB_EPISODES = 3
 """Episodes per step shown in TensorBoard: the first passed, failed and masked one (then others)."""
 
 
-def _tb_config(writer: Any, config: dict[str, Any]) -> None:
+def _tb_config(writer: SummaryWriter, config: dict[str, Any]) -> None:
     """The resolved config as TensorBoard text (``config``, YAML) and as hparams (HPARAMS tab)."""
     import yaml
     from torch.utils.tensorboard.summary import hparams

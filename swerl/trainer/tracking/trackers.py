@@ -20,15 +20,19 @@ import logging
 import os
 import re
 import time
+import types
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from swerl.errors import EnvironmentProblem
 from swerl.fileio import atomic_write_json
 from swerl.run_layout import MLFLOW_DIR
+
+if TYPE_CHECKING:
+    from mlflow.tracking import MlflowClient
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +69,7 @@ def check_tracker_packages(wandb: bool, mlflow: bool) -> None:
             raise EnvironmentProblem(MISSING[name])
 
 
-def _import_wandb() -> Any:
+def _import_wandb() -> types.ModuleType:
     try:
         import wandb
     except ImportError as err:
@@ -82,7 +86,7 @@ def _write_ids(run_dir: Path, ids: dict[str, str]) -> None:
     atomic_write_json(run_dir / IDS_FILE, ids, indent=1)
 
 
-def _plain(plan: Any) -> dict[str, Any]:
+def _plain(plan: object) -> dict[str, Any]:
     """The run plan (a pydantic model, a dataclass or a mapping) as plain data."""
     if isinstance(plan, BaseModel):
         return plan.model_dump(mode="json")
@@ -100,7 +104,7 @@ class WandbTracker:
     Raises: EnvironmentProblem when wandb is not installed.
     """
 
-    def __init__(self, cfg: WandbConfig, run_dir: Path, config: dict[str, Any], plan: Any) -> None:
+    def __init__(self, cfg: WandbConfig, run_dir: Path, config: dict[str, Any], plan: object) -> None:
         wandb = _import_wandb()
         ids = _read_ids(run_dir)
         self.run = wandb.init(
@@ -140,7 +144,7 @@ class MlflowConfig(BaseModel):
     tags: dict[str, str] = Field(default_factory=dict, description="Run tags.")
 
 
-def _mlflow_client(cfg: MlflowConfig, run_dir: Path) -> Any:
+def _mlflow_client(cfg: MlflowConfig, run_dir: Path) -> MlflowClient:
     try:
         from mlflow.tracking import MlflowClient
     except ImportError as err:
@@ -157,7 +161,7 @@ def mlflow_key(key: str) -> str:
     return re.sub(r"[^0-9A-Za-z_\-. :/]", "_", key.replace("@", "_at_"))
 
 
-def flat_config(node: Any, prefix: str = "") -> dict[str, Any]:
+def flat_config(node: object, prefix: str = "") -> dict[str, Any]:
     """Nested config data as dotted keys to its leaves (``{"a": {"b": 1}}`` -> ``{"a.b": 1}``;
     lists and empty mappings are leaves)."""
     if isinstance(node, dict) and node:
@@ -168,7 +172,7 @@ def flat_config(node: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix[:-1]: node}
 
 
-def _flat(node: Any) -> dict[str, str]:
+def _flat(node: object) -> dict[str, str]:
     """Nested config data as dotted-key MLflow params (values as text, cut to MLflow's 6000 chars)."""
     return {k: v[:6000] if isinstance(v, str) else json.dumps(v)[:6000] for k, v in flat_config(node).items()}
 
@@ -182,7 +186,7 @@ class MlflowTracker:
     Raises: EnvironmentProblem when mlflow is not installed.
     """
 
-    def __init__(self, cfg: MlflowConfig, run_dir: Path, config: dict[str, Any], plan: Any) -> None:
+    def __init__(self, cfg: MlflowConfig, run_dir: Path, config: dict[str, Any], plan: object) -> None:
         from mlflow.entities import Param
 
         self.client = _mlflow_client(cfg, run_dir)
@@ -226,7 +230,15 @@ class MlflowTracker:
 Tracker = WandbTracker | MlflowTracker
 
 
-def open_trackers(logging_cfg: Any, run_dir: Path, config: dict[str, Any], plan: Any) -> list[Tracker]:
+class TrackerChoice(Protocol):
+    """What the trackers read of the ``logging`` section (``swerl.trainer.setup.config.LoggingConfig``,
+    which imports this module's settings: named here so that no import runs in a circle)."""
+
+    wandb: WandbConfig | None
+    mlflow: MlflowConfig | None
+
+
+def open_trackers(logging_cfg: TrackerChoice, run_dir: Path, config: dict[str, Any], plan: object) -> list[Tracker]:
     """The trackers ``logging_cfg`` asks for, opened with the config and the plan (rank 0 only)."""
     trackers: list[Tracker] = []
     if getattr(logging_cfg, "wandb", None) is not None:
@@ -238,7 +250,7 @@ def open_trackers(logging_cfg: Any, run_dir: Path, config: dict[str, Any], plan:
     return trackers
 
 
-def log_selection(logging_cfg: Any, run_dir: Path, selection: dict[str, Any]) -> None:
+def log_selection(logging_cfg: TrackerChoice, run_dir: Path, selection: dict[str, Any]) -> None:
     """Add the selected checkpoint (step, EMA, metric, export path) to the run's trackers.
 
     Reopens each tracker run by the id in ``RUN_DIR/trackers.json``; a run directory without one
