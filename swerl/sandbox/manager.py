@@ -83,7 +83,7 @@ class SandboxManager:
     def client(self) -> docker.DockerClient | None:
         """The client of the first healthy engine (None when none is)."""
         healthy = self.fleet.healthy if self.fleet is not None else []
-        return healthy[0].client if healthy else None
+        return healthy[0].opened.client if healthy else None
 
     async def __aenter__(self) -> SandboxManager:
         """Open every engine: connect, check free disk, gc dead runs.
@@ -157,11 +157,11 @@ class SandboxManager:
         assert self.fleet is not None and self.routes is not None
         routes = self.routes
         async with routes.lock(engine, task_image_tag(folder)):
-            assert engine.call is not None and engine.client is not None
+            handles = engine.opened
             await routes.bring_bases(folder / "Dockerfile", engine, self.fleet.healthy, build_timeout_s)
             fetch = (lambda tag: routes.pull(engine, tag, build_timeout_s)) if routes.registry else None
             tag, built = await ensure_task_image(
-                engine.call, engine.client, folder, build_timeout_s, allow_network=False, known_ids=engine.base_ids,
+                handles.call, handles.client, folder, build_timeout_s, allow_network=False, known_ids=engine.base_ids,
                 fetch=fetch,
             )
             if built and routes.registry:
@@ -174,7 +174,7 @@ class SandboxManager:
         if (built or not engine.pruned) and self.config.image_cache_mb is not None:
             engine.pruned = True
             try:
-                await engine.call(prune_task_images, engine.client, self.config.image_cache_mb, set(engine.images.values()))
+                await handles.call(prune_task_images, handles.client, self.config.image_cache_mb, set(engine.images.values()))
             except SandboxError as err:  # a full cache is a nuisance, never a failed trial
                 log.warning("image cache pruning failed on %s: %s", engine.url, err)
         return tag
@@ -235,8 +235,7 @@ class SandboxManager:
                                 and await self.fleet.check(engine, str(err))):
                             continue
                         raise
-                    if engine.disk_watch is not None:
-                        watch = engine.disk_watch
+                    if (watch := engine.opened.disk_watch) is not None:
                         held.used = lambda: watch.charged(sb.container_id)
                     async with self._running(sb, engine, timings):
                         if (check := task.config.environment.healthcheck) is not None:
@@ -271,9 +270,9 @@ class SandboxManager:
         async def renew() -> tuple[str, KeeperChannel]:
             return await engine.pool(verifier_spec, 2 if shared else 1).take(task.name, labels)
 
-        assert engine.call is not None and engine.client is not None and engine.reaper is not None
-        sb = Sandbox(engine.call, engine.client, self.config, task, container_id, keeper=keeper,
-                     renew=renew, retire=engine.reaper.remove)
+        handles = engine.opened
+        sb = Sandbox(handles.call, handles.client, self.config, task, container_id, keeper=keeper,
+                     renew=renew, retire=handles.reaper.remove)
         sb.engine, sb.image, sb.verifier_image = engine.url, image, verifier_image
         return sb
 
@@ -282,9 +281,9 @@ class SandboxManager:
         """Watch the sandbox's disk while the caller uses it; after, remove every container of the
         trial (the clean room's retired one included) and wait for that; turn a Docker failure of
         an engine that no longer answers into :class:`EngineLost`."""
-        assert engine.call is not None and engine.client is not None and engine.reaper is not None
-        if engine.disk_watch is not None:
-            engine.disk_watch.add(sb)
+        handles = engine.opened
+        if handles.disk_watch is not None:
+            handles.disk_watch.add(sb)
         try:
             yield
         except SandboxError as err:
@@ -293,11 +292,11 @@ class SandboxManager:
                 raise EngineLost(f"engine {engine.url} stopped answering: {err}", outcome=outcome_of(err)) from err
             raise
         finally:
-            if engine.disk_watch is not None:
-                engine.disk_watch.discard(sb)
+            if handles.disk_watch is not None:
+                handles.disk_watch.discard(sb)
             await asyncio.shield(sb.close_shells())
             began = time.monotonic()
-            removals = [*sb.removals, engine.reaper.remove(sb.container_id)]
+            removals = [*sb.removals, handles.reaper.remove(sb.container_id)]
             if engine.healthy:  # a lost engine is not waited for: its trial runs again elsewhere
                 await asyncio.shield(asyncio.wait(removals))  # cancelled: the removals go on, drained at close
                 timings.cleanup_s = time.monotonic() - began

@@ -110,7 +110,7 @@ def test_warm_pools_beyond_the_most_recent_few_are_drained(docker_client):
             await asyncio.sleep(0.5)
             engine = mgr.engines[0]
             await asyncio.wait(set(engine._evictions), timeout=30) if engine._evictions else None
-            await mgr.engines[0].reaper.drain(30)
+            await mgr.engines[0].opened.reaper.drain(30)
             idle = [c for c in containers_of(docker_client, mgr.run_id) if c.labels.get("swerl.task") == "(warm pool)"]
             return len(engine.pools), len(idle), mgr.run_id
 

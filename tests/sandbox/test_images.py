@@ -112,16 +112,16 @@ def test_task_folders_sharing_an_image_cost_one_docker_lookup_each(docker_client
     async def body():
         async with SandboxManager(SandboxConfig(concurrency=1, warm_pool=False, image_cache_mb=100_000)) as mgr:
             tags = [await mgr.image_for(load_task(folders[0]))]
-            engine = mgr.engines[0]
-            real = engine.call
+            handles = mgr.engines[0].opened
+            real = handles.call
 
             async def counted(fn, *args, **kwargs):
                 calls.append(getattr(fn, "__name__", repr(fn)))
                 return await real(fn, *args, **kwargs)
 
-            engine.call = counted
+            handles.call = counted
             tags += [await mgr.image_for(load_task(folder)) for folder in folders[1:]]
-            engine.call = real
+            handles.call = real
             return tags
 
     tags = run(body())

@@ -81,7 +81,7 @@ def test_a_trial_past_storage_mb_is_killed_and_ends_as_disk_limit(docker_client,
                         await sb.verify()
                     return caught.value, state, verifying.value, mgr.run_id
             finally:
-                await mgr.engines[0].reaper.drain(30)
+                await mgr.engines[0].opened.reaper.drain(30)
 
     err, state, verifying, run_id = run(body())
     assert err.outcome is Outcome.disk_limit  # mask until a control run says whose fault it is
@@ -114,7 +114,7 @@ def test_a_trial_past_storage_mb_in_empty_files_is_killed_and_blamed_on_the_atte
                 record = failed_record(task.name, "inode-flood", caught.value, TrialTimings(), [], acted=True)
                 return caught.value, await with_control(mgr, task, record), mgr.run_id
             finally:
-                await mgr.engines[0].reaper.drain(30)
+                await mgr.engines[0].opened.reaper.drain(30)
 
     err, record, run_id = run(body())
     assert err.outcome is Outcome.disk_limit

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from swerl.errors import EnvironmentProblem, SandboxError
@@ -52,6 +53,23 @@ def check_runtime(client: docker.DockerClient, runtime: str, url: str) -> None:
         )
 
 
+@dataclass
+class OpenEngine:
+    """The handles of an open engine (:meth:`Engine.open` makes them, :meth:`Engine.close` ends them).
+
+    Attributes:
+        client: the Docker SDK client.
+        call: the caller every blocking Docker call of a trial goes through.
+        reaper: the background remover of the engine's trial containers.
+        disk_watch: the watcher of the trials' disk use; None when ``SandboxConfig.disk_poll_s`` is.
+    """
+
+    client: docker.DockerClient
+    call: DockerCaller
+    reaper: Reaper
+    disk_watch: DiskWatch | None
+
+
 class Engine:
     """One engine: open with :meth:`open`, place trials while :attr:`healthy`, :meth:`close` at the end.
 
@@ -67,6 +85,7 @@ class Engine:
         base_ids: local image id per ``FROM`` ref seen on this engine (looked up once a run).
         pruned: whether the task image cache was pruned to its budget here in this run.
         admission: the disk reservations of the trials placed here (:mod:`~swerl.sandbox.deployment.admission`).
+        opened: its handles while open (:class:`OpenEngine`).
     """
 
     def __init__(self, config: EngineConfig, sandbox: SandboxConfig, labels: dict[str, str]) -> None:
@@ -80,10 +99,7 @@ class Engine:
         self.healthy = False
         self.last_error = ""
         self.labels = labels
-        self.client: docker.DockerClient | None = None
-        self.call: DockerCaller | None = None
-        self.reaper: Reaper | None = None
-        self.disk_watch: DiskWatch | None = None
+        self._open: OpenEngine | None = None
         self.pools: dict[ContainerSpec, WarmPool] = {}
         self.images: dict[str, str] = {}
         self.base_ids: dict[str, str] = {}
@@ -94,38 +110,58 @@ class Engine:
         self._evictions: set[asyncio.Task[None]] = set()
 
     @property
+    def opened(self) -> OpenEngine:
+        """The handles of the open engine.
+
+        Raises:
+            SandboxError: the engine is not open (before :meth:`open`, after a failed one or :meth:`close`).
+        """
+        if self._open is None:
+            raise SandboxError(f"engine {self.url} is not open")
+        return self._open
+
+    @property
+    def is_open(self) -> bool:
+        """Whether :meth:`open` succeeded and :meth:`close` has not run since."""
+        return self._open is not None
+
+    @property
     def free(self) -> int:
         """Slots not in use (negative never)."""
         return max(self.slots - self.in_use, 0)
 
-    async def open(self) -> None:
+    async def open(self) -> OpenEngine:
         """Connect, check the free disk of the data root, and remove dead runs' containers.
+
+        Returns:
+            the engine's handles (also :attr:`opened` until :meth:`close`).
 
         Raises:
             EnvironmentProblem: (exit 3) the engine does not answer or its disk is too full.
         """
         cfg = self.sandbox
         pool = 2 * self.slots + 4
-        self.client = await asyncio.to_thread(connect, self.url, pool, cfg.docker_timeout_s, self.config.sdk_tls())
+        client = await asyncio.to_thread(connect, self.url, pool, cfg.docker_timeout_s, self.config.sdk_tls())
+        call: DockerCaller | None = None
         try:
-            endpoint = Endpoint.of(self.url, self.client.api.api_version, self.config.ssl_context())
-            self.call = DockerCaller(4 * self.slots + 4, cfg.docker_timeout_s, endpoint)
-            self.reaper = Reaper(self.call, self.client, parallel=max(2, self.slots))
-            if cfg.disk_poll_s is not None:
-                self.disk_watch = DiskWatch(self.call, self.client, self.labels, cfg.disk_poll_s)
-            await self.call(check_free_disk, self.client, cfg.min_free_disk_mb)
-            self._data_root = await self.call(data_root, self.client)
+            endpoint = Endpoint.of(self.url, client.api.api_version, self.config.ssl_context())
+            call = DockerCaller(4 * self.slots + 4, cfg.docker_timeout_s, endpoint)
+            reaper = Reaper(call, client, parallel=max(2, self.slots))
+            disk_watch = DiskWatch(call, client, self.labels, cfg.disk_poll_s) if cfg.disk_poll_s is not None else None
+            await call(check_free_disk, client, cfg.min_free_disk_mb)
+            self._data_root = await call(data_root, client)
             if self.runtime is not None:
-                await self.call(check_runtime, self.client, self.runtime, self.url)
+                await call(check_runtime, client, self.runtime, self.url)
             if cfg.gc_dead_runs:
-                await self.call(collect_garbage, self.client, timeout_s=cfg.drain_timeout_s)
+                await call(collect_garbage, client, timeout_s=cfg.drain_timeout_s)
         except BaseException:
-            self.client.close()
-            if self.call is not None:
-                self.call.close()
-            self.client = self.call = None
+            client.close()
+            if call is not None:
+                call.close()
             raise
+        self._open = OpenEngine(client, call, reaper, disk_watch)
         self.healthy = True
+        return self._open
 
     async def free_disk(self) -> FreeDisk | None:
         """What Docker's data root has free now (:func:`~swerl.sandbox.deployment.limits.free_disk`),
@@ -137,10 +173,10 @@ class Engine:
 
     async def answers(self) -> bool:
         """Whether the engine answers a ping within :data:`PING_TIMEOUT_S` seconds."""
-        if self.client is None:
+        if self._open is None:
             return False
         try:
-            return bool(await asyncio.wait_for(asyncio.to_thread(self.client.ping), PING_TIMEOUT_S))
+            return bool(await asyncio.wait_for(asyncio.to_thread(self._open.client.ping), PING_TIMEOUT_S))
         except Exception:  # noqa: BLE001 - any failure to answer means it is gone
             return False
 
@@ -148,14 +184,13 @@ class Engine:
         """The warm pool of ``spec`` on this engine, most recently used last; pools beyond the
         few most recent are closed, so a dataset with one image per task never piles up idle
         containers. ``per_trial``: containers one trial takes (2 in the clean room)."""
-        assert self.call is not None and self.client is not None and self.reaper is not None
-        cfg = self.sandbox
+        handles, cfg = self.opened, self.sandbox
         pool = self.pools.pop(spec, None)
         if pool is None:
             size = self.config.warm if self.config.warm is not None else cfg.warm_pool_size
             if size is None:  # enough to stay ahead of trial starts; more would only idle
                 size = min(self.slots, DEFAULT_MAX_WARM) * per_trial
-            pool = WarmPool(self.call, self.client, spec, size if cfg.warm_pool else 0, self.labels, self.reaper,
+            pool = WarmPool(handles.call, handles.client, spec, size if cfg.warm_pool else 0, self.labels, handles.reaper,
                             cfg.start_timeout_s, docker_timeout_s=cfg.docker_timeout_s, pace=self.pace)
         self.pools[spec] = pool  # re-insert: dict order is least -> most recently used
         while len(self.pools) > MAX_WARM_POOLS:
@@ -185,33 +220,33 @@ class Engine:
 
     async def close(self) -> None:
         """Drain: close warm pools, wait for removals, sweep this run's leftovers, close the client."""
-        if self.client is None or self.call is None or self.reaper is None:
+        if self._open is None:
             return
-        limit = self.sandbox.drain_timeout_s
-        if self.disk_watch is not None:
-            await self.disk_watch.close()
+        handles, limit = self._open, self.sandbox.drain_timeout_s
+        if handles.disk_watch is not None:
+            await handles.disk_watch.close()
         for pool in self.pools.values():
             await pool.close(limit)
         self.pools.clear()
         if self._evictions:
             await asyncio.wait(set(self._evictions), timeout=limit)
-        await self.reaper.drain(limit)
+        await handles.reaper.drain(limit)
         # Calls that timed out may still be running in worker threads (a late container create):
         # let them finish, then sweep whatever this process created under this run id.
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(asyncio.to_thread(self.call.close, True), limit)
+            await asyncio.wait_for(asyncio.to_thread(handles.call.close, True), limit)
         with contextlib.suppress(Exception):
             await asyncio.wait_for(asyncio.to_thread(self._sweep_own), limit)
-        self.client.close()
-        self.client = None
+        handles.client.close()
+        self._open = None
         self.healthy = False
 
     def _sweep_own(self, stopped_only: bool = False) -> None:
-        assert self.client is not None
+        client = self.opened.client
         flt: dict[str, object] = {"label": [f"{LABEL_RUN}={self.labels[LABEL_RUN]}", f"{LABEL_PID}={self.labels[LABEL_PID]}"]}
         if stopped_only:
             flt["status"] = ["exited", "dead"]
-        for container in self.client.containers.list(all=True, filters=flt, ignore_removed=True):
+        for container in client.containers.list(all=True, filters=flt, ignore_removed=True):
             with contextlib.suppress(Exception):
                 container.remove(force=True, v=True)
 

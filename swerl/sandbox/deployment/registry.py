@@ -103,18 +103,20 @@ class ImageRoutes:
 
     async def pull(self, engine: Engine, ref: str, timeout_s: float) -> bool:
         """Pull ``ref`` onto ``engine``; False (with a warning unless simply absent) when it cannot."""
-        assert engine.call is not None and self.registry is not None
+        assert self.registry is not None
         try:
-            return await engine.call(pull_image, engine.client, self.registry, ref, timeout_s=timeout_s)
+            handles = engine.opened
+            return await handles.call(pull_image, handles.client, self.registry, ref, timeout_s=timeout_s)
         except Exception as err:  # noqa: BLE001 - the engine then builds or copies instead
             log.warning("could not pull %s from %s onto %s: %s", ref, self.registry, engine.url, err)
             return False
 
     async def push(self, engine: Engine, ref: str, timeout_s: float) -> bool:
         """Push ``ref`` from ``engine``; False (with a warning) when the registry refused."""
-        assert engine.call is not None and self.registry is not None
+        assert self.registry is not None
         try:
-            await engine.call(push_image, engine.client, self.registry, ref, timeout_s=timeout_s)
+            handles = engine.opened
+            await handles.call(push_image, handles.client, self.registry, ref, timeout_s=timeout_s)
             return True
         except Exception as err:  # noqa: BLE001 - other engines then build it themselves
             log.warning("could not push %s from %s to %s: %s", ref, engine.url, self.registry, err)
@@ -125,22 +127,23 @@ class ImageRoutes:
         (pushed there once by a peer that has them), else copied from a peer."""
         for ref in from_images(dockerfile):
             async with self.lock(engine, f"from:{ref}"):
-                await self._bring_base(ref, engine, [p for p in peers if p is not engine and p.call is not None], timeout_s)
+                await self._bring_base(ref, engine, [p for p in peers if p is not engine and p.is_open], timeout_s)
 
     async def _bring_base(self, ref: str, engine: Engine, peers: list[Engine], timeout_s: float) -> None:
-        assert engine.call is not None
-        if ref in engine.base_ids or await engine.call(has_image, engine.client, ref):
+        handles = engine.opened
+        if ref in engine.base_ids or await handles.call(has_image, handles.client, ref):
             return
         registry = self.registry is not None and "@" not in ref  # a digest ref cannot be re-tagged: copy it
         if registry and await self.pull(engine, ref, timeout_s):
             return
         for peer in peers:
-            if not await peer.call(has_image, peer.client, ref):
+            peer_handles = peer.opened
+            if not await peer_handles.call(has_image, peer_handles.client, ref):
                 continue
             if registry and await self.push(peer, ref, timeout_s) and await self.pull(engine, ref, timeout_s):
                 return
             try:
-                await engine.call(copy_image, peer.client, engine.client, ref, timeout_s=timeout_s)
+                await handles.call(copy_image, peer_handles.client, handles.client, ref, timeout_s=timeout_s)
             except Exception as err:  # noqa: BLE001 - the build then names the missing image
                 log.warning("could not copy %s from %s to %s: %s", ref, peer.url, engine.url, err)
             return
