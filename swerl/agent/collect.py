@@ -139,7 +139,7 @@ async def _guarded_episode(task: Task, manager: SandboxManager, policy: Policy, 
             played, lost = None, False
             async with manager.sandbox(task) as sandbox:
                 on_phase("started")
-                engine = sandbox.engine
+                engine = sandbox.placement.engine
                 played = await play_episode(task, sandbox, policy, cfg, seed=seed,
                                             on_verify=lambda: on_phase("verifying"))
                 lost = played.verdict.needs_control and await manager.engine_lost(sandbox)

@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING
 from swerl.errors import SandboxError
 from swerl.sandbox.control import with_control
 from swerl.sandbox.network import Phase, granted, network_problem
-from swerl.sandbox.runtime.cleanroom import verification_mode
 from swerl.sandbox.runtime.healthcheck import wait_healthy
 from swerl.sandbox.deployment.engine import DEFAULT_MAX_WARM, MAX_WARM_POOLS, Engine, EngineLost
 from swerl.sandbox.deployment.fleet import Fleet
@@ -32,9 +31,10 @@ from swerl.sandbox.deployment.gc import owner_labels
 from swerl.sandbox.deployment.image_cache import prune_task_images, record_use
 from swerl.sandbox.deployment.images import ensure_task_image, task_image_tag
 from swerl.sandbox.runtime.keeper import KeeperChannel
-from swerl.sandbox.types import Blame, Outcome, SandboxConfig, TrialRecord, TrialTimings, VerifierResult
+from swerl.sandbox.types import Blame, Outcome, Placement, SandboxConfig, TrialRecord, TrialTimings, VerifierResult
 from swerl.sandbox.deployment.pool import ContainerSpec
 from swerl.sandbox.runtime.sandbox import Sandbox
+from swerl.sandbox.runtime.verification import verification_mode
 from swerl.sandbox.tamper.scan import merge
 from swerl.sandbox.tamper.text import oracle_texts, texts_reasons
 
@@ -271,10 +271,9 @@ class SandboxManager:
             return await engine.pool(verifier_spec, 2 if shared else 1).take(task.name, labels)
 
         handles = engine.opened
-        sb = Sandbox(handles.call, handles.client, self.config, task, container_id, keeper=keeper,
-                     renew=renew, retire=handles.reaper.remove)
-        sb.engine, sb.image, sb.verifier_image = engine.url, image, verifier_image
-        return sb
+        placement = Placement(engine.url, image, verifier_image)
+        return Sandbox(handles.call, handles.client, self.config, task, container_id, placement, keeper=keeper,
+                       renew=renew, retire=handles.reaper.remove)
 
     @contextlib.asynccontextmanager
     async def _running(self, sb: Sandbox, engine: Engine, timings: TrialTimings) -> AsyncIterator[None]:
@@ -304,7 +303,7 @@ class SandboxManager:
     async def engine_lost(self, sb: Sandbox) -> bool:
         """True when the engine ``sb`` runs on stopped answering (it is then quarantined): a
         trial that failed there may run again; another engine takes it."""
-        engine = next((e for e in self.engines if e.url == sb.engine), None)
+        engine = next((e for e in self.engines if e.url == sb.placement.engine), None)
         return engine is not None and self.fleet is not None and await self.fleet.check(engine, "a trial failed there")
 
     # --- sandbox-test trials -----------------------------------------------------

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Literal
 
 from swerl.errors import TaskError
-from swerl.sandbox.runtime.cleanroom import verification_mode
+from swerl.sandbox.runtime.verification import verification_mode
 from swerl.sandbox.types import Verification
 
 if TYPE_CHECKING:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 import os
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -230,6 +231,22 @@ class SandboxConfig(BaseModel):
             return list(self.engines)
         return [EngineConfig.model_construct(
             url=self.docker_base_url, slots=None, tls=None, runtime=None, max_creates_per_s=None, warm=None)]
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where one trial's sandbox runs, decided by the manager before the sandbox starts.
+
+    Attributes:
+        engine: URL of the Docker engine it runs on.
+        image: the agent's image (the tests run in it when they run in the agent's container).
+        verifier_image: the clean room's image (the task's, or a separate verifier environment's);
+            ``image`` when the trial verifies in the agent's container.
+    """
+
+    engine: str
+    image: str
+    verifier_image: str
 
 
 class ExecResult(BaseModel):

@@ -169,7 +169,7 @@ def test_task_image_cache_prunes_least_recently_used_beyond_its_budget(docker_cl
 
 
 def test_verification_mode_follows_the_run_then_the_task():
-    from swerl.sandbox.runtime.cleanroom import verification_mode
+    from swerl.sandbox.runtime.verification import verification_mode
 
     task = fixture_task("add")
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from swerl.sandbox.runtime.cleanroom import bundle, spool_archive
-from swerl.sandbox.runtime.workproduct import UnreadableWorkProduct, resolves_inside, write_work_product
+from swerl.sandbox.runtime.files import spool_archive
+from swerl.sandbox.runtime.workproduct import UnreadableWorkProduct, bundle, resolves_inside, write_work_product
 
 
 def _tar(entries) -> bytes:
@@ -238,7 +238,7 @@ def test_the_check_in_its_own_process_gives_what_bundle_gives_and_is_killed_at_i
     import asyncio
 
     from swerl.errors import SandboxTimeout
-    from swerl.sandbox.runtime.cleanroom import bundle_by_deadline
+    from swerl.sandbox.runtime.verification import bundle_by_deadline
 
     archive = _tar([("app", tarfile.DIRTYPE, None), ("app/solution.py", tarfile.REGTYPE, b"ok"),
                     ("app/__pycache__/x.pyc", tarfile.REGTYPE, b"x")])
@@ -248,4 +248,4 @@ def test_the_check_in_its_own_process_gives_what_bundle_gives_and_is_killed_at_i
     chain = [("app", tarfile.DIRTYPE, None), *((f"app/l{i}", tarfile.SYMTYPE, f"l{i + 1}") for i in range(20_000))]
     with pytest.raises(SandboxTimeout, match="its process was killed"):
         asyncio.run(bundle_by_deadline(None, [(io.BytesIO(_tar(chain)), "")], ["/app"], "", 0.2))
-    assert _children_running("swerl.sandbox.runtime.cleanroom") == []
+    assert _children_running("swerl.sandbox.runtime.workproduct") == []

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import io
 import tarfile
+import tempfile
 import time
+from collections.abc import Generator
 from pathlib import Path
+from typing import IO
 
 from swerl.errors import SandboxError
 from swerl.tasks.archive import add_tree
@@ -49,3 +52,28 @@ def file_from_tar(stream: bytes, max_bytes: int) -> bytes:
                 assert fh is not None
                 return fh.read(max_bytes)
     raise SandboxError("not a regular file")
+
+
+class ArchiveTooLarge(Exception):
+    """A ``get_archive`` stream passed the limit it was read under (:func:`spool_archive`)."""
+
+
+def spool_archive(stream: Generator[bytes, None, None], limit_bytes: int) -> IO[bytes] | None:
+    """The bytes of ``stream`` in a temporary file (in memory up to 8 MiB, then on disk), rewound;
+    None once they pass ``limit_bytes`` (the stream is closed: the engine stops sending)."""
+    spool = tempfile.SpooledTemporaryFile(max_size=8 << 20)
+    size = 0
+    try:
+        for chunk in stream:
+            size += len(chunk)
+            if size > limit_bytes:
+                spool.close()
+                return None
+            spool.write(chunk)
+    except BaseException:
+        spool.close()
+        raise
+    finally:
+        stream.close()
+    spool.seek(0)
+    return spool

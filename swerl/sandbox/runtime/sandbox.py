@@ -1,19 +1,19 @@
-"""One trial's container and what can be done in it: exec, files, a persistent shell, verify.
+"""One trial's container and what can be done in it: exec, files, a persistent shell.
 
 A :class:`Sandbox` is handed out by ``SandboxManager.sandbox(task)``, which owns its
-lifecycle (start from the warm pool, removal in ``finally``). The task's tests are not in
-the container until :meth:`Sandbox.verify` uploads them. In the clean room (see
-:mod:`swerl.sandbox.runtime.cleanroom`) ``verify`` swaps the agent's container for a fresh one of the
-pristine image: ``container_id`` then names the fresh one, and there is still one container
-per trial at a time.
+lifecycle (start from the warm pool, removal in ``finally``) and decides its
+:class:`~swerl.sandbox.types.Placement`. The task's tests are not in the container until
+:meth:`Sandbox.verify` runs the protocol of :mod:`swerl.sandbox.runtime.verification` on it,
+through the handle's container operations (stop, kill, archive, replace). In the clean room
+the protocol replaces the agent's container with a fresh one of the pristine image
+(:meth:`Sandbox.replace_container`): ``container_id`` then names the fresh one, and there is
+still one container per trial at a time.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
-import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, TypeVar
@@ -21,29 +21,23 @@ from typing import IO, TYPE_CHECKING, TypeVar
 import docker.errors
 
 from swerl.errors import SandboxError
-from swerl.sandbox.runtime import cleanroom
+from swerl.sandbox.runtime import verification
 from swerl.sandbox.runtime.channel import Command
 from swerl.sandbox.runtime.commands import Commands
-from swerl.sandbox.runtime.files import file_from_tar, tar_of_dir, tar_of_files
-from swerl.sandbox.runtime.healthcheck import wait_healthy
+from swerl.sandbox.runtime.files import ArchiveTooLarge, file_from_tar, spool_archive, tar_of_dir, tar_of_files
 from swerl.sandbox.runtime.keeper import KeeperChannel
 from swerl.sandbox.runtime.layer import LayerReader
 from swerl.sandbox.runtime.shell import Shell
-from swerl.sandbox.runtime.verifier import VERIFY_OUTPUT_BYTES, VERIFY_SCRIPT, parse_sections, verdict
-from swerl.sandbox.tamper.reach import VerifierReach
-from swerl.sandbox.tamper.scan import scan_container
-from swerl.sandbox.types import ExecResult, Outcome, SandboxConfig, Verification, VerifierResult
+from swerl.sandbox.types import ExecResult, Outcome, Placement, SandboxConfig, VerifierResult
 
 if TYPE_CHECKING:
     import docker
 
     from swerl.sandbox.docker_api import DockerCaller
-    from swerl.sandbox.runtime.workproduct import WorkProductStats
     from swerl.tasks.task_folder import Task
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-_VERIFY_GRACE_S = 10.0
 
 
 class Sandbox:
@@ -51,8 +45,12 @@ class Sandbox:
 
     Attributes:
         task: the task it runs.
-        container_id: Docker id of the container.
-        timings: seconds per phase (``build_s``, ``start_s``, ...) filled as the trial goes.
+        config: the run's sandbox settings.
+        placement: its engine and images (the manager's choice).
+        container_id: Docker id of the container (the clean room's, once :meth:`replace_container` ran).
+        removals: removals of the trial's retired containers (the manager awaits them when the trial ends).
+        disk_exceeded: why the trial passed its disk budget, set by the engine's disk watcher
+            before it kills the container; None while within it.
     """
 
     def __init__(
@@ -62,25 +60,23 @@ class Sandbox:
         config: SandboxConfig,
         task: Task,
         container_id: str,
+        placement: Placement,
         keeper: KeeperChannel | None = None,
         renew: Callable[[], Awaitable[tuple[str, KeeperChannel]]] | None = None,
         retire: Callable[[str], asyncio.Task[float]] | None = None,
     ) -> None:
         """``keeper``: the container's channel (attached before start; None: attached on first
-        use); ``renew``/``retire``: the manager's hooks that start a fresh container of the same
-        image and remove an old one in the background (the clean room needs both; the manager
-        awaits :attr:`removals` when the trial ends)."""
-        self._call, self._client, self._config = call, client, config
-        self.task = task
+        use); ``renew``/``retire``: the manager's hooks that start a fresh container of the
+        verifier's image and remove an old one in the background (:meth:`replace_container`
+        needs both)."""
+        self._call, self._client, self.config = call, client, config
+        self.task, self.placement = task, placement
         self.container_id = container_id
         self._shells: list[Shell] = []
         self._commands = Commands(call, client, container_id, keeper, config.docker_timeout_s)
         self._renew, self._retire = renew, retire
-        self.removals: list[asyncio.Task[float]] = []  # removals of the trial's retired containers
-        self.disk_exceeded: str | None = None  # set by the manager's disk watcher before it kills the container
-        self.engine: str | None = None  # URL of the Docker engine it runs on (set by the manager)
-        self.image: str | None = None  # the agent's image, and the clean room's (both set by the manager)
-        self.verifier_image: str | None = None
+        self.removals: list[asyncio.Task[float]] = []
+        self.disk_exceeded: str | None = None
 
     async def exec(
         self,
@@ -100,7 +96,7 @@ class Sandbox:
             SandboxError: container gone / daemon failure (``outcome`` daemon_error or oom).
         """
         return await self._guard(self._commands.run(Command(
-            script=command, max_output_bytes=self._config.max_output_bytes, stdin=stdin, env=env,
+            script=command, max_output_bytes=self.config.max_output_bytes, stdin=stdin, env=env,
             workdir=workdir, timeout_s=timeout_s,
         )))
 
@@ -124,13 +120,13 @@ class Sandbox:
     async def upload_dir(self, local_dir: Path, dest: str) -> None:
         """Copy ``local_dir``'s contents under absolute ``dest`` (created if missing)."""
         archive = tar_of_dir(local_dir, dest)
-        await self._put_archive(archive)
+        await self.put_archive(archive)
 
     async def open_shell(self, env: dict[str, str] | None = None, workdir: str | None = None) -> Shell:
         """A persistent ``bash -i`` (see :class:`~swerl.sandbox.runtime.shell.Shell`); closed with the sandbox."""
         shell = await Shell.open(
             self._commands, env=env, workdir=workdir,
-            max_buffer_bytes=self._config.max_output_bytes, timeout_s=self._config.docker_timeout_s,
+            max_buffer_bytes=self.config.max_output_bytes, timeout_s=self.config.docker_timeout_s,
         )
         self._shells.append(shell)
         return shell
@@ -151,131 +147,52 @@ class Sandbox:
         return await self.exec(command, timeout_s=limit, stdin=tar_of_dir(solution, "/solution"))
 
     async def verify(self, timeout_s: float | None = None) -> VerifierResult:
-        """Run the task's hidden tests (docs/sandbox.md) and read the reward.
+        """Run the task's hidden tests and read the reward:
+        :func:`swerl.sandbox.runtime.verification.verify` on this sandbox (where the tests run,
+        the tamper scan, the clean room's copy-out; what it raises)."""
+        return await verification.verify(self, timeout_s)
 
-        First, with every process of the agent's container killed, the container half of the
-        tamper scan (:func:`~swerl.sandbox.tamper.scan.scan_container`): nothing that can end
-        verification runs before it, and a verification that fails after it raises with its reasons.
-
-        Where: :func:`~swerl.sandbox.runtime.cleanroom.verification_mode`. Clean room: the engine
-        kills the agent's container and reads the work product out of it (its archive API; a
-        stopped container reads too), every member is checked and what passes is rewritten
-        (:mod:`~swerl.sandbox.runtime.workproduct`), that container is removed, and the protocol
-        runs in a fresh one of the pristine verifier image (the task's, or a separate verifier
-        environment's, whose own ``/tests`` is then kept) holding only the work product. Same
-        container: every process killed, then ``/logs/verifier`` and ``/tests``
-        moved aside and recreated in a way the agent's permissions cannot block, then the protocol.
-        Either way: ``tests/`` uploaded to ``/tests``, ``bash /tests/test.sh`` run
-        (``[verifier] env`` applied) under ``timeout_s`` (default:
-        ``SandboxConfig.verifier_timeout_s``, else task.toml ``[verifier] timeout_sec``), every
-        process left killed, then ``reward.txt`` else ``reward.json`` read. Never raises for a
-        misbehaving verifier: the outcome says what happened; ``verification`` and
-        ``verifier_image`` say where.
+    async def run(self, command: Command) -> ExecResult:
+        """Run ``command`` as it is (its own caps and deadline) on the container's channel.
 
         Raises:
-            SandboxError: only when the container/daemon fails (``outcome`` daemon_error, oom,
-                start_error), the trial passed its disk budget or the work product the cap
-                (``disk_limit``), the work product's archive is unreadable (``copy_out_error``), or
-                the clean room's healthcheck never passed (``healthcheck_failed``); its ``tamper``
-                holds the scan's reasons when the scan ran.
+            SandboxError: container gone / daemon failure (``outcome`` daemon_error or oom).
         """
-        limit = timeout_s or self._config.verifier_timeout_s or self.task.config.verifier.timeout_sec
-        began = time.monotonic()
-        mode = cleanroom.verification_mode(self.task, self._config)
-        # The container half of the tamper signal comes first: whatever ends verification after it
-        # (the disk budget, a work product over its cap, a broken copy-out) keeps its reasons.
-        if mode == "clean_room":  # the engine kills the agent's container: it reads the same stopped
-            await self._stop()
-        tamper = await self._scan_for_tamper(kill_first=mode != "clean_room")
+        return await self._guard(self._commands.run(command))
+
+    async def kill_processes(self) -> None:
+        """Kill every process in the container from inside (``kill -KILL -1``); a container that
+        has stopped (e.g. past its disk budget) is left as it is.
+
+        Raises:
+            SandboxError: the kill failed while the container runs, or the container is gone.
+        """
         try:
-            raw, stats = await self._verify_scanned(mode, limit)
-        except SandboxError as err:
-            err.tamper = tamper
-            raise
-        if raw.timed_out:  # the stream outlived the deadline: kill everything from outside
-            await self._commands.docker_exec.run(Command(script="kill -KILL -1", max_output_bytes=4096, wait_s=10.0))
-        self._check_disk()
-        result = verdict(parse_sections(raw.output), raw.timed_out, limit, time.monotonic() - began)
-        note = stats.note()
-        image = self.verifier_image if mode == "clean_room" else self.image
-        update = {"verification": mode, "verifier_image": image, "work_product_dropped": dict(stats.dropped),
-                  "tamper": tamper}
-        if note:
-            update["detail"] = "; ".join(x for x in (result.detail, note) if x)
-        return result.model_copy(update=update)
+            await self._commands.run(Command(
+                script="kill -KILL -1 2>/dev/null; true", max_output_bytes=4096, wait_s=self.config.docker_timeout_s))
+        except (docker.errors.NotFound, SandboxError) as err:
+            if await self._is_running():  # a stopped container (e.g. past its disk budget) is scanned as it is
+                raise await self._container_failure(err) from err
 
-    async def _verify_scanned(self, mode: Verification, limit: float) -> tuple[ExecResult, WorkProductStats]:
-        """After the scan: the disk check, the copy-out and the switch (clean room), then the protocol."""
-        self._check_disk()
-        # Tests that belong to a separate verifier's own image are in its /tests (mode is then clean_room).
-        tests = None if self.task.tests_in_verifier_image else self.task.tests_dir
-        if mode == "clean_room":
-            paths = await self._work_paths()
-            work = await self._copy_out(paths)
-        else:
-            paths, work = [], []
-        try:
-            if mode == "clean_room":
-                await self._switch_container()
-            return await self._deliver_and_test(tests, work, paths, limit)
-        finally:
-            for spool, _ in work:
-                spool.close()
+    async def kill_from_outside(self) -> None:
+        """Kill every process in the container through a fresh ``docker exec`` (a command whose
+        stream outlived its deadline may have left them)."""
+        await self._commands.docker_exec.run(Command(script="kill -KILL -1", max_output_bytes=4096, wait_s=10.0))
 
-    async def _deliver_and_test(
-        self, tests: Path | None, work: list[tuple[IO[bytes], str]], paths: list[str], limit: float
-    ) -> tuple[ExecResult, WorkProductStats]:
-        """Send ``tests`` and the checked work product in as one tar and run the protocol on it.
+    def layer_reader(self) -> LayerReader:
+        """A reader of the container's changes against its image (:mod:`~swerl.sandbox.runtime.layer`)."""
+        return LayerReader(self._call, self._client, self.container_id)
 
-        The tar is checked and written in a child process killed at the verifier's time ``limit``
-        (:func:`cleanroom.bundle_by_deadline`): up to ``MAX_WORK_MEMBERS`` members of the agent's
-        choosing (links resolved through chains of up to 40) cost seconds of CPU, which on the event
-        loop would stall every sandbox of the run (17 s for 199k chained links here), and a worker
-        thread abandoned at its deadline would go on running and hold a slot of the engine's calls."""
-        archive, stats = await cleanroom.bundle_by_deadline(tests, work, paths, "", limit)
-        raw = await self._run_verify_script("-", limit, tests is not None, archive, paths)
-        if "\x1enotar\x1f" in raw.output:  # no tar in the image: the daemon copies the files in first
-            staging = f"/tmp/.swerl-verify-{uuid.uuid4().hex}"
-            staged, _ = await cleanroom.bundle_by_deadline(tests, work, paths, staging.lstrip("/") + "/", limit)
-            await self._put_archive(staged)
-            raw = await self._run_verify_script(staging, limit, tests is not None, None, paths)
-        return raw, stats
+    async def workdir(self) -> str:
+        """The container's ``WORKDIR`` as its config holds it (``""`` when none).
 
-    async def _scan_for_tamper(self, kill_first: bool) -> list[str]:
-        """The tamper reasons of the agent's container (:mod:`swerl.sandbox.tamper.scan`), after
-        every process in it is killed (``kill_first``), so none changes it between scan and tests."""
-        if not self._config.tamper_scan:
-            return []
-        if kill_first:
-            try:
-                await self._commands.run(Command(
-                    script="kill -KILL -1 2>/dev/null; true", max_output_bytes=4096, wait_s=self._config.docker_timeout_s))
-            except (docker.errors.NotFound, SandboxError) as err:
-                if await self._is_running():  # a stopped container (e.g. past its disk budget) is scanned as it is
-                    raise await self._container_failure(err) from err
-        reader = LayerReader(self._call, self._client, self.container_id)
-        return await scan_container(reader, self.task.clean_room_paths, self._config.tamper_scan_max_changes,
-                                    VerifierReach.of(self.task))
-
-    def _check_disk(self) -> None:
-        if self.disk_exceeded is not None:
-            raise SandboxError(self.disk_exceeded, outcome=Outcome.disk_limit)
-
-    async def _work_paths(self) -> list[str]:
-        """The declared work product (:attr:`Task.clean_room_paths`), else (clean room forced by
-        the run) the image's WORKDIR."""
-        if (declared := self.task.clean_room_paths) is not None:
-            return declared
+        Raises:
+            SandboxError: container gone / daemon failure.
+        """
         attrs = await self._guard(self._call(self._client.api.inspect_container, self.container_id))
-        workdir = (attrs.get("Config") or {}).get("WorkingDir") or ""
-        if workdir.rstrip("/") == "":
-            raise SandboxError(
-                f"{self.task.path / 'task.toml'}: clean-room verification needs [verifier] artifacts "
-                '(e.g. ["/app"]) and the image has no WORKDIR; declare them or verify same_container', outcome=Outcome.start_error,
-            )
-        return [workdir.rstrip("/")]
+        return (attrs.get("Config") or {}).get("WorkingDir") or ""
 
-    async def _stop(self) -> None:
+    async def stop(self) -> None:
         """The engine kills the agent's container (every process in it dies at once), so nothing
         changes it while it is scanned and read; a container that had stopped already is read as it is.
 
@@ -289,37 +206,12 @@ class Sandbox:
         except SandboxError as err:  # 409: it had stopped already (e.g. its keeper died); it still reads
             log.debug("%s: kill before the scan and copy-out: %s", self.task.name, err)
 
-    async def _copy_out(self, paths: list[str]) -> list[tuple[IO[bytes], str]]:
-        """Read the work product out of the stopped agent's container (:meth:`_stop`) without
-        running anything of it: the engine's archive API reads each declared path that exists,
-        streamed into temporary files, at most ``max_artifact_mb`` in all.
-
-        Returns:
-            ``(tar file object, rebase)`` pairs, rewound (see :func:`cleanroom.bundle`).
+    async def archive(self, path: str, limit_bytes: int) -> IO[bytes] | None:
+        """The daemon's tar of ``path`` in a rewound temporary file (None when the path does not
+        exist), read without running anything in the container (a stopped one reads too).
 
         Raises:
-            SandboxError: disk_limit (over the cap, or the container passed its disk budget),
-                daemon_error (the container is gone).
-        """
-        budget = (self._config.max_artifact_mb << 20) + (1 << 20)  # tar headers and padding on top of the data
-        work: list[tuple[IO[bytes], str]] = []
-        try:
-            for path in paths:
-                spool = await self._get_archive(path, budget - sum(_size(f) for f, _ in work))
-                if spool is not None:
-                    parent = path.rsplit("/", 1)[0].lstrip("/")
-                    work.append((spool, parent + "/" if parent else ""))
-        except BaseException:
-            for spool, _ in work:
-                spool.close()
-            raise
-        return work
-
-    async def _get_archive(self, path: str, limit_bytes: int) -> IO[bytes] | None:
-        """The daemon's tar of ``path`` in a temporary file (None when the path does not exist).
-
-        Raises:
-            SandboxError: disk_limit past ``limit_bytes``; the container's failure otherwise.
+            ArchiveTooLarge: the tar passed ``limit_bytes``. SandboxError: the container's failure.
         """
         try:
             stream, _ = await self._call(self._client.api.get_archive, self.container_id, path)
@@ -329,9 +221,9 @@ class Sandbox:
             raise await self._container_failure(err) from err
         except SandboxError as err:
             raise await self._container_failure(err) from err
-        spool = await self._call(cleanroom.spool_archive, stream, limit_bytes)
+        spool = await self._call(spool_archive, stream, limit_bytes)
         if spool is None:
-            raise cleanroom.too_large(self.task, self._config.max_artifact_mb)
+            raise ArchiveTooLarge(f"{path}: over {limit_bytes} bytes")
         return spool
 
     async def _is_running(self) -> bool:
@@ -348,30 +240,19 @@ class Sandbox:
             return False
         return True
 
-    async def _switch_container(self) -> None:
-        """Remove the agent's container and continue in a fresh one of the verifier's image (the
-        task's, or a separate verifier environment's); its healthcheck, if any, runs first."""
+    async def replace_container(self) -> None:
+        """Retire this container (removed in the background: :attr:`removals`) and continue in a
+        fresh one of the verifier's image from the manager (closing every shell first).
+
+        Raises:
+            SandboxError: start_error without the manager's hooks; the new container's start failure.
+        """
         if self._renew is None or self._retire is None:
             raise SandboxError("clean-room verification needs a sandbox from SandboxManager.sandbox()", outcome=Outcome.start_error)
         await self.close_shells()
         self.removals.append(self._retire(self.container_id))
         self.container_id, keeper = await self._renew()
-        self._commands = Commands(self._call, self._client, self.container_id, keeper, self._config.docker_timeout_s)
-        if (check := self.task.config.verifier_environment.healthcheck) is not None:
-            await wait_healthy(self, check, "the verifier environment's healthcheck")
-
-    async def _run_verify_script(
-        self, source: str, limit: float, upload_tests: bool, stdin: bytes | None = None, clear: list[str] | None = None
-    ) -> ExecResult:
-        """:data:`VERIFY_SCRIPT` with no in-container timeout (it kills all but itself and PID 1
-        and bounds the tests itself), waited for ``limit`` + a grace. ``upload_tests``: the bundle
-        carries ``tests/`` (``/tests`` is wiped first); False: the image's ``/tests`` is kept."""
-        uploads = "upload" if upload_tests else "image"
-        return await self._guard(self._commands.run(Command(
-            script=VERIFY_SCRIPT, args=(source, f"{limit:.3f}", uploads, *(clear or [])), stdin=stdin,
-            env=dict(self.task.config.verifier.env) or None, max_output_bytes=VERIFY_OUTPUT_BYTES,
-            wait_s=limit + _VERIFY_GRACE_S,
-        )))
+        self._commands = Commands(self._call, self._client, self.container_id, keeper, self.config.docker_timeout_s)
 
     async def close_shells(self) -> None:
         """Close every shell and the command channels of this sandbox (the keeper then stops the
@@ -379,12 +260,17 @@ class Sandbox:
         for shell in self._shells:
             await shell.close()
         self._shells.clear()
-        await self._commands.close(self._config.docker_timeout_s)
+        await self._commands.close(self.config.docker_timeout_s)
 
     async def _put(self, files: dict[str, tuple[bytes, int]]) -> None:
-        await self._put_archive(tar_of_files(files))
+        await self.put_archive(tar_of_files(files))
 
-    async def _put_archive(self, archive: bytes) -> None:
+    async def put_archive(self, archive: bytes) -> None:
+        """Extract the tar ``archive`` at ``/`` through the daemon (nothing of the container runs).
+
+        Raises:
+            SandboxError: the daemon refused, or the container's failure.
+        """
         ok = await self._guard(self._call(self._client.api.put_archive, self.container_id, "/", archive))
         if not ok:
             raise SandboxError("copying files into the sandbox failed", outcome=Outcome.daemon_error)
@@ -419,10 +305,3 @@ class Sandbox:
         outcome = Outcome.oom if state.get("OOMKilled") else Outcome.daemon_error
         return SandboxError(f"the sandbox container stopped ({outcome.value}): {err}", outcome=outcome)
 
-
-def _size(spool: IO[bytes]) -> int:
-    """Bytes in a rewound temporary file."""
-    spool.seek(0, 2)
-    size = spool.tell()
-    spool.seek(0)
-    return size

@@ -1,5 +1,7 @@
 """The agent's work product as it travels to the clean room: every member of the archives read
-out of the agent's container is checked, and a new tar that swerl writes itself carries what passes.
+out of the agent's container is checked, and a new tar that swerl writes itself carries what passes
+(:func:`bundle`, joined with ``tests/``; run as ``python -m`` this module is the child process
+that :func:`~swerl.sandbox.runtime.verification.bundle_by_deadline` kills at its deadline).
 
 The archives come from the Docker engine's archive API (``get_archive``, produced by the daemon
 itself, never by a program of the agent's container), but nothing here trusts them either: the
@@ -32,15 +34,20 @@ write outside the declared paths.
 
 from __future__ import annotations
 
+import io
+import json
 import posixpath
+import sys
 import tarfile
 import zlib
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import IO
 
 from swerl.errors import SandboxError
 from swerl.sandbox.types import Outcome
+from swerl.tasks.archive import add_tree
 
 MAX_WORK_MEMBERS = 200_000
 """Most members a work product may hold (a guard against archives of millions of tiny files)."""
@@ -343,4 +350,53 @@ def _write(entry: _Entry, out: tarfile.TarFile, prefix: str, stats: WorkProductS
     stats.members += 1
 
 
-__all__ = ["MAX_NAME_BYTES", "MAX_WORK_MEMBERS", "UnreadableWorkProduct", "WorkProductStats", "resolves_inside", "write_work_product"]
+def bundle(
+    tests_dir: Path | None, work: list[tuple[IO[bytes], str]], paths: list[str], prefix: str = ""
+) -> tuple[bytes, WorkProductStats]:
+    """One tar holding the checked work product and ``tests/`` (as ``<prefix>tests/...``).
+
+    Args:
+        tests_dir: the task's ``tests/``; None when the tests belong to the verifier's own image
+            (``Task.tests_in_verifier_image``: they are in its ``/tests`` already, never uploaded).
+        work: ``(tar file object, rebase)`` pairs read out of the agent's container (see
+            :func:`write_work_product`).
+        prefix: a staging folder relative to ``/`` ending in ``/``, or ``""`` to extract at ``/``.
+
+    Returns:
+        (the tar's bytes, what crossed and what was dropped).
+
+    Raises:
+        UnreadableWorkProduct: an archive of the work product is malformed or truncated.
+    """
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as out:
+        stats = write_work_product(work, paths, out, prefix) if work else WorkProductStats()
+        if tests_dir is not None:
+            add_tree(out, tests_dir, f"{prefix}tests/")
+    return buf.getvalue(), stats
+
+
+def _check_main(request: str) -> int:
+    """The child of :func:`~swerl.sandbox.runtime.verification.bundle_by_deadline`: bundle, write
+    the tar, print what crossed as JSON."""
+    req = json.loads(request)
+    archives = [(open(path, "rb"), rebase) for path, rebase in req["work"]]  # noqa: SIM115 - closed below
+    try:
+        data, stats = bundle(Path(req["tests"]) if req["tests"] else None, archives, req["paths"], req["prefix"])
+    except UnreadableWorkProduct as err:
+        print(json.dumps({"unreadable": str(err)}))
+        return 0
+    finally:
+        for fh, _ in archives:
+            fh.close()
+    Path(req["out"]).write_bytes(data)
+    print(json.dumps({"members": stats.members, "file_bytes": stats.file_bytes, "dropped": dict(stats.dropped)}))
+    return 0
+
+
+__all__ = ["MAX_NAME_BYTES", "MAX_WORK_MEMBERS", "UnreadableWorkProduct", "WorkProductStats", "bundle", "resolves_inside",
+           "write_work_product"]
+
+
+if __name__ == "__main__":
+    sys.exit(_check_main(sys.argv[1]))
