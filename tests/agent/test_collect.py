@@ -184,7 +184,7 @@ def test_an_episode_whose_engine_seems_lost_on_its_last_retry_still_gets_its_con
     async def main():
         async with SandboxManager(SandboxConfig(concurrency=2, engine_retries=0)) as manager:
             async def lost(sandbox):  # noqa: ANN001, ANN202
-                checked.append(sandbox.engine)
+                checked.append(sandbox.placement.engine)
                 return True
 
             manager.engine_lost = lost
