@@ -35,7 +35,7 @@ def redteam_run(tmp_path_factory: pytest.TempPathFactory):
     [humaneval] = import_humaneval(root, limit=1)
     rewrite_in_schema_13(humaneval / "task.toml")
     subprocess.run(["cp", "-r", str(FIXTURES / "weak_exit_code"), str(root)], check=True)
-    out = subprocess.run([sys.executable, "-m", "swerl.cli", "sandbox-test", str(root), "--redteam", "-c", "2",
+    out = subprocess.run([sys.executable, "-m", "swerl.cli", "sandbox-test", str(root), "--redteam", "-c", "4",
                           "--json", str(root / "r.json")], capture_output=True, text=True, timeout=900)
     records = json.loads((root / "r.json").read_text())
     return out, {(r["task"], r["attempt"]): r for r in records}

@@ -1,6 +1,7 @@
 """The learning test: a tiny model learns, from the REAL verifier's rewards in REAL sandboxes, to
 write a solution file containing MAGIC (``examples/learning_tasks``; reward 1 with MAGIC, 0.2
-for a file without it, 0 for none). Mean reward must rise clearly over 20 RLOO-n steps, training
+for a file without it, 0 for none). Mean reward must rise clearly over 14 RLOO-n steps (measured here, seed 0: the mean of
+the last three steps 0.53 full / 0.52 LoRA against 0.12 for the first three; 0.66 / 0.63 after 20), training
 every weight or only LoRA adapters (the HF generator samples the live adapters).
 
 LoRA here adapts the LM head too: this random model's head has weights of ~0.02, so behind its final
@@ -37,13 +38,13 @@ def test_mean_reward_rises(tmp_path, tiny_model_dir, lora, lr):
         "generator": {"max_batch_size": 16},
         "algorithm": {"n_samples_per_prompt": 8, "min_group_size": 2, "loss_reduction": "token_mean"},
         "optimizer": {"lr": lr, "grad_clip": 1.0},
-        "loop": {"train_batch_size": 2, "epochs": 100, "max_steps": 20, "micro_batch_size": 16},
+        "loop": {"train_batch_size": 2, "epochs": 100, "max_steps": 14, "micro_batch_size": 16},
         "checkpointing": {"ckpt_interval": 0, "hf_save_interval": 0, "save_final": False},
         "seed": 0,
     })
     result = train(cfg, tmp_path / "run")
     curve = [r["reward/avg_raw_reward"] for r in result.records]
     print("reward curve:", " ".join(f"{r:.2f}" for r in curve))
-    assert len(curve) == 20
+    assert len(curve) == 14
     first, last = sum(curve[:3]) / 3, sum(curve[-3:]) / 3
     assert last > first + 0.2, curve
