@@ -21,10 +21,9 @@ from swerl.inference.config import BACKENDS, AutoGenerator, HFGenerator, OpenAIG
 from swerl.rl.config import AlgorithmConfig
 from swerl.sandbox.types import SandboxConfig
 from swerl.text import did_you_mean
-from swerl.trainer.rollouts.evaluation import EvalDuringTrainingConfig
-from swerl.trainer.setup.model_config import LoraConfig, ModelConfig, StrictModel  # noqa: F401 - LoraConfig re-exported
+from swerl.trainer.model_config import LoraConfig, ModelConfig, StrictModel  # noqa: F401 - LoraConfig re-exported
+from swerl.trainer.sections import EvalDuringTrainingConfig, MlflowConfig, WandbConfig
 from swerl.task_health import QuarantineConfig
-from swerl.trainer.tracking.trackers import MlflowConfig, WandbConfig
 
 
 class DataConfig(StrictModel):
@@ -200,7 +199,7 @@ class TrainConfig(StrictModel):
             problem = self._generator_problem(generator, f"generator.{generator.backend}" if auto else "generator")
             if problem is not None:
                 raise ValueError(problem)
-        from swerl.trainer.setup.colocation import colocation_problem
+        from swerl.trainer.colocation import colocation_problem
 
         # device auto: the GPU half is checked again once the run knows its device (trainer/rollouts/generator.py)
         problem = colocation_problem(self.generator, self.loop.max_staleness_steps, self.model.device == "cuda")

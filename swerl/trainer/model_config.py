@@ -1,5 +1,5 @@
 """The ``model:`` section of ``swerl train``'s config: the policy being trained and its LoRA
-adapters (``swerl.trainer.setup.config.TrainConfig.model``; importable from ``swerl.trainer.setup.config``)."""
+adapters (``swerl.trainer.config.TrainConfig.model``; importable from ``swerl.trainer.config``)."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ from swerl.rl.advantages import group_index
 from swerl.rl.config import AlgorithmConfig
 from swerl.rl.loss import compute_advantages
 from swerl.trainer.step.batch import row_from_trajectory
-from swerl.trainer.policy.distributed import DistInfo
+from swerl.trainer.distributed import DistInfo
 from swerl.trainer.step.update import UpdateSettings, train_on_batch
 
 from ._support import build_tiny_model, make_trajectories

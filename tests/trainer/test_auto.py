@@ -18,7 +18,7 @@ from swerl.errors import ConfigError
 from swerl.inference.config import HFGenerator, VLLMGenerator
 from swerl.inference.machine import cache_path, forced_probe
 from swerl.trainer.setup.auto import changes_since, choose, config_changes, resolve_auto
-from swerl.trainer.setup.config import TrainConfig, load_train_config
+from swerl.trainer.config import TrainConfig, load_train_config
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO_YAML = ROOT / "examples" / "humaneval-smollm2-cpu.yaml"

@@ -19,8 +19,8 @@ from swerl.rl.config import AlgorithmConfig
 from swerl.rl.loss import compute_advantages
 from swerl.trainer.persistence import checkpoint as ckpt
 from swerl.trainer.step.batch import row_from_trajectory
-from swerl.trainer.setup.config import OptimizerConfig
-from swerl.trainer.policy.distributed import DistInfo
+from swerl.trainer.config import OptimizerConfig
+from swerl.trainer.distributed import DistInfo
 from swerl.trainer.step.optim import build_optimizer
 from swerl.trainer.step.update import UpdateSettings, train_on_batch
 

@@ -8,7 +8,7 @@ import pytest
 
 from swerl.errors import ConfigError
 from swerl.sandbox.types import SandboxConfig
-from swerl.trainer.setup.concurrency import rank_sandbox, split_count
+from swerl.trainer.rollouts.concurrency import rank_sandbox, split_count
 
 
 def test_shares_sum_to_the_totals_over_any_number_of_ranks():

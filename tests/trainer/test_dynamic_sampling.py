@@ -20,7 +20,7 @@ from swerl.tasks.load import load_tasks
 from swerl.trainer.loop import train
 from swerl.trainer.persistence import checkpoint as ckpt
 from swerl.trainer.rollouts.sampler import PromptSampler
-from swerl.trainer.setup.config import TrainConfig
+from swerl.trainer.config import TrainConfig
 
 from .test_loop import TASKS, records, without_timing
 from .test_pipeline import dumped

@@ -11,7 +11,7 @@ import pytest
 from swerl.agent.collect import eval_episode_seed
 from swerl.agent.trajectory import Trajectory
 from swerl.selection import select_checkpoint
-from swerl.trainer.setup.config import TrainConfig
+from swerl.trainer.config import TrainConfig
 from swerl.trainer.rollouts.evaluation import EvalDuringTrainingConfig, eval_metrics, is_due
 from swerl.trainer.loop import train
 
@@ -73,7 +73,7 @@ def test_eval_records_appear_at_the_interval(tmp_path, tiny_model_dir):
 
 
 def test_the_learning_example_evaluates_on_held_out_tasks():
-    from swerl.trainer.setup.config import load_train_config
+    from swerl.trainer.config import load_train_config
 
     cfg = load_train_config(TASKS.parents[0] / "humaneval-smollm2-cpu-learn.yaml")
     assert cfg.eval is not None and cfg.eval.before_train and cfg.loop.max_steps == 30

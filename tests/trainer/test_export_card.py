@@ -9,8 +9,8 @@ import torch
 import yaml
 
 from swerl.trainer.persistence import checkpoint as ckpt
-from swerl.trainer.setup.config import load_train_config
-from swerl.trainer.policy.distributed import DistInfo
+from swerl.trainer.config import load_train_config
+from swerl.trainer.distributed import DistInfo
 
 from ._support import build_tiny_model, build_tiny_tokenizer
 
@@ -62,7 +62,7 @@ def test_a_lora_export_is_a_peft_adapter_folder_with_merged_weights_and_says_so(
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    from swerl.trainer.setup.config import LoraConfig
+    from swerl.trainer.config import LoraConfig
     from swerl.trainer.policy.lora import add_adapters
 
     from ._support import save_tiny_model_dir

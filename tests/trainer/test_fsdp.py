@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from swerl.trainer.persistence import checkpoint as ckpt
-from swerl.trainer.policy.distributed import DistInfo
+from swerl.trainer.distributed import DistInfo
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from swerl.cli import app
 from swerl.errors import ConfigError
-from swerl.trainer.setup.config import load_train_config
+from swerl.trainer.config import load_train_config
 from swerl.trainer.setup.model_size import kv_bytes_per_token, lora_param_count, param_count
 from swerl.trainer.setup.plan import format_bytes, make_plan
 

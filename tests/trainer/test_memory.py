@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from swerl.trainer.setup.config import TrainConfig
+from swerl.trainer.config import TrainConfig
 from swerl.trainer.setup.memory import (
     RUNTIME_BYTES, estimate_memory, longest_row_tokens, memory_lines, ram_note, time_line, update_bytes,
 )

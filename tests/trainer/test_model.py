@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from swerl.rl.config import AlgorithmConfig
-from swerl.trainer.setup.config import ModelConfig
-from swerl.trainer.policy.distributed import DistInfo
+from swerl.trainer.config import ModelConfig
+from swerl.trainer.distributed import DistInfo
 from swerl.trainer.policy.lora import adapters_off, hf_module, is_lora
 from swerl.trainer.policy.model import compute_dtype, load_policy
 from swerl.trainer.step.update import UpdateSettings, train_on_batch

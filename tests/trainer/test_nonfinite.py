@@ -11,7 +11,7 @@ import torch
 from swerl.errors import RunFailed
 from swerl.rl.config import AlgorithmConfig
 from swerl.trainer.step.batch import row_from_trajectory
-from swerl.trainer.policy.distributed import DistInfo
+from swerl.trainer.distributed import DistInfo
 from swerl.trainer.step.nonfinite import NonFiniteStreak, skip_counts
 from swerl.trainer.step.update import UpdateSettings, train_on_batch
 

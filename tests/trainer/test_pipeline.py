@@ -147,7 +147,7 @@ def test_a_crashed_episode_is_settled_by_a_control_and_its_step_trains(async_run
 
 
 def test_the_dry_run_plan_shows_the_pipeline_of_the_seed_config():
-    from swerl.trainer.setup.config import load_train_config
+    from swerl.trainer.config import load_train_config
     from swerl.trainer.setup.plan import make_plan
 
     root = Path(__file__).resolve().parents[2] / "examples"

@@ -28,7 +28,7 @@ import torch
 from swerl.inference.engines.engine_pool import EnginePool
 from swerl.inference.weight_sync.disk import write_weights
 from swerl.tasks.load import load_tasks
-from swerl.trainer.setup.config import TrainConfig
+from swerl.trainer.config import TrainConfig
 from swerl.trainer.rollouts.generator import attach_sync
 from swerl.trainer.rollouts.sampler import PromptSampler
 

@@ -122,7 +122,7 @@ def test_a_runnable_config_passes_and_prints_the_checks_as_json(tmp_path):
 def test_each_refusal_reads_the_same_from_swerl_train_and_from_train(tmp_path, refusal):
     """One wording per refusal: ``swerl train`` (its preflight) and ``train()`` called as a
     library (which runs the same preflight itself) raise the same error, before any file."""
-    from swerl.trainer.setup.config import load_train_config
+    from swerl.trainer.config import load_train_config
     from swerl.trainer.loop import train
 
     run_dir = tmp_path / "run"
@@ -158,7 +158,7 @@ def test_the_dry_run_says_when_the_engine_disk_holds_fewer_trials_than_run_at_on
     """Each trial reserves its storage_mb on the engine's disk: a task set whose budgets the free disk
     cannot hold at the run's concurrency gets one note naming the free MiB and how many trials fit;
     the fixtures' 1 GiB budgets at concurrency 2 get none."""
-    from swerl.trainer.setup.config import load_train_config
+    from swerl.trainer.config import load_train_config
     from swerl.trainer.setup.preflight import check_sandbox_disk
     from swerl.tasks import load_tasks
 

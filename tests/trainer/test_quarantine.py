@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from swerl.agent.trajectory import Trajectory
-from swerl.trainer.tracking.quarantine import Quarantine
+from swerl.trainer.rollouts.quarantine import Quarantine
 from swerl.trainer.rollouts.sampler import PromptSampler
 from swerl.task_health import QuarantineConfig
 
@@ -85,7 +85,7 @@ def test_never_fewer_tasks_than_one_batch():
 def test_quarantine_is_off_in_the_seed_preset():
     from pathlib import Path
 
-    from swerl.trainer.setup.config import load_train_config
+    from swerl.trainer.config import load_train_config
 
     seed = load_train_config(Path(__file__).resolve().parents[2] / "examples" / "rloo-seqnorm-tis-qwen3-8b.yaml")
     assert seed.data.quarantine is None and seed.data.exclude is None

@@ -9,7 +9,7 @@ import random
 import torch
 
 from swerl.rl.config import AlgorithmConfig
-from swerl.trainer.policy.distributed import DistInfo, rank_slice
+from swerl.trainer.distributed import DistInfo, rank_slice
 from swerl.trainer.step.batch import Row, padding_row
 from swerl.trainer.step.update import UpdateSettings, rank_rows, rows_to_forward
 

@@ -8,9 +8,9 @@ import torch
 
 from swerl.rl.config import AlgorithmConfig
 from swerl.trainer.step.batch import collate, row_from_trajectory
-from swerl.trainer.setup.config import ModelConfig
-from swerl.trainer.policy.distributed import DistInfo
-from swerl.trainer.policy.reference import FrozenReference, load_reference
+from swerl.trainer.config import ModelConfig
+from swerl.trainer.distributed import DistInfo
+from swerl.trainer.step.reference import FrozenReference, load_reference
 from swerl.trainer.step.update import UpdateSettings, forward_logprobs, train_on_batch
 
 from ._support import build_tiny_model, make_trajectories
@@ -75,9 +75,9 @@ def test_lora_reference_is_the_policy_with_its_adapters_off_and_the_kl_grows_as_
     # the initial model's before and after the adapters train; the KL starts at 0 and then grows.
     from transformers import AutoModelForCausalLM
 
-    from swerl.trainer.setup.config import LoraConfig
+    from swerl.trainer.config import LoraConfig
     from swerl.trainer.policy.model import load_policy
-    from swerl.trainer.policy.reference import AdaptersOffReference, make_reference
+    from swerl.trainer.step.reference import AdaptersOffReference, make_reference
 
     cfg = ModelConfig(path=str(tiny_model_dir), device="cpu", lora=LoraConfig(rank=4, alpha=8.0))
     torch.manual_seed(0)

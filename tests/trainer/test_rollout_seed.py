@@ -10,7 +10,7 @@ from swerl.agent.config import AgentConfig
 from swerl.sandbox.types import SandboxConfig
 from swerl.trainer.rollouts.pipeline import rollout_seed
 from swerl.trainer.rollouts.runner import RolloutRunner
-from swerl.trainer.setup.config import load_train_config
+from swerl.trainer.config import load_train_config
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 SEED_YAML = EXAMPLES / "rloo-seqnorm-tis-qwen3-8b.yaml"

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from swerl.trainer.setup.config import LoggingConfig, TrainConfig
+from swerl.trainer.config import LoggingConfig, TrainConfig
 from swerl.trainer.tracking.metrics import MetricsSink
 from swerl.trainer.setup.plan import make_plan
 from swerl.trainer.tracking.trackers import MlflowConfig, WandbConfig, log_selection, open_trackers

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from swerl.trainer.setup.config import TrainConfig
+from swerl.trainer.config import TrainConfig
 from swerl.trainer.tracking.metrics import MetricsSink
 from swerl.trainer.setup.plan import make_plan
 from swerl.trainer.tracking.trackers import _mlflow_client, log_selection, mlflow_key, open_trackers

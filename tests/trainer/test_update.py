@@ -12,7 +12,7 @@ from swerl.rl.advantages import group_index
 from swerl.rl.config import AlgorithmConfig
 from swerl.rl.loss import compute_advantages
 from swerl.trainer.step.batch import collate, row_from_trajectory
-from swerl.trainer.policy.distributed import DistInfo
+from swerl.trainer.distributed import DistInfo
 from swerl.trainer.step.update import UpdateSettings, forward_logprobs, train_on_batch, with_old_logprobs
 
 from ._support import build_tiny_model, make_trajectories

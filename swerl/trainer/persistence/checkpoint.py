@@ -50,7 +50,7 @@ from swerl.inference.rng import restore_rng_state, save_rng_state
 from swerl.logs import phase
 from swerl.run_layout import CKPT_DIR, CONFIG_FILE, EXPORT_DIR, LATEST_FILE, TMP_PREFIX, step_dir_name
 from swerl.run_layout import STEP_DIR_RE as _STEP_RE
-from swerl.trainer.policy.distributed import DistInfo, barrier, is_distributed
+from swerl.trainer.distributed import DistInfo, barrier, is_distributed
 from swerl.trainer.persistence.hf_folder import untied_state, write_hf_folder
 from swerl.trainer.persistence.model_card import finish_export
 

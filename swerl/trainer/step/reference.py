@@ -21,8 +21,8 @@ from pathlib import Path
 import torch
 
 from swerl.trainer.step.batch import MicroBatch
-from swerl.trainer.setup.config import ModelConfig
-from swerl.trainer.policy.distributed import DistInfo
+from swerl.trainer.config import ModelConfig
+from swerl.trainer.distributed import DistInfo
 from swerl.trainer.policy.model import load_causal_lm
 from swerl.trainer.step.update import forward_logprobs
 
