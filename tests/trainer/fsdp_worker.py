@@ -1,4 +1,4 @@
-"""Worker of ``test_fsdp.py``, launched once by ``torchrun --nproc_per_node 2``: every FSDP2 case
+"""Worker of ``policy/test_fsdp.py``, launched once by ``torchrun --nproc_per_node 2``: every FSDP2 case
 (four reductions, gradient checkpointing + CPU offload, bf16 mixed precision, sequence MIS with
 a KL term to a sharded and offloaded reference, sharded checkpoints, LoRA adapters in fp32 and
 bf16 with gradient checkpointing) on the tiny model over a gloo CPU mesh; rank 0 saves what the
