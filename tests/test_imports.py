@@ -16,7 +16,7 @@ floors too: the ground floor (types, engine settings, the Docker wire and API, s
 ``runtime/`` (and ``tamper/`` beside it: the scan reads a container's layer, the runtime calls
 the scan) -> ``deployment/`` -> the modules that join them (manager, network, red team,
 self-test, control runs, the package's ``__init__``). Inside ``inference/``: the ground floor
-(config, model files, the machine probe, RNG state) -> ``backends/`` (the contract, HF,
+(config, model files, the machine probe, RNG state, the gather of a sharded tensor) -> ``backends/`` (the contract, HF,
 OpenAI-compatible, the batcher) -> ``engines/`` (vLLM in process and as servers) ->
 ``weight_sync/`` -> the modules that join them (factory, parity probe, the package's ``__init__``).
 ``trainer/``'s rooms stand on floors too: the ground floor (``config``, whose sections include
