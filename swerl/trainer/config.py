@@ -3,7 +3,9 @@
 
 Sub-configs of other stages are reused as they are: ``AgentConfig`` (protocol, limits,
 sampling), ``SandboxConfig``, ``AlgorithmConfig``; the policy's section (``ModelConfig``,
-``LoraConfig``) lives in ``model_config.py`` and is importable from here.
+``LoraConfig``) lives in ``model_config.py`` and is importable from here; the ``eval`` and
+``logging.wandb`` / ``logging.mlflow`` sections live in ``sections.py``. Stage: ``trainer/``, ground
+floor: this module imports no room of the trainer (every room reads it).
 """
 
 from __future__ import annotations
