@@ -31,7 +31,7 @@ def random_adapter(path: Path, out: Path) -> Path:
     from transformers import AutoModelForCausalLM
 
     from swerl.inference.weight_sync.adapter import write_adapter
-    from swerl.trainer.setup.config import LoraConfig
+    from swerl.trainer.config import LoraConfig
     from swerl.trainer.policy.lora import add_adapters
 
     model = add_adapters(AutoModelForCausalLM.from_pretrained(path), LoraConfig(rank=LORA_RANK, alpha=2.0 * LORA_RANK))

@@ -95,10 +95,13 @@ def limit_memory(device: torch.device, limit_mib: int | None) -> None:
 
 
 def is_out_of_memory(err: BaseException) -> bool:
-    """CUDA's OutOfMemoryError, or a CPU allocation refused (``RLIMIT_AS``, the host's RAM)."""
+    """CUDA's OutOfMemoryError, or a CPU allocation refused (``RLIMIT_AS``, the host's RAM): a
+    MemoryError, torch's allocator error, or a shared object the loader could not map (a module
+    first imported under the cap; which allocation fails first depends on what was imported before)."""
     text = str(err).lower()
     return isinstance(err, (torch.cuda.OutOfMemoryError, MemoryError)) or (
-        isinstance(err, RuntimeError) and ("out of memory" in text or "can't allocate memory" in text))
+        isinstance(err, RuntimeError) and ("out of memory" in text or "can't allocate memory" in text)) or (
+        isinstance(err, ImportError) and "failed to map segment" in text)
 
 
 def sync(device: torch.device) -> None:
@@ -125,7 +128,7 @@ def build(info, layers: int, smoke: bool, checkpointing: bool, grad_sync: str = 
 
     from swerl.rl.config import AlgorithmConfig
     from swerl.trainer.policy.model import prepare_policy
-    from swerl.trainer.setup.config import ModelConfig, OptimizerConfig
+    from swerl.trainer.config import ModelConfig, OptimizerConfig
     from swerl.trainer.step.optim import build_optimizer
     from swerl.trainer.step.update import UpdateSettings
 
@@ -300,7 +303,7 @@ def main() -> None:
     parser.add_argument("--memory-limit-mib", type=int, default=None, help="cap the measured work's allocations")
     args = parser.parse_args()
 
-    from swerl.trainer.policy import distributed
+    from swerl.trainer import distributed
 
     info = distributed.init_distributed("cpu" if args.smoke else "cuda")
     if args.smoke:

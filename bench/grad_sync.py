@@ -27,7 +27,7 @@ from _machine import machine_words  # noqa: E402
 def worker(args: argparse.Namespace) -> None:
     from transformers import Qwen3Config
 
-    from swerl.trainer.policy import distributed
+    from swerl.trainer import distributed
     from swerl.trainer.step.update import train_on_batch
 
     torch.set_num_threads(1)

@@ -83,7 +83,7 @@ def summarize(records: list[dict]) -> dict[str, float | list[float]]:
 def run_k(k: int, generator: str, tasks: str, steps: int, extra: list[str], root: Path) -> dict:
     """Train a fresh run at staleness bound ``k`` with ``generator`` (a key of ``EXAMPLES``);
     returns :func:`summarize` of its records."""
-    from swerl.trainer.setup.config import load_train_config
+    from swerl.trainer.config import load_train_config
     from swerl.trainer.loop import train
 
     overrides = [f"data.tasks={tasks}", f"loop.max_steps={steps}", f"loop.max_staleness_steps={k}", *SHRINK,

@@ -48,7 +48,7 @@ for _mode in ("inprocess", "servers"):
 
 
 def config(model_dir: Path, path: str):  # noqa: ANN201 - TrainConfig
-    from swerl.trainer.setup.config import TrainConfig
+    from swerl.trainer.config import TrainConfig
 
     extra = PATHS[path]
     return TrainConfig.model_validate({

@@ -27,7 +27,7 @@ def main() -> None:
     from swerl.inference.backends.base import SamplingParams
     from swerl.inference.backends.hf import HFBackend
     from swerl.rl.config import AlgorithmConfig
-    from swerl.trainer.policy.distributed import DistInfo
+    from swerl.trainer.distributed import DistInfo
     from swerl.trainer.step.batch import rows_from_trajectory
     from swerl.trainer.step.update import UpdateSettings, train_on_batch
 

@@ -67,8 +67,8 @@ def flops_per_token(model: torch.nn.Module, separate_pi_old: bool) -> float:
 
 
 def worker(mode: str, steps: int, num_rows: int, separate_pi_old: bool) -> dict:
-    from swerl.trainer.policy import distributed
-    from swerl.trainer.setup.config import LoraConfig, ModelConfig, load_train_config
+    from swerl.trainer import distributed
+    from swerl.trainer.config import LoraConfig, ModelConfig, load_train_config
     from swerl.trainer.policy.lora import hf_module
     from swerl.trainer.policy.model import compute_dtype, load_policy
     from swerl.trainer.step.optim import build_optimizer

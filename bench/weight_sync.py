@@ -53,7 +53,7 @@ def seconds_per_sync(path: str, folder: Path, repeats: int, work: Path, dtype: s
     from swerl.inference.factory import build_vllm
     from swerl.inference.weight_sync.adapter import write_adapter
     from swerl.inference.weight_sync.disk import write_weights
-    from swerl.trainer.setup.config import LoraConfig
+    from swerl.trainer.config import LoraConfig
     from swerl.trainer.policy.lora import add_adapters
 
     lora = path.startswith("adapter")

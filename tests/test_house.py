@@ -15,7 +15,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel
 
-from swerl.trainer.setup.config import TrainConfig
+from swerl.trainer.config import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 MAX_FUNCTION_LINES = 60

@@ -16,13 +16,16 @@ floors too: the ground floor (types, engine settings, the Docker wire and API, s
 ``runtime/`` (and ``tamper/`` beside it: the scan reads a container's layer, the runtime calls
 the scan) -> ``deployment/`` -> the modules that join them (manager, network, red team,
 self-test, control runs, the package's ``__init__``). Inside ``inference/``: the ground floor
-(config, model files, the machine probe, RNG state) -> ``backends/`` (the contract, HF,
+(config, model files, the machine probe, RNG state, the gather of a sharded tensor) -> ``backends/`` (the contract, HF,
 OpenAI-compatible, the batcher) -> ``engines/`` (vLLM in process and as servers) ->
 ``weight_sync/`` -> the modules that join them (factory, parity probe, the package's ``__init__``).
-``trainer/``'s rooms (setup, policy, rollouts, step, persistence, tracking) share one floor: each
-config section's model lives beside the code that reads it (``setup/config.py`` imports the
-evaluation, tracker and task-health settings), so the rooms have no order, only no circle. Any
-two modules importing each other, directly or through others, fail as a circle.
+``trainer/``'s rooms stand on floors too: the ground floor (``config``, whose sections include
+``model_config`` and ``sections``, the ``colocation`` rule; ``distributed``: ranks and collectives) ->
+``tracking/`` -> ``policy/`` -> ``step/`` (the KL reference beside the update) -> ``rollouts/`` (the
+quarantine and the sandbox limits per rank beside the sampler) -> ``persistence/`` -> ``setup/`` (the
+plan sizes a run's rollouts and checkpoints) -> the modules that join them (loop, eval from a run,
+the package's ``__init__``). Any two modules importing each other, directly or through others,
+fail as a circle.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ ROOMS = {
     "sandbox": (("runtime", "deployment"), ("manager", "network", "redteam", "redteam_engine", "selftest", "control"),
                 {"tamper": "runtime"}),  # the tamper scan reads a container's layer
     "inference": (("backends", "engines", "weight_sync"), ("factory", "probe"), {}),
+    "trainer": (("tracking", "policy", "step", "rollouts", "persistence", "setup"), ("loop", "eval_from_run"), {}),
 }
 
 
@@ -123,6 +127,13 @@ def test_every_module_has_a_floor():
     assert not unplaced, f"modules on no floor (add them to LEAVES or STAGES in {Path(__file__).name}): {unplaced}"
 
 
+def test_every_room_has_a_floor():
+    """Each sub-folder of a stage with floors is named in ROOMS (a new room gets a floor on purpose)."""
+    for stage, (rooms, _, beside) in ROOMS.items():
+        found = {path.parent.name for path in (ROOT / "swerl" / stage).glob("*/__init__.py")}
+        assert found == set(rooms) | set(beside), f"{stage}/ rooms {sorted(found)} vs floors {rooms} + {sorted(beside)}"
+
+
 def test_no_import_points_against_the_flow():
     against = _against()
     assert not against, "imports against the flow: " + "; ".join(against)
@@ -136,26 +147,31 @@ def test_no_import_circle():
 def test_the_checks_see_a_circle_and_an_arrow_against_the_flow(tmp_path):
     """The checks fail on the mistakes they exist for (a small package with them planted)."""
     package = tmp_path / "swerl"
-    for sub in ("tasks", "sandbox/deployment", "inference/backends", "inference/engines", "trainer"):
+    for sub in ("tasks", "sandbox/deployment", "inference/backends", "inference/engines", "trainer/step"):
         (package / sub).mkdir(parents=True)
         (package / sub / "__init__.py").write_text("")
     (package / "__init__.py").write_text("")
+    (package / "trainer" / "__init__.py").write_text("")
     (package / "errors.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from swerl.sandbox.types import Outcome\n")
     (package / "sandbox" / "types.py").write_text("from swerl.sandbox.deployment.config import EngineConfig\n")
     (package / "sandbox" / "deployment" / "config.py").write_text("import swerl.errors\n")
     (package / "tasks" / "load.py").write_text("def f():\n    from swerl.tasks.rows import g\n")
     (package / "tasks" / "rows.py").write_text("def g():\n    from . import load\n")
-    (package / "trainer" / "run.py").write_text("from swerl import trainer\nfrom swerl.tasks import load\n")
+    (package / "trainer" / "loop.py").write_text("from swerl import trainer\nfrom swerl.tasks import load\n")
+    (package / "trainer" / "distributed.py").write_text("def f():\n    from swerl.trainer.step.update import g\n")
+    (package / "trainer" / "step" / "update.py").write_text("from swerl.trainer import distributed\n")
     (package / "inference" / "engines" / "vllm_backend.py").write_text("from swerl.inference.backends import hf\n")
     (package / "inference" / "backends" / "hf.py").write_text("def f():\n    from swerl.inference import factory\n")
     (package / "inference" / "factory.py").write_text("from swerl.inference.engines import vllm_backend\n")
     assert _against(tmp_path) == [
         "swerl/errors.py:3 imports swerl.sandbox.types", "swerl/inference/backends/hf.py:2 imports swerl.inference.factory",
-        "swerl/sandbox/types.py:1 imports swerl.sandbox.deployment.config"]
+        "swerl/sandbox/types.py:1 imports swerl.sandbox.deployment.config",
+        "swerl/trainer/distributed.py:2 imports swerl.trainer.step.update"]
     assert _circles(tmp_path) == ["swerl.errors -> swerl.sandbox.types -> swerl.sandbox.deployment.config -> swerl.errors",
                                   "swerl.inference.backends.hf -> swerl.inference.factory -> swerl.inference.engines.vllm_backend"
                                   " -> swerl.inference.backends.hf",
-                                  "swerl.tasks.load -> swerl.tasks.rows -> swerl.tasks.load"]
+                                  "swerl.tasks.load -> swerl.tasks.rows -> swerl.tasks.load",
+                                  "swerl.trainer.distributed -> swerl.trainer.step.update -> swerl.trainer.distributed"]
 
 
 def test_the_report_runs_nothing_of_the_stages_that_make_a_run():

@@ -13,7 +13,7 @@ from swerl.agent.config import AgentConfig
 from swerl.errors import ConfigError
 from swerl.inference.config import HFGenerator, OpenAIGenerator, VLLMGenerator, inference_config
 from swerl.tasks.task_folder import TaskConfig
-from swerl.trainer.setup.config import TrainConfig, load_train_config
+from swerl.trainer.config import TrainConfig, load_train_config
 
 DEMO_YAML = Path(__file__).resolve().parents[1] / "examples" / "humaneval-smollm2-cpu.yaml"
 

@@ -170,7 +170,7 @@ def _tasks_to_test(tasks: Path | None, path: Path | None, sets: list[str]):  # n
     from swerl.errors import ConfigError
     from swerl.tasks.exclude import load_without_excluded
     from swerl.tasks.load import TaskSet, load_tasks
-    from swerl.trainer.setup.config import load_train_config
+    from swerl.trainer.config import load_train_config
 
     if (tasks is None) == (path is None):
         raise ConfigError("sandbox-test: pass a task source (TASKS) or a train config (--config TRAIN_YAML), not "

@@ -43,7 +43,7 @@ def train_cmd(
 
     Data parallel: launch with `torchrun --nproc_per_node N -m swerl.cli train CONFIG`.
     """
-    from swerl.trainer.setup.config import load_train_config
+    from swerl.trainer.config import load_train_config
 
     overrides = [*(set_ or []), *([f"loop.rollout_concurrency={concurrency}"] if concurrency else [])]
     target = run_dir or Path("runs") / config.stem

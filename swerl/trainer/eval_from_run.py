@@ -29,7 +29,7 @@ from swerl.errors import ConfigError
 from swerl.inference.config import HFGenerator
 from swerl.run_layout import CONFIG_FILE, EXPORT_DIR, STEP_DIR_RE, export_dir
 from swerl.selection import MetricsFileError, select_checkpoint
-from swerl.trainer.setup.config import load_train_config
+from swerl.trainer.config import load_train_config
 
 # `swerl eval` options (Python parameter names) whose value --from-run takes from the run.
 RUN_FLAGS = {

@@ -17,7 +17,7 @@ How it departs from a textbook PPO/GRPO trainer (see ``docs/algorithms.md``):
   never a mean of per-micro-batch means; gradients are SUMMED over ranks.
 - Rollout corrections (TIS by default) against the sampler's own per-token log-probs; pi_old is
   recomputed by the trainer with logits divided by the sampling temperature.
-- An optional KL term to the initial policy, a frozen copy held by the trainer (``policy/reference.py``).
+- An optional KL term to the initial policy, a frozen copy held by the trainer (``step/reference.py``).
 - One optimizer step per training batch by default (the ratio is ~1: REINFORCE with a
   leave-one-out baseline); mini-batches and update epochs are options.
 - Optional DAPO dynamic sampling (``algorithm.dynamic_sampling``, ``rollouts/dynamic.py``): groups
@@ -56,9 +56,9 @@ from swerl.run_layout import CKPT_DIR, CONFIG_FILE, ROLLOUTS_DIR, STEP_DIR_RE, s
 from swerl.text import counted
 from swerl.trainer.persistence import checkpoint as ckpt
 from swerl.trainer.persistence import commit
-from swerl.trainer.policy import distributed as dist
+from swerl.trainer import distributed as dist
 from swerl.trainer.step.batch import rows_from_trajectory
-from swerl.trainer.setup.config import TrainConfig
+from swerl.trainer.config import TrainConfig
 from swerl.trainer.rollouts.evaluation import is_due, run_eval
 from swerl.trainer.rollouts import pipeline
 from swerl.trainer.setup.auto import changes_since, check_ranks_agree
@@ -72,8 +72,8 @@ from swerl.trainer.step.nonfinite import NonFiniteStreak
 from swerl.trainer.step.optim import build_optimizer
 from swerl.trainer.setup.plan import RunPlan, reproducibility_words
 from swerl.trainer.setup.preflight import Preflight, run_preflight
-from swerl.trainer.tracking.quarantine import Quarantine
-from swerl.trainer.policy.reference import ReferencePolicy, make_reference
+from swerl.trainer.rollouts.quarantine import Quarantine
+from swerl.trainer.step.reference import ReferencePolicy, make_reference
 from swerl.trainer.rollouts.sampler import PromptSampler
 from swerl.trainer.persistence.shared_dir import check_shared_run_dir
 from swerl.trainer.tracking.trackers import open_trackers

@@ -82,7 +82,7 @@ def test_sandbox_test_of_a_config_runs_the_tasks_it_trains_and_evaluates_on(tmp_
 def test_the_demo_config_trains_the_generated_family_with_a_signal_every_step():
     """The demo's config reads the folder demo.sh generates, drops groups without signal (dynamic
     sampling) and commits every step (an interrupted demo loses no step)."""
-    from swerl.trainer.setup.config import load_train_config
+    from swerl.trainer.config import load_train_config
 
     cfg = load_train_config(ROOT / "examples" / "pymethods-smollm2-cpu.yaml")
     script = (ROOT / "examples" / "demo.sh").read_text()

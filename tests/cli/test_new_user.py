@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from swerl.cli import app
 from swerl.errors import ConfigError
-from swerl.trainer.setup.config import load_train_config
+from swerl.trainer.config import load_train_config
 from swerl.trainer.loop import TrainEvent, TrainResult
 
 ROOT = Path(__file__).resolve().parents[2]

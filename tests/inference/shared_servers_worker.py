@@ -18,9 +18,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from swerl.inference.backends.base import SamplingParams
 from swerl.inference.engines.engine_pool import EnginePool
 from swerl.inference.engines.vllm_server import VLLMServerBackend
-from swerl.trainer.policy import distributed
+from swerl.trainer import distributed
 from swerl.trainer.rollouts.busy import BusyClock, metered
-from swerl.trainer.setup.config import TrainConfig
+from swerl.trainer.config import TrainConfig
 from swerl.trainer.rollouts.generator import apply_weights, attach_sync
 
 

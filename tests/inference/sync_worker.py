@@ -25,8 +25,8 @@ from swerl.errors import InferenceError  # noqa: E402
 from swerl.inference.backends.hf import HFBackend  # noqa: E402
 from swerl.inference.weight_sync.base import Staged, WeightSync  # noqa: E402
 from swerl.inference.weight_sync.disk import write_version  # noqa: E402
-from swerl.trainer.policy import distributed  # noqa: E402
-from swerl.trainer.setup.config import TrainConfig  # noqa: E402
+from swerl.trainer import distributed  # noqa: E402
+from swerl.trainer.config import TrainConfig  # noqa: E402
 from swerl.trainer.policy.fsdp import shard_model  # noqa: E402
 from swerl.trainer.rollouts.generator import Generator, apply_weights, probe_parity  # noqa: E402
 

@@ -15,8 +15,8 @@ from safetensors.torch import load_file
 from swerl.errors import InferenceError
 from swerl.inference.engines.engine_pool import EnginePool
 from swerl.inference.backends.hf import HFBackend
-from swerl.trainer.setup.config import TrainConfig
-from swerl.trainer.policy.distributed import DistInfo
+from swerl.trainer.config import TrainConfig
+from swerl.trainer.distributed import DistInfo
 from swerl.inference.weight_sync.disk import DiskReload
 from swerl.inference.weight_sync.module_share import ModuleShare
 from swerl.trainer.rollouts.generator import attach_sync, publish_weights

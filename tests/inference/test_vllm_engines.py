@@ -246,7 +246,7 @@ def lora_policy(trainer_model: torch.nn.Module) -> torch.nn.Module:
     """The trainer's model with rank-8 adapters on every linear (a copy: the session's model stays plain)."""
     import copy
 
-    from swerl.trainer.setup.config import LoraConfig
+    from swerl.trainer.config import LoraConfig
     from swerl.trainer.policy.lora import add_adapters
     from vllm_support import LORA_RANK
 
@@ -295,7 +295,7 @@ def test_lora_adapter_sync_in_process_each_version_a_new_adapter_the_probe_holds
     with an adapter sleeps at level 1 only and the adapter sync wakes it; an export (fp32 peft folder)
     loads as an adapter too."""
     from swerl.trainer.persistence import checkpoint as ckpt
-    from swerl.trainer.policy.distributed import DistInfo
+    from swerl.trainer.distributed import DistInfo
     from swerl.trainer.rollouts.generator import Generator
 
     policy = lora_policy(trainer_model)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from swerl.trainer.setup.config import load_train_config
+from swerl.trainer.config import load_train_config
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = ROOT / "examples" / "ablation"

@@ -19,9 +19,9 @@ from _support import build_tiny_model, make_trajectories  # noqa: E402
 from swerl.rl.advantages import group_index  # noqa: E402
 from swerl.rl.config import AlgorithmConfig  # noqa: E402
 from swerl.rl.loss import compute_advantages  # noqa: E402
-from swerl.trainer.policy import distributed  # noqa: E402
+from swerl.trainer import distributed  # noqa: E402
 from swerl.trainer.step.batch import row_from_trajectory  # noqa: E402
-from swerl.trainer.policy.reference import FrozenReference  # noqa: E402
+from swerl.trainer.step.reference import FrozenReference  # noqa: E402
 from swerl.trainer.step.update import UpdateSettings, train_on_batch  # noqa: E402
 
 KL_CASE = "kl+sequence_mask"

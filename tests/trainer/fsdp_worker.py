@@ -1,4 +1,4 @@
-"""Worker of ``test_fsdp.py``, launched once by ``torchrun --nproc_per_node 2``: every FSDP2 case
+"""Worker of ``policy/test_fsdp.py``, launched once by ``torchrun --nproc_per_node 2``: every FSDP2 case
 (four reductions, gradient checkpointing + CPU offload, bf16 mixed precision, sequence MIS with
 a KL term to a sharded and offloaded reference, sharded checkpoints, LoRA adapters in fp32 and
 bf16 with gradient checkpointing) on the tiny model over a gloo CPU mesh; rank 0 saves what the
@@ -24,13 +24,13 @@ from dp_worker import KL_CASE, algorithm  # noqa: E402
 from swerl.rl.advantages import group_index  # noqa: E402
 from swerl.rl.loss import compute_advantages  # noqa: E402
 from swerl.trainer.persistence import checkpoint as ckpt  # noqa: E402
-from swerl.trainer.policy import distributed  # noqa: E402
+from swerl.trainer import distributed  # noqa: E402
 from swerl.trainer.step.batch import row_from_trajectory  # noqa: E402
-from swerl.trainer.setup.config import LoraConfig, ModelConfig, OptimizerConfig  # noqa: E402
+from swerl.trainer.config import LoraConfig, ModelConfig, OptimizerConfig  # noqa: E402
 from swerl.trainer.policy.fsdp import shard_model  # noqa: E402
 from swerl.trainer.policy.model import prepare_policy  # noqa: E402
 from swerl.trainer.step.optim import build_optimizer  # noqa: E402
-from swerl.trainer.policy.reference import FrozenReference  # noqa: E402
+from swerl.trainer.step.reference import FrozenReference  # noqa: E402
 from swerl.trainer.step.update import UpdateSettings, train_on_batch  # noqa: E402
 
 REDUCTIONS = ["token_mean", "sequence_mean", "seq_mean_token_sum_norm", "seq_mean_token_sum_norm_global"]
@@ -206,9 +206,9 @@ def load_cases(out: Path, info: distributed.DistInfo) -> None:
     rank ends with rank 0's values (buffers and adapters included)."""
     from transformers import AutoModelForCausalLM
 
-    from swerl.trainer.setup.config import ModelConfig
+    from swerl.trainer.config import ModelConfig
     from swerl.trainer.policy.model import load_policy
-    from swerl.trainer.policy.reference import load_reference
+    from swerl.trainer.step.reference import load_reference
 
     original, reads = AutoModelForCausalLM.from_pretrained, []
 
@@ -271,7 +271,7 @@ def probe_cases(out: Path, info: distributed.DistInfo) -> None:
 
     from swerl.errors import InferenceError
     from swerl.inference.backends.hf import HFBackend
-    from swerl.trainer.setup.config import TrainConfig
+    from swerl.trainer.config import TrainConfig
     from swerl.inference.weight_sync.module_share import ModuleShare
     from swerl.trainer.rollouts.generator import Generator, probe_parity
 

@@ -13,7 +13,7 @@ import yaml
 from pydantic import ValidationError
 
 from swerl.errors import ConfigError
-from swerl.trainer.setup.config import TrainConfig, load_train_config
+from swerl.trainer.config import TrainConfig, load_train_config
 from swerl.trainer.rollouts.generator import check_colocation
 from swerl.trainer.setup.plan import make_plan
 

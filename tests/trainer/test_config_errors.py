@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from swerl.errors import ConfigError
-from swerl.trainer.setup.config import load_train_config
+from swerl.trainer.config import load_train_config
 
 DEMO_YAML = Path(__file__).resolve().parents[2] / "examples" / "humaneval-smollm2-cpu.yaml"
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from swerl.trainer.policy.distributed import process_group_backend, rank_slice
+from swerl.trainer.distributed import process_group_backend, rank_slice
 
 HERE = Path(__file__).parent
 
@@ -38,7 +38,7 @@ def test_two_processes_equal_one(tmp_path):
     sys.path.insert(0, str(HERE))
     from dp_worker import update
 
-    from swerl.trainer.policy.distributed import DistInfo
+    from swerl.trainer.distributed import DistInfo
 
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
            str(HERE / "dp_worker.py"), str(tmp_path), *REDUCTIONS, KL_CASE]

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from swerl.cli import app
 from swerl.errors import ConfigError
-from swerl.trainer.setup.config import TrainConfig
+from swerl.trainer.config import TrainConfig
 from swerl.trainer.eval_from_run import eval_config_from_run, resolve_export
 from swerl.trainer.loop import train
 

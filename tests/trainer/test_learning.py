@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from swerl.trainer.setup.config import TrainConfig
+from swerl.trainer.config import TrainConfig
 from swerl.trainer.loop import train
 
 ROOT = Path(__file__).resolve().parents[2]

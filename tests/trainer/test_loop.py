@@ -16,7 +16,7 @@ from swerl.cli import app
 from swerl.errors import ConfigError
 from swerl.selection import select_checkpoint
 from swerl.trainer.persistence import checkpoint as ckpt
-from swerl.trainer.setup.config import TrainConfig
+from swerl.trainer.config import TrainConfig
 from swerl.trainer.loop import train
 
 from ._support import tiny_run_config

@@ -101,7 +101,7 @@ def test_a_real_run_flags_the_saturated_and_the_never_solved_task(tmp_path, tiny
 
     from swerl.cli import app
     from swerl.tasks.exclude import load_without_excluded
-    from swerl.trainer.setup.config import TrainConfig
+    from swerl.trainer.config import TrainConfig
     from swerl.trainer.loop import train
 
     from ._support import tiny_run_config

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from swerl.inference.gather import full_tensor
 from swerl.inference.weight_sync.base import Staged, WeightSync
 from swerl.inference.weight_sync.disk import publish_folder, run_token
 
@@ -41,18 +42,12 @@ def adapter_tensors(model: torch.nn.Module, dtype: torch.dtype) -> dict[str, tor
     (r x (in + out) per targeted linear), so every rank holds all of them for a moment.
     """
     from peft import get_peft_model_state_dict
-    from torch.distributed.tensor import DTensor
 
     full: dict[str, torch.Tensor] = {}
     for name, param in model.named_parameters():
         if not param.requires_grad:
             continue
-        value = param.detach().to(dtype)
-        if isinstance(value, DTensor):
-            if value.device.type != value.device_mesh.device_type:  # CPU-offloaded shard
-                value = value.to(value.device_mesh.device_type)
-            value = value.full_tensor()
-        full[name] = value.cpu().contiguous()
+        full[name] = full_tensor(param.detach().to(dtype)).cpu().contiguous()
     return get_peft_model_state_dict(model, state_dict=full)
 
 

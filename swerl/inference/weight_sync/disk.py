@@ -27,6 +27,7 @@ import torch
 import torch.distributed as tdist
 
 from swerl.fileio import atomic_write
+from swerl.inference.gather import full_tensor
 from swerl.inference.weight_sync.base import Staged, WeightSync
 
 if TYPE_CHECKING:
@@ -96,13 +97,7 @@ def iter_engine_tensors(model: torch.nn.Module, dtype: torch.dtype) -> Iterator[
         if local.numel() and key in seen:
             continue
         seen.add(key)
-        value = value.detach().to(dtype)
-        if isinstance(value, DTensor):
-            mesh_device = value.device_mesh.device_type
-            if value.device.type != mesh_device:  # CPU-offloaded shard: gather over the mesh's device
-                value = value.to(mesh_device)
-            value = value.full_tensor()
-        yield index, name, value
+        yield index, name, full_tensor(value.detach().to(dtype))
         index += 1
 
 

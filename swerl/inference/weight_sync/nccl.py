@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from swerl.errors import ConfigError, EnvironmentProblem
+from swerl.inference.gather import full_tensor
 from swerl.inference.weight_sync.base import Staged, WeightSync
 
 if TYPE_CHECKING:
@@ -79,7 +80,6 @@ def cast_source(model: torch.nn.Module, dtype: torch.dtype) -> ModuleSource:
     """A vLLM ``WeightSource`` over ``model.named_parameters()`` (tied weights once, HF names) that
     casts each parameter to ``dtype`` where it lives BEFORE gathering it (an FSDP shard is cast
     locally, then all-gathered: half the bytes of an fp32 gather for a bf16 engine)."""
-    from torch.distributed.tensor import DTensor
     from vllm.distributed.weight_transfer.base import ModuleSource, ParamMeta
 
     class CastModuleSource(ModuleSource):
@@ -88,12 +88,7 @@ def cast_source(model: torch.nn.Module, dtype: torch.dtype) -> ModuleSource:
 
         def __iter__(self) -> Iterator[tuple[str, torch.Tensor]]:
             for name, param in self._module.named_parameters():
-                value = param.detach().to(dtype)
-                if isinstance(value, DTensor):
-                    if value.device.type != value.device_mesh.device_type:  # CPU-offloaded shard
-                        value = value.to(value.device_mesh.device_type)
-                    value = value.full_tensor()
-                yield name, value
+                yield name, full_tensor(param.detach().to(dtype))
 
     return CastModuleSource(model)
 

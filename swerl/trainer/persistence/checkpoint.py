@@ -46,11 +46,12 @@ from torch.distributed.checkpoint.state_dict import (
 
 from swerl.fileio import atomic_write_text, replace_dir
 from swerl.errors import ConfigError
+from swerl.inference.gather import full_tensor
 from swerl.inference.rng import restore_rng_state, save_rng_state
 from swerl.logs import phase
 from swerl.run_layout import CKPT_DIR, CONFIG_FILE, EXPORT_DIR, LATEST_FILE, TMP_PREFIX, step_dir_name
 from swerl.run_layout import STEP_DIR_RE as _STEP_RE
-from swerl.trainer.policy.distributed import DistInfo, barrier, is_distributed
+from swerl.trainer.distributed import DistInfo, barrier, is_distributed
 from swerl.trainer.persistence.hf_folder import untied_state, write_hf_folder
 from swerl.trainer.persistence.model_card import finish_export
 
@@ -120,11 +121,7 @@ def iter_full_state(model: torch.nn.Module, dtype: torch.dtype | None = None,
     for name, value in untied_state(model):
         if dtype is not None and value.is_floating_point():
             value = value.to(dtype)  # a DTensor casts its local shard: no communication
-        if hasattr(value, "full_tensor"):
-            mesh_device = value.device_mesh.device_type
-            if value.device.type != mesh_device:  # CPU-offloaded shard: gather over the mesh's device (NCCL)
-                value = value.to(mesh_device)
-            value = value.full_tensor()
+        value = full_tensor(value)
         yield name, (value.detach().cpu() if keep else None)
 
 

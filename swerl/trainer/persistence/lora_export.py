@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from swerl.inference.gather import full_tensor
 from swerl.inference.weight_sync.adapter import write_adapter
 from swerl.trainer.policy.lora import hf_module
 
@@ -43,14 +44,7 @@ def write_lora_export(folder: Path, model: torch.nn.Module, tokenizer: PreTraine
 
 def _full(value: torch.Tensor) -> torch.Tensor:
     """The full tensor of a (possibly FSDP-sharded, possibly CPU-offloaded) parameter, fp32 on CPU."""
-    from torch.distributed.tensor import DTensor
-
-    value = value.detach()
-    if isinstance(value, DTensor):
-        if value.device.type != value.device_mesh.device_type:
-            value = value.to(value.device_mesh.device_type)
-        value = value.full_tensor()
-    return value.float().cpu()
+    return full_tensor(value.detach()).float().cpu()
 
 
 def _merged_entries(model: torch.nn.Module) -> list[tuple[str, str, torch.Tensor]]:

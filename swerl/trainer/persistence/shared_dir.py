@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from swerl.errors import ConfigError
-from swerl.trainer.policy.distributed import DistInfo, all_gather_objects, barrier, broadcast_object, is_distributed
+from swerl.trainer.distributed import DistInfo, all_gather_objects, barrier, broadcast_object, is_distributed
 
 
 def check_shared_run_dir(run_dir: Path, dist_info: DistInfo, wait_s: float = 10.0) -> None:

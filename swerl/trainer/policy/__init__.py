@@ -1,1 +1,1 @@
-"""The policy being trained: loading, ranks (data parallel, FSDP2), LoRA adapters, the KL reference."""
+"""The policy being trained: loading, FSDP2 sharding, LoRA adapters."""

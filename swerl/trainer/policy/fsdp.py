@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from swerl.trainer.policy.distributed import DistInfo
+from swerl.trainer.distributed import DistInfo
 
 
 def device_mesh(dist_info: DistInfo):

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 import torch
 
-from swerl.trainer.setup.config import LoraConfig
+from swerl.trainer.config import LoraConfig
 
 
 def is_lora(model: torch.nn.Module) -> bool:

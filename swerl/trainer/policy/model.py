@@ -18,8 +18,8 @@ from typing import Any
 
 import torch
 
-from swerl.trainer.setup.config import ModelConfig
-from swerl.trainer.policy.distributed import DistInfo, is_distributed
+from swerl.trainer.config import ModelConfig
+from swerl.trainer.distributed import DistInfo, is_distributed
 
 log = logging.getLogger(__name__)
 

@@ -21,12 +21,11 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from swerl import metric_keys
 from swerl.agent.metrics import summarize
 from swerl.agent.records import write_sample_records
 from swerl.run_layout import EVAL_DIR, step_file_name
+from swerl.trainer.sections import EvalDuringTrainingConfig
 
 if TYPE_CHECKING:
     from swerl.agent.trajectory import Trajectory
@@ -34,21 +33,6 @@ if TYPE_CHECKING:
     from swerl.trainer.rollouts.runner import RolloutRunner
 
 log = logging.getLogger(__name__)
-
-
-class EvalDuringTrainingConfig(BaseModel):
-    """``eval``: held-out evaluation during training (None = off)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    tasks: str = Field(..., description="Held-out task source: a folder of task folders, or a .parquet/.jsonl of rows.")
-    limit: int | None = Field(None, ge=1, description="Use only the first N tasks of the source (after `names`).")
-    names: list[str] | None = Field(None, min_length=1, description="Only tasks matching these shell patterns.")
-    interval: int = Field(0, ge=0, description="Evaluate every N training steps (0 = only after the last step).")
-    samples: int = Field(1, ge=1, description="Episodes per task: eval/pass@1 and eval/pass@<samples>.")
-    before_train: bool = Field(False, description="Also evaluate the initial policy (a record at global_step 0).")
-    seed: int = Field(0, description="Evaluation seed: sample i of task t samples with a seed made from (seed, t, i) "
-                      "only: the same at every step and in every run (not the training seed), so runs pair.")
 
 
 def is_due(cfg: EvalDuringTrainingConfig, step: int, last_step: int) -> bool:

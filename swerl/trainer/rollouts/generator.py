@@ -25,9 +25,9 @@ from swerl.inference.backends.hf import HFBackend
 from swerl.inference.config import HFGenerator
 from swerl.inference.weight_sync.base import Staged, WeightSync, owned_indices
 from swerl.run_layout import ENGINE_LOGS_DIR, WEIGHT_SYNC_DIR
-from swerl.trainer.policy import distributed as dist
-from swerl.trainer.setup.config import TrainConfig
-from swerl.trainer.policy.distributed import DistInfo
+from swerl.trainer import distributed as dist
+from swerl.trainer.config import TrainConfig
+from swerl.trainer.distributed import DistInfo
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -123,7 +123,7 @@ def check_colocation(config: TrainConfig, on_cpu: bool) -> None:
         ConfigError: one line naming the two fields and the fixes.
     """
     from swerl.errors import ConfigError
-    from swerl.trainer.setup.colocation import colocation_problem
+    from swerl.trainer.colocation import colocation_problem
 
     problem = colocation_problem(config.generator, config.loop.max_staleness_steps, on_gpu=not on_cpu)
     if problem is not None:

@@ -47,9 +47,9 @@ from swerl.inference.weight_sync.module_share import ModuleCopy, ModuleShare
 from swerl.errors import ConfigError
 from swerl.trainer.rollouts.busy import BusyClock, metered
 from swerl.trainer.rollouts.dynamic import fill_batch
-from swerl.trainer.setup.config import TrainConfig
-from swerl.trainer.policy.distributed import DistInfo
-from swerl.trainer.setup.concurrency import rank_sandbox
+from swerl.trainer.config import TrainConfig
+from swerl.trainer.distributed import DistInfo
+from swerl.trainer.rollouts.concurrency import rank_sandbox
 from swerl.trainer.rollouts.generator import Generator, apply_weights, probe_parity, publish_weights
 from swerl.trainer.rollouts.runner import RolloutRunner, gather_trajectories, rank_share
 from swerl.trainer.rollouts.sampler import PromptSampler

@@ -50,7 +50,7 @@ def rank_share(num_tasks: int, step: int, rank: int, world_size: int) -> tuple[r
 def gather_trajectories(local: list[Trajectory]) -> list[Trajectory]:
     """Every rank's trajectories, concatenated in rank order (= prompt order), on every rank (over
     the gloo group with a long timeout: the slowest rank's episodes may take hours)."""
-    from swerl.trainer.policy.distributed import all_gather_objects
+    from swerl.trainer.distributed import all_gather_objects
 
     return [traj for box in all_gather_objects(local) for traj in box]
 

@@ -1,1 +1,1 @@
-"""Run setup: the config, auto resolved for this machine, the run plan and its sizing, and the preflight."""
+"""Run setup: auto resolved for this machine, the run plan and its sizing, and the preflight."""

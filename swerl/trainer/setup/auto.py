@@ -30,7 +30,7 @@ from pydantic import ValidationError
 from swerl.errors import ConfigError
 from swerl.inference.config import AutoGenerator
 from swerl.inference.machine import MachineProbe
-from swerl.trainer.setup.config import TrainConfig
+from swerl.trainer.config import TrainConfig
 
 BF16_MIN_SPEEDUP = 1.5
 """bf16 / fp32 matmul rate from which ``auto`` trains in bf16 (and samples with vLLM on CPU)."""
@@ -241,7 +241,7 @@ def check_ranks_agree(config: TrainConfig) -> None:
     Raises:
         ConfigError: on every rank, naming the ranks' choices and the fix (explicit values).
     """
-    from swerl.trainer.policy import distributed as dist
+    from swerl.trainer import distributed as dist
 
     if not dist.is_distributed():
         return

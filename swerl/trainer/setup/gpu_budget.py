@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from swerl.errors import ConfigError
-from swerl.trainer.setup.config import TrainConfig
+from swerl.trainer.config import TrainConfig
 from swerl.trainer.setup.model_size import model_size
 from swerl.trainer.setup.state_size import state_bytes, trained_params
 

@@ -39,7 +39,7 @@ import yaml
 
 from swerl import metric_keys
 from swerl.run_layout import CONFIG_FILE, METRICS_FILE
-from swerl.trainer.setup.config import TrainConfig
+from swerl.trainer.config import TrainConfig
 from swerl.trainer.setup.model_size import kv_bytes_per_token
 from swerl.trainer.setup.plan import format_bytes
 from swerl.trainer.setup.state_size import TRAIN_BYTES_PER_PARAM

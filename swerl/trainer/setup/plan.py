@@ -11,8 +11,8 @@ from pydantic import BaseModel
 
 from swerl.inference.config import AutoGenerator, VLLMGenerator
 from swerl.text import counted
-from swerl.trainer.setup.concurrency import rank_sandbox, split_count
-from swerl.trainer.setup.config import TrainConfig
+from swerl.trainer.rollouts.concurrency import rank_sandbox, split_count
+from swerl.trainer.config import TrainConfig
 from swerl.trainer.setup.model_size import kv_bytes_per_token, model_size
 from swerl.trainer.setup.state_size import TRAIN_BYTES_PER_PARAM, state_bytes, trained_params
 

@@ -35,7 +35,7 @@ from swerl.errors import ConfigError, EnvironmentProblem
 from swerl.inference.config import HFGenerator
 from swerl.text import counted
 from swerl.trainer.setup.auto import Resolution, resolve_auto
-from swerl.trainer.setup.config import TrainConfig
+from swerl.trainer.config import TrainConfig
 from swerl.trainer.setup.model_size import exact_param_count, model_shape, model_size, param_count
 from swerl.trainer.setup.plan import RunPlan, format_bytes, make_plan, stored_bytes
 

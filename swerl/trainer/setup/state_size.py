@@ -6,7 +6,7 @@ Stage: ``trainer/`` (the preflight). No torch: shapes come from the HF config.
 
 from __future__ import annotations
 
-from swerl.trainer.setup.config import TrainConfig
+from swerl.trainer.config import TrainConfig
 from swerl.trainer.setup.model_size import lora_param_count
 
 TRAIN_BYTES_PER_PARAM = 16  # fp32 master weight + fp32 grad + AdamW m and v

@@ -7,7 +7,7 @@ import math
 import torch
 from torch.optim.lr_scheduler import LambdaLR
 
-from swerl.trainer.setup.config import OptimizerConfig
+from swerl.trainer.config import OptimizerConfig
 
 
 def lr_factor(step: int, cfg: OptimizerConfig, total_steps: int) -> float:

@@ -28,12 +28,12 @@ from swerl.rl.loss import LossInputs, ReportedKeys, compute_policy_loss, kl_shar
 from swerl.rl.reductions import StepDenominators, denominator_parts, dp_loss_scale
 from swerl.rl.rollout_correction import lag_means
 from swerl.trainer.step.batch import MicroBatch, Row, collate, mini_batches, padding_row
-from swerl.trainer.policy.distributed import DistInfo, all_reduce_grads, all_reduce_max, all_reduce_sum, rank_slice
+from swerl.trainer.distributed import DistInfo, all_reduce_grads, all_reduce_max, all_reduce_sum, rank_slice
 from swerl.trainer.step.nonfinite import SKIPPED, skip_counts, step_if_finite
 
 
 class ReferencePolicy(Protocol):
-    """What the update reads of the KL term's frozen reference (swerl.trainer.policy.reference implements
+    """What the update reads of the KL term's frozen reference (swerl.trainer.step.reference implements
     it; named here so the update does not import the module that builds on its forward)."""
 
     def logprobs(self, mb: MicroBatch) -> torch.Tensor:

@@ -1,1 +1,1 @@
-"""What a run reports: metrics records and sinks, experiment trackers, task health and the quarantine."""
+"""What a run reports: metrics records and sinks, experiment trackers."""

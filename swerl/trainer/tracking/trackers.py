@@ -23,35 +23,24 @@ import time
 import types
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel
 
 from swerl.errors import EnvironmentProblem
 from swerl.fileio import atomic_write_json
 from swerl.run_layout import MLFLOW_DIR
+from swerl.trainer.sections import MlflowConfig, WandbConfig
 
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
+
+    from swerl.trainer.config import LoggingConfig
 
 log = logging.getLogger(__name__)
 
 IDS_FILE = "trackers.json"
 """``RUN_DIR/trackers.json``: the tracker run ids of this run directory (a resume continues them)."""
-
-
-class WandbConfig(BaseModel):
-    """``logging.wandb``: log to Weights & Biases."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    project: str = Field("swerl", description="W&B project.")
-    entity: str | None = Field(None, description="W&B entity (team or user); None = the account default.")
-    name: str | None = Field(None, description="Run name; None = the run directory's name.")
-    mode: Literal["offline", "online"] = Field(
-        "offline", description="offline: write RUN_DIR/wandb only (upload later with `wandb sync`); online: stream."
-    )
-    tags: list[str] = Field(default_factory=list, description="Run tags.")
 
 
 MISSING = {"wandb": "logging.wandb is set but wandb is not installed: pip install wandb",
@@ -129,19 +118,6 @@ class WandbTracker:
     def close(self) -> None:
         """Finish the run (flushes the offline file)."""
         self.run.finish()
-
-
-class MlflowConfig(BaseModel):
-    """``logging.mlflow``: log to MLflow (needs the ``mlflow`` extra: ``pip install 'swerl[mlflow]'``)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    tracking_uri: str | None = Field(
-        None, description="MLflow tracking URI (http://server, sqlite:///file.db, file:/dir); None = RUN_DIR/mlruns."
-    )
-    experiment: str = Field("swerl", min_length=1, description="MLflow experiment (created when missing).")
-    run_name: str | None = Field(None, description="Run name; None = the run directory's name.")
-    tags: dict[str, str] = Field(default_factory=dict, description="Run tags.")
 
 
 def _mlflow_client(cfg: MlflowConfig, run_dir: Path) -> MlflowClient:
@@ -230,27 +206,19 @@ class MlflowTracker:
 Tracker = WandbTracker | MlflowTracker
 
 
-class TrackerChoice(Protocol):
-    """What the trackers read of the ``logging`` section (``swerl.trainer.setup.config.LoggingConfig``,
-    which imports this module's settings: named here so that no import runs in a circle)."""
-
-    wandb: WandbConfig | None
-    mlflow: MlflowConfig | None
-
-
-def open_trackers(logging_cfg: TrackerChoice, run_dir: Path, config: dict[str, Any], plan: object) -> list[Tracker]:
+def open_trackers(logging_cfg: LoggingConfig, run_dir: Path, config: dict[str, Any], plan: object) -> list[Tracker]:
     """The trackers ``logging_cfg`` asks for, opened with the config and the plan (rank 0 only)."""
     trackers: list[Tracker] = []
-    if getattr(logging_cfg, "wandb", None) is not None:
+    if logging_cfg.wandb is not None:
         trackers.append(WandbTracker(logging_cfg.wandb, run_dir, config, plan))
-    if getattr(logging_cfg, "mlflow", None) is not None:
+    if logging_cfg.mlflow is not None:
         trackers.append(MlflowTracker(logging_cfg.mlflow, run_dir, config, plan))
     for tracker in trackers:
         log.info("%s", tracker.where())
     return trackers
 
 
-def log_selection(logging_cfg: TrackerChoice, run_dir: Path, selection: dict[str, Any]) -> None:
+def log_selection(logging_cfg: LoggingConfig, run_dir: Path, selection: dict[str, Any]) -> None:
     """Add the selected checkpoint (step, EMA, metric, export path) to the run's trackers.
 
     Reopens each tracker run by the id in ``RUN_DIR/trackers.json``; a run directory without one
@@ -258,7 +226,7 @@ def log_selection(logging_cfg: TrackerChoice, run_dir: Path, selection: dict[str
     MLflow tags ``selection/*`` plus the artifact ``selection.json``.
     """
     ids = _read_ids(run_dir)
-    cfg = getattr(logging_cfg, "wandb", None)
+    cfg = logging_cfg.wandb
     if cfg is not None and "wandb" in ids:
         wandb = _import_wandb()
         run = wandb.init(project=cfg.project, entity=cfg.entity, mode=cfg.mode, dir=str(run_dir), id=ids["wandb"],
@@ -266,7 +234,7 @@ def log_selection(logging_cfg: TrackerChoice, run_dir: Path, selection: dict[str
         run.summary.update({f"selection/{k}": v for k, v in selection.items()})
         run.finish()
         wandb.teardown()  # finish() can return before the service has written the run file
-    ml_cfg = getattr(logging_cfg, "mlflow", None)
+    ml_cfg = logging_cfg.mlflow
     if ml_cfg is not None and "mlflow" in ids:
         client = _mlflow_client(ml_cfg, run_dir)
         for key, value in selection.items():

@@ -1,0 +1,1 @@
+"""Tests of ``swerl/trainer/persistence/``: checkpoints, exports, the step commit and its kills."""

@@ -1,0 +1,1 @@
+"""Tests of ``swerl/trainer/policy/``: loading, FSDP2 sharding and placement, LoRA."""

@@ -1,0 +1,1 @@
+"""Tests of ``swerl/trainer/rollouts/``: sampler, quarantine, concurrency, generator, pipeline, eval."""

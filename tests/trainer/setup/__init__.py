@@ -1,0 +1,1 @@
+"""Tests of ``swerl/trainer/setup/``: auto, the plan's sizing, the preflight."""

@@ -1,0 +1,1 @@
+"""Tests of ``swerl/trainer/tracking/``: metrics records and sinks, experiment trackers."""
