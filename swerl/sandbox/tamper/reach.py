@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from swerl.tasks.task_folder import Task
 
 RUNNER = "swerl_run_tests.py"
+PROXY = "swerl_solution_proxy.py"  # beside the tests of an isolated task: the solution runs in a confined worker
 PROXY_CALLS = ("solution_function", "solution_class")  # swerl's proxy: each names the module it runs
 # Names that load code a static read of imports cannot follow: a module that uses one may run any
 # file of the work product.
@@ -54,11 +55,16 @@ class VerifierReach:
             file of the work product counts as run.
         import_roots: the folders the tests import from: ``pythonpath`` of the pinned
             ``/tests/pytest.ini`` (``/app/src`` for a src layout); None: the work product's folders.
+        in_process: swerl's runner imports the work product into pytest's own interpreter (no
+            ``swerl_solution_proxy.py`` beside the tests: mined repository tasks); the modules it
+            imports are then held to the stricter in-process rules of
+            :func:`~swerl.sandbox.tamper.text.in_process_reasons`.
     """
 
     pinned_pytest: bool = False
     entry_modules: frozenset[str] | None = None
     import_roots: tuple[str, ...] | None = None
+    in_process: bool = False
 
     @classmethod
     def of(cls, task: Task | None) -> VerifierReach:
@@ -76,7 +82,8 @@ class VerifierReach:
         sources = [path.read_text(encoding="utf-8", errors="replace") for path in sorted(tests.rglob("*.py"))
                    if not path.name.startswith("swerl_")]  # a project's tests keep their folders (mined tasks)
         entry = imported_modules(sources) if sources else None
-        return cls(pinned_pytest=True, entry_modules=entry or None, import_roots=ini_pythonpath(tests / "pytest.ini"))
+        return cls(pinned_pytest=True, entry_modules=entry or None, import_roots=ini_pythonpath(tests / "pytest.ini"),
+                   in_process=not (tests / PROXY).is_file())
 
     def reads_pytest_config(self, path: str) -> bool:
         """Whether a pytest configuration file at ``path`` can be read by the verifier."""
@@ -130,7 +137,7 @@ def import_closure(sources: Mapping[str, str], roots: Iterable[str], entry: Iter
         roots: the folders on the import path (the declared work product, e.g. ``["/app"]``).
         entry: the top-level modules imported first.
     """
-    modules: dict[str, str] = {}
+    modules: dict[str, list[str]] = {}  # every file that can supply a name: a package and a module beside it both count
     for path in sources:
         for root in roots:
             if path.startswith(root.rstrip("/") + "/") and path.endswith(".py"):
@@ -138,20 +145,20 @@ def import_closure(sources: Mapping[str, str], roots: Iterable[str], entry: Iter
                 if parts[-1] == "__init__":
                     parts = parts[:-1]
                 if parts and all(p.isidentifier() for p in parts):
-                    modules.setdefault(".".join(parts), path)
+                    modules.setdefault(".".join(parts), []).append(path)
     reached: set[str] = set()
     pending = [m for m in entry]
     while pending:
         name = pending.pop()
         for prefix in _prefixes(name):  # importing a.b runs a/__init__.py first
-            path = modules.get(prefix)
-            if path is None or path in reached:
-                continue
-            reached.add(path)
-            imports = _imports(sources[path], prefix, path.endswith("/__init__.py"))
-            if imports is None:
-                return None
-            pending += imports
+            for path in modules.get(prefix, []):
+                if path in reached:
+                    continue
+                reached.add(path)
+                imports = _imports(sources[path], prefix, path.endswith("/__init__.py"))
+                if imports is None:
+                    return None
+                pending += imports
     return reached
 
 
@@ -165,10 +172,12 @@ def _imports(source: str, module: str, is_package: bool) -> list[str] | None:
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
-        return []  # it cannot be imported: it runs nothing
+        return None  # read otherwise than Python reads it (a coding line, a cut): anything may run
     package = module if is_package else module.rpartition(".")[0]
     found: list[str] = []
     for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr == "path" and isinstance(node.value, ast.Name) and node.value.id == "sys":
+            return None  # sys.path read or edited: an import may then resolve to any folder of the work product
         if isinstance(node, ast.Name) and node.id in DYNAMIC_LOADERS:
             return None
         if isinstance(node, ast.Attribute) and node.attr in DYNAMIC_LOADERS:

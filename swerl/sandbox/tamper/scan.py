@@ -22,6 +22,7 @@ from swerl.fileio import TooManyEntries
 from swerl.sandbox.runtime.layer import MAX_CHANGES, Change, LayerReader
 from swerl.sandbox.tamper.reach import VerifierReach, import_closure
 from swerl.sandbox.tamper.territory import LIB_DIRS, Territory, change_reasons, python_library
+from swerl.sandbox.tamper.inprocess import in_process_reasons
 from swerl.sandbox.tamper.text import module_reasons, text_reasons
 
 log = logging.getLogger(__name__)
@@ -99,21 +100,72 @@ async def _text_reasons(changes: Sequence[Change], territory: Territory, reader:
     compiled = [p for p in in_work if p.endswith(tuple(EXTENSION_SUFFIXES)) and _top_module(p, roots) is not None]
     reasons += [f"compiled-module: {p} is compiled code where the tests import from" for p in compiled[:4]]
     texts: dict[str, str] = {}
+    unreadable: dict[str, str] = {}  # module -> why the scan cannot read it as Python reads it
     for path in dict.fromkeys([*leading, *modules, *in_work, *written]):
         if len(texts) >= limit:
             break
-        data = await reader.read(path, MAX_TEXT_BYTES)
-        if data is not None and b"\0" not in data[:8192]:
-            texts[path] = data.decode("utf-8", "replace")
+        data = await reader.read(path, MAX_TEXT_BYTES + 1)
+        if path in modules:
+            text, why = python_text(data)
+            texts[path] = text
+            if why:
+                unreadable[path] = why
+        elif data is not None and b"\0" not in data[:8192]:
+            texts[path] = data[:MAX_TEXT_BYTES].decode("utf-8", "replace")
         elif data is not None:
             texts[path] = ""  # binary: read, counted, not scanned
     runs = _runs(texts, territory)
+    in_process = territory.reach.in_process
     for path, text in texts.items():
         judged = _in_work(path, territory) and (runs is None or path in runs)
         reasons += text_reasons(text, path, runs=judged)
-        if judged and path.endswith(".py"):
+        if judged and path in unreadable:
+            reasons.append(f"scan: {path} {unreadable[path]}; a module the tests may import is judged whole or not at all")
+        elif judged and path.endswith(".py"):
             reasons += module_reasons(text, path)
+            if in_process:
+                reasons += await _in_process_reasons(text, path, roots, reader)
     return reasons
+
+
+async def _in_process_reasons(text: str, path: str, roots: Sequence[str], reader: LayerReader) -> list[str]:
+    """:func:`~swerl.sandbox.tamper.text.in_process_reasons` of one module the tests import in
+    process, and a reason for each of its imports that is neither the standard library's nor the
+    work product's own (a module or package under the folders the tests import from)."""
+    reasons, others = in_process_reasons(text, path)
+    for name in others[:8]:
+        candidates = [f"{root}/{name}{suffix}" for root in roots for suffix in ("", ".py")]
+        found = [await reader.stat(candidate) for candidate in candidates]
+        if not any(found):
+            reasons.append(f"test-framework: {path} imports {name}, which is neither the work product's nor a "
+                           "standard-library module code imported into the tests' interpreter may use")
+            break
+    return reasons
+
+
+def python_text(data: bytes | None) -> tuple[str, str]:
+    """The text of a module as the interpreter decodes it (its coding line or BOM,
+    ``importlib.util.decode_source``) and why the scan cannot judge it ("" when it can): not a
+    regular file (a link, where the tests import from), over :data:`MAX_TEXT_BYTES`, a NUL byte,
+    undecodable, or not Python that parses."""
+    import ast
+    from importlib.util import decode_source
+
+    if data is None:
+        return "", "is not a regular file (a link or a special file)"
+    if len(data) > MAX_TEXT_BYTES:
+        return "", f"is over the {MAX_TEXT_BYTES >> 10} KiB the scan reads"
+    if b"\0" in data:
+        return "", "holds a NUL byte"
+    try:
+        text = decode_source(data)
+    except (SyntaxError, UnicodeDecodeError, LookupError) as err:
+        return "", f"cannot be decoded as Python source ({type(err).__name__})"
+    try:
+        ast.parse(text)
+    except (SyntaxError, ValueError) as err:
+        return text, f"does not parse as Python ({type(err).__name__})"
+    return text, ""
 
 
 def _runs(texts: dict[str, str], territory: Territory) -> set[str] | None:

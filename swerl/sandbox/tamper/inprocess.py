@@ -1,0 +1,104 @@
+"""The in-process rules of the tamper signal: what a module the hidden tests import into pytest's own
+interpreter may not do (``VerifierReach.in_process``: tests without swerl's solution proxy, mined
+repository tasks). Code in that interpreter can reach every object of pytest's, so the rules are
+an allow-list by construction, not a list of spellings: a blocklist is always one alias short.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+
+from swerl.sandbox.tamper.text import TEST_FRAMEWORK_MODULES
+
+# In-process tests (mined repository tasks) import the work product into pytest's interpreter: its
+# modules may import only what cannot reach pytest's objects or leave the process behind pytest's
+# back. An allow-list, by construction: the standard library's pure computation, text, data and
+# file modules; not import-by-name (importlib, pkgutil, pydoc, unittest.mock's patch by name),
+# code from data (pickle, copyreg, marshal, shelve, runpy, code, codeop, doctest, timeit),
+# introspection (inspect, traceback, gc, ctypes, builtins, dis, trace, pdb, bdb, faulthandler),
+# start-up and exit hooks (site, atexit, signal), other processes' tools (subprocess,
+# multiprocessing, concurrent, pty, posix), or logging.config (it imports factories by name).
+IN_PROCESS_STDLIB = frozenset({
+    "__future__", "abc", "argparse", "array", "ast", "asyncio", "base64", "binascii", "bisect", "bz2", "calendar",
+    "cmath", "collections", "colorsys", "configparser", "contextlib", "contextvars", "copy", "csv", "dataclasses",
+    "datetime", "decimal", "difflib", "email", "enum", "errno", "fnmatch", "fractions", "functools", "getpass",
+    "glob", "graphlib", "gzip", "hashlib", "heapq", "hmac", "html", "http", "io", "ipaddress", "itertools", "json",
+    "keyword", "locale", "logging", "lzma", "math", "mimetypes", "numbers", "operator", "os", "pathlib", "platform",
+    "pprint", "queue", "random", "re", "reprlib", "secrets", "selectors", "shlex", "shutil", "socket", "sqlite3",
+    "statistics", "string", "stringprep", "struct", "sys", "tempfile", "textwrap", "threading", "time", "tomllib",
+    "types", "typing", "unicodedata", "urllib", "uuid", "warnings", "weakref", "xml", "zipfile", "zlib", "zoneinfo",
+})
+_IN_PROCESS_DENIED_SUBMODULES = frozenset({"logging.config"})
+# Builtins that run code from text or reach any module by a string; attributes that make or
+# replace code objects; os's ways to leave or fork the process that runs the tests.
+_CODE_BUILTINS = frozenset({"exec", "eval", "compile", "__import__", "breakpoint"})
+_CODE_ATTRS = frozenset({"__code__", "FunctionType", "CodeType", "LambdaType", "MethodType"})
+_OS_PROCESS = re.compile(r"^(?:_exit|abort|fork|forkpty|register_at_fork|system|popen|posix_spawnp?|kill|killpg|"
+                         r"exec[lv]p?e?|spawn[lv]p?e?)$")
+
+
+def in_process_reasons(source: str, origin: str) -> tuple[list[str], list[str]]:
+    """The in-process rules of a module the tests import into pytest's own interpreter
+    (``VerifierReach.in_process``), beyond :func:`module_reasons`: ``(reasons, other_imports)``.
+
+    Reasons: a standard-library import outside :data:`IN_PROCESS_STDLIB` (or ``logging.config``);
+    a use of ``exec``, ``eval``, ``compile``, ``__import__`` or ``breakpoint``; code objects made or
+    replaced (``__code__``, ``types.FunctionType``...); ``os`` leaving, forking or signalling (``os.execv``,
+    ``os.fork``, ``os.system``...). ``other_imports``: top-level names of the imports that are not
+    the standard library's (the caller checks each is the work product's own). "" imports (relative)
+    are the package's own and not listed.
+    """
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return [], []
+    denied: dict[str, None] = {}
+    others: dict[str, None] = {}
+    for node in ast.walk(tree):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+        for name in names:
+            top = name.split(".")[0]
+            if top not in sys.stdlib_module_names:
+                others.setdefault(top, None)
+            elif top not in IN_PROCESS_STDLIB or name in _IN_PROCESS_DENIED_SUBMODULES:
+                denied.setdefault(f"imports {name}", None)
+        if isinstance(node, ast.Name) and node.id in _CODE_BUILTINS:
+            denied.setdefault(f"uses {node.id}", None)
+        elif isinstance(node, ast.Attribute) and (node.attr in _CODE_ATTRS or node.attr in _CODE_BUILTINS):
+            denied.setdefault(f"uses .{node.attr}", None)
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "os" and (
+                _OS_PROCESS.match(node.attr)):
+            denied.setdefault(f"uses os.{node.attr}", None)
+        elif isinstance(node, ast.ImportFrom) and node.module == "os" and any(_OS_PROCESS.match(a.name) for a in node.names):
+            denied.setdefault("imports a process call from os", None)
+        if isinstance(node, ast.ClassDef) and _blind_equality(node):
+            denied.setdefault(f"defines an equality of class {node.name} that ignores what it is compared with", None)
+    reasons = [f"test-framework: {origin} {what}, which code the tests import into their own interpreter may not "
+               "(it can reach pytest's objects or leave the process)" for what in list(denied)[:3]]
+    return reasons, [name for name in others if name not in TEST_FRAMEWORK_MODULES]
+
+
+def _blind_equality(cls: ast.ClassDef) -> bool:
+    """Whether ``cls`` defines ``__eq__`` or ``__ne__`` that never reads the object it is compared
+    with (``return True``, a lambda ignoring it) or binds either to anything but a function of its
+    own: a value that equals whatever a test expects. Honest equality reads ``other``."""
+    for node in cls.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in ("__eq__", "__ne__"):
+            params = [*node.args.posonlyargs, *node.args.args]
+            if len(params) < 2 or not _reads(node.body, params[1].arg):
+                return True
+        elif isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id in ("__eq__", "__ne__") for t in node.targets):
+            value = node.value
+            if not (isinstance(value, ast.Lambda) and len(value.args.args) >= 2 and _reads([value.body], value.args.args[1].arg)):
+                return True
+    return False
+
+
+def _reads(body: list[ast.AST], name: str) -> bool:
+    return any(isinstance(n, ast.Name) and n.id == name for stmt in body for n in ast.walk(stmt))
