@@ -22,6 +22,7 @@ ASYNC_STALENESS_MEAN = "async/staleness_mean"
 
 # dynamic_sampling/: trainer/rollouts/dynamic.py
 DYNAMIC_SAMPLING_GROUPS_KEPT = "dynamic_sampling/groups_kept"
+DYNAMIC_SAMPLING_GROUPS_DROPPED = "dynamic_sampling/groups_dropped"
 DYNAMIC_SAMPLING_ROUNDS = "dynamic_sampling/rounds"
 
 # eval/: trainer/rollouts/evaluation.py: held-out evaluation

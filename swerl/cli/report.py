@@ -47,7 +47,7 @@ def view_cmd(
     task: Annotated[Optional[str], typer.Option(help="Show the conversations of this task's episodes.")] = None,
     sample: Annotated[Optional[int], typer.Option(help="With --task: only this sample index.")] = None,
     out: Annotated[Optional[Path], typer.Option(
-        callback=output_file_callback, help="Write one self-contained HTML viewer instead: every episode of "
+        callback=output_file_callback, help="Write one self-contained HTML viewer instead: every trained episode of "
                                             "every dumped step (or --step), to filter, sort and read.")] = None,
     verbose: Verbose = False,
 ) -> None:

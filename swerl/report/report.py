@@ -24,8 +24,9 @@ from swerl.selection import ema
 from swerl.text import counted
 
 ARM_COLUMNS = ["arm", "run dir", "steps", "final reward", "final EMA", "selected step (EMA)",
-               "mean length", "rewarded length", "unrewarded length", "clip fraction"]
-"""Columns of the arms table (lengths: means over steps of ``response_length/*``, tokens)."""
+               "mean length", "rewarded length", "unrewarded length", "cut at length"]
+"""Columns of the arms table (lengths: means over steps of ``response_length/*``, tokens; "cut at length":
+the share of responses cut by the token limit, ``response_length/clip_fraction``, not PPO's ratio clipping)."""
 
 
 @dataclass
@@ -64,7 +65,7 @@ def arm_row(run: Run, span: int) -> dict[str, str]:
         "mean length": _fmt(_mean_of(run, metric_keys.RESPONSE_LENGTH_MEAN), 1),
         "rewarded length": _fmt(_mean_of(run, metric_keys.RESPONSE_LENGTH_REWARD_POS_MEAN), 1),
         "unrewarded length": _fmt(_mean_of(run, metric_keys.RESPONSE_LENGTH_REWARD_ZERO_MEAN), 1),
-        "clip fraction": _fmt(_mean_of(run, metric_keys.RESPONSE_LENGTH_CLIP_FRACTION)),
+        "cut at length": _fmt(_mean_of(run, metric_keys.RESPONSE_LENGTH_CLIP_FRACTION)),
     }
 
 

@@ -36,10 +36,18 @@ class RunVerdict:
 def signal_groups(run: Run) -> list[tuple[int, int, int]]:
     """(step, groups with reward variance, groups) per step, from ``reward/num_trajectories``,
     ``advantage/zero_variance_groups`` and ``advantage/below_min_groups`` and the run's
-    ``algorithm.n_samples_per_prompt``; [] when the run does not say."""
+    ``algorithm.n_samples_per_prompt``; [] when the run does not say. With dynamic sampling the
+    step's own counts of the groups drawn: ``dynamic_sampling/groups_kept`` (those with signal)
+    of ``groups_kept + groups_dropped`` (the trained rows hold only the kept ones, or flat
+    groups when none had signal)."""
     n = ((run.config.get("algorithm") or {}).get("n_samples_per_prompt")) or 0
     out = []
     for record in run.records:
+        if metric_keys.DYNAMIC_SAMPLING_GROUPS_KEPT in record:
+            kept = int(record[metric_keys.DYNAMIC_SAMPLING_GROUPS_KEPT])
+            drawn = kept + int(record.get(metric_keys.DYNAMIC_SAMPLING_GROUPS_DROPPED, 0.0))
+            out.append((int(record["global_step"]), kept, drawn))
+            continue
         rows = record.get(metric_keys.REWARD_NUM_TRAJECTORIES)
         if not n or rows is None or metric_keys.ADVANTAGE_ZERO_VARIANCE_GROUPS not in record:
             continue
@@ -83,12 +91,30 @@ def _signal_line(run: Run) -> str | None:
             f"per step {shown}")
 
 
-def next_commands(run_dir: Path, program: str = "swerl") -> list[str]:
-    """What to run next on ``run_dir``: the report, the episode viewer, the held-out eval;
-    ``program`` is how swerl is called (``.venv/bin/swerl`` where the venv is not activated)."""
+def next_commands(run_dir: Path, program: str = "swerl", held_out: Path | None = None) -> list[str]:
+    """What to run next on ``run_dir``: the report, the episode viewer, the held-out eval of the
+    selected export and of step 0, and their paired comparison; ``program`` is how swerl is
+    called (``.venv/bin/swerl`` where the venv is not activated); ``held_out``: the held-out task
+    folder (``TASKS`` when None)."""
+    tasks = held_out if held_out is not None else "TASKS"
     return [f"{program} report {run_dir} --out {run_dir / 'report.html'}",
             f"{program} view {run_dir} --out {run_dir / 'view.html'}",
-            f"{program} eval TASKS --from-run {run_dir}   # the selected export on held-out tasks"]
+            f"{program} eval {tasks} --from-run {run_dir} --out {run_dir / 'eval-selected'}   # the selected export",
+            f"{program} eval {tasks} --from-run {run_dir} --step 0 --out {run_dir / 'eval-step0'}   # the model it started from",
+            f"{program} compare {run_dir / 'eval-step0'} {run_dir / 'eval-selected'}   # did training help? (paired)"]
+
+
+def held_out_tasks(run: Run) -> Path | None:
+    """A held-out task folder for ``run``: its eval section's tasks, else a ``heldout-*`` sibling of
+    ``data.tasks`` (a generated family's split, ``swerl tasks generate``); None when neither exists."""
+    evaluation = (run.config.get("eval") or {}).get("tasks")
+    if evaluation and Path(evaluation).is_dir():
+        return Path(evaluation)
+    tasks = (run.config.get("data") or {}).get("tasks")
+    if not tasks or not Path(tasks).is_dir():
+        return None
+    siblings = sorted(p for p in Path(tasks).parent.glob("heldout-*") if p.is_dir() and p != Path(tasks))
+    return siblings[0] if siblings else None
 
 
 def run_verdict(run: Run, span: int = 5, program: str = "swerl") -> RunVerdict:
@@ -111,4 +137,4 @@ def run_verdict(run: Run, span: int = 5, program: str = "swerl") -> RunVerdict:
     signal = _signal_line(run)
     if signal:
         lines.append(signal)
-    return RunVerdict(headline, lines, next_commands(run.run_dir, program))
+    return RunVerdict(headline, lines, next_commands(run.run_dir, program, held_out_tasks(run)))

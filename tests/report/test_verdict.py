@@ -84,3 +84,29 @@ def test_the_printed_commands_call_swerl_as_this_shell_can(tmp_path, monkeypatch
     assert swerl_program() == "swerl"
     monkeypatch.setattr("sys.argv", ["-m", "train"])
     assert swerl_program().endswith(" -m swerl.cli")
+
+
+def test_with_dynamic_sampling_the_groups_with_signal_are_the_kept_of_the_drawn(tmp_path):
+    """New-user finding: a demo step that drew 6 groups and kept 2 read "6/6"; the trained rows hold
+    only the kept groups, so counting groups from them (minus flat ones among them) saw no flat group."""
+    run_dir = make_run(tmp_path / "run", CONFIG, [0.08, 0.09, 0.17, 0.21], {})
+    _with_counts(run_dir, 8, [0.0] * 4)
+    path = run_dir / "metrics.jsonl"
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    for record, (kept, dropped) in zip(records, [(2, 4), (2, 6), (2, 4), (4, 2)]):
+        record.update({"dynamic_sampling/groups_kept": float(kept), "dynamic_sampling/groups_dropped": float(dropped)})
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    line = run_verdict(load_run(run_dir)).lines[-1]
+    assert line.startswith("groups with signal (rewards not all equal, so a gradient): 10 of 26 (38%)"), line
+
+
+def test_the_next_eval_names_a_generated_family_s_held_out_split_and_the_baseline(tmp_path):
+    family = tmp_path / "family"
+    for split in ("train", "heldout-instance", "heldout-template"):
+        (family / split).mkdir(parents=True)
+    run_dir = make_run(tmp_path / "run", {**CONFIG, "data": {"tasks": str(family / "train")}}, [0.1, 0.2], {})
+    commands = run_verdict(load_run(run_dir)).next_commands
+    assert commands[2].startswith(f"swerl eval {family / 'heldout-instance'} --from-run {run_dir} --out ")
+    assert f"--from-run {run_dir} --step 0" in commands[3] and commands[4].startswith("swerl compare ")
+    bare = make_run(tmp_path / "bare", CONFIG, [0.1, 0.2], {})
+    assert run_verdict(load_run(bare)).next_commands[2].startswith("swerl eval TASKS --from-run")

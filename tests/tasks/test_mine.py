@@ -43,7 +43,7 @@ def mined(tmp_path_factory):
     """The fixture project, with leaks planted (a .git folder, bytecode, an egg-info copy), traced and mined."""
     tmp_path = tmp_path_factory.mktemp("mined")
     project = tmp_path / "minilib-1.0"
-    shutil.copytree(FIXTURE, project)
+    shutil.copytree(FIXTURE, project, ignore=shutil.ignore_patterns("__pycache__"))  # a run that imported it left some
     (project / ".git").mkdir()
     (project / ".git" / "ORIG_HEAD").write_text("ref: the answer\n")
     (project / "minilib" / "__pycache__").mkdir()

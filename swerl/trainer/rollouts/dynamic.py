@@ -101,7 +101,7 @@ def fill_batch(algorithm: AlgorithmConfig, batch_size: int, first: list[Trajecto
     trained = [t for group in kept for t in group] or list(first)
     metrics = {
         metric_keys.DYNAMIC_SAMPLING_GROUPS_KEPT: float(len(kept)),
-        "dynamic_sampling/groups_dropped": float(dropped),
+        metric_keys.DYNAMIC_SAMPLING_GROUPS_DROPPED: float(dropped),
         metric_keys.DYNAMIC_SAMPLING_ROUNDS: float(rounds),
         "dynamic_sampling/batch_filled": float(len(kept) >= batch_size),
         "dynamic_sampling/prompts_drawn": float(len(kept) + dropped),
