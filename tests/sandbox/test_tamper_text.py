@@ -167,6 +167,12 @@ IN_PROCESS_ATTACKS = {
     "equal-to-anything": "class R(int):\n    def __eq__(self, other):\n        return True\n    __hash__ = int.__hash__\n"
                          "def add(a, b):\n    return R(0)\n",
     "equal-lambda": "class R:\n    __eq__ = lambda self, other: True\n",
+    # an allowed module's attributes are modules too: the allow-list is walked through them
+    "module-attribute": "import dataclasses\nframe = dataclasses.inspect.currentframe\n",
+    "from-module-attribute": "from logging import traceback\n",
+    "sys-through-threading": "import threading\nfw = threading._sys.modules.get('py' + 'test')\n",
+    "type-hints-eval": "import typing\ndef f(x: \"__import__('py' + 'test')\"):\n    pass\nhints = typing.get_type_hints(f)\n",
+    "format-string": 'leak = "{0.__init__.__globals__}".format(object())\n',
 }
 IN_PROCESS_HONEST = (
     "import os\nimport re\nimport json\nimport logging\nfrom collections import OrderedDict\n"
@@ -175,6 +181,7 @@ IN_PROCESS_HONEST = (
     "from dataclasses import dataclass\n@dataclass\nclass P:\n    x: int\n"
     "class Q:\n    def __eq__(self, other):\n        return isinstance(other, Q) and self.x == other.x\n",
     "import sys\nfrom typing import Any\nfrom minilib.vendored import clamp_copy\ndef f(x: Any) -> int:\n    return len(sys.argv) + x\n",
+    "import os\nimport json\nimport pathlib\nfrom os import path\nD = json.decoder.JSONDecoder\nP = os.path.join('a', pathlib.Path('b').name)\n",
 )
 
 

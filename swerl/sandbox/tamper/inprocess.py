@@ -35,6 +35,14 @@ _IN_PROCESS_DENIED_SUBMODULES = frozenset({"logging.config"})
 # replace code objects; os's ways to leave or fork the process that runs the tests.
 _CODE_BUILTINS = frozenset({"exec", "eval", "compile", "__import__", "breakpoint"})
 _CODE_ATTRS = frozenset({"__code__", "FunctionType", "CodeType", "LambdaType", "MethodType"})
+# Modules the allowed ones hold as attributes and implement themselves with (``os.path`` is
+# ``posixpath``): as harmless as their holders.
+_IMPLEMENTATION_MODULES = frozenset({"posixpath", "ntpath", "genericpath", "stat", "_compression", "_hashlib",
+                                     "_random", "_socket", "_string", "_uuid", "codecs", "encodings", "select"})
+# Strings that name the interpreter's internals (``"{0.__init__.__globals__}".format(x)``), and
+# typing's evaluation of annotation strings (``get_type_hints`` evaluates ``"__import__('x')"``).
+_DUNDER_REACH = ("__subclasses__", "__globals__", "__builtins__", "__code__", "__import__")
+_EVALUATING = frozenset({"get_type_hints", "ForwardRef", "_eval_type", "evaluate_forward_ref", "_evaluate"})
 _OS_PROCESS = re.compile(r"^(?:_exit|abort|fork|forkpty|register_at_fork|system|popen|posix_spawnp?|kill|killpg|"
                          r"exec[lv]p?e?|spawn[lv]p?e?)$")
 
@@ -77,11 +85,73 @@ def in_process_reasons(source: str, origin: str) -> tuple[list[str], list[str]]:
             denied.setdefault(f"uses os.{node.attr}", None)
         elif isinstance(node, ast.ImportFrom) and node.module == "os" and any(_OS_PROCESS.match(a.name) for a in node.names):
             denied.setdefault("imports a process call from os", None)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and any(d in node.value for d in _DUNDER_REACH):
+            denied.setdefault("holds a string naming an interpreter internal (a format or eval route to it)", None)
+        if isinstance(node, (ast.Name, ast.Attribute)) and (getattr(node, "id", None) or getattr(node, "attr", "")) in _EVALUATING:
+            denied.setdefault("uses typing's evaluation of strings as code", None)
         if isinstance(node, ast.ClassDef) and _blind_equality(node):
             denied.setdefault(f"defines an equality of class {node.name} that ignores what it is compared with", None)
+    for what in _module_routes(tree):
+        denied.setdefault(what, None)
     reasons = [f"test-framework: {origin} {what}, which code the tests import into their own interpreter may not "
                "(it can reach pytest's objects or leave the process)" for what in list(denied)[:3]]
     return reasons, [name for name in others if name not in TEST_FRAMEWORK_MODULES]
+
+
+def _module_routes(tree: ast.AST) -> list[str]:
+    """Modules outside :data:`IN_PROCESS_STDLIB` reached through an allowed one's attributes
+    (``dataclasses.inspect``, ``logging.traceback``, ``from dataclasses import inspect``): each
+    chain of attributes from a name bound to an allowed standard-library module is walked on this
+    host's standard library (imported here, never the agent's code), and a module met on the way
+    must be allowed too. An allow-list of imports alone is only as wide as the modules' attributes."""
+    import importlib
+    import types
+
+    def allowed(module: types.ModuleType) -> bool:
+        name = module.__name__
+        if name == "sys":  # reached through another module: none of the rules on sys's attributes applies
+            return False
+        return (name.split(".")[0] in IN_PROCESS_STDLIB or name in _IMPLEMENTATION_MODULES) and (
+            name not in _IN_PROCESS_DENIED_SUBMODULES)
+
+    def resolve(dotted: str) -> object | None:
+        top, *rest = dotted.split(".")
+        if top not in IN_PROCESS_STDLIB:
+            return None
+        try:
+            obj: object = importlib.import_module(top)
+            for part in rest:
+                obj = getattr(obj, part)
+        except (ImportError, AttributeError):
+            return None
+        return obj
+
+    bound: dict[str, str] = {}
+    found: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            bound.update({alias.asname or alias.name.split(".")[0]: alias.name if alias.asname else alias.name.split(".")[0]
+                          for alias in node.names})
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            for alias in node.names:
+                obj = resolve(f"{node.module}.{alias.name}")
+                if isinstance(obj, types.ModuleType) and not allowed(obj):
+                    found.append(f"imports {obj.__name__} through {node.module}")
+                bound[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+    for node in ast.walk(tree):
+        chain: list[str] = []
+        while isinstance(node, ast.Attribute):
+            chain.insert(0, node.attr)
+            node = node.value
+        if not chain or not isinstance(node, ast.Name) or node.id not in bound:
+            continue
+        obj = resolve(bound[node.id])
+        for attr in chain:
+            obj = getattr(obj, attr, None) if obj is not None else None
+            if isinstance(obj, types.ModuleType) and not allowed(obj):
+                found.append(f"reaches {obj.__name__} through {bound[node.id]}")
+                break
+    return found
 
 
 def _blind_equality(cls: ast.ClassDef) -> bool:
