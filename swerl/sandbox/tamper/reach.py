@@ -65,6 +65,17 @@ class VerifierReach:
     entry_modules: frozenset[str] | None = None
     import_roots: tuple[str, ...] | None = None
     in_process: bool = False
+    image_files: Path | None = None
+
+    def image_text(self, path: str) -> str | None:
+        """The text the task's image holds at ``path`` (its build context, ``environment/``, mirrors
+        the container's paths: ``environment/app/x.py`` is ``/app/x.py``), None when unknown."""
+        if self.image_files is None:
+            return None
+        try:
+            return (self.image_files / path.lstrip("/")).read_text(encoding="utf-8", errors="replace")
+        except (OSError, ValueError):
+            return None
 
     @classmethod
     def of(cls, task: Task | None) -> VerifierReach:
@@ -83,7 +94,7 @@ class VerifierReach:
                    if not path.name.startswith("swerl_")]  # a project's tests keep their folders (mined tasks)
         entry = imported_modules(sources) if sources else None
         return cls(pinned_pytest=True, entry_modules=entry or None, import_roots=ini_pythonpath(tests / "pytest.ini"),
-                   in_process=not (tests / PROXY).is_file())
+                   in_process=not (tests / PROXY).is_file(), image_files=task.environment_dir)
 
     def reads_pytest_config(self, path: str) -> bool:
         """Whether a pytest configuration file at ``path`` can be read by the verifier."""

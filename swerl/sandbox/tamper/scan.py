@@ -124,15 +124,16 @@ async def _text_reasons(changes: Sequence[Change], territory: Territory, reader:
         elif judged and path.endswith(".py"):
             reasons += module_reasons(text, path)
             if in_process:
-                reasons += await _in_process_reasons(text, path, roots, reader)
+                reasons += await _in_process_reasons(text, path, roots, reader, territory.reach.image_text(path))
     return reasons
 
 
-async def _in_process_reasons(text: str, path: str, roots: Sequence[str], reader: LayerReader) -> list[str]:
+async def _in_process_reasons(text: str, path: str, roots: Sequence[str], reader: LayerReader,
+                              image_text: str | None) -> list[str]:
     """:func:`~swerl.sandbox.tamper.text.in_process_reasons` of one module the tests import in
     process, and a reason for each of its imports that is neither the standard library's nor the
     work product's own (a module or package under the folders the tests import from)."""
-    reasons, others = in_process_reasons(text, path)
+    reasons, others = in_process_reasons(text, path, image_text)
     for name in others[:8]:
         candidates = [f"{root}/{name}{suffix}" for root in roots for suffix in ("", ".py")]
         found = [await reader.stat(candidate) for candidate in candidates]
