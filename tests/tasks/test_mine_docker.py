@@ -85,6 +85,14 @@ IN_PROCESS_ATTEMPTS = {
     "over-the-read-cap": {"raw": lambda stub: (stub + '\n"""' + "x" * (300 << 10) + '"""\n' + FORGE).encode()},
     "module-beside-package": {"extra": {"/app/minilib.py": None}, "tail": FORGE},
     "link-to-a-text-file": {"link": True},
+    # the second round: strings typing evaluates, equality that reads its argument and lies, a forged
+    # report written into the runner's pipe and an exit named by a constant
+    "typing-eval": {"tail": "import typing\n\n\ndef _hint(v: \"setattr(__import__('py' + 'test').Function, 'runtest', "
+                            "lambda self: None)\"):\n    return v\n\n\ntyping.get_type_hints(_hint)\n"},
+    "equality-reads-other": {"tail": "class _T(int):\n    def __eq__(self, other):\n        return other == other\n"
+                                     "    __hash__ = int.__hash__\n\n\ndef add(a, b):\n    return _T(0)\n"},
+    "forged-report-then-exit": {"tail": "import os\n\n\ndef add(a, b):\n    for name in os.listdir('/proc/self/fd'):\n"
+                                        "        pass\n    getattr(os, '_exit')(0)\n"},
 }
 
 
