@@ -562,11 +562,15 @@ def _commit(run: _Run, step: int, batch: pipeline.RolloutBatch, position: dict[s
     if run.sink is not None:
         run.result.records.append(record)
         run.emit(TrainEvent("step_end", step, record))
+        kept = metrics.get(metric_keys.DYNAMIC_SAMPLING_GROUPS_KEPT)
         log.info(
-            "step %d/%d | reward %.3f | pass@n %.2f | loss %.4f | grad %.3f | %.1fs",
+            "step %d/%d | reward %.3f | pass@n %.2f | loss %.4f | grad %.3f | %.1fs%s",
             step, run.plan.total_steps, metrics[metric_keys.REWARD_AVG_RAW_REWARD],
             metrics[metric_keys.REWARD_AVG_PASS_AT_N],
             metrics.get(metric_keys.LOSS_POLICY, 0.0), metrics["grad_norm"], metrics[metric_keys.TIMING_STEP_S],
+            "" if kept is None else (  # dynamic sampling: what the step trained on, of what it drew
+                f" | kept {kept:.0f} of {kept + metrics.get(metric_keys.DYNAMIC_SAMPLING_GROUPS_DROPPED, 0.0):.0f} groups "
+                f"with signal (+{metrics.get(metric_keys.DYNAMIC_SAMPLING_ROUNDS, 0.0):.0f} rounds)"),
         )
     run.result.steps_trained += 1
     run.result.last_step = step

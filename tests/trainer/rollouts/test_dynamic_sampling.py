@@ -126,9 +126,12 @@ def test_steps_fill_from_the_next_prompts_and_resume_bit_for_bit(tmp_path, tiny_
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
-def test_without_any_signal_each_step_ends_at_the_bound_and_says_so(tmp_path, tiny_model_dir):
+def test_without_any_signal_each_step_ends_at_the_bound_and_says_so(tmp_path, tiny_model_dir, caplog):
     cfg = ds_config(tiny_model_dir, task_set(tmp_path / "tasks", [], 4), 2, n=2, max_steps=1)
-    result = train(cfg, tmp_path / "run")
+    with caplog.at_level("INFO", logger="swerl.trainer.loop"):
+        result = train(cfg, tmp_path / "run")
+    # the step's log line says what it trained on, of what it drew (new-user finding: only the bar did)
+    assert any("| kept 0 of 6 groups with signal (+2 rounds)" in r.getMessage() for r in caplog.records), caplog.text[-2000:]
     assert result.steps_trained == 1
     (rec,) = check_steps(tmp_path / "run", cfg, 2)
     assert (rec["dynamic_sampling/rounds"], rec["dynamic_sampling/batch_filled"]) == (2.0, 0.0)
