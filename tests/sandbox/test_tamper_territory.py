@@ -144,12 +144,18 @@ def test_the_reach_reads_tests_in_subfolders_and_the_pinned_pythonpath(tmp_path)
     (tests / "pytest.ini").write_text("[pytest]\naddopts =\npythonpath = /app/src /app\n")
     (tests / "test.sh").write_text(verifier_script(1, "--tests-dir /tests /tests/repo/tests/test_lib.py"))
 
+    (tmp_path / "environment" / "app").mkdir(parents=True)
+    (tmp_path / "environment" / "app" / "lib.py").write_text("X = 1\n")
+
     class Task:
         tests_in_verifier_image = False
         tests_dir = tests
+        environment_dir = tmp_path / "environment"
 
     reach = VerifierReach.of(Task())
     assert reach.pinned_pytest and reach.entry_modules == {"lib"} and reach.import_roots == ("/app/src", "/app")
+    # no proxy beside the tests: in process; the image's files are read from the build context
+    assert reach.in_process and reach.image_text("/app/lib.py") == "X = 1\n" and reach.image_text("/app/none.py") is None
     (tests / "repo" / "tests" / "test_lib.py").write_text("def test_nothing():\n    pass\n")
     assert VerifierReach.of(Task()).entry_modules is None
 
