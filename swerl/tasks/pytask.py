@@ -226,13 +226,7 @@ def write_pytask(spec: PyTaskSpec, task_dir: Path) -> Path:
     }
     if spec.isolate_solution:
         files[f"tests/{PROXY}"] = harness_text(PROXY)
-    task_dir.mkdir(parents=True, exist_ok=False)
-    for rel, text in files.items():
-        path = task_dir / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-        if rel.endswith(".sh"):
-            path.chmod(0o755)
+    write_task_files(task_dir, files)
     return task_dir
 
 
@@ -274,3 +268,15 @@ def starter_spec(name: str) -> PyTaskSpec:
                       solution_code=STARTER_SOLUTION, test_code=STARTER_TESTS, title=name,
                       metadata={"source": "swerl tasks new", "difficulty": "easy"},
                       agent_timeout_s=300.0, verifier_timeout_s=60.0, memory_mb=1024)
+
+
+def write_task_files(task_dir: Path, files: dict[str, str]) -> None:
+    """Create ``task_dir`` (it must not exist: FileExistsError) and write ``files`` (path relative to
+    it -> UTF-8 text) into it; ``*.sh`` files are made executable."""
+    task_dir.mkdir(parents=True, exist_ok=False)
+    for rel, text in files.items():
+        path = task_dir / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        if rel.endswith(".sh"):
+            path.chmod(0o755)

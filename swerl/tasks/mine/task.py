@@ -24,7 +24,7 @@ from pathlib import Path
 
 from swerl.tasks.harness import RUNNER, harness_text
 from swerl.tasks.mine.candidates import Candidate
-from swerl.tasks.pytask import DOCKERFILE, harbor_toml, verifier_script
+from swerl.tasks.pytask import DOCKERFILE, harbor_toml, verifier_script, write_task_files
 
 TESTS_COPY = "repo"  # the project's tests live under /tests/repo/
 SHOWN_TESTS = 20  # test names listed in the instruction; the rest are counted
@@ -120,13 +120,7 @@ def write_mined_task(task: MinedTask, repo: Path, project_root: Path, test_files
         f"solution/{name}": (project_root / site.path).read_text(encoding="utf-8"),
         "solution/solve.sh": SOLVE_SH.format(path=shlex.quote(site.path), name=shlex.quote(name)),
     }
-    task_dir.mkdir(parents=True, exist_ok=False)
-    for rel, text in files.items():
-        path = task_dir / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-        if rel.endswith(".sh"):
-            path.chmod(0o755)
+    write_task_files(task_dir, files)
     shutil.move(str(repo), task_dir / "environment" / "app")
     copy_tests(project_root, test_files, library, task_dir / "tests" / TESTS_COPY)
     return task_dir
