@@ -1,6 +1,8 @@
 """Call the solution's functions in a separate, confined worker process (a swerl verifier file).
 
 The hidden tests run ``f = solution_function("f")`` instead of ``from solution import f``
+(``solution_function("f", "/app", "pkg.mod", ["/app/src", "/app"])`` for ``from pkg.mod import f``
+of a repository whose import roots are ``/app/src`` and ``/app``: a mined task)
 (and ``C = solution_class("C")`` instead of ``from solution import C``: ``C(...)`` makes the
 instance inside the worker and hands back a handle whose method calls run there, so a class
 with state is judged by the plain values its methods return):
@@ -96,24 +98,29 @@ class SolutionError(AssertionError):
     """The solution's call raised, returned a non-plain value, or its worker died.
 
     ``exc_type`` names the exception the call raised when it is a builtin one (exactly
-    ``builtins.<name>``, e.g. "ValueError"), else None: tests that expect a raise check it."""
+    ``builtins.<name>``, e.g. "ValueError"), else None: tests that expect a raise check it.
+    ``exc_base`` names the nearest builtin exception class the raised one derives from (the
+    type itself when builtin; "ValueError" for a project's ``class ParseError(ValueError)``),
+    None when the worker died or the result was not a plain value: ``pytest.raises(ValueError)``
+    of a mined test accepts what it names a subclass of ``ValueError``."""
 
-    def __init__(self, message: str, exc_type=None) -> None:
+    def __init__(self, message: str, exc_type=None, exc_base=None) -> None:
         super().__init__(message)
         self.exc_type = exc_type
+        self.exc_base = exc_base
 
 
 class _Worker:
     """One worker process serving calls for one solution module."""
 
-    def __init__(self, app_dir: str, module: str) -> None:
+    def __init__(self, app_dir: str, module: str, roots=None) -> None:
         import subprocess
         import tempfile
 
         self.scratch = tempfile.mkdtemp(prefix="swerl-solution-")
         pycache = os.path.join(self.scratch, "pycache")  # empty: no bytecode of /app is ever read
         argv = [sys.executable, "-I", "-S", "-B", "-X", f"pycache_prefix={pycache}", os.path.abspath(__file__),
-                "worker", app_dir, module, self.scratch]
+                "worker", app_dir, module, self.scratch, os.pathsep.join(roots or [])]
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": self.scratch, "TMPDIR": self.scratch,
                "LANG": "C.UTF-8"}
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=app_dir, env=env,
@@ -151,9 +158,10 @@ class _Worker:
             raise SolutionError(self.failure) from None
         if type(reply) is dict and set(reply) == keys:
             return read(reply)
-        if (type(reply) is dict and set(reply) == {"error", "type"} and type(reply["error"]) is str
-                and (reply["type"] is None or type(reply["type"]) is str)):
-            raise SolutionError(reply["error"][:2000], reply["type"])
+        if (type(reply) is dict and set(reply) in ({"error", "type"}, {"error", "type", "base"})
+                and type(reply["error"]) is str and all(reply.get(k) is None or type(reply[k]) is str
+                                                        for k in ("type", "base"))):
+            raise SolutionError(reply["error"][:2000], reply["type"], reply.get("base"))
         self._malformed(reply)
 
     @staticmethod
@@ -191,13 +199,16 @@ class _Worker:
 _workers = {}
 
 
-def solution_function(name: str, app_dir: str = "/app", module: str = "solution"):
-    """A stand-in for ``from <module> import <name>`` whose calls run in the worker process."""
+def solution_function(name: str, app_dir: str = "/app", module: str = "solution", roots=None):
+    """A stand-in for ``from <module> import <name>`` whose calls run in the worker process.
+
+    ``module`` may be dotted (``pkg.mod``); ``roots``: the folders the worker imports it from, first
+    on its ``sys.path`` (each readable by it), default ``[app_dir]``."""
 
     def call(*args, **kwargs):
-        key = (app_dir, module)
+        key = (app_dir, module, tuple(roots or ()))
         if key not in _workers:
-            _workers[key] = _Worker(app_dir, module)
+            _workers[key] = _Worker(app_dir, module, roots)
         return _workers[key].call(name, args, kwargs)
 
     call.__name__ = call.__qualname__ = name
@@ -229,7 +240,7 @@ def solution_class(name: str, app_dir: str = "/app", module: str = "solution"):
     in the worker process and returns an :class:`_Instance` handle."""
 
     def new(*args, **kwargs):
-        key = (app_dir, module)
+        key = (app_dir, module, ())
         if key not in _workers:
             _workers[key] = _Worker(app_dir, module)
         return _Instance(key, name, _workers[key].new(name, args, kwargs))
@@ -320,8 +331,9 @@ def source_only_imports() -> None:
     sys.path_importer_cache.clear()
 
 
-def serve(app_dir: str, module: str, scratch: str) -> None:
-    """Worker main: confine, import the solution, answer calls on the original stdin/stdout.
+def serve(app_dir: str, module: str, scratch: str, roots: str = "") -> None:
+    """Worker main: confine, import the solution (``module``, dotted or not, from the folders of
+    ``roots``, ``os.pathsep``-separated, default ``app_dir``), answer calls on the original stdin/stdout.
 
     Runs under ``-I -S``: no ``.pth`` file, ``sitecustomize`` or environment variable is read;
     the interpreter's site-packages folders are added by hand (without running their ``.pth``).
@@ -333,17 +345,20 @@ def serve(app_dir: str, module: str, scratch: str) -> None:
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.dup2(2, 1)  # the solution's prints go to the test log, not into the channel
-    reads = list(_READ_DIRS) + [p for p in sys.path if os.path.isdir(p)] + site_dirs + [app_dir, "/dev/urandom"]
+    import_dirs = [p for p in roots.split(os.pathsep) if p] or [app_dir]
+    reads = list(_READ_DIRS) + [p for p in sys.path if os.path.isdir(p)] + site_dirs + [app_dir, *import_dirs,
+                                                                                          "/dev/urandom"]
     why = confine(reads, [scratch, "/dev/null"])
     if why:  # fail closed: unconfined, the solution could read the hidden tests or write the reward
         print(f"swerl_solution_proxy: {why}; the solution is not run unconfined", file=sys.stderr)
         _send(channel_out, {"error": f"the solution was not imported: {why} (it would run unconfined)"})
         return
     source_only_imports()
-    sys.path[:0] = [app_dir]
+    sys.path[:0] = import_dirs
     sys.path += [p for p in site_dirs if p not in sys.path]
     try:
-        solution = __import__(module)
+        __import__(module)
+        solution = sys.modules[module]
     except BaseException as err:  # noqa: BLE001 - SystemExit and skips too: the import failed
         _send(channel_out, {"error": f"importing {module} failed: {_error_line(err)}"})
         return
@@ -364,8 +379,19 @@ def serve(app_dir: str, module: str, scratch: str) -> None:
                 owner = solution if request.get("handle") is None else instances[request["handle"]]
                 reply = {"result": encode(getattr(owner, name)(*args, **kwargs))}
         except BaseException as err:  # noqa: BLE001 - a SystemExit in the solution is its error too
-            reply = {"error": f"{name}() raised {_error_line(err)}", "type": _builtin_name(err)}
+            reply = {"error": f"{name}() raised {_error_line(err)}", "type": _builtin_name(err),
+                     "base": _builtin_base(err)}
         _send(channel_out, reply)
+
+
+def _builtin_base(err: BaseException):
+    """The name of the first class of ``type(err).__mro__`` that is exactly a builtin exception."""
+    import builtins
+
+    for cls in type(err).__mro__:
+        if getattr(builtins, cls.__name__, None) is cls:
+            return cls.__name__
+    return None
 
 
 def _builtin_name(err: BaseException):
@@ -377,4 +403,4 @@ def _builtin_name(err: BaseException):
 
 
 if __name__ == "__main__" and sys.argv[1:2] == ["worker"]:
-    serve(*sys.argv[2:5])
+    serve(*sys.argv[2:6])

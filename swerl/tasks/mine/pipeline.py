@@ -16,6 +16,7 @@ from pathlib import Path
 
 from swerl.errors import TaskError
 from swerl.tasks.mine.candidates import Trace, candidates, library_files, stable_tests, test_files
+from swerl.tasks.mine.isolated import harness_plan
 from swerl.tasks.mine.manifest import Entry, Manifest, ProjectRun, read_manifest, write_manifest
 from swerl.tasks.mine.project import clean, import_roots, project_name, unpack
 from swerl.tasks.mine.repository import ProjectText, build_repository
@@ -101,15 +102,18 @@ def write_tasks(prepared: Prepared, runs: list[Trace], out_dir: Path, force: boo
         if not cand.dropped and limit is not None and sum(e.status == "kept" for e in entries) >= limit:
             entry = entry.model_copy(update={"reason": f"limit: past the first {limit} tasks (--limit)"})
         elif not cand.dropped:
-            entry = _write_one(prepared, cand, text, tests, library, out_dir, taken, force, entry)
+            entry = _write_one(prepared, cand, text, (tests, library, collected), out_dir, taken, force, entry)
         entries.append(entry)
     run = ProjectRun(project=prepared.name, source=str(prepared.source), tests_collected=len(collected),
                      tests_passed=len(passed), flaky=flaky, cleaned=prepared.cleaned)
     return run, entries
 
 
-def _write_one(prepared: Prepared, cand, text: ProjectText, tests: list[str], library: list[str],  # noqa: ANN001
+def _write_one(prepared: Prepared, cand, text: ProjectText, suite: tuple[list[str], list[str], set[str]],  # noqa: ANN001
                out_dir: Path, taken: set[str], force: bool, entry: Entry) -> Entry:
+    """Write ``cand``'s task folder (``suite``: the test files, the library files and every collected
+    node id), with the isolated harness where its covering tests allow it; returns its entry."""
+    tests, library, collected = suite
     name = task_name(prepared.name, cand.site.path, cand.site.qualname, taken)
     task_dir = out_dir / name
     if task_dir.exists():
@@ -121,7 +125,9 @@ def _write_one(prepared: Prepared, cand, text: ProjectText, tests: list[str], li
         entry = entry.model_copy(update={"removed": repo.removed})
         if repo.dropped:
             return entry.model_copy(update={"reason": repo.dropped})
-        task = MinedTask(name, prepared.name, cand, prepared.roots, repo.removed)
+        plan = harness_plan(prepared.root, cand, collected, prepared.roots)
+        task = MinedTask(name, prepared.name, cand, prepared.roots, repo.removed,
+                         plan=None if isinstance(plan, str) else plan, in_process_because=plan if isinstance(plan, str) else "")
         write_mined_task(task, repo.path, prepared.root, tests, library, Path(tmp) / name)
         (Path(tmp) / name).rename(task_dir)
     return entry.model_copy(update={"status": "kept", "task": name, "metadata": task.metadata()})
