@@ -22,7 +22,7 @@ from swerl.tasks.mine.pipeline import PLUGIN, prepare, settle, task_name, write_
 from swerl.tasks.mine.task import difficulty_tier
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "mine_project"
-KEPT = {"add", "shout", "slugify", "Stack.__init__", "Stack.push", "Stack.top"}  # before the sandbox proof
+KEPT = {"add", "shout", "slugify", "parse_ratio", "Stack.__init__", "Stack.push", "Stack.top"}  # before the sandbox proof
 
 
 def host_traces(root: Path, tmp: Path) -> list[Trace]:
@@ -91,7 +91,7 @@ def test_fixture_mines_the_expected_candidates_and_the_manifest_names_every_drop
     assert reasons == {"version": "trivial", "unused": "no test", "clamp": "leak", "flaky_target": "flaky",
                        "clamp_copy": "no test"}
     assert "minilib/vendored.py" in by_function["clamp"].reason
-    assert run.flaky == ["tests/test_minilib.py::test_flaky"] and run.tests_passed == 9
+    assert run.flaky == ["tests/test_minilib.py::test_flaky"] and run.tests_passed == 12
     assert by_function["Stack.push"].tests == ["tests/test_minilib.py::test_push[items0]",
                                                "tests/test_minilib.py::test_push[items1]"]
     assert {"tests/test_minilib.py::test_top_empty", "tests/test_minilib.py::test_push[items1]"} <= set(

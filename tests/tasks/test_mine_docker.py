@@ -1,6 +1,6 @@
 """`swerl tasks mine` end to end in Docker: the fixture project's suite traced in a sandbox, its tasks
-proven (oracle 1, null 0), and a solution that patches pytest from inside the mined code scores 0
-under `agent.on_tamper: zero`."""
+proven (oracle 1, null 0), a solution that patches pytest from inside the mined code scores 0
+under `agent.on_tamper: zero` on an in-process task and 0 outright on an isolated one."""
 
 from __future__ import annotations
 
@@ -36,11 +36,11 @@ def test_mining_the_fixture_keeps_the_proven_tasks_and_names_every_drop(mined):
     out, summary = mined
     manifest = read_manifest(out)
     kept = {e.function for e in manifest.entries if e.status == "kept"}
-    assert kept == {"add", "slugify", "Stack.__init__", "Stack.push", "Stack.top"}
+    assert kept == {"add", "slugify", "parse_ratio", "Stack.__init__", "Stack.push", "Stack.top"}
     shout = next(e for e in manifest.entries if e.function == "shout")
     assert shout.status == "dropped" and shout.reason.startswith("tests pass on the stub")
     assert not (out / shout.task).exists()
-    assert summary["kept"] == 5 and summary["on_tamper"] == "zero"
+    assert summary["kept"] == 6 and summary["on_tamper"] == "zero"
     assert summary["dropped"] == {"no test": 2, "trivial": 1, "leak": 1, "flaky": 1, "tests pass on the stub": 1}
     assert sorted(p.name for p in out.iterdir() if p.is_dir()) == sorted(
         e.task for e in manifest.entries if e.status == "kept")
@@ -129,3 +129,49 @@ def test_in_process_bypasses_of_the_blocklist_are_flagged_and_the_oracle_is_not(
     assert oracle_record.reward == 1.0 and oracle_record.tamper == [], oracle_record
     for attempt, record in zip(attempts, records):
         assert record.tamper, (attempt.name, record.reward, record.detail)
+
+
+# Wrong (the stub still raises) and forging from inside the module the tests reach: patch pytest so
+# every test passes, and write a reward of 1 where the verifier keeps it.
+FORGE_AND_REWARD = """
+
+try:
+    import pytest
+
+    pytest.Function.runtest = lambda self: None
+except Exception:
+    pass
+try:
+    with open("/logs/verifier/reward.txt", "w") as fh:
+        fh.write("1")
+except Exception:
+    pass
+"""
+
+
+def test_isolated_tasks_are_proven_and_a_solution_that_patches_pytest_scores_zero_on_them(mined):
+    """The plain-value tasks (slugify, parse_ratio) use the isolated harness and passed the proof
+    (oracle 1, stub 0); the same forging module scores 1 on the in-process `add` task (the control)
+    and 0 on the isolated one, with no tamper policy needed."""
+    out, _ = mined
+    entries = {e.function: e for e in read_manifest(out).entries if e.status == "kept"}
+    harness = {name: e.metadata["harness"] for name, e in entries.items()}
+    assert harness == {"add": "in-process", "slugify": "isolated", "parse_ratio": "isolated",
+                       "Stack.__init__": "in-process", "Stack.push": "in-process", "Stack.top": "in-process"}
+    isolated, control = entries["parse_ratio"], entries["add"]
+    assert (out / isolated.task / "tests" / "swerl_solution_proxy.py").is_file()
+    assert not (out / isolated.task / "tests" / "repo").exists()
+
+    def forge(entry):  # noqa: ANN001, ANN202 - an Entry -> Attempt
+        stub = (out / entry.task / "environment" / "app" / entry.file).read_text()
+        return Attempt(name=f"forge-{entry.function}", kind="solution", description="patch pytest, write the reward",
+                       files={f"/app/{entry.file}": stub + FORGE_AND_REWARD})
+
+    async def trials():
+        async with SandboxManager(SandboxConfig(concurrency=2)) as mgr:
+            return await asyncio.gather(run_attempt(mgr, load_task(out / isolated.task), forge(isolated)),
+                                        run_attempt(mgr, load_task(out / control.task), forge(control)))
+
+    on_isolated, on_control = asyncio.run(trials())
+    assert on_control.reward == 1.0, on_control  # in-process, the patch forges the reward
+    assert on_isolated.reward == 0.0, on_isolated
