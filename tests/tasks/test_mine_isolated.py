@@ -16,7 +16,7 @@ import pytest
 from swerl.tasks.mine.candidates import Candidate
 from swerl.tasks.mine.functions import sites
 from swerl.tasks.mine.isolated import TEST_FILE, harness_plan
-from swerl.tasks.mine.plain import PlainTest, Target, plain_test, site_module
+from swerl.tasks.mine.plain import PlainTest, Target, binding_name, plain_test, site_module
 
 TARGET = Target("ratio", "pkg.maths")
 HEAD = "import pytest\nimport pkg.maths\nimport pkg.maths as pm\nfrom pkg.maths import ratio\nfrom pkg import maths\n\n\n"
@@ -93,6 +93,14 @@ def test_the_module_must_be_the_functions_own_or_a_package_above_it():
     assert isinstance(plain_test(test.replace("pkg.other", "pkg"), "test_x", TARGET), PlainTest)  # re-exported
     assert site_module("src/pkg/maths.py", ["src", "."]) == "pkg.maths"
     assert site_module("pkg/__init__.py", ["."]) == "pkg" and site_module("my-tools/x.py", ["."]) is None
+
+
+def test_the_binding_never_shadows_a_builtin_or_is_collected_as_a_test():
+    test = "from pkg.maths import {0}\n\n\ndef test_x():\n    assert {0}([3, 1]) == 1\n"
+    for name, binding in (("ratio", "ratio"), ("min", "_mined_min"), ("test_helper", "_mined_test_helper")):
+        found = plain_test(test.format(name), "test_x", Target(name, "pkg.maths"))
+        assert isinstance(found, PlainTest) and binding_name(Target(name, "pkg.maths")) == binding
+        assert f"assert {binding}([3, 1]) == 1" in found.source()
 
 
 def _project(tmp_path: Path, tests: str, conftest: str | None = None) -> tuple[Path, Candidate]:

@@ -388,10 +388,7 @@ def _builtin_base(err: BaseException):
     """The name of the first class of ``type(err).__mro__`` that is exactly a builtin exception."""
     import builtins
 
-    for cls in type(err).__mro__:
-        if getattr(builtins, cls.__name__, None) is cls:
-            return cls.__name__
-    return None
+    return next((cls.__name__ for cls in type(err).__mro__ if getattr(builtins, cls.__name__, None) is cls), None)
 
 
 def _builtin_name(err: BaseException):

@@ -72,8 +72,9 @@ def site_module(path: str, roots: list[str]) -> str | None:
 
 def binding_name(target: Target) -> str:
     """The name the hidden test file binds the proxy's stand-in to: the function's own, unless that
-    is a builtin or a name the file needs itself."""
-    return f"_mined_{target.name}" if target.name in RESERVED or hasattr(builtins, target.name) else target.name
+    is a builtin, a name the file needs itself, or one pytest would collect as a test."""
+    clash = target.name in RESERVED or hasattr(builtins, target.name) or target.name.startswith("test")
+    return f"_mined_{target.name}" if clash else target.name
 
 
 def module_problem(source: str) -> str:
