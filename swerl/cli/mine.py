@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+from collections import Counter
 from pathlib import Path
 from typing import Annotated, Callable, Optional
 
@@ -73,11 +74,16 @@ def tasks_mine(
     drops = ", ".join(f"{n} {family}" for family, n in counts.most_common() if family != "kept")
     console.print(f"{prepared.name}: {counts['kept']} tasks kept in {out_dir}{'' if prove else ' (unproven)'}; "
                   f"dropped: {drops or 'none'}; {len(run.flaky)} flaky tests left out", highlight=False, soft_wrap=True)
-    console.print(f"the tests import the project in pytest's process: train on these tasks with `{ON_TAMPER_LINE}` "
-                  "(--set agent.on_tamper=zero)", highlight=False, soft_wrap=True)
+    harnesses = Counter(e.metadata.get("harness", "in-process") for e in manifest.entries
+                        if e.project == prepared.name and e.status == "kept")
+    console.print(f"harness: {harnesses['isolated']} isolated (the judge never imports the solution), "
+                  f"{harnesses['in-process']} in-process (the tests import the project in pytest's process)"
+                  + (f": train on these tasks with `{ON_TAMPER_LINE}` (--set agent.on_tamper=zero)"
+                     if harnesses["in-process"] else ""), highlight=False, soft_wrap=True)
     write_json(json_out, {"project": prepared.name, "out_dir": str(out_dir), "kept": counts["kept"],
                           "dropped": {k: v for k, v in counts.items() if k != "kept"}, "flaky": run.flaky,
-                          "on_tamper": "zero", "manifest": str(out_dir / "manifest.json")})
+                          "harness": dict(harnesses), "on_tamper": "zero" if harnesses["in-process"] else None,
+                          "manifest": str(out_dir / "manifest.json")})
 
 
 async def trace_suite(prepared, work: Path, config) -> list:  # noqa: ANN001 - Prepared, SandboxConfig -> list[Trace]

@@ -41,6 +41,7 @@ def test_mining_the_fixture_keeps_the_proven_tasks_and_names_every_drop(mined):
     assert shout.status == "dropped" and shout.reason.startswith("tests pass on the stub")
     assert not (out / shout.task).exists()
     assert summary["kept"] == 6 and summary["on_tamper"] == "zero"
+    assert summary["harness"] == {"isolated": 2, "in-process": 4}  # slugify, parse_ratio; add and the Stack methods
     assert summary["dropped"] == {"no test": 2, "trivial": 1, "leak": 1, "flaky": 1, "tests pass on the stub": 1}
     assert sorted(p.name for p in out.iterdir() if p.is_dir()) == sorted(
         e.task for e in manifest.entries if e.status == "kept")
