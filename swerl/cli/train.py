@@ -257,6 +257,9 @@ def _train_with_live_view(checks, train):  # noqa: ANN001, ANN202 - Preflight, l
             elif event.kind == "rollout":  # an episode started, went to its verifier, or finished
                 tally = state["tally"]
                 tally.observe(event.data)
+                if event.data.total > (clock.total or 0):  # dynamic sampling's extra round: more episodes
+                    clock.total = event.data.total
+                    progress.update(bar, total=event.data.total)
                 clock.advance(event.data.done)
                 clock.note = f"{len(tally.verifying)} verifying" if tally.verifying else ""
                 progress.update(bar, completed=event.data.done, status=f"{tally.status()}  {state['last']}")

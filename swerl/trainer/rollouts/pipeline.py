@@ -34,7 +34,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -164,19 +164,33 @@ def collect_batch(ctx: Context, runner: RolloutRunner, step: int,
     ``dynamic_sampling/*``."""
     epoch, indices = ctx.sampler.next_batch()
     t0 = time.monotonic()
-    trajs = group_batch(gather_trajectories(ctx.collect_local(runner, step, indices, on_event)))
+    local = ctx.collect_local(runner, step, indices, on_event)
+    trajs = group_batch(gather_trajectories(local))
     if not ctx.config.algorithm.dynamic_sampling.enabled:
         return RolloutBatch(step, epoch, trajs, ctx.sampler.state_dict(),
                             {metric_keys.TIMING_ROLLOUT_S: time.monotonic() - t0}, generated=trajs)
+    finished = [len(local)]  # this rank's episodes of the earlier rounds: a round's events count on from them
 
     def draw(round_index: int, count: int) -> list[Trajectory]:
-        more = ctx.collect_local(runner, step, ctx.sampler.next_prompts(count), on_event, round_index)
+        more = ctx.collect_local(runner, step, ctx.sampler.next_prompts(count), step_counts(on_event, finished[0]),
+                                 round_index)
+        finished[0] += len(more)
         return group_batch(gather_trajectories(more))
 
     filled = fill_batch(ctx.config.algorithm, ctx.config.loop.train_batch_size, trajs, draw)
     return RolloutBatch(step, epoch, filled.trajectories, ctx.sampler.state_dict(),
                         {metric_keys.TIMING_ROLLOUT_S: time.monotonic() - t0, **filled.metrics},
                         generated=filled.generated)
+
+
+def step_counts(on_event: Callable[[RolloutEvent], None] | None, earlier: int
+                ) -> Callable[[RolloutEvent], None] | None:
+    """``on_event`` with each event's ``done``/``total`` counted over the step: ``earlier`` episodes
+    of the step's earlier rounds added, so a display's count goes on across dynamic sampling's
+    extra rounds (``9/16`` then ``17/24``) instead of starting again at ``0/8``."""
+    if on_event is None:
+        return None
+    return lambda ev: on_event(replace(ev, done=earlier + ev.done, total=earlier + ev.total))
 
 
 def group_batch(trajs: list[Trajectory]) -> list[Trajectory]:

@@ -128,8 +128,12 @@ def test_steps_fill_from_the_next_prompts_and_resume_bit_for_bit(tmp_path, tiny_
 
 def test_without_any_signal_each_step_ends_at_the_bound_and_says_so(tmp_path, tiny_model_dir, caplog):
     cfg = ds_config(tiny_model_dir, task_set(tmp_path / "tasks", [], 4), 2, n=2, max_steps=1)
+    events = []
     with caplog.at_level("INFO", logger="swerl.trainer.loop"):
-        result = train(cfg, tmp_path / "run")
+        result = train(cfg, tmp_path / "run", on_event=lambda ev: ev.kind == "rollout" and events.append(ev.data))
+    # The step's episode count goes on across the extra rounds (new-user finding: it restarted at 0/4)
+    done = [ev.done for ev in events if ev.kind == "finished"]
+    assert done == list(range(1, 13)) and max(ev.total for ev in events) == 12, done
     # the step's log line says what it trained on, of what it drew (new-user finding: only the bar did)
     assert any("| kept 0 of 6 groups with signal (+2 rounds)" in r.getMessage() for r in caplog.records), caplog.text[-2000:]
     assert result.steps_trained == 1
