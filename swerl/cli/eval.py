@@ -221,7 +221,7 @@ def _run_eval_with_progress(config, run_eval):  # noqa: ANN001, ANN202 - types l
     from swerl.logs import PhaseClock, command_heartbeat
 
     clock = PhaseClock()
-    clock.start("eval", total=0, unit="episodes")
+    clock.start("eval: loading the model, starting sandboxes")  # no count until the first episode starts
     counts = {"decile": 0}
     tally = RolloutTally()
     heartbeat = command_heartbeat(clock, enabled=not err_console.is_terminal)
@@ -229,6 +229,8 @@ def _run_eval_with_progress(config, run_eval):  # noqa: ANN001, ANN202 - types l
         bar = progress.add_task("eval", total=None, status="starting sandboxes...")
 
         def on_event(event) -> None:  # noqa: ANN001
+            if clock.total is None:  # the first episode started: count from here
+                clock.start("eval", total=event.total, unit="episodes")
             clock.total, clock.done = event.total, event.done
             tally.observe(event)
             clock.note = f"{len(tally.verifying)} verifying" if tally.verifying else ""

@@ -130,6 +130,27 @@ def test_heartbeat_names_the_eval_before_training(monkeypatch, caplog):
     assert beats and all(b.startswith("eval (before training): ") for b in beats), beats
 
 
+def test_eval_heartbeat_says_loading_until_the_first_episode_then_counts(monkeypatch, caplog):
+    """New-user finding: the heartbeat read ``eval: 0/0 episodes done`` while the model loaded."""
+    from swerl.agent.collect import RolloutEvent
+    from swerl.cli.eval import _run_eval_with_progress
+
+    monkeypatch.setenv("SWERL_HEARTBEAT_S", "0.05")
+    caplog.set_level(logging.INFO, logger="swerl.heartbeat")
+
+    def run_eval(config, on_event):  # noqa: ANN001 - stands in for swerl.agent.evaluate.run_eval
+        time.sleep(0.3)  # loading
+        on_event(RolloutEvent("started", "t", 0, 0, 8))
+        time.sleep(0.3)
+        return {}
+
+    _run_eval_with_progress(None, run_eval)
+    beats = [r.getMessage() for r in caplog.records if r.name == "swerl.heartbeat"]
+    assert not any("0/0" in b for b in beats), beats
+    assert beats[0].startswith("eval: loading the model, starting sandboxes: "), beats
+    assert beats[-1].startswith("eval: 0/8 episodes done, "), beats
+
+
 def test_help_text_keeps_its_square_brackets():
     result = runner.invoke(app, ["eval", "-h"], env={"COLUMNS": "250"})
     assert result.exit_code == 0 and "(default: task.toml [agent] timeout_sec)" in result.output
