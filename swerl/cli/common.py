@@ -65,10 +65,20 @@ def setup_logging(verbose: bool = False) -> None:
 
 def _own_records(record: logging.LogRecord) -> bool:
     """What the terminal shows without ``-v``: swerl's records, Python warnings (``warnings.warn``,
-    often about the user's own model or data), and other libraries' loggers (vLLM, transformers,
-    torch) at ERROR and above only; the run's ``train.log`` keeps them all."""
-    return (record.name == "swerl" or record.name.startswith("swerl.") or record.name == "py.warnings"
-            or record.levelno >= logging.ERROR)
+    often about the user's own model or data) except a library's deprecation notice about its own
+    code (a ``FutureWarning``/``DeprecationWarning`` raised in an installed package, e.g. vLLM
+    calling a deprecated torch name: nothing the user can act on), and other libraries' loggers
+    (vLLM, transformers, torch) at ERROR and above only; the run's ``train.log`` keeps them all."""
+    if record.name == "py.warnings":
+        return not _library_deprecation(record.getMessage())
+    return record.name == "swerl" or record.name.startswith("swerl.") or record.levelno >= logging.ERROR
+
+
+def _library_deprecation(text: str) -> bool:
+    """Whether a captured warning (``PATH:LINE: Category: message``) is a deprecation notice raised
+    in an installed package's file (under ``site-packages``/``dist-packages``)."""
+    head = text.split("\n", 1)[0]
+    return ("-packages/" in head.split(": ", 1)[0]) and (": FutureWarning: " in head or ": DeprecationWarning: " in head)
 
 
 def _verbose_callback(value: bool) -> None:

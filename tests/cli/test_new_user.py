@@ -202,3 +202,21 @@ def test_engine_help_reads_whole_at_80_columns(args):
     assert "…" not in text and "<list[str]>" not in result.output
     assert text.startswith("--engine URL Docker engine URL, e.g. unix:///x.sock or tcp://host:2375;")
     assert text.endswith("Default: DOCKER_HOST, else the local socket.")
+
+
+def test_a_librarys_deprecation_notice_stays_in_the_log_and_other_warnings_show():
+    """New-user finding: vLLM's FutureWarning about torch.distributed.reduce_op filled the terminal."""
+    import warnings
+
+    from swerl.cli.common import _own_records
+
+    def captured(path: str, category: type[Warning], message: str) -> logging.LogRecord:  # as captureWarnings logs it
+        text = warnings.formatwarning(message, category, path, 138)
+        return logging.LogRecord("py.warnings", logging.WARNING, path, 138, "%s", (text,), None)
+
+    vllm = "/work/.venv/lib/python3.11/site-packages/vllm/triton_utils/dispatcher.py"
+    assert not _own_records(captured(vllm, FutureWarning, "`torch.distributed.reduce_op` is deprecated"))
+    assert not _own_records(captured("/usr/lib/python3/dist-packages/x/y.py", DeprecationWarning, "old"))
+    assert _own_records(captured(vllm, UserWarning, "the model's generation config sets top_k"))  # may be the user's
+    assert _own_records(captured("/home/me/my_reward.py", FutureWarning, "my own deprecation"))
+    assert not _own_records(logging.LogRecord("vllm.engine", logging.WARNING, "x", 1, "w", None, None))
