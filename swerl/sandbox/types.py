@@ -303,10 +303,17 @@ class VerifierResult(BaseModel):
 
 class TrialTimings(BaseModel):
     """Seconds spent in each phase of one trial; ``cleanup_s``: the wait for the removal of the
-    trial's containers, which the trial awaits before it ends (a control run starts after it)."""
+    trial's containers, which the trial awaits before it ends (a control run starts after it).
+    ``wait_s``: from asking for the sandbox to holding its started container (slots, disk
+    admission, images, the container itself); ``warm_containers`` / ``cold_containers``: the
+    trial's containers taken from a warm pool / started on demand (the clean room's verifier
+    container included)."""
 
     build_s: float = 0.0
     start_s: float = 0.0
+    wait_s: float = 0.0
+    warm_containers: int = 0
+    cold_containers: int = 0
     agent_s: float = 0.0
     verify_s: float = 0.0
     control_s: float = 0.0
