@@ -25,6 +25,7 @@ from swerl.sandbox.network import Phase, granted, network_problem
 from swerl.sandbox.runtime.healthcheck import wait_healthy
 from swerl.sandbox.deployment.engine import DEFAULT_MAX_WARM, MAX_WARM_POOLS, Engine, EngineLost
 from swerl.sandbox.deployment.fleet import Fleet
+from swerl.sandbox.deployment.plan import plan_pools
 from swerl.sandbox.deployment.registry import ImageRoutes
 from swerl.sandbox.docker_api import LABEL_TASK
 from swerl.sandbox.deployment.gc import owner_labels
@@ -190,14 +191,33 @@ class SandboxManager:
 
     async def plan(self, tasks: list[Task], episodes: int) -> int:
         """Size the warm pools for a step that runs ``episodes`` episodes at once over ``tasks`` and
-        start filling them in the background (:func:`~swerl.sandbox.deployment.plan.plan_pools`).
+        start filling them in the background (:func:`~swerl.sandbox.deployment.plan.plan_pools`);
+        nothing with ``warm_pool`` off.
 
         Returns:
             the idle containers the planned pools keep, all engines together.
         """
-        from swerl.sandbox.deployment.plan import plan_pools
+        if self.fleet is None or not self.config.warm_pool:
+            return 0
+        return await plan_pools(self.fleet.healthy, tasks, episodes, self.container_specs)
 
-        return await plan_pools(self, tasks, episodes)
+    async def container_specs(self, task: Task, engine: Engine) -> list[tuple[ContainerSpec, int]]:
+        """The containers a trial of ``task`` takes on ``engine``, as (spec, how many of that spec):
+        the agent's; in the clean room the verifier's too (one spec taken twice when it is the
+        agent's, as :meth:`_start` takes them). [] for a task whose network the run cannot grant.
+        Builds (or finds) the images on ``engine``.
+
+        Raises:
+            TaskError: malformed environment. SandboxError: build_error.
+        """
+        mode = verification_mode(task, self.config)
+        if network_problem(task, mode, self.config.allow_network) is not None:
+            return []
+        spec = self.spec(task, "agent", await self.image_for(task, engine), engine)
+        if mode != "clean_room":
+            return [(spec, 1)]
+        verifier_spec = self.spec(task, "verifier", await self.verifier_image_for(task, engine), engine)
+        return [(spec, 2)] if verifier_spec == spec else [(spec, 1), (verifier_spec, 1)]
 
     @contextlib.asynccontextmanager
     async def slot(self) -> AsyncIterator[None]:

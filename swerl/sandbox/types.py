@@ -118,7 +118,9 @@ class SandboxConfig(BaseModel):
         True, description="Pre-create and start containers ahead of use (one fresh container per trial)."
     )
     warm_pool_size: int | None = Field(
-        None, ge=0, description="Idle started containers kept per image; None means min(concurrency, 4)."
+        None, ge=0, description="Idle started containers kept per image; None: sized from the step's plan (the "
+        "episodes a step runs at once on the engine, at most its slots, times the containers a trial takes), "
+        "min(slots, 4) per container of a trial before any plan."
     )
     verifier_timeout_s: float | None = _seconds(
         None, "Overrides every task's [verifier] timeout_sec, seconds (the seed run used 120); None = task.toml."

@@ -92,7 +92,6 @@ def test_the_plan_sizes_each_pool_from_the_step_and_both_containers_of_a_clean_r
     idle, one of 10 keeps 6 (the slots cap it); filled before the step, the step's 3 trials take
     all 6 containers warm, the verifier's included, still score as fresh ones (oracle 1, null 0),
     and the pool fills again for the next step."""
-    from swerl.sandbox.deployment.plan import container_specs
     from swerl.sandbox.types import TrialTimings
 
     task = fixture_task("add")
@@ -107,7 +106,7 @@ def test_the_plan_sizes_each_pool_from_the_step_and_both_containers_of_a_clean_r
     async def body():
         async with SandboxManager(config) as mgr:
             engine = mgr.engines[0]
-            [(spec, per_trial)] = await container_specs(mgr, task, engine)
+            [(spec, per_trial)] = await mgr.container_specs(task, engine)
             sizes = [await mgr.plan([task], 2), await mgr.plan([task], 10)]
             pool = engine.pools[spec]
             await _filled(pool)
