@@ -226,6 +226,8 @@ def main() -> None:
     parser.add_argument("--chunk", type=int, default=20, help="Tasks per interleaved round of the modes")
     parser.add_argument("--modes", nargs="+", default=["floor", "naive", "swerl", "clean"],
                         choices=["floor", "naive", "swerl", "clean"])
+    parser.add_argument("--floor-bin", type=Path, default=None,
+                        help="Folder holding the floor's pytest (default: a small venv built once from PyPI)")
     parser.add_argument("--pools", nargs="+", default=["warm", "cold"], choices=["warm", "cold"],
                         help="Run the swerl/clean modes with warm pools planned (warm) and/or without (cold)")
     parser.add_argument("--engine", action="append", default=[],
@@ -240,12 +242,12 @@ def main() -> None:
         source = args.tasks
         if source is None:
             source = Path(tmp) / "humaneval"
-            import_humaneval(source)
+            import_humaneval(source, limit=args.limit)
         tasks = list(load_tasks(source, limit=args.limit).tasks)
         image = asyncio.run(_image(tasks[0]))
-        bin_dir = floor_python_bin() if "floor" in args.modes else Path()
+        bin_dir = (args.floor_bin or floor_python_bin()) if "floor" in args.modes else Path()
         n = len(tasks)
-        print(f"{n} HumanEval oracle verifications, image {image}, {os.cpu_count()} x {_cpu_model()}, "
+        print(f"{n} HumanEval oracle verifications, image {image}, {os.cpu_count()} x {_cpu_model()}, floor {bin_dir}/pytest, "
               f"runtime {' '.join(r or 'default' for r in args.runtime)}, load average {os.getloadavg()[0]:.1f}", flush=True)
         for c in args.concurrency:
             records: dict[str, list[TrialRecord]] = {}
