@@ -89,7 +89,7 @@ async def _filled(pool, timeout_s: float = 60.0) -> None:
 @pytest.mark.docker
 def test_the_plan_sizes_each_pool_from_the_step_and_both_containers_of_a_clean_room_trial_come_warm(docker_client):
     """3 slots, the clean room (2 containers of one spec per trial): a plan of 2 episodes keeps 4
-    idle, one of 10 keeps 6 (the slots cap it); filled before the step, the step's 3 trials take
+    idle, one of 10 keeps 6 (the slots cap it), one of 2 after it still 6; filled before the step, the step's 3 trials take
     all 6 containers warm, the verifier's included, still score as fresh ones (oracle 1, null 0),
     and the pool fills again for the next step."""
     from swerl.sandbox.types import TrialTimings
@@ -107,7 +107,7 @@ def test_the_plan_sizes_each_pool_from_the_step_and_both_containers_of_a_clean_r
         async with SandboxManager(config) as mgr:
             engine = mgr.engines[0]
             [(spec, per_trial)] = await mgr.container_specs(task, engine)
-            sizes = [await mgr.plan([task], 2), await mgr.plan([task], 10)]
+            sizes = [await mgr.plan([task], 2), await mgr.plan([task], 10), await mgr.plan([task], 2)]
             pool = engine.pools[spec]
             await _filled(pool)
             timings = [TrialTimings() for _ in range(3)]
@@ -116,7 +116,7 @@ def test_the_plan_sizes_each_pool_from_the_step_and_both_containers_of_a_clean_r
             return per_trial, sizes, timings, results, mgr.run_id
 
     per_trial, sizes, timings, results, run_id = run(body())
-    assert per_trial == 2 and sizes == [4, 6]
+    assert per_trial == 2 and sizes == [4, 6, 6]  # a smaller plan later (an extra round) keeps the size
     assert [(t.warm_containers, t.cold_containers) for t in timings] == [(2, 0)] * 3
     assert [reward for _, reward in results] == [1.0, 0.0, 0.0]
     assert len({container_id for container_id, _ in results}) == 3

@@ -209,7 +209,8 @@ class Engine:
 
     def plan(self, spec: ContainerSpec, episodes: int, per_trial: int = 1) -> WarmPool:
         """Size the pool of ``spec`` for ``episodes`` episodes that start here at once
-        (:meth:`warm_size`) and start filling it in the background (within :attr:`pace`)."""
+        (:meth:`warm_size`; the largest plan so far holds) and start filling it in the background
+        (within :attr:`pace`)."""
         pool = self.pool(spec, per_trial)
         pool.plan(self.warm_size(per_trial, episodes))
         return pool

@@ -216,9 +216,11 @@ class WarmPool:
         return len(self._ready)
 
     def plan(self, size: int) -> None:
-        """Keep ``size`` idle containers from now on (the step's plan) and start filling to it in
-        the background; idle containers beyond a smaller size stay until taken."""
-        self.size, self.planned = size, True
+        """Keep at least ``size`` idle containers from now on (a collection's plan) and start
+        filling to it in the background. A smaller plan keeps the larger size: a small extra round
+        of dynamic sampling must not leave the next step's first round with a short pool."""
+        self.size = max(self.size, size) if self.planned else size
+        self.planned = True
         self._refill()
 
     async def take(
