@@ -125,20 +125,26 @@ class RolloutRunner:
 
     def prewarm(self, tasks: list[Task], episodes: int) -> None:
         """Before the first step: plan the warm pools for ``episodes`` episodes at once over
-        ``tasks`` (the images are looked up or built now, in the background) and keep filling them
-        while the caller goes on (between collections the loop runs in a background thread)."""
-        assert self._loop is not None and self._manager is not None and self._idle is not None, "outside its context"
+        ``tasks`` (the images are looked up or built now) and fill them while the caller goes on:
+        between collections the loop runs in a background thread."""
+        assert self._idle is not None, "RolloutRunner used outside its context"
+        self._idle.stop()
+        self._plan_soon(tasks, episodes)
+        self._idle.start()
+
+    def _plan_soon(self, tasks: list[Task], episodes: int) -> None:
+        """Start ``SandboxManager.plan`` as a task of the loop (never raises: a plan only saves
+        time; the trials report real errors), so episodes need not wait for its image look-ups."""
+        assert self._loop is not None and self._manager is not None and self._idle is not None
         manager = self._manager
 
         async def plan() -> None:
             try:
                 await manager.plan(tasks, episodes)
-            except Exception as err:  # noqa: BLE001 - a plan only saves time; trials report real errors
+            except Exception as err:  # noqa: BLE001 - see above
                 log.warning("warm pools not planned: %s", err)
 
-        self._idle.stop()
-        self._idle.keep(self._loop.create_task(plan(), name="swerl-prewarm"))
-        self._idle.start()
+        self._idle.keep(self._loop.create_task(plan(), name="swerl-warm-plan"))
 
     def cancel_threadsafe(self) -> None:
         """From another thread: cancel the episodes in flight (their sandboxes close as they unwind)."""
@@ -190,11 +196,8 @@ class RolloutRunner:
         self, tasks: list[Task], n_samples: int, prefix: str, first_index: int,
         on_event: Callable[[RolloutEvent], None] | None, task_seed: int | None,
     ) -> list[Trajectory]:
-        assert self._manager is not None
-        try:  # sized now, so the refills after each take keep this many ready for the next collection
-            await self._manager.plan(tasks, min(self.concurrency, len(tasks) * n_samples))
-        except Exception as err:  # noqa: BLE001 - a plan only saves time; trials report real errors
-            log.warning("warm pools not planned: %s", err)
+        # Sized now, so the refills after each take keep this many ready for the next collection.
+        self._plan_soon(tasks, min(self.concurrency, len(tasks) * n_samples))
         async with make_front(self.backend, self.max_batch_size, self.batch_wait_s) as batcher:
             policy = BackendPolicy(batcher, self.tokenizer)
             return await collect_rollouts(
