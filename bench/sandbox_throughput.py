@@ -1,7 +1,8 @@
 """Throughput of oracle verifications of the HumanEval tasks, four ways, at concurrency 1 and 2.
 
     .venv/bin/python bench/sandbox_throughput.py [--tasks DIR] [--limit N] [--concurrency 1 2]
-        [--modes floor naive swerl clean] [--engine URL --engine URL ...] [--runtime NAME [NAME ...]]
+        [--modes floor naive swerl clean] [--pools warm cold] [--engine URL --engine URL ...]
+        [--runtime NAME [NAME ...]]
 
 (a) floor: the verifier's pytest command (``pytest tests/test_solution.py -v --tb=short``) as a
     bare host subprocess, in a small venv with pytest (no sandbox, no pip, no bash);
@@ -14,6 +15,12 @@
 (d) clean: the same with ``verification="clean_room"``: after solve.sh the work product
     (``/app``) is read out, the agent's container removed, and the tests run in a second fresh
     container of the pristine image holding only ``/app``.
+
+``--pools warm cold`` (the default) runs the swerl and clean modes twice: with warm pools planned
+for ``c`` trials at once (``SandboxManager.plan``: both containers of a clean-room trial come
+started) and without (``swerl/cold``, ``clean/cold``: every container created and started when
+the trial asks for it), interleaved in the same rounds; each line ends with the share of the
+mode's containers taken warm.
 
 ``--runtime NAME`` runs the swerl and clean modes' containers under that OCI runtime (e.g. crun,
 registered with the engine: ``dockerd --add-runtime crun=/usr/bin/crun``; runsc: ``SWERL_RUNSC=1
@@ -128,30 +135,44 @@ async def run_swerl(mgr: SandboxManager, tasks: list[Task], sink: list[TrialReco
 VERIFICATION = {"swerl": "same_container", "clean": "clean_room"}
 
 
+def variant_names(modes: list[str], runtimes: list[str | None], pools: list[str]) -> dict[str, tuple[str, str | None, bool]]:
+    """Name -> (mode, runtime, warm pools on) of every variant run: the swerl modes once per
+    runtime (``mode@runtime`` when there are several) and per pool setting (``mode/cold`` without)."""
+    out: dict[str, tuple[str, str | None, bool]] = {}
+    for mode in modes:
+        if mode not in VERIFICATION:
+            out[mode] = (mode, None, False)
+            continue
+        for runtime in runtimes:
+            for pool in pools:
+                name = mode + (f"@{runtime or 'default'}" if len(runtimes) > 1 else "") + ("/cold" if pool == "cold" else "")
+                out[name] = (mode, runtime, pool == "warm")
+    return out
+
+
 async def bench(tasks: list[Task], image: str, concurrency: int, modes: list[str], chunk: int, root: Path,
                 bin_dir: Path, engines: list[str], records: dict[str, list[TrialRecord]],
-                runtimes: list[str | None] | None = None) -> dict[str, tuple[float, int]]:
+                runtimes: list[str | None] | None = None, pools: list[str] | None = None) -> dict[str, tuple[float, int]]:
     """Run the modes interleaved chunk by chunk (so machine load hits them alike); sum per mode
-    (the swerl modes once per runtime, named ``mode@runtime`` when there are several).
-    ``records`` receives the trial records of the swerl modes (they name their engine)."""
-    runtimes = runtimes or [None]
-    variants = {(f"{m}@{rt or 'default'}" if len(runtimes) > 1 else m): (m, rt)
-                for m in modes for rt in (runtimes if m in VERIFICATION else [None])}
+    (:func:`variant_names`). ``records`` receives the trial records of the swerl modes (they
+    name their engine and count their warm containers)."""
+    variants = variant_names(modes, runtimes or [None], pools or ["warm"])
     totals = {name: (0.0, 0) for name in variants}
     works = {t.name: stage_host_copy(t, root / f"floor-c{concurrency}") for t in tasks} if "floor" in modes else {}
     async with contextlib.AsyncExitStack() as stack:
         managers = {}
-        for name, (mode, runtime) in ((n, v) for n, v in variants.items() if v[0] in VERIFICATION):
+        for name, (mode, runtime, warm) in ((n, v) for n, v in variants.items() if v[0] in VERIFICATION):
             fleet = [EngineConfig(url=url, slots=concurrency) for url in engines]
             config = SandboxConfig(concurrency=concurrency * max(len(fleet), 1), verification=VERIFICATION[mode],
-                                   engines=fleet, runtime=runtime)
+                                   engines=fleet, runtime=runtime, warm_pool=warm)
             managers[name] = mgr = await stack.enter_async_context(SandboxManager(config))
-            # Warm up once, as in a long run: image cached, pool filled.
+            # Warm up once, as in a long run: image cached, pools planned for c trials at once and filled.
             await asyncio.gather(*(mgr.run_null(tasks[0]) for _ in range(2)))
+            await mgr.plan(tasks, config.concurrency)
         await asyncio.sleep(1.0)
         for i in range(0, len(tasks), chunk):
             part = tasks[i : i + chunk]
-            for name, (mode, _) in variants.items():
+            for name, (mode, _, _) in variants.items():
                 if mode == "floor":
                     wall, ok = await run_floor([works[t.name] for t in part], concurrency, bin_dir)
                 elif mode == "naive":
@@ -169,10 +190,16 @@ def _reward_is_one(path: Path) -> bool:
         return False
 
 
-def line(name: str, n: int, c: int, wall: float, ok: int, floor_slot: float | None) -> str:
+def line(name: str, n: int, c: int, wall: float, ok: int, floor_slot: float | None,
+         records: list[TrialRecord] | None = None) -> str:
+    """One mode's figures: trials/s, seconds per trial-slot, the overhead over the floor, the
+    trials that read reward 1 and (swerl modes) the share of containers taken warm."""
     slot = wall * c / n
     over = "" if floor_slot is None else f"  overhead {slot - floor_slot:+.3f} s/trial"
-    return f"{name:<12} c={c}  {n / wall:6.2f} trials/s  {slot:.3f} s per trial-slot{over}  ({ok}/{n} reward 1)"
+    warm = sum(r.timings.warm_containers for r in records or [])
+    taken = warm + sum(r.timings.cold_containers for r in records or [])
+    hits = f", {warm / taken:.0%} of {taken} containers warm" if taken else ""
+    return f"{name:<14} c={c}  {n / wall:6.2f} trials/s  {slot:.3f} s per trial-slot{over}  ({ok}/{n} reward 1{hits})"
 
 
 def engine_lines(mode: str, records: list[TrialRecord], floor_s: float | None) -> list[str]:
@@ -199,6 +226,10 @@ def main() -> None:
     parser.add_argument("--chunk", type=int, default=20, help="Tasks per interleaved round of the modes")
     parser.add_argument("--modes", nargs="+", default=["floor", "naive", "swerl", "clean"],
                         choices=["floor", "naive", "swerl", "clean"])
+    parser.add_argument("--floor-bin", type=Path, default=None,
+                        help="Folder holding the floor's pytest (default: a small venv built once from PyPI)")
+    parser.add_argument("--pools", nargs="+", default=["warm", "cold"], choices=["warm", "cold"],
+                        help="Run the swerl/clean modes with warm pools planned (warm) and/or without (cold)")
     parser.add_argument("--engine", action="append", default=[],
                         help="Docker engine URL of the fleet (repeat; default: the local engine only)")
     parser.add_argument("--runtime", nargs="+", default=[None],
@@ -211,21 +242,21 @@ def main() -> None:
         source = args.tasks
         if source is None:
             source = Path(tmp) / "humaneval"
-            import_humaneval(source)
+            import_humaneval(source, limit=args.limit)
         tasks = list(load_tasks(source, limit=args.limit).tasks)
         image = asyncio.run(_image(tasks[0]))
-        bin_dir = floor_python_bin() if "floor" in args.modes else Path()
+        bin_dir = (args.floor_bin or floor_python_bin()) if "floor" in args.modes else Path()
         n = len(tasks)
-        print(f"{n} HumanEval oracle verifications, image {image}, {os.cpu_count()} x {_cpu_model()}, "
+        print(f"{n} HumanEval oracle verifications, image {image}, {os.cpu_count()} x {_cpu_model()}, floor {bin_dir}/pytest, "
               f"runtime {' '.join(r or 'default' for r in args.runtime)}, load average {os.getloadavg()[0]:.1f}", flush=True)
         for c in args.concurrency:
             records: dict[str, list[TrialRecord]] = {}
             totals = asyncio.run(bench(tasks, image, c, args.modes, args.chunk, Path(tmp), bin_dir, args.engine, records,
-                                       args.runtime))
+                                       args.runtime, args.pools))
             floor_slot = totals["floor"][0] * c / n if "floor" in totals else None
             for mode, (wall, ok) in totals.items():
-                slots = c * len(args.engine) if mode.split("@")[0] in VERIFICATION and len(args.engine) > 1 else c
-                print(line(mode, n, slots, wall, ok, None if mode == "floor" else floor_slot), flush=True)
+                slots = c * len(args.engine) if mode.split("@")[0].split("/")[0] in VERIFICATION and len(args.engine) > 1 else c
+                print(line(mode, n, slots, wall, ok, None if mode == "floor" else floor_slot, records.get(mode)), flush=True)
             if len(args.engine) > 1:
                 floor_trial = totals["floor"][0] * c / n if "floor" in totals else None
                 for mode, rows in records.items():

@@ -65,6 +65,10 @@ REWARD_AVG_RAW_REWARD = "reward/avg_raw_reward"
 REWARD_MEAN = "reward/mean"
 REWARD_NUM_TRAJECTORIES = "reward/num_trajectories"
 
+# sandbox/: trainer/tracking/metrics.py: how the step's containers were ready
+SANDBOX_CONTAINER_WAIT_S = "sandbox/container_wait_s"
+SANDBOX_POOL_HIT_RATE = "sandbox/pool_hit_rate"
+
 # timing/: the trainer's loop, rollouts and persistence: wall-clock seconds
 TIMING_EVAL_S = "timing/eval_s"
 TIMING_EXPORT_S = "timing/export_s"

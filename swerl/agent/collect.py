@@ -22,6 +22,7 @@ from swerl.agent.policy import Policy
 from swerl.agent.trajectory import Trajectory
 from swerl.errors import SandboxError
 from swerl.sandbox.control import run_control
+from swerl.sandbox.types import TrialTimings
 
 if TYPE_CHECKING:
     from swerl.sandbox.manager import SandboxManager
@@ -136,13 +137,14 @@ async def _guarded_episode(task: Task, manager: SandboxManager, policy: Policy, 
     played, lost = None, False
     try:
         for retry in range(retries + 1):
-            played, lost = None, False
-            async with manager.sandbox(task) as sandbox:
+            played, lost, timings = None, False, TrialTimings()
+            async with manager.sandbox(task, timings) as sandbox:
                 on_phase("started")
                 engine = sandbox.placement.engine
                 played = await play_episode(task, sandbox, policy, cfg, seed=seed,
                                             on_verify=lambda: on_phase("verifying"))
                 lost = played.verdict.needs_control and await manager.engine_lost(sandbox)
+            played.state.timings_s.update(container_timings(timings))
             if not lost or retry == retries:
                 break
             logger.warning("%s #%d: its engine stopped answering; running it again on another engine",
@@ -166,6 +168,15 @@ async def _guarded_episode(task: Task, manager: SandboxManager, policy: Policy, 
     # prefers a healthy engine; with none left it fails, and the episode is masked).
     control = await run_control(manager, task, engine) if played.verdict.needs_control else None
     return finish_trajectory(task, played, control, group_id=group_id, sample_index=sample_index)
+
+
+def container_timings(timings: TrialTimings) -> dict[str, float]:
+    """What an episode's trajectory keeps of its sandbox's start (``timings_s``): ``container_wait_s``
+    (seconds from asking for the sandbox to holding its started container), ``containers_warm`` and
+    ``containers_cold`` (its containers taken from a warm pool / started on demand, the clean room's
+    verifier container included)."""
+    return {"container_wait_s": timings.wait_s, "containers_warm": float(timings.warm_containers),
+            "containers_cold": float(timings.cold_containers)}
 
 
 def _seed_of(base_seed: int | None, task_seed: int | None, group_id: str, task_name: str, sample_index: int) -> int | None:

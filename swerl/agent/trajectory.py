@@ -78,7 +78,9 @@ class Trajectory(BaseModel):
         verifier_output_tail: last bytes of test.sh output, decoded with replacement.
         weight_version: policy version that sampled the episode (its last turn).
         turn_weight_versions: policy version of each generated turn, in order.
-        timings_s: wall-clock seconds per phase (``agent_s``, ``verify_s``).
+        timings_s: wall-clock seconds per phase (``agent_s``, ``verify_s``, ``container_wait_s``),
+            and the episode's containers taken warm or started on demand (``containers_warm``,
+            ``containers_cold``; :func:`swerl.agent.collect.container_timings`).
         num_policy_tokens: ids sampled from the policy, counted even when the trajectory is
             masked (``num_generated_tokens`` then is 0).
         num_parse_failures: replies the protocol could not parse.

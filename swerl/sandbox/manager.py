@@ -25,6 +25,7 @@ from swerl.sandbox.network import Phase, granted, network_problem
 from swerl.sandbox.runtime.healthcheck import wait_healthy
 from swerl.sandbox.deployment.engine import DEFAULT_MAX_WARM, MAX_WARM_POOLS, Engine, EngineLost
 from swerl.sandbox.deployment.fleet import Fleet
+from swerl.sandbox.deployment.plan import plan_pools
 from swerl.sandbox.deployment.registry import ImageRoutes
 from swerl.sandbox.docker_api import LABEL_TASK
 from swerl.sandbox.deployment.gc import owner_labels
@@ -179,7 +180,7 @@ class SandboxManager:
                 log.warning("image cache pruning failed on %s: %s", engine.url, err)
         return tag
 
-    def _spec(self, task: Task, phase: Phase, image: str, engine: Engine) -> ContainerSpec:
+    def spec(self, task: Task, phase: Phase, image: str, engine: Engine) -> ContainerSpec:
         """The container of ``phase``: the agent's limits and network, or the verifier's (the
         separate verifier environment's limits, the verifier phase's network)."""
         env = task.config.environment if phase == "agent" else task.config.verifier_environment
@@ -187,6 +188,36 @@ class SandboxManager:
             runtime=engine.runtime, image=image, cpus=env.cpus, memory_mb=env.memory_mb, pids_limit=self.config.pids_limit,
             network=granted(task, phase, self.config.allow_network), workdir=env.workdir,
         )
+
+    async def plan(self, tasks: list[Task], episodes: int) -> int:
+        """Size the warm pools for a step that runs ``episodes`` episodes at once over ``tasks`` and
+        start filling them in the background (:func:`~swerl.sandbox.deployment.plan.plan_pools`);
+        nothing with ``warm_pool`` off.
+
+        Returns:
+            the idle containers the planned pools keep, all engines together.
+        """
+        if self.fleet is None or not self.config.warm_pool:
+            return 0
+        return await plan_pools(self.fleet.healthy, tasks, episodes, self.container_specs)
+
+    async def container_specs(self, task: Task, engine: Engine) -> list[tuple[ContainerSpec, int]]:
+        """The containers a trial of ``task`` takes on ``engine``, as (spec, how many of that spec):
+        the agent's; in the clean room the verifier's too (one spec taken twice when it is the
+        agent's, as :meth:`_start` takes them). [] for a task whose network the run cannot grant.
+        Builds (or finds) the images on ``engine``.
+
+        Raises:
+            TaskError: malformed environment. SandboxError: build_error.
+        """
+        mode = verification_mode(task, self.config)
+        if network_problem(task, mode, self.config.allow_network) is not None:
+            return []
+        spec = self.spec(task, "agent", await self.image_for(task, engine), engine)
+        if mode != "clean_room":
+            return [(spec, 1)]
+        verifier_spec = self.spec(task, "verifier", await self.verifier_image_for(task, engine), engine)
+        return [(spec, 2)] if verifier_spec == spec else [(spec, 1), (verifier_spec, 1)]
 
     @contextlib.asynccontextmanager
     async def slot(self) -> AsyncIterator[None]:
@@ -222,6 +253,7 @@ class SandboxManager:
         if self.fleet is None:
             raise SandboxError("SandboxManager is not open; use `async with SandboxManager(...)`")
         timings = timings if timings is not None else TrialTimings()
+        asked = time.monotonic()
         async with self._slots:
             for moves in range(self.config.engine_retries + 1):
                 async with (self.fleet.slot(prefer if moves == 0 else None) as engine,
@@ -230,6 +262,7 @@ class SandboxManager:
                         placed.append(engine.url)
                     try:
                         sb = await self._start(task, engine, timings)
+                        timings.wait_s = time.monotonic() - asked
                     except SandboxError as err:
                         if (moves < self.config.engine_retries and outcome_of(err) in ENGINE_OUTCOMES
                                 and await self.fleet.check(engine, str(err))):
@@ -261,14 +294,14 @@ class SandboxManager:
         timings.build_s = time.monotonic() - began
         began = time.monotonic()
         labels = {**self._labels, LABEL_TASK: task.name}
-        spec = self._spec(task, "agent", image, engine)
-        verifier_spec = self._spec(task, "verifier", verifier_image, engine) if clean_room else spec
+        spec = self.spec(task, "agent", image, engine)
+        verifier_spec = self.spec(task, "verifier", verifier_image, engine) if clean_room else spec
         shared = clean_room and verifier_spec == spec  # one pool serves both containers of a trial
-        container_id, keeper = await engine.pool(spec, 2 if shared else 1).take(task.name, labels)
+        container_id, keeper = await engine.pool(spec, 2 if shared else 1).take(task.name, labels, timings)
         timings.start_s = time.monotonic() - began
 
         async def renew() -> tuple[str, KeeperChannel]:
-            return await engine.pool(verifier_spec, 2 if shared else 1).take(task.name, labels)
+            return await engine.pool(verifier_spec, 2 if shared else 1).take(task.name, labels, timings)
 
         handles = engine.opened
         placement = Placement(engine.url, image, verifier_image)

@@ -118,7 +118,9 @@ class SandboxConfig(BaseModel):
         True, description="Pre-create and start containers ahead of use (one fresh container per trial)."
     )
     warm_pool_size: int | None = Field(
-        None, ge=0, description="Idle started containers kept per image; None means min(concurrency, 4)."
+        None, ge=0, description="Idle started containers kept per image; None: sized from the step's plan (the "
+        "episodes a step runs at once on the engine, at most its slots, times the containers a trial takes), "
+        "min(slots, 4) per container of a trial before any plan."
     )
     verifier_timeout_s: float | None = _seconds(
         None, "Overrides every task's [verifier] timeout_sec, seconds (the seed run used 120); None = task.toml."
@@ -303,10 +305,17 @@ class VerifierResult(BaseModel):
 
 class TrialTimings(BaseModel):
     """Seconds spent in each phase of one trial; ``cleanup_s``: the wait for the removal of the
-    trial's containers, which the trial awaits before it ends (a control run starts after it)."""
+    trial's containers, which the trial awaits before it ends (a control run starts after it).
+    ``wait_s``: from asking for the sandbox to holding its started container (slots, disk
+    admission, images, the container itself); ``warm_containers`` / ``cold_containers``: the
+    trial's containers taken from a warm pool / started on demand (the clean room's verifier
+    container included)."""
 
     build_s: float = 0.0
     start_s: float = 0.0
+    wait_s: float = 0.0
+    warm_containers: int = 0
+    cold_containers: int = 0
     agent_s: float = 0.0
     verify_s: float = 0.0
     control_s: float = 0.0

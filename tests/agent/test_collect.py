@@ -18,6 +18,7 @@ from swerl.inference.backends.batcher import AsyncBatcher
 from swerl.inference.backends.hf import HFBackend
 from swerl.sandbox import SandboxConfig, SandboxManager
 from swerl.tasks.load import load_task
+from swerl.trainer.tracking.metrics import sandbox_metrics
 
 pytestmark = pytest.mark.docker
 
@@ -69,6 +70,30 @@ def test_rollouts_are_grouped_and_a_broken_sandbox_is_masked(broken_task, smol_t
         kinds = [e.kind for e in events if (e.task_name, e.sample_index) == key]
         assert kinds == ["started", "verifying", "finished"], (key, kinds)
     assert peak <= 2
+    # No warm pool: each started episode's one container (same-container verification) was started on demand.
+    assert [(t.timings_s.get("containers_warm"), t.timings_s.get("containers_cold")) for t in trajs] == [
+        (0.0, 1.0), (0.0, 1.0), (None, None), (None, None), (0.0, 1.0), (0.0, 1.0)]
+    waits = [t.timings_s["container_wait_s"] for t in trajs if "container_wait_s" in t.timings_s]
+    assert len(waits) == 4 and all(w > 0 for w in waits)
+    assert sandbox_metrics(trajs) == {"sandbox/pool_hit_rate": 0.0, "sandbox/container_wait_s": pytest.approx(sum(waits) / 4)}
+
+
+def test_episodes_on_planned_and_filled_pools_take_every_container_warm(smol_tokenizer):
+    """The step's plan fills the pool before the step: its 4 episodes wait for no container start."""
+    task = load_task(FIXTURE_TASKS / "add-two")
+    policy = ScriptedPolicy([SOLVE_ADD_TWO], smol_tokenizer)
+
+    async def main():
+        async with SandboxManager(SandboxConfig(concurrency=4)) as manager:
+            assert await manager.plan([task], 4) == 4
+            pool = next(iter(manager.engines[0].pools.values()))
+            while pool.idle < pool.size:
+                await asyncio.sleep(0.1)
+            return await collect_rollouts([task], 4, policy, manager, AgentConfig(protocol="single-turn"), concurrency=4)
+
+    trajs = asyncio.run(main())
+    assert [t.outcome for t in trajs] == ["passed"] * 4
+    assert sandbox_metrics(trajs)["sandbox/pool_hit_rate"] == 1.0
 
 
 def test_an_episode_without_a_reward_is_masked_only_when_its_control_fails_too(smol_tokenizer):
@@ -155,8 +180,8 @@ def test_a_failure_after_the_episode_never_discards_its_verified_result(smol_tok
                 real = manager.sandbox
 
                 @asynccontextmanager
-                async def failing_release(task):
-                    async with real(task) as sandbox:
+                async def failing_release(task, *args, **kwargs):
+                    async with real(task, *args, **kwargs) as sandbox:
                         yield sandbox
                     raise failure
 

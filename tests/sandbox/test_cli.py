@@ -67,7 +67,10 @@ def test_sandbox_test_passes_a_good_task_and_writes_json(docker_client, tmp_path
     assert [(r["task"], r["attempt"], r["outcome"], r["reward"]) for r in records] == [
         ("add", "oracle", "passed", 1.0), ("add", "null", "failed", 0.0),
     ]
-    assert set(records[0]["timings"]) == {"build_s", "start_s", "agent_s", "verify_s", "control_s", "cleanup_s"}
+    assert set(records[0]["timings"]) == {"build_s", "start_s", "wait_s", "agent_s", "verify_s", "control_s", "cleanup_s",
+                                          "warm_containers", "cold_containers"}
+    # add verifies in its own container: each trial took one, warm (a pool) or started on demand
+    assert all(r["timings"]["warm_containers"] + r["timings"]["cold_containers"] == 1 for r in records)
     assert records[0]["blame"] is None and records[0]["work_product_dropped"] == {}
 
 

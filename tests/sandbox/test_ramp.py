@@ -75,3 +75,87 @@ def test_a_step_ramps_at_the_engine_rate_and_the_next_starts_on_warm_containers(
     assert len(warm) == 2 and warm <= {container_id for container_id, _ in second}
     assert not {c for c, _ in first} & {c for c, _ in second}  # one fresh container per trial
     assert containers_of(docker_client, run_id) == []
+
+
+async def _filled(pool, timeout_s: float = 60.0) -> None:
+    """Wait until ``pool`` holds its size of idle containers."""
+    for _ in range(int(timeout_s * 10)):
+        if pool.idle >= pool.size:
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"the pool holds {pool.idle} of {pool.size} after {timeout_s} s")
+
+
+@pytest.mark.docker
+def test_the_plan_sizes_each_pool_from_the_step_and_both_containers_of_a_clean_room_trial_come_warm(docker_client):
+    """3 slots, the clean room (2 containers of one spec per trial): a plan of 2 episodes keeps 4
+    idle, one of 10 keeps 6 (the slots cap it), one of 2 after it still 6; filled before the step, the step's 3 trials take
+    all 6 containers warm, the verifier's included, still score as fresh ones (oracle 1, null 0),
+    and the pool fills again for the next step."""
+    from swerl.sandbox.types import TrialTimings
+
+    task = fixture_task("add")
+    config = SandboxConfig(concurrency=3, verification="clean_room")
+
+    async def trial(mgr: SandboxManager, timings: TrialTimings, oracle: bool) -> tuple[str, float]:
+        async with mgr.sandbox(task, timings) as sb:
+            if oracle:
+                assert (await sb.run_solution()).exit_code == 0
+            return sb.container_id, (await sb.verify()).reward
+
+    async def body():
+        async with SandboxManager(config) as mgr:
+            engine = mgr.engines[0]
+            [(spec, per_trial)] = await mgr.container_specs(task, engine)
+            sizes = [await mgr.plan([task], 2), await mgr.plan([task], 10), await mgr.plan([task], 2)]
+            pool = engine.pools[spec]
+            await _filled(pool)
+            timings = [TrialTimings() for _ in range(3)]
+            results = await asyncio.gather(*(trial(mgr, t, i == 0) for i, t in enumerate(timings)))
+            await _filled(pool)
+            return per_trial, sizes, timings, results, mgr.run_id
+
+    per_trial, sizes, timings, results, run_id = run(body())
+    assert per_trial == 2 and sizes == [4, 6, 6]  # a smaller plan later (an extra round) keeps the size
+    assert [(t.warm_containers, t.cold_containers) for t in timings] == [(2, 0)] * 3
+    assert [reward for _, reward in results] == [1.0, 0.0, 0.0]
+    assert len({container_id for container_id, _ in results}) == 3
+    assert containers_of(docker_client, run_id) == []
+
+
+@pytest.mark.docker
+def test_a_fixed_warm_size_or_no_warm_pool_overrides_the_plan(docker_client):
+    task = fixture_task("add")
+
+    async def kept(config: SandboxConfig) -> tuple[int, str]:
+        async with SandboxManager(config) as mgr:
+            return await mgr.plan([task], 4), mgr.run_id
+
+    fixed, run_id = run(kept(SandboxConfig(concurrency=4, warm_pool_size=1)))
+    off, off_run = run(kept(SandboxConfig(concurrency=4, warm_pool=False)))
+    assert (fixed, off) == (1, 0)
+    assert containers_of(docker_client, run_id) == [] and containers_of(docker_client, off_run) == []
+
+
+@pytest.mark.docker
+def test_a_planned_fill_never_exceeds_the_engine_create_pace(docker_client):
+    """6 containers planned on an engine limited to 4 creates a second: their create times span at
+    least 5 / 4 s (less the calls' jitter), and no second holds more than 4 + 1 of them."""
+    rate, count = 4.0, 6
+    task = fixture_task("add")
+    engine_config = EngineConfig(url=LOCAL_ENGINE_URL, slots=count, max_creates_per_s=rate)
+    config = SandboxConfig(concurrency=count, engines=[engine_config])
+
+    async def body() -> tuple[list[float], float, str]:
+        async with SandboxManager(config) as mgr:
+            assert await mgr.plan([task], count) == count
+            pool = next(iter(mgr.engines[0].pools.values()))
+            await _filled(pool)
+            created = sorted(_created_s(docker_client, container_id) for container_id, _ in pool._ready)
+            return created, mgr.engines[0].pace.waited_s, mgr.run_id
+
+    created, waited_s, run_id = run(body())
+    assert len(created) == count and waited_s > 0
+    assert created[-1] - created[0] >= (count - 1) / rate - 0.3, created
+    assert max(sum(1 for t in created if start <= t < start + 1.0) for start in created) <= rate + 1, created
+    assert containers_of(docker_client, run_id) == []

@@ -15,6 +15,7 @@ import pytest
 
 from swerl.sandbox import SandboxConfig, SandboxManager
 from swerl.sandbox.runtime.layer import LayerReader
+from swerl.sandbox.types import TrialTimings
 from swerl.tasks import import_humaneval, load_task
 
 from ._support import run
@@ -94,8 +95,8 @@ def humaneval_task(tmp_path_factory):
     return load_task(folder)
 
 
-async def _attempt(mgr: SandboxManager, task, compare_readers: bool):
-    async with mgr.sandbox(task) as sb:
+async def _attempt(mgr: SandboxManager, task, compare_readers: bool, timings: TrialTimings):
+    async with mgr.sandbox(task, timings) as sb:
         setup = await sb.exec(SETUP, timeout_s=60)
         assert setup.exit_code == 0, setup.output
         readers = None
@@ -107,8 +108,22 @@ async def _attempt(mgr: SandboxManager, task, compare_readers: bool):
 
 
 async def _trials(task, verification: str, compare_readers: bool):
-    async with SandboxManager(SandboxConfig(concurrency=3, verification=verification, warm_pool_size=3)) as mgr:
-        return await asyncio.gather(_attempt(mgr, task, compare_readers), mgr.run_oracle(task), mgr.run_null(task))
+    """The attempt, the oracle and the null trial at once, every container of theirs (the clean
+    room's verifier containers included) taken from a warm pool planned and filled before them:
+    the scan and the verifier must see in a warm container what they see in a fresh one."""
+    async with SandboxManager(SandboxConfig(concurrency=3, verification=verification)) as mgr:
+        kept = await mgr.plan([task], 3)
+        pool = next(iter(mgr.engines[0].pools.values()))
+        while pool.idle < kept:
+            await asyncio.sleep(0.1)
+        timings = TrialTimings()
+        (verdict, readers), oracle, null = await asyncio.gather(
+            _attempt(mgr, task, compare_readers, timings), mgr.run_oracle(task), mgr.run_null(task))
+        per_trial = 2 if verification == "clean_room" else 1
+        assert kept == 3 * per_trial
+        assert [(t.warm_containers, t.cold_containers) for t in (timings, oracle.timings, null.timings)] == [
+            (per_trial, 0)] * 3
+        return (verdict, readers), oracle, null
 
 
 def test_every_family_is_flagged_and_honest_work_is_not(humaneval_task):

@@ -31,6 +31,7 @@ SPEC_METRICS = [
     "response_length/mean", "response_length/max", "response_length/clip_fraction",
     "response_length/reward_pos_mean", "response_length/reward_zero_mean", "turns/mean", "tokens/generated",
     "failure_class/none", "timing/rollout_s", "timing/update_s", "timing/step_s",
+    "sandbox/pool_hit_rate", "sandbox/container_wait_s",
 ]
 
 
@@ -61,7 +62,7 @@ def records(run_dir: Path) -> list[dict]:
 
 
 def without_timing(record: dict) -> dict:
-    return {k: v for k, v in record.items() if not k.startswith(("timing/", "async/busy"))}
+    return {k: v for k, v in record.items() if not k.startswith(("timing/", "async/busy", "sandbox/"))}
 
 
 def test_zero_planned_steps_is_refused_before_any_file(tmp_path, tiny_model_dir):
@@ -110,6 +111,7 @@ def test_resume_reproduces_the_uninterrupted_run(tmp_path, tiny_model_dir, lora)
     assert [r["global_step"] for r in recs] == [1, 2, 3]
     missing = [k for k in SPEC_METRICS if k not in recs[0]]
     assert not missing, missing
+    assert all(0.0 <= r["sandbox/pool_hit_rate"] <= 1.0 and r["sandbox/container_wait_s"] > 0 for r in recs)
     assert TrainConfig.model_validate(__import__("yaml").safe_load((full / "config.yaml").read_text())) == cfg
     assert sorted(p.name for p in (full / "exports").iterdir()) == ["global_step_1", "global_step_2", "global_step_3"]
     weights = {"adapter_model.safetensors", "adapter_config.json"} if lora else {"model.safetensors", "config.json"}

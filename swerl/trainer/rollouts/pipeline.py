@@ -49,7 +49,7 @@ from swerl.trainer.rollouts.busy import BusyClock, metered
 from swerl.trainer.rollouts.dynamic import fill_batch
 from swerl.trainer.config import TrainConfig
 from swerl.trainer.distributed import DistInfo
-from swerl.trainer.rollouts.concurrency import rank_sandbox
+from swerl.trainer.rollouts.concurrency import rank_sandbox, split_count
 from swerl.trainer.rollouts.generator import Generator, apply_weights, probe_parity, publish_weights
 from swerl.trainer.rollouts.runner import RolloutRunner, gather_trajectories, rank_share
 from swerl.trainer.rollouts.sampler import PromptSampler
@@ -145,6 +145,13 @@ class Context:
         return RolloutRunner(backend, backend.tokenizer, sandbox, cfg.agent, episodes, max_batch, wait_s,
                              rollout_seed(cfg))
 
+    def prewarm(self, runner: RolloutRunner) -> None:
+        """Start the warm pools of ``runner`` for a step of this rank before the first one: its
+        share of ``loop.train_batch_size`` prompts times ``n_samples``, at most its episodes in flight."""
+        cfg = self.config
+        per_step = split_count(cfg.loop.train_batch_size, self.info.rank, self.info.world_size) * cfg.n_samples
+        runner.prewarm(self.tasks, min(runner.concurrency, per_step))
+
     def collect_local(self, runner: RolloutRunner, step: int, indices: list[int],
                       on_event: Callable[[RolloutEvent], None] | None, round_index: int = 0) -> list[Trajectory]:
         """This rank's share of batch ``step`` (prompts ``indices``; round ``round_index`` of
@@ -213,6 +220,7 @@ class InlineRollouts:
 
     def __enter__(self) -> "InlineRollouts":
         self.runner.__enter__()
+        self.ctx.prewarm(self.runner)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -306,6 +314,7 @@ class PipelinedRollouts:
         try:
             with ctx.runner(self.metered) as runner:
                 self._producer_runner = runner
+                ctx.prewarm(runner)
                 for step in range(self.next_step, self.last_step + 1):
                     if not self._admitted(step):
                         return

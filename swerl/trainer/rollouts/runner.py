@@ -6,7 +6,11 @@ rank's generation backend an async front per collection (vLLM: each turn submitt
 HF: batched).
 
 Episodes run concurrently (bounded by ``concurrency``): while one episode's verifier runs in its
-container, other episodes keep generating. Each step's group ids are prefixed ``step{N}/`` so
+container, other episodes keep generating. Sandboxes are ready before they are needed: each
+collection first sizes the warm pools for its episodes (``SandboxManager.plan``; :meth:`RolloutRunner.prewarm`
+does so before the first step), and between collections the event loop keeps running in a
+background thread (:class:`_Idle`), so the pools refill and removals go on during the update and
+the weight sync. Each step's group ids are prefixed ``step{N}/`` so
 that the per-episode sampling seeds differ from step to step yet are reproducible on resume.
 """
 
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -89,6 +94,7 @@ class RolloutRunner:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._manager: SandboxManager | None = None
         self._collecting = False
+        self._idle: _Idle | None = None
 
     def __enter__(self) -> "RolloutRunner":
         from swerl.sandbox.manager import SandboxManager
@@ -96,10 +102,14 @@ class RolloutRunner:
         self._loop = asyncio.new_event_loop()
         manager = SandboxManager(self.sandbox_cfg)
         self._manager = self._loop.run_until_complete(manager.__aenter__())
+        self._idle = _Idle(self._loop)
         return self
 
     def __exit__(self, *exc: object) -> None:
         assert self._loop is not None
+        if self._idle is not None:
+            self._idle.stop()
+            self._idle = None
         try:
             # Episodes interrupted mid-step (SIGTERM, an error): cancel them so their sandboxes close.
             pending = asyncio.all_tasks(self._loop)
@@ -112,6 +122,29 @@ class RolloutRunner:
         finally:
             self._loop.close()
             self._loop = None
+
+    def prewarm(self, tasks: list[Task], episodes: int) -> None:
+        """Before the first step: plan the warm pools for ``episodes`` episodes at once over
+        ``tasks`` (the images are looked up or built now) and fill them while the caller goes on:
+        between collections the loop runs in a background thread."""
+        assert self._idle is not None, "RolloutRunner used outside its context"
+        self._idle.stop()
+        self._plan_soon(tasks, episodes)
+        self._idle.start()
+
+    def _plan_soon(self, tasks: list[Task], episodes: int) -> None:
+        """Start ``SandboxManager.plan`` as a task of the loop (never raises: a plan only saves
+        time; the trials report real errors), so episodes need not wait for its image look-ups."""
+        assert self._loop is not None and self._manager is not None and self._idle is not None
+        manager = self._manager
+
+        async def plan() -> None:
+            try:
+                await manager.plan(tasks, episodes)
+            except Exception as err:  # noqa: BLE001 - see above
+                log.warning("warm pools not planned: %s", err)
+
+        self._idle.keep(self._loop.create_task(plan(), name="swerl-warm-plan"))
 
     def cancel_threadsafe(self) -> None:
         """From another thread: cancel the episodes in flight (their sandboxes close as they unwind)."""
@@ -149,17 +182,22 @@ class RolloutRunner:
         prefix = f"step{step}/" if group_prefix is None else group_prefix
         if not tasks:
             return []
+        assert self._idle is not None
+        self._idle.stop()
         self._collecting = True
         try:
             return self._loop.run_until_complete(
                 self._collect(tasks, n_samples, prefix, first_index, on_event, task_seed))
         finally:
             self._collecting = False
+            self._idle.start()
 
     async def _collect(
         self, tasks: list[Task], n_samples: int, prefix: str, first_index: int,
         on_event: Callable[[RolloutEvent], None] | None, task_seed: int | None,
     ) -> list[Trajectory]:
+        # Sized now, so the refills after each take keep this many ready for the next collection.
+        self._plan_soon(tasks, min(self.concurrency, len(tasks) * n_samples))
         async with make_front(self.backend, self.max_batch_size, self.batch_wait_s) as batcher:
             policy = BackendPolicy(batcher, self.tokenizer)
             return await collect_rollouts(
@@ -167,3 +205,33 @@ class RolloutRunner:
                 concurrency=self.concurrency, on_event=on_event, group_prefix=prefix,
                 first_index=first_index, task_seed=task_seed,
             )
+
+
+class _Idle:
+    """Runs ``loop`` in a background thread between collections, so its background work (warm-pool
+    refills, container removals, a prewarm) goes on while the trainer updates; :meth:`stop` before
+    the loop is run anywhere else (an event loop runs in one thread at a time)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._thread: threading.Thread | None = None
+        self._kept: set[asyncio.Task[None]] = set()
+
+    def keep(self, task: asyncio.Task[None]) -> None:
+        """Hold a reference to a background task until it is done (the loop holds only weak ones)."""
+        self._kept.add(task)
+        task.add_done_callback(self._kept.discard)
+
+    def start(self) -> None:
+        """Run the loop in a background thread until :meth:`stop`."""
+        if self._thread is None and not self._loop.is_closed():
+            self._thread = threading.Thread(target=self._loop.run_forever, name="swerl-sandbox-idle", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the loop's background run and wait for it (returns at once when it is not running)."""
+        thread, self._thread = self._thread, None
+        if thread is None:
+            return
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        thread.join()

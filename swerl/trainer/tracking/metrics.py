@@ -87,6 +87,7 @@ def rollout_metrics(trajs: list[Trajectory]) -> dict[str, float]:
         "tokens/observation": float(sum(len(t.response_ids) for t in trajs) - sum(gen)),
     }
     out.update(control_metrics(trajs))
+    out.update(sandbox_metrics(trajs))
     for name, count in Counter(t.failure_class for t in trajs).items():
         out[f"failure_class/{name}"] = float(count)
     for name, count in Counter(t.outcome for t in trajs).items():
@@ -104,6 +105,20 @@ def control_metrics(trajs: list[Trajectory]) -> dict[str, float]:
         "rollout/zeroed_by_control": float(sum(t.blame == Blame.attempt for t in trajs)),
         "rollout/control_s": float(sum(t.timings_s.get("control_s", 0.0) for t in trajs)),
     }
+
+
+def sandbox_metrics(trajs: list[Trajectory]) -> dict[str, float]:
+    """How the batch's sandboxes were ready: ``sandbox/pool_hit_rate`` (share of the episodes'
+    containers taken from a warm pool, the clean room's verifier containers included, in [0, 1])
+    and ``sandbox/container_wait_s`` (mean seconds an episode waited for its started container).
+    Episodes whose sandbox never started carry neither; {} when no episode has a container."""
+    warm = sum(t.timings_s.get("containers_warm", 0.0) for t in trajs)
+    cold = sum(t.timings_s.get("containers_cold", 0.0) for t in trajs)
+    waits = [t.timings_s["container_wait_s"] for t in trajs if "container_wait_s" in t.timings_s]
+    if not waits:
+        return {}
+    return {metric_keys.SANDBOX_POOL_HIT_RATE: warm / (warm + cold) if warm + cold else 0.0,
+            metric_keys.SANDBOX_CONTAINER_WAIT_S: _mean(waits)}
 
 
 def make_record(step: int, metrics: dict[str, float]) -> dict[str, Any]:

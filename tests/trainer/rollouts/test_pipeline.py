@@ -36,7 +36,7 @@ def dumped(run_dir: Path) -> dict[int, list[dict]]:
 
 def untimed(run_dir: Path) -> list[dict]:
     """Records without the timing-dependent keys (wall times, busy fractions, buffer depth)."""
-    return [{k: v for k, v in r.items() if not k.startswith(("timing/", "async/busy", "rollout/buffer"))}
+    return [{k: v for k, v in r.items() if not k.startswith(("timing/", "async/busy", "rollout/buffer", "sandbox/"))}
             for r in records(run_dir)]
 
 
