@@ -214,7 +214,7 @@ def test_a_librarys_deprecation_notice_stays_in_the_log_and_other_warnings_show(
         text = warnings.formatwarning(message, category, path, 138)
         return logging.LogRecord("py.warnings", logging.WARNING, path, 138, "%s", (text,), None)
 
-    vllm = "/work/.venv/lib/python3.11/site-packages/vllm/triton_utils/dispatcher.py"
+    vllm = "/opt/app/.venv/lib/python3.11/site-packages/vllm/triton_utils/dispatcher.py"
     assert not _own_records(captured(vllm, FutureWarning, "`torch.distributed.reduce_op` is deprecated"))
     assert not _own_records(captured("/usr/lib/python3/dist-packages/x/y.py", DeprecationWarning, "old"))
     assert _own_records(captured(vllm, UserWarning, "the model's generation config sets top_k"))  # may be the user's
