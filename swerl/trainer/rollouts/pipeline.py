@@ -222,6 +222,10 @@ class InlineRollouts:
         with ctx.clock.busy("update"):
             return publish_weights(ctx.generator, ctx.model, ctx.config, ctx.info, version=step)
 
+    def pending(self, step: int) -> list[RolloutBatch]:
+        """Batches past ``step`` a checkpoint must save: none (nothing runs ahead)."""
+        return []
+
     def position(self) -> dict[str, Any]:
         """The pipeline's part of a checkpoint's trainer state."""
         return {"max_staleness_steps": 0, "buffered_steps": [], "producing_step": None}
@@ -248,7 +252,7 @@ class PipelinedRollouts:
                                      seed=ctx.config.generator.seed, weight_version=start_step)
             self.generator = Generator(copy_backend, ModuleCopy(copy_backend, policy_copy), owns_backend=False)
         self.metered = metered(self.generator.backend, ctx.clock)
-        self.runner = ctx.runner(self.metered)  # held-out eval, in the trainer's thread
+        self.runner = ctx.runner(self._eval_backend())  # held-out eval, in the trainer's thread
         self._published = start_step  # the newest version handed to the generator
         self._ready: dict[int, RolloutBatch] = {}
         self._producing: int | None = None
@@ -272,6 +276,11 @@ class PipelinedRollouts:
             runner.cancel_threadsafe()  # in-flight episodes close their sandboxes
         self._thread.join()
         self.runner.__exit__(*exc)
+
+    def _eval_backend(self) -> MeteredBackend | MeteredStream:
+        """What held-out evaluation samples with: the producer's generator, which holds the newest
+        published version once the eval's first request has applied it."""
+        return self.metered
 
     # ---- producer thread ------------------------------------------------------------------
 
@@ -398,6 +407,10 @@ class PipelinedRollouts:
         return {metric_keys.TIMING_WEIGHT_SYNC_S: time.monotonic() - t0,
                 metric_keys.INFERENCE_WEIGHT_SYNC_BYTES: float(staged.num_bytes)}
 
+    def pending(self, step: int) -> list[RolloutBatch]:
+        """Batches past ``step`` a checkpoint saves: none (a resume re-collects them)."""
+        return []
+
     def position(self) -> dict[str, Any]:
         """The pipeline's part of a checkpoint's trainer state (informative: a resume re-collects
         every batch after the checkpoint's step)."""
@@ -406,8 +419,15 @@ class PipelinedRollouts:
                     "producing_step": self._producing}
 
 
-def open_rollouts(ctx: Context, start_step: int, last_step: int) -> InlineRollouts | PipelinedRollouts:
-    """The rollout source for ``loop.max_staleness_steps`` (use as a context manager)."""
+def open_rollouts(ctx: Context, start_step: int, last_step: int,
+                  pending: list[RolloutBatch] | None = None) -> InlineRollouts | PipelinedRollouts:
+    """The rollout source for ``loop.max_staleness_steps`` and ``loop.exact_staleness`` (use as a
+    context manager); ``pending``: the batches after ``start_step`` a checkpoint saved (exact only).
+
+    Raises:
+        ConfigError: dynamic sampling with k >= 1 on several ranks; the exact schedule with servers
+            every rank shares (their reload is a collective of all ranks).
+    """
     k = ctx.config.loop.max_staleness_steps
     if k > 0 and ctx.config.algorithm.dynamic_sampling.enabled and ctx.info.world_size > 1:
         raise ConfigError(f"algorithm.dynamic_sampling with loop.max_staleness_steps={k} runs on one trainer rank, "
@@ -415,4 +435,12 @@ def open_rollouts(ctx: Context, start_step: int, last_step: int) -> InlineRollou
                           "algorithm.dynamic_sampling.enabled: false")
     if k == 0 and not THREADED_AT_ZERO:
         return InlineRollouts(ctx, start_step)
+    if k > 0 and ctx.config.loop.exact_staleness:
+        from swerl.trainer.rollouts.exact import ExactRollouts
+
+        if ctx.generator.sync.drain_all_ranks:
+            raise ConfigError("loop.exact_staleness with generator.server_urls shared by several ranks: their reload is "
+                              "a collective of every rank, which a producer between two batches cannot join: set "
+                              "loop.exact_staleness: false")
+        return ExactRollouts(ctx, start_step, last_step, k, pending)
     return PipelinedRollouts(ctx, start_step, last_step, k)
