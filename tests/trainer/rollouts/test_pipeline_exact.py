@@ -47,7 +47,7 @@ def runs(tmp_path_factory, tiny_model_dir) -> dict[str, Path]:
 
     root = tmp_path_factory.mktemp("exact")
     cfg = tiny_config(tiny_model_dir, max_steps=STEPS, max_staleness_steps=K)
-    assert cfg.loop.exact_staleness and cfg.model.dtype in ("float32", "auto")
+    assert cfg.loop.exact_staleness and cfg.model.dtype == "float32"
     train(cfg, root / "plain")
     real_update = loop.train_on_batch
 
