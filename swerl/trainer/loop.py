@@ -75,6 +75,7 @@ from swerl.trainer.setup.preflight import Preflight, run_preflight
 from swerl.trainer.rollouts.quarantine import Quarantine
 from swerl.trainer.step.reference import ReferencePolicy, make_reference
 from swerl.trainer.rollouts.sampler import PromptSampler
+from swerl.trainer.rollouts.sources import open_rollouts
 from swerl.trainer.persistence.shared_dir import check_shared_run_dir
 from swerl.trainer.tracking.trackers import open_trackers
 from swerl.trainer.step.update import UpdateSettings, train_on_batch
@@ -506,7 +507,7 @@ def _start_rollouts(
     else:
         probe_parity(generator, run.model, config, info)
     # Rollouts: batch s collected now (k = 0) or ahead of the trainer by a producer (k >= 1).
-    rollouts = stack.enter_context(pipeline.open_rollouts(pipeline.Context(
+    rollouts = stack.enter_context(open_rollouts(pipeline.Context(
         config, run.tasks, run.sampler, generator, run.model, run.run_dir, info, run.clock,
         lambda at, ev: run.emit(TrainEvent("rollout", at, ev))), run.start_step, run.plan.total_steps, run.pending))
     if info.is_main and config.eval is not None and config.eval.before_train and run.start_step == 0:

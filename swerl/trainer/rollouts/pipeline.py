@@ -6,7 +6,10 @@ Batch s is always the sampler's s-th batch of prompts (the plan's order), every 
 
 - ``k = 0`` (:class:`InlineRollouts`): the trainer collects batch s itself, with the weights
   after s - 1 steps, then trains on it: the synchronous loop.
-- ``k >= 1`` (:class:`PipelinedRollouts`): a producer thread collects batch s + 1, s + 2, ...
+- ``k >= 1``, exact schedule (``loop.exact_staleness``, the default; ``exact.py``): batch s is
+  sampled by version max(s - 1 - k, start), weights applied between batches only, so a seeded run
+  repeats; a checkpoint saves the next k batches.
+- ``k >= 1``, timing-driven (:class:`PipelinedRollouts`): a producer thread collects batch s + 1, s + 2, ...
   while the trainer updates on batch s. Admission control: the producer starts batch s only
   once the generator holds weight version >= s - 1 - k, so every turn of batch s is sampled by a
   version the trainer has not moved more than k steps past when it trains on it
@@ -23,8 +26,9 @@ moves on to s + 1); the admission of batch s is unchanged, and a later round onl
 at least as new, so the staleness bound holds for every round. With k >= 1 it runs on one trainer
 rank (the rounds' all-gather would share the trainer's process group from another thread).
 
-A checkpoint stores the sampler position of the last TRAINED batch; batches the producer had
-collected or started beyond it were never trained and are collected again after a resume.
+A checkpoint stores the sampler position of the last TRAINED batch; on the timing-driven schedule
+batches the producer had collected or started beyond it were never trained and are collected again
+after a resume (the exact schedule saves them beside the checkpoint instead).
 """
 
 from __future__ import annotations
@@ -44,7 +48,6 @@ from swerl import metric_keys
 from swerl.agent.trajectory import Trajectory
 from swerl.inference.config import HFGenerator
 from swerl.inference.weight_sync.module_share import ModuleCopy, ModuleShare
-from swerl.errors import ConfigError
 from swerl.trainer.rollouts.busy import BusyClock, metered
 from swerl.trainer.rollouts.dynamic import fill_batch
 from swerl.trainer.config import TrainConfig
@@ -417,30 +420,3 @@ class PipelinedRollouts:
         with self._cond:
             return {"max_staleness_steps": self.k, "buffered_steps": sorted(self._ready),
                     "producing_step": self._producing}
-
-
-def open_rollouts(ctx: Context, start_step: int, last_step: int,
-                  pending: list[RolloutBatch] | None = None) -> InlineRollouts | PipelinedRollouts:
-    """The rollout source for ``loop.max_staleness_steps`` and ``loop.exact_staleness`` (use as a
-    context manager); ``pending``: the batches after ``start_step`` a checkpoint saved (exact only).
-
-    Raises:
-        ConfigError: dynamic sampling with k >= 1 on several ranks; the exact schedule with servers
-            every rank shares (their reload is a collective of all ranks).
-    """
-    k = ctx.config.loop.max_staleness_steps
-    if k > 0 and ctx.config.algorithm.dynamic_sampling.enabled and ctx.info.world_size > 1:
-        raise ConfigError(f"algorithm.dynamic_sampling with loop.max_staleness_steps={k} runs on one trainer rank, "
-                          f"this run has {ctx.info.world_size}: set loop.max_staleness_steps: 0 or "
-                          "algorithm.dynamic_sampling.enabled: false")
-    if k == 0 and not THREADED_AT_ZERO:
-        return InlineRollouts(ctx, start_step)
-    if k > 0 and ctx.config.loop.exact_staleness:
-        from swerl.trainer.rollouts.exact import ExactRollouts
-
-        if ctx.generator.sync.drain_all_ranks:
-            raise ConfigError("loop.exact_staleness with generator.server_urls shared by several ranks: their reload is "
-                              "a collective of every rank, which a producer between two batches cannot join: set "
-                              "loop.exact_staleness: false")
-        return ExactRollouts(ctx, start_step, last_step, k, pending)
-    return PipelinedRollouts(ctx, start_step, last_step, k)
