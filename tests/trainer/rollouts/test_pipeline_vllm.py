@@ -151,7 +151,7 @@ def test_the_inprocess_engine_on_the_exact_schedule_samples_batch_s_with_version
     trained = [{k: v for k, v in r.items() if k.startswith(("loss/", "grad_norm", "reward/"))} for r in records(plain)]
     assert trained == [{k: v for k, v in r.items() if k.startswith(("loss/", "grad_norm", "reward/"))}
                        for r in records(slowed)]
-    assert len({r["loss/policy"] for r in trained}) > 1
+    assert len({r["grad_norm"] for r in trained}) == STEPS  # each step trained
 
 
 def test_two_servers_under_the_pipeline_sync_lora_adapters_between_requests_within_the_bound(
