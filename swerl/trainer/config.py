@@ -82,6 +82,12 @@ class LoopConfig(StrictModel):
         0, ge=0, description="Most training steps a trajectory's oldest turn may lag the weights it is trained from "
         "(seed run: 16). 0 = synchronous; k >= 1 = a producer collects later batches while the trainer updates (docs/async.md)."
     )
+    exact_staleness: bool = Field(
+        True, description="With max_staleness_steps = k >= 1: batch s is sampled entirely by the weights after "
+        "max(s - 1 - k, resumed step) steps, applied between batches only, so a seeded run repeats and a resume "
+        "continues bit for bit (staleness exactly k). false: the generator takes new weights as soon as they are "
+        "published, mid-batch (staleness <= k, depends on timing; needed with generator.weight_sync=nccl)."
+    )
     max_masked_fraction: float = Field(
         0.5, ge=0, le=1,
         description="A step whose fraction of masked rollouts (infrastructure failures) exceeds this counts towards max_masked_steps.",
@@ -207,6 +213,9 @@ class TrainConfig(StrictModel):
         problem = colocation_problem(self.generator, self.loop.max_staleness_steps, self.model.device == "cuda")
         if problem is not None:
             raise ValueError(problem)
+        problem = self._exact_problem()
+        if problem is not None:
+            raise ValueError(problem)
         if self.model.reference_cpu_offload and not self.algorithm.use_kl_loss:
             raise ValueError("model.reference_cpu_offload would be ignored: there is a reference policy only with "
                              "algorithm.use_kl_loss=true; remove it")
@@ -224,6 +233,22 @@ class TrainConfig(StrictModel):
         if problem is not None:
             raise ValueError(problem)
         return self
+
+    def _exact_problem(self) -> str | None:
+        """Why the exact schedule (``loop.exact_staleness`` with k >= 1) cannot run this config,
+        naming the fields and the fix; None when it can (or the schedule is off)."""
+        if self.loop.max_staleness_steps == 0 or not self.loop.exact_staleness:
+            return None
+        auto = isinstance(self.generator, AutoGenerator)
+        vllm = self.generator.vllm if auto else self.generator
+        at = "generator.vllm" if auto else "generator"
+        if isinstance(vllm, VLLMGenerator) and vllm.weight_sync == "nccl":
+            return (f"{at}.weight_sync=nccl streams the trainer's live weights when the engines reload, so they cannot "
+                    "wait for the batch that needs them: set loop.exact_staleness: false or weight_sync: disk")
+        if isinstance(vllm, VLLMGenerator) and self.eval is not None and self.model.fsdp:
+            return ("eval with loop.exact_staleness samples with the trainer's module (the engines hold an older "
+                    "version), which model.fsdp shards: set loop.exact_staleness: false or remove eval")
+        return None
 
     def _generator_problem(self, gen: HFGenerator | VLLMGenerator, at: str) -> str | None:
         """Why swerl train cannot use ``gen`` (the generator, or one of ``auto``'s candidates, whose

@@ -75,6 +75,7 @@ from swerl.trainer.setup.preflight import Preflight, run_preflight
 from swerl.trainer.rollouts.quarantine import Quarantine
 from swerl.trainer.step.reference import ReferencePolicy, make_reference
 from swerl.trainer.rollouts.sampler import PromptSampler
+from swerl.trainer.rollouts.sources import open_rollouts
 from swerl.trainer.persistence.shared_dir import check_shared_run_dir
 from swerl.trainer.tracking.trackers import open_trackers
 from swerl.trainer.step.update import UpdateSettings, train_on_batch
@@ -266,6 +267,7 @@ class _Run:
     sink: MetricsSink | None = None
     clock: BusyClock = field(default_factory=BusyClock)
     result: TrainResult | None = None
+    pending: list | None = None  # batches after start_step the resumed checkpoint saved (exact schedule)
 
 
 def train(config: TrainConfig, run_dir: Path, resume: str | None = None, *,
@@ -336,8 +338,10 @@ def _train(checked: Preflight, resume: str | None, where: _Where, stops: StopSig
             metrics = {**rollout_metrics(batch.generated), **adv_metrics, **update_metrics, **timings,
                        **held_out_metrics, **sync_metrics, **run.clock.fractions(t_step, time.monotonic()),
                        **quarantined, "epoch": float(batch.epoch)}
+            # A checkpoint of the exact schedule keeps the next k batches, sampled by versions it lacks.
+            pending = rollouts.pending(step) if step in run.plan.checkpoint_steps else []
             with stops.deferred():  # a signal now stops the run once the step is committed
-                _commit(run, step, batch, rollouts.position(), metrics, advantages, t_step)
+                _commit(run, step, batch, rollouts.position(), metrics, advantages, t_step, pending)
             nonfinite.observe(step, update_metrics)  # K skipped optimizer steps in a row: RunFailed
     # A run that was asked to train and trained nothing is a failure, not a success.
     if run.result.steps_trained == 0:
@@ -430,6 +434,7 @@ def _resume(run: _Run, resume: str | None) -> bool:
         if run.quarantine is not None and "quarantine" in state:
             run.quarantine.load_state_dict(state["quarantine"])
         run.start_step = int(state["global_step"])
+        run.pending = _saved_batches(run, state)
         run.guard.streak = int(state.get("masked_streak", 0))
         run.protect |= {run.start_step}  # the checkpoint this run resumed from
         if info.is_main:
@@ -451,6 +456,25 @@ def _resume(run: _Run, resume: str | None) -> bool:
             log.warning("resumed with a config that differs from the run's config.yaml: %s", "; ".join(changes))
         (run.run_dir / CONFIG_FILE).write_text(config.to_yaml())
     return False
+
+
+def _saved_batches(run: _Run, state: dict[str, Any]) -> list[pipeline.RolloutBatch] | None:
+    """The batches after the checkpoint that the exact schedule saved beside it, when this run
+    goes on with that schedule (same k, same ranks); None otherwise, with a log line saying that
+    they are collected again, sampled by the resumed weights."""
+    loop, start = run.config.loop, int(state["global_step"])
+    if loop.max_staleness_steps == 0 or not loop.exact_staleness or start >= run.plan.total_steps:
+        return None
+    wanted = list(range(start + 1, min(start + loop.max_staleness_steps, run.plan.total_steps) + 1))
+    saved = ckpt.load_pending(run.ckpt_path, run.info.rank)
+    same = (state.get("pipeline", {}).get("max_staleness_steps") == loop.max_staleness_steps
+            and int(state.get("world_size", 1)) == run.info.world_size)
+    if same and saved is not None and [b.step for b in saved[:len(wanted)]] == wanted:
+        return saved[:len(wanted)]
+    log.info("%s holds no batches %d-%d collected with loop.max_staleness_steps=%d on %d rank(s): they are collected "
+             "again, sampled by the resumed weights (version %d), so this resume does not repeat the run bit for bit",
+             run.ckpt_path, wanted[0], wanted[-1], loop.max_staleness_steps, run.info.world_size, start)
+    return None
 
 
 def _say_what_a_stop_redoes(run: _Run) -> None:
@@ -483,9 +507,9 @@ def _start_rollouts(
     else:
         probe_parity(generator, run.model, config, info)
     # Rollouts: batch s collected now (k = 0) or ahead of the trainer by a producer (k >= 1).
-    rollouts = stack.enter_context(pipeline.open_rollouts(pipeline.Context(
+    rollouts = stack.enter_context(open_rollouts(pipeline.Context(
         config, run.tasks, run.sampler, generator, run.model, run.run_dir, info, run.clock,
-        lambda at, ev: run.emit(TrainEvent("rollout", at, ev))), run.start_step, run.plan.total_steps))
+        lambda at, ev: run.emit(TrainEvent("rollout", at, ev))), run.start_step, run.plan.total_steps, run.pending))
     if info.is_main and config.eval is not None and config.eval.before_train and run.start_step == 0:
         run.model.eval()  # the initial policy on the held-out tasks: a record at global_step 0
         run.emit(TrainEvent("phase", 0, "eval (before training)"))
@@ -530,9 +554,10 @@ def _advantage_rows(config: TrainConfig, trajs: list, step: int) -> tuple[torch.
 
 
 def _commit(run: _Run, step: int, batch: pipeline.RolloutBatch, position: dict[str, Any], metrics: dict[str, float],
-            advantages: torch.Tensor, t_step: float) -> None:
-    """Commit the step: HF export, then the checkpoint holding the step's record, then
-    metrics.jsonl (rank 0 writes; ``persistence/commit.py``); then one log line."""
+            advantages: torch.Tensor, t_step: float, pending: list[pipeline.RolloutBatch]) -> None:
+    """Commit the step: HF export, then the checkpoint holding the step's record (and the
+    ``pending`` batches past it, when there are any), then metrics.jsonl (rank 0 writes;
+    ``persistence/commit.py``); then one log line."""
     config, info, run_dir, model = run.config, run.info, run.run_dir, run.model
     if info.is_main:  # every episode's sample record (the task health ledger reads them), always
         write_sample_records(run_dir / ROLLOUTS_DIR / step_file_name(step), batch.generated, global_step=step,
@@ -555,7 +580,7 @@ def _commit(run: _Run, step: int, batch: pipeline.RolloutBatch, position: dict[s
         if step in run.plan.export_steps else None,
         checkpoint=(lambda recs: ckpt.save_checkpoint(
             run_dir, step, model, run.optimizer, run.scheduler, {**trainer_state, commit.RECORDS_KEY: recs},
-            config.to_yaml(), info, config.checkpointing.keep_last, run.protect))
+            config.to_yaml(), info, config.checkpointing.keep_last, run.protect, pending=pending or None))
         if step in run.plan.checkpoint_steps else None,
         append=run.sink.append if run.sink is not None else None,
     )

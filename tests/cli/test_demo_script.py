@@ -90,3 +90,4 @@ def test_the_demo_config_trains_the_generated_family_with_a_signal_every_step():
     assert "tasks generate pymethods" in script and 'data.tasks=$TASKS/train' in script
     assert cfg.algorithm.dynamic_sampling.enabled and cfg.algorithm.use_tis
     assert cfg.checkpointing.ckpt_interval == 1 and cfg.checkpointing.hf_save_interval == 1
+    assert cfg.loop.max_staleness_steps == 1 and cfg.loop.exact_staleness  # rollouts overlap the update, repeatably

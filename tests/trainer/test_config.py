@@ -138,3 +138,20 @@ def test_the_dry_run_plan_states_what_dynamic_sampling_may_draw():
     (line,) = [value for item, value in on.placement if item == "dynamic sampling"]
     b, n = on.prompts_per_step, on.samples_per_step // on.prompts_per_step
     assert "up to 2 extra rounds" in line and f"at most {3 * b} prompts ({3 * b * n} episodes)" in line
+
+
+def test_the_exact_schedule_is_the_default_and_refuses_what_cannot_wait_for_its_batch():
+    """``loop.exact_staleness`` (on by default) holds a version back until the batch that needs it:
+    an NCCL sync streams the live weights at reload, and an HF eval of a sharded module would hang.
+    The seed run's example keeps the timing-driven schedule."""
+    assert load_train_config(DEMO_YAML).loop.exact_staleness
+    assert not load_train_config(SEED_YAML).loop.exact_staleness  # the seed run's bound: up to 16, as fresh as possible
+    exact = ["loop.exact_staleness=true"]
+    with pytest.raises(ConfigError, match=r"generator.weight_sync=nccl streams the trainer's live weights.*"
+                                          r"set loop.exact_staleness: false or weight_sync: disk"):
+        load_train_config(SEED_YAML, [*exact, "generator.weight_sync=nccl"])
+    assert load_train_config(SEED_YAML, ["generator.weight_sync=nccl"])
+    assert load_train_config(SEED_YAML, [*exact, "generator.weight_sync=nccl", "loop.max_staleness_steps=0"])
+    evaluated = [*exact, "model.fsdp=true", "eval.tasks=t/"]
+    with pytest.raises(ConfigError, match=r"model.fsdp shards: set loop.exact_staleness: false or remove eval"):
+        load_train_config(SEED_YAML, evaluated)

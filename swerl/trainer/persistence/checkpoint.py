@@ -147,6 +147,7 @@ def save_checkpoint(
     dist_info: DistInfo,
     keep_last: int | None = None,
     protect: frozenset[int] = frozenset(),
+    pending: list[Any] | None = None,
 ) -> Path:
     """Write the full training state of ``step`` atomically; every rank must call it.
 
@@ -158,6 +159,8 @@ def save_checkpoint(
         config_yaml: the resolved config, stored beside the weights.
         keep_last: keep this many newest checkpoints (None or 0: keep all); the newest and the
             steps in ``protect`` are never deleted.
+        pending: the rollout batches after ``step`` the exact pipeline schedule already collected
+            (this rank's share), written as ``pending_rollouts_rank{r}.pt``; None writes nothing.
     Returns: the final folder ``RUN_DIR/checkpoints/global_step_N``.
     """
     root = run_dir / CKPT_DIR
@@ -172,6 +175,8 @@ def save_checkpoint(
     with _quiet_no_dist():
         dcp.save({"model": model_sd, "optimizer": optim_sd}, checkpoint_id=tmp / STATE_DIR, no_dist=not is_distributed())
     torch.save(save_rng_state(), tmp / f"rng_rank{dist_info.rank}.pt")
+    if pending is not None:
+        torch.save(pending, tmp / pending_file(dist_info.rank))
     if dist_info.is_main:
         torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
         (tmp / CONFIG_FILE).write_text(config_yaml)
@@ -185,6 +190,19 @@ def save_checkpoint(
         log.info("saved checkpoint %s", final)
     barrier()
     return final
+
+
+def pending_file(rank: int) -> str:
+    """The file of a checkpoint holding rank ``rank``'s already collected batches past its step."""
+    return f"pending_rollouts_rank{rank}.pt"
+
+
+def load_pending(path: Path, rank: int) -> list[Any] | None:
+    """The batches :func:`save_checkpoint` saved as ``pending`` for ``rank`` (``RolloutBatch``
+    objects, unpickled: a checkpoint is trusted as the weights are), or None when it has none (an
+    older checkpoint, another schedule)."""
+    file = path / pending_file(rank)
+    return torch.load(file, weights_only=False) if file.is_file() else None
 
 
 def prune_checkpoints(root: Path, keep_last: int | None, protect: frozenset[int] = frozenset()) -> list[int]:

@@ -6,7 +6,10 @@ Batch s is always the sampler's s-th batch of prompts (the plan's order), every 
 
 - ``k = 0`` (:class:`InlineRollouts`): the trainer collects batch s itself, with the weights
   after s - 1 steps, then trains on it: the synchronous loop.
-- ``k >= 1`` (:class:`PipelinedRollouts`): a producer thread collects batch s + 1, s + 2, ...
+- ``k >= 1``, exact schedule (``loop.exact_staleness``, the default; ``exact.py``): batch s is
+  sampled by version max(s - 1 - k, start), weights applied between batches only, so a seeded run
+  repeats; a checkpoint saves the next k batches.
+- ``k >= 1``, timing-driven (:class:`PipelinedRollouts`): a producer thread collects batch s + 1, s + 2, ...
   while the trainer updates on batch s. Admission control: the producer starts batch s only
   once the generator holds weight version >= s - 1 - k, so every turn of batch s is sampled by a
   version the trainer has not moved more than k steps past when it trains on it
@@ -23,8 +26,9 @@ moves on to s + 1); the admission of batch s is unchanged, and a later round onl
 at least as new, so the staleness bound holds for every round. With k >= 1 it runs on one trainer
 rank (the rounds' all-gather would share the trainer's process group from another thread).
 
-A checkpoint stores the sampler position of the last TRAINED batch; batches the producer had
-collected or started beyond it were never trained and are collected again after a resume.
+A checkpoint stores the sampler position of the last TRAINED batch; on the timing-driven schedule
+batches the producer had collected or started beyond it were never trained and are collected again
+after a resume (the exact schedule saves them beside the checkpoint instead).
 """
 
 from __future__ import annotations
@@ -44,7 +48,6 @@ from swerl import metric_keys
 from swerl.agent.trajectory import Trajectory
 from swerl.inference.config import HFGenerator
 from swerl.inference.weight_sync.module_share import ModuleCopy, ModuleShare
-from swerl.errors import ConfigError
 from swerl.trainer.rollouts.busy import BusyClock, metered
 from swerl.trainer.rollouts.dynamic import fill_batch
 from swerl.trainer.config import TrainConfig
@@ -244,6 +247,10 @@ class InlineRollouts:
         with ctx.clock.busy("update"):
             return publish_weights(ctx.generator, ctx.model, ctx.config, ctx.info, version=step)
 
+    def pending(self, step: int) -> list[RolloutBatch]:
+        """Batches past ``step`` a checkpoint must save: none (nothing runs ahead)."""
+        return []
+
     def position(self) -> dict[str, Any]:
         """The pipeline's part of a checkpoint's trainer state."""
         return {"max_staleness_steps": 0, "buffered_steps": [], "producing_step": None}
@@ -270,7 +277,7 @@ class PipelinedRollouts:
                                      seed=ctx.config.generator.seed, weight_version=start_step)
             self.generator = Generator(copy_backend, ModuleCopy(copy_backend, policy_copy), owns_backend=False)
         self.metered = metered(self.generator.backend, ctx.clock)
-        self.runner = ctx.runner(self.metered)  # held-out eval, in the trainer's thread
+        self.runner = ctx.runner(self._eval_backend())  # held-out eval, in the trainer's thread
         self._published = start_step  # the newest version handed to the generator
         self._ready: dict[int, RolloutBatch] = {}
         self._producing: int | None = None
@@ -294,6 +301,11 @@ class PipelinedRollouts:
             runner.cancel_threadsafe()  # in-flight episodes close their sandboxes
         self._thread.join()
         self.runner.__exit__(*exc)
+
+    def _eval_backend(self) -> MeteredBackend | MeteredStream:
+        """What held-out evaluation samples with: the producer's generator, which holds the newest
+        published version once the eval's first request has applied it."""
+        return self.metered
 
     # ---- producer thread ------------------------------------------------------------------
 
@@ -421,21 +433,13 @@ class PipelinedRollouts:
         return {metric_keys.TIMING_WEIGHT_SYNC_S: time.monotonic() - t0,
                 metric_keys.INFERENCE_WEIGHT_SYNC_BYTES: float(staged.num_bytes)}
 
+    def pending(self, step: int) -> list[RolloutBatch]:
+        """Batches past ``step`` a checkpoint saves: none (a resume re-collects them)."""
+        return []
+
     def position(self) -> dict[str, Any]:
         """The pipeline's part of a checkpoint's trainer state (informative: a resume re-collects
         every batch after the checkpoint's step)."""
         with self._cond:
             return {"max_staleness_steps": self.k, "buffered_steps": sorted(self._ready),
                     "producing_step": self._producing}
-
-
-def open_rollouts(ctx: Context, start_step: int, last_step: int) -> InlineRollouts | PipelinedRollouts:
-    """The rollout source for ``loop.max_staleness_steps`` (use as a context manager)."""
-    k = ctx.config.loop.max_staleness_steps
-    if k > 0 and ctx.config.algorithm.dynamic_sampling.enabled and ctx.info.world_size > 1:
-        raise ConfigError(f"algorithm.dynamic_sampling with loop.max_staleness_steps={k} runs on one trainer rank, "
-                          f"this run has {ctx.info.world_size}: set loop.max_staleness_steps: 0 or "
-                          "algorithm.dynamic_sampling.enabled: false")
-    if k == 0 and not THREADED_AT_ZERO:
-        return InlineRollouts(ctx, start_step)
-    return PipelinedRollouts(ctx, start_step, last_step, k)

@@ -15,7 +15,7 @@ The trainer process holds, at the peak of the update:
   sec. 4.1: 34 h + 5 a s bytes in fp16 with dropout) for this layer, without dropout masks;
 - the logits, their log-softmax and its gradient (3 x rows x S x vocab floats);
 - with the HF generator in the process, the KV cache of the episodes in flight (a pipelined run
-  adds an HF copy of the weights).
+  adds an HF copy of the weights, and on the exact schedule the staged snapshot of the trainable ones).
 On a GPU (``model.device: cuda``, or ``auto`` where a GPU is visible) the state, activations and
 logits live in GPU memory (the plan's per-rank rows); the host holds each rank's runtime and, on
 rank 0, the fp32 weights it reads before broadcasting them (the other ranks build on ``meta``),
@@ -108,7 +108,9 @@ def estimate_memory(cfg: TrainConfig, shape: dict, num_params: int, instructions
     if gen.backend == "hf":
         trainer += in_flight * seq * kv_bytes_per_token(shape, item)
         if cfg.loop.max_staleness_steps > 0:
-            trainer += num_params * item
+            trainer += num_params * item  # the producer's copy
+            if cfg.loop.exact_staleness and m.lora is None:
+                trainer += num_params * item  # the staged snapshot, held until the batch that needs it starts
     elif m.device == "cpu":
         generator = gen.num_engines * (int(gen.kv_cache_space_gib * 2**30) + num_params * 2 + RUNTIME_BYTES)
     return MemoryEstimate(trainer, generator, in_flight * sandbox_memory_mb * 2**20, seq)

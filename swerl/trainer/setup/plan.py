@@ -284,9 +284,17 @@ def pipeline_lines(cfg: TrainConfig) -> list[tuple[str, str]]:
                "generate calls after every step") if cfg.generator.backend == "hf" else (
                f"the run's vLLM {'engine' if one else 'engines'} (per rank); weights reach {'it' if one else 'them'} "
                "between two requests, episodes in flight continue")
+    if cfg.loop.exact_staleness:
+        engines = ("its own HF copy of the policy (one more model in memory)" if cfg.generator.backend == "hf" else
+                   f"the run's vLLM {'engine' if one else 'engines'} (per rank)") + \
+                  "; weights reach it between two batches only (exact schedule)"
+        schedule = (f"producer thread {counted(k, 'step')} ahead: batch s is sampled by the weights after "
+                    f"max(s - 1 - {k}, start) steps (exact schedule: staleness exactly {k}, repeatable)")
+    else:
+        schedule = (f"producer thread up to {counted(k, 'step')} ahead: batch s starts once the generator holds "
+                    f"weights of step >= s - 1 - {k}; nothing finished is discarded")
     return [
-        ("rollout pipeline", f"producer thread up to {counted(k, 'step')} ahead: batch s starts once the generator holds "
-         f"weights of step >= s - 1 - {k}; nothing finished is discarded"),
+        ("rollout pipeline", schedule),
         ("pipeline engines", f"the producer samples with {engines}"),
         ("expected overlap", "step time ~ max(rollouts, update + weight sync) instead of their sum, from step 2 "
          "(step 1 waits for its rollouts)"),
@@ -307,9 +315,21 @@ def dynamic_sampling_lines(cfg: TrainConfig) -> list[tuple[str, str]]:
 def reproducibility_words(cfg: TrainConfig) -> str:
     """What a second run of ``cfg`` with the same seed repeats, and a resume (measured per path with
     ``bench/reproducibility.py``; the table is in docs/inference.md)."""
-    if cfg.loop.max_staleness_steps > 0:
-        return ("not repeatable: rollouts run ahead of the update (loop.max_staleness_steps > 0), so the weights "
-                "that sample an episode depend on timing; loop.max_staleness_steps: 0 for a repeatable run")
+    k = cfg.loop.max_staleness_steps
+    if k > 0 and not cfg.loop.exact_staleness:
+        return ("not repeatable: rollouts run ahead of the update on the timing-driven schedule "
+                "(loop.exact_staleness: false), so the weights that sample an episode depend on timing; "
+                "loop.exact_staleness: true for a repeatable run")
+    words = _path_words(cfg)
+    if k > 0:
+        words += (f"; loop.max_staleness_steps={k} on the exact schedule: batch s is sampled by the weights after "
+                  f"max(s - 1 - {k}, start) steps whatever the timing, and a resume trains the {counted(k, 'batch')} "
+                  "its checkpoint saved (tested bit for bit at k = 1 on hf with max_batch_size 1)")
+    return words
+
+
+def _path_words(cfg: TrainConfig) -> str:
+    """:func:`reproducibility_words` of the generator path alone (the synchronous loop's)."""
     if cfg.generator.backend == "vllm" and cfg.generator.vllm_mode == "servers":
         return ("not repeatable: a vLLM server batches requests as they arrive, so which share a forward follows "
                 "timing (measured: most samples differ between two seeded runs); vllm_mode: inprocess with a seed "

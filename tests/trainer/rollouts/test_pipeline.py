@@ -153,8 +153,15 @@ def test_the_dry_run_plan_shows_the_pipeline_of_the_seed_config():
     root = Path(__file__).resolve().parents[3] / "examples"
     lines = dict(make_plan(load_train_config(root / "rloo-seqnorm-tis-qwen3-8b.yaml"), 1000).placement)
     assert "up to 16 steps ahead" in lines["rollout pipeline"] and "vLLM" in lines["pipeline engines"]
+    assert "between two requests" in lines["pipeline engines"]  # the seed run keeps the timing-driven schedule
+    exact = dict(make_plan(load_train_config(root / "rloo-seqnorm-tis-qwen3-8b.yaml", ["loop.exact_staleness=true"]),
+                           1000).placement)
+    assert exact["rollout pipeline"].startswith("producer thread 16 steps ahead") and "staleness exactly 16" in \
+        exact["rollout pipeline"] and "between two batches only" in exact["pipeline engines"]
     demo = dict(make_plan(load_train_config(root / "humaneval-smollm2-cpu.yaml"), 12).placement)
-    assert demo["rollout pipeline"].startswith("synchronous")
+    assert demo["rollout pipeline"].startswith("producer thread 1 step ahead") and "exact schedule" in demo["rollout pipeline"]
+    sync = dict(make_plan(load_train_config(root / "humaneval-smollm2-cpu.yaml", ["loop.max_staleness_steps=0"]), 12).placement)
+    assert sync["rollout pipeline"].startswith("synchronous")
 
 
 def test_weights_staged_during_a_generate_call_reach_the_next_call():

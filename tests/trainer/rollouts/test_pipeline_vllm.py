@@ -8,6 +8,11 @@ turn's weight version, the probe at every step, TIS fed by every turn's own log-
 prompt of the plan trained once in its step. The servers' run trains LoRA adapters (rank 8): each
 step's sync loads a new adapter into both servers at runtime (``AdapterSync``), the probe holds, and
 ``inference/weight_sync_bytes`` is the bf16 adapter's size; the in-process run is full fine-tuning.
+Those two runs use the timing-driven schedule (``loop.exact_staleness: false``), whose sync lands
+mid-batch. A third runs the in-process engine on the exact schedule (the default) twice, once with
+a much slower trainer: every turn of batch s is sampled by version max(s - 2, 0) either way. (Its
+samples are not compared: on this shared engine two runs differ in the last bf16 bits of the
+log-probs, and now and then in a token, with which requests share a forward, at k = 0 too.)
 
 The in-process engine is called from the producer's threads and the trainer's: it runs every call
 on its own owner thread (``swerl/inference/engines/engine_thread.py``); before that, the first call from
@@ -50,7 +55,7 @@ ENGINES = {"inprocess": {"vllm_mode": "inprocess"},
 LORA = {"rank": 8, "alpha": 16.0}
 
 
-def vllm_config(model_path, mode: str, lora: dict | None = None) -> TrainConfig:
+def vllm_config(model_path, mode: str, lora: dict | None = None, exact: bool = False) -> TrainConfig:
     """2 prompts x 2 samples per step, 8 new tokens, a learning rate small enough that the bf16
     engine stays within the probe's limit of the fp32 trainer (the sync, not learning, is tested;
     LoRA's adapters start at zero, so they get 100x)."""
@@ -65,7 +70,7 @@ def vllm_config(model_path, mode: str, lora: dict | None = None) -> TrainConfig:
         "algorithm": {"n_samples_per_prompt": 2, "min_group_size": 2, "use_tis": True, "max_seq_len": 512},
         "optimizer": {"lr": 1e-4 if lora else 1e-6},
         "loop": {"train_batch_size": 2, "epochs": 2, "max_steps": STEPS, "micro_batch_size": 4,
-                 "max_staleness_steps": K},
+                 "max_staleness_steps": K, "exact_staleness": exact},
         "checkpointing": {"ckpt_interval": 0, "hf_save_interval": 0, "save_final": False},
         "logging": {"dump_trajectories": True, "tensorboard": False},
         "seed": 5,
@@ -84,14 +89,16 @@ def reset_engines(backend, trainer_model, folder) -> None:
     restore_default_weights(backend, trainer_model, folder)
 
 
-def run_pipeline(backend, cfg: TrainConfig, run_dir) -> None:
-    """A 3-step run at k = 1 on the session's ``backend``, its update slowed so the producer runs ahead."""
+def run_pipeline(backend, cfg: TrainConfig, run_dir, slow_s: float = 1.5) -> None:
+    """A 3-step run at k = 1 on the session's ``backend``, its update slowed by ``slow_s`` so the
+    producer runs ahead. The engines end with the last version a batch needed: STEPS, or on the
+    exact schedule STEPS - 1 - K (no batch samples a later one)."""
     import swerl.trainer.loop as loop
 
     real_update = loop.train_on_batch
 
     def slow_update(*args, **kwargs):
-        time.sleep(1.5)  # batch s + 1 is then sampled while step s trains: staleness 1
+        time.sleep(slow_s)  # batch s + 1 is then sampled while step s trains: staleness 1
         return real_update(*args, **kwargs)
 
     def session_generator(config, model, tokenizer, model_path, run_dir, info):
@@ -101,19 +108,20 @@ def run_pipeline(backend, cfg: TrainConfig, run_dir) -> None:
         mp.setattr(loop, "make_generator", session_generator)
         mp.setattr(loop, "train_on_batch", slow_update)
         result = loop.train(cfg, run_dir)
-    assert result.steps_trained == STEPS and backend.weight_version == STEPS
+    last = STEPS - 1 - K if cfg.loop.exact_staleness else STEPS
+    assert result.steps_trained == STEPS and backend.weight_version == last
 
 
-def vllm_run(backend, mode: str, model_path, trainer_model, tmp_path, lora: dict | None = None
-             ) -> tuple[TrainConfig, Path]:
+def vllm_run(backend, mode: str, model_path, trainer_model, tmp_path, lora: dict | None = None,
+             exact: bool = False, name: str = "run", slow_s: float = 1.5) -> tuple[TrainConfig, Path]:
     """The run on ``backend`` (ENGINES[mode]); afterwards the backend holds version 0 again, no adapter."""
-    cfg = vllm_config(model_path, mode, lora)
-    reset_engines(backend, trainer_model, tmp_path / "v0-before")  # whatever an earlier user of the session left
+    cfg = vllm_config(model_path, mode, lora, exact)
+    reset_engines(backend, trainer_model, tmp_path / f"v0-before-{name}")  # whatever an earlier user left
     try:
-        run_pipeline(backend, cfg, tmp_path / "run")
+        run_pipeline(backend, cfg, tmp_path / name, slow_s)
     finally:
-        reset_engines(backend, trainer_model, tmp_path / "v0")
-    return cfg, tmp_path / "run"
+        reset_engines(backend, trainer_model, tmp_path / f"v0-{name}")
+    return cfg, tmp_path / name
 
 
 # One test per engine kind, each naming its fixture: the server pool stops after its last user (tests/conftest.py).
@@ -123,6 +131,22 @@ def test_the_inprocess_engine_under_the_pipeline_syncs_between_requests_within_t
     check_synced_within_the_bound(cfg, run)
     every_weight = 2 * sum(p.numel() for p in trainer_model.parameters())  # bf16, the tied head once
     assert {r["inference/weight_sync_bytes"] for r in records(run)} == {every_weight}
+
+
+def test_the_inprocess_engine_on_the_exact_schedule_samples_batch_s_with_version_s_minus_2_whatever_the_timing(
+        engine, model_path, trainer_model, tmp_path):
+    for name, slow_s in (("plain", 0.0), ("slowed", 3.0)):
+        _, run = vllm_run(engine, "inprocess", model_path, trainer_model, tmp_path, exact=True, name=name, slow_s=slow_s)
+        rows = dumped(run)
+        for step in range(1, STEPS + 1):
+            versions = {tuple(r["turn_weight_versions"]) for r in rows[step] if r["turn_weight_versions"]}
+            assert versions == {(max(step - 1 - K, 0),)}, (name, step, versions)
+        recs = records(run)
+        assert [r["async/staleness_max"] for r in recs] == [0.0] + [float(K)] * (STEPS - 1)
+        assert all(r["tis/rows_without_logprobs"] == 0 for r in recs)
+        # A sync is staged only where a later batch needs it (version 1, for batch 3); the engine then
+        # ends at version 1 (run_pipeline checks it).
+        assert [r.get("inference/weight_sync_bytes", 0.0) > 0 for r in recs] == [True, False, False]
 
 
 def test_two_servers_under_the_pipeline_sync_lora_adapters_between_requests_within_the_bound(

@@ -48,8 +48,13 @@ def test_vllm_on_cpu_seeds_its_training_rollouts_and_the_plan_says_what_repeats(
         "not repeatable: vLLM training rollouts on GPUs are unseeded")
     assert reproducibility_words(load_train_config(SEED_YAML, [*gpu, "agent.seed=5"])).startswith("bit for bit")
     assert reproducibility_words(load_train_config(SEED_YAML)).startswith("not repeatable: rollouts run ahead")
+    exact = reproducibility_words(load_train_config(SEED_YAML, ["loop.exact_staleness=true"]))  # still vLLM servers
+    assert exact.startswith("not repeatable: a vLLM server batches") and "exact schedule" in exact
     hf = ["generator.backend=hf"]
     batched = load_train_config(EXAMPLES / "humaneval-smollm2-cpu.yaml", [*hf, "generator.max_batch_size=4"])
     assert reproducibility_words(batched).startswith("same samples")
     one = load_train_config(EXAMPLES / "humaneval-smollm2-cpu.yaml", [*hf, "generator.max_batch_size=1"])
     assert reproducibility_words(one).startswith("bit for bit")
+    ahead = load_train_config(EXAMPLES / "humaneval-smollm2-cpu.yaml",
+                              [*hf, "generator.max_batch_size=1", "loop.max_staleness_steps=1"])
+    assert reproducibility_words(ahead).startswith("bit for bit") and "max(s - 1 - 1, start)" in reproducibility_words(ahead)
