@@ -148,7 +148,12 @@ def _from_column(values: torch.Tensor, start: int) -> torch.Tensor:
 
 
 def rank_rows(mini_batch: list[Row], dist_info: DistInfo, algo: AlgorithmConfig, s: UpdateSettings) -> list[Row]:
-    """This rank's share of a mini-batch, length-balanced, padded so every rank has as many rows.
+    """This rank's share of a mini-batch, longest first, length-balanced, padded so every rank has as many rows.
+
+    On one rank: every row, the forwarded ones longest first (ties in batch order), so consecutive
+    micro-batches hold rows of similar length and a micro-batch pads to about its own rows' length,
+    not the batch's longest (length bucketing; the loss is a sum over rows, so the order changes
+    only the float summation order).
 
     The rows to forward (:func:`rows_to_forward`) are sorted longest first and dealt to the ranks
     in snake order (0..W-1, W-1..0, ...), then the others (no forward, they only count in the
@@ -160,11 +165,11 @@ def rank_rows(mini_batch: list[Row], dist_info: DistInfo, algo: AlgorithmConfig,
     padding rows (:func:`padding_row`).
     """
     world = dist_info.world_size
-    if world == 1:
-        return list(mini_batch)
     forwarded = {id(r) for r in rows_to_forward(mini_batch, algo, s)}
     order = sorted(range(len(mini_batch)), key=lambda i: (id(mini_batch[i]) not in forwarded,
                                                           -len(mini_batch[i].prompt_ids) - len(mini_batch[i].response_ids), i))
+    if world == 1:  # length-bucketed micro-batches: each pads to rows of about its own length
+        return [mini_batch[i] for i in order]
     mine = [mini_batch[i] for k, i in enumerate(order) if snake_rank(k, world) == dist_info.rank]
     per_rank = rank_slice(len(mini_batch), dist_info.rank, world)[1]
     while len(mine) < per_rank:

@@ -78,3 +78,18 @@ def test_a_padding_row_is_short_and_keeps_the_first_response_column():
     assert len(pad.prompt_ids) == 300 and len(pad.response_ids) == 1  # logits_to_keep unchanged
     assert pad.num_trainable_tokens == 0 and pad.advantage == 0.0
     assert pad.old_logprobs.shape == pad.ref_logprobs.shape == pad.rollout_logprobs.shape == (1,)
+
+
+def test_one_rank_buckets_its_micro_batches_by_length():
+    """One rank: every row once, forwarded rows longest first and before the rest, and the padded
+    tokens of its micro-batches (each costs micro x its longest row) drop against batch order."""
+    rows = seed_like_rows(64, seed=1)
+    one = DistInfo(rank=0, world_size=1)
+    mine = rank_rows(rows, one, ALGO, SETTINGS)
+    assert sorted(id(r) for r in mine) == sorted(id(r) for r in rows)
+    fwd = rows_to_forward(mine, ALGO, SETTINGS)
+    assert mine[:len(fwd)] == fwd  # the rows without signal come last (never forwarded)
+    lengths = [len(r.response_ids) for r in fwd]
+    assert lengths == sorted(lengths, reverse=True)
+    micro = SETTINGS.micro_batch_size
+    assert lockstep_tokens([mine], micro) < 0.8 * lockstep_tokens([rows], micro)
