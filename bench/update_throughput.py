@@ -15,8 +15,12 @@ against the fp32 HF generator (live fp32 module) with unchanged weights.
 bf16 modes are skipped (one line saying so) where the measured bf16 matmul peak is below fp32's.
 LoRA modes print tokens/s and peak RSS only (their backward skips the frozen weights' gradients,
 so the full fine-tuning FLOP count does not apply).
+``--ragged`` draws response lengths from 16-128 tokens and ``--micro M`` cuts the rows into
+micro-batches of M (the demo: ``--rows 16 --micro 4 --ragged``; tokens/s then counts the rows'
+tokens, not padding, and the FLOPs are those of each row's own length);
+``--profile`` prints the top 5 torch ops by self CPU time of one more update.
 Usage: .venv/bin/python bench/update_throughput.py [--modes fp32,bf16,auto,lora_fp32,lora_bf16] [--steps 2]
-[--rows 4] [--no-fsdp] [--no-tis] [--force-bf16] [--separate-pi-old]
+[--rows 4] [--micro M] [--ragged] [--profile] [--no-fsdp] [--no-tis] [--force-bf16] [--separate-pi-old]
 Run it alone (under the CPU lock on a shared machine): it is a figure, not a test.
 """
 
@@ -36,37 +40,68 @@ import torch
 PROMPT_TOKENS, RESPONSE_TOKENS = 172, 128
 
 
-def demo_rows(num_rows: int, vocab: int, seed: int = 0):
+def response_lengths(num_rows: int, ragged: bool, seed: int = 0) -> list[int]:
+    """Response tokens per row: all RESPONSE_TOKENS, or with ``ragged`` drawn uniformly from 16 to
+    RESPONSE_TOKENS (the demo's answers run 20-128 tokens: most stop early, some are cut at length)."""
+    if not ragged:
+        return [RESPONSE_TOKENS] * num_rows
+    gen = torch.Generator().manual_seed(seed + 1)
+    return torch.randint(16, RESPONSE_TOKENS + 1, (num_rows,), generator=gen).tolist()
+
+
+def demo_rows(num_rows: int, vocab: int, seed: int = 0, ragged: bool = False):
     """Rows of the demo's shape: random ids, a trainable response, nonzero advantages, rollout mu."""
     from swerl.trainer.step.batch import Row
 
     gen = torch.Generator().manual_seed(seed)
     rows = []
-    for i in range(num_rows):
+    for i, length in enumerate(response_lengths(num_rows, ragged, seed)):
         rows.append(Row(
             prompt_ids=torch.randint(0, vocab, (PROMPT_TOKENS,), generator=gen),
-            response_ids=torch.randint(0, vocab, (RESPONSE_TOKENS,), generator=gen),
-            loss_mask=torch.ones(RESPONSE_TOKENS, dtype=torch.bool),
-            rollout_logprobs=torch.full((RESPONSE_TOKENS,), -2.0),
+            response_ids=torch.randint(0, vocab, (length,), generator=gen),
+            loss_mask=torch.ones(length, dtype=torch.bool),
+            rollout_logprobs=torch.full((length,), -2.0),
             advantage=1.0 if i % 2 else -1.0,
         ))
     return rows
 
 
-def flops_per_token(model: torch.nn.Module, separate_pi_old: bool) -> float:
-    """Matmul FLOPs of the update per token: 3 passes (fwd, bwd) or 4 with the pi_old forward. The
-    LM head (V x d) runs only on the columns from the first response column on (``logits_to_keep``:
-    RESPONSE_TOKENS + 1 of the row's PROMPT_TOKENS + RESPONSE_TOKENS), so it counts for that share."""
+def top_ops(step, count: int = 5) -> list[dict]:
+    """The ``count`` torch ops with the most self CPU time in one call of ``step()`` (torch.profiler),
+    each with its share of the profiled ops' total self time and its call count."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        step()
+    events = [e for e in prof.key_averages() if e.self_cpu_time_total > 0]
+    total = sum(e.self_cpu_time_total for e in events)
+    events.sort(key=lambda e: e.self_cpu_time_total, reverse=True)
+    return [{"op": e.key, "self_s": e.self_cpu_time_total / 1e6, "share": e.self_cpu_time_total / total,
+             "calls": e.count} for e in events[:count]]
+
+
+def flops_per_token(model: torch.nn.Module, separate_pi_old: bool, response_lengths: list[int] | None = None) -> float:
+    """Matmul FLOPs of the update per token (useful tokens: a row's prompt + response, no padding):
+    3 passes (fwd, bwd) or 4 with the pi_old forward, summed over the rows and divided by their
+    tokens. The LM head (V x d) runs only on the columns from the first response column on
+    (``logits_to_keep``: response + 1 of the row's prompt + response), so it counts for that share;
+    attention costs 4 * L * d * seq per token and pass. ``response_lengths``: one per row (default
+    one row of RESPONSE_TOKENS)."""
     cfg = model.config
     n = sum(p.numel() for name, p in model.named_parameters() if "embed_tokens" not in name or cfg.tie_word_embeddings)
-    seq = PROMPT_TOKENS + RESPONSE_TOKENS
     head = cfg.vocab_size * cfg.hidden_size
     passes = 4 if separate_pi_old else 3
-    return passes * (2 * (n - head) + 2 * head * (RESPONSE_TOKENS + 1) / seq
-                     + 4 * cfg.num_hidden_layers * cfg.hidden_size * seq)
+    total = tokens = 0
+    for response in response_lengths or [RESPONSE_TOKENS]:
+        seq = PROMPT_TOKENS + response
+        total += passes * (2 * (n - head) * seq + 2 * head * (response + 1)
+                           + 4 * cfg.num_hidden_layers * cfg.hidden_size * seq * seq)
+        tokens += seq
+    return total / tokens
 
 
-def worker(mode: str, steps: int, num_rows: int, separate_pi_old: bool) -> dict:
+def worker(mode: str, steps: int, num_rows: int, separate_pi_old: bool, ragged: bool = False,
+           profile_ops: bool = False, micro: int | None = None) -> dict:
     from swerl.trainer import distributed
     from swerl.trainer.config import LoraConfig, ModelConfig, load_train_config
     from swerl.trainer.policy.lora import hf_module
@@ -84,17 +119,24 @@ def worker(mode: str, steps: int, num_rows: int, separate_pi_old: bool) -> dict:
     model, tokenizer, _ = load_policy(model_cfg, info)
     optimizer, scheduler = build_optimizer(model, cfg.optimizer, 100)
     settings = UpdateSettings(temperature=cfg.agent.temperature, rows_per_mini_batch=num_rows * info.world_size,
-                              micro_batch_size=num_rows, compute_dtype=compute_dtype(model_cfg), sharded=sharded,
+                              micro_batch_size=micro or num_rows, compute_dtype=compute_dtype(model_cfg), sharded=sharded,
                               pad_id=tokenizer.pad_token_id or 0, reuse_pi_old=not separate_pi_old)
-    rows = demo_rows(num_rows * info.world_size, model.config.vocab_size)
+    rows = demo_rows(num_rows * info.world_size, model.config.vocab_size, ragged=ragged)
     model.train()
     times = []
+
+    def step() -> None:
+        train_on_batch(model, optimizer, scheduler, rows, cfg.algorithm, settings, info)
+
     for _ in range(steps):
         t0 = time.perf_counter()
-        train_on_batch(model, optimizer, scheduler, rows, cfg.algorithm, settings, info)
+        step()
         times.append(time.perf_counter() - t0)
-    out = {"seconds": min(times[1:] or times), "tokens": len(rows) * (PROMPT_TOKENS + RESPONSE_TOKENS),
-           "flops_per_token": flops_per_token(hf_module(model), separate_pi_old),
+    ops = top_ops(step) if profile_ops else []
+    # Tokens that carry the update (prompt + response of every row), not padding: what tokens/s counts.
+    out = {"seconds": min(times[1:] or times), "tokens": sum(len(r.prompt_ids) + len(r.response_ids) for r in rows),
+           "ops": ops,
+           "flops_per_token": flops_per_token(hf_module(model), separate_pi_old, [len(r.response_ids) for r in rows]),
            "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "rank": info.rank}
     distributed.destroy()
     return out
@@ -138,7 +180,8 @@ def tis_check(num_samples: int) -> float:
 def spawn(mode: str, args: argparse.Namespace) -> dict:
     """Run ``mode`` in fresh processes (peak RSS per mode); FSDP2 under torchrun with 2 ranks."""
     me = [str(Path(__file__).resolve()), "--worker", mode, "--steps", str(args.steps), "--rows", str(args.rows),
-          *(["--separate-pi-old"] if args.separate_pi_old else [])]
+          *(["--separate-pi-old"] if args.separate_pi_old else []), *(["--ragged"] if args.ragged else []),
+          *(["--profile"] if args.profile else []), *(["--micro", str(args.micro)] if args.micro else [])]
     if mode.startswith("fsdp2"):
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", *me]
     else:
@@ -162,10 +205,15 @@ def main() -> None:
     parser.add_argument("--modes", default="fp32,bf16,auto,lora_fp32,lora_bf16",
                         help="of fp32, bf16, auto, lora_fp32, lora_bf16 (+ the FSDP2 modes unless --no-fsdp)")
     parser.add_argument("--separate-pi-old", action="store_true", help="also run the separate pi_old forward (as before)")
+    parser.add_argument("--ragged", action="store_true",
+                        help="response lengths drawn from 16-128 tokens (the demo's spread) instead of all 128")
+    parser.add_argument("--micro", type=int, help="rows per micro-batch (default: --rows, one micro-batch)")
+    parser.add_argument("--profile", action="store_true", help="print the top 5 ops by self CPU time of one more update")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        print("RESULT " + json.dumps(worker(args.worker, args.steps, args.rows, args.separate_pi_old)), flush=True)
+        print("RESULT " + json.dumps(worker(args.worker, args.steps, args.rows, args.separate_pi_old, args.ragged,
+                                            args.profile, args.micro)), flush=True)
         return
     from swerl.trainer.setup.auto import machine_summary
 
@@ -198,6 +246,9 @@ def main() -> None:
                   "matmul peak)")
         print(f"{mode}_update_s: {r['seconds']:.2f} s per update of {r['tokens']} tokens")
         print(f"{mode}_peak_rss: {r['rss_mib']:.0f} MiB" + (" per rank" if r["ranks"] > 1 else ""))
+        for rank, op in enumerate(r["ops"], 1):
+            print(f"{mode}_top_op_{rank}: {op['op']} {op['self_s']:.3f} s self CPU ({100 * op['share']:.1f}% of the "
+                  f"update's op time, {op['calls']} calls)")
     if "lora_fp32" in speed and "fp32" in speed:
         print(f"lora_fp32_speedup_over_full_fp32: {speed['lora_fp32'] / speed['fp32']:.2f} x")
     if "bf16" in speed and "fp32" in speed:
