@@ -263,3 +263,18 @@ def test_a_data_root_short_of_inodes_is_short_of_disk(tmp_path, monkeypatch):
     assert caught.value.exit_code == 3
     monkeypatch.setattr(os, "statvfs", lambda path: SimpleNamespace(**roomy, f_favail=1 << 23))
     check_free_disk(engine, 2048)  # 8M free inodes: 128 GiB at 16 KiB each
+
+
+def test_the_disk_reason_is_recorded_once_and_cannot_be_assigned():
+    """The watcher records a disk overrun through ``exceed_disk`` (first reason kept, True only the
+    first time: it then kills the container); ``disk_exceeded`` is read-only from outside."""
+    from swerl.sandbox.runtime.sandbox import Sandbox
+
+    sb = Sandbox.__new__(Sandbox)
+    sb._disk_exceeded = None
+    assert sb.disk_exceeded is None
+    assert sb.exceed_disk("t: the container wrote 2 GiB, over [environment] storage_mb = 1024; it was killed")
+    assert not sb.exceed_disk("a later poll's reason")
+    assert sb.disk_exceeded.startswith("t: the container wrote 2 GiB")
+    with pytest.raises(AttributeError):
+        sb.disk_exceeded = None

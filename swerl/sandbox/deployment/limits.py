@@ -195,7 +195,7 @@ class DiskWatch:
     current container (it changes in the clean room) is measured (:class:`DiskUse`: allocated blocks
     and inodes where this host sees its upper folder, two ``du`` processes for all of them; else one
     ``SizeRw`` listing of the run's containers for all the others) and compared with its
-    ``[environment] storage_mb``; past it, ``sandbox.disk_exceeded`` says why and the container is killed.
+    ``[environment] storage_mb``; past it, ``sandbox.exceed_disk(why)`` records why and the container is killed.
 
     Args:
         labels: the run's owner labels (every container of this process carries them).
@@ -254,11 +254,9 @@ class DiskWatch:
                 continue
             for sandbox in watched:
                 use, limit = used_by_id.get(sandbox.container_id), sandbox.task.config.environment.storage_mb * MIB
-                if use is not None and use.charged > limit and sandbox.disk_exceeded is None:
-                    sandbox.disk_exceeded = (
+                if use is not None and use.charged > limit and sandbox.exceed_disk(
                         f"{sandbox.task.name}: the container {use.describe()}, over "
-                        f"[environment] storage_mb = {limit // MIB}; it was killed"
-                    )
+                        f"[environment] storage_mb = {limit // MIB}; it was killed"):
                     log.warning("%s", sandbox.disk_exceeded)
                     with contextlib.suppress(Exception):
                         await self._call(self._client.api.kill, sandbox.container_id)

@@ -49,8 +49,9 @@ class Sandbox:
         placement: its engine and images (the manager's choice).
         container_id: Docker id of the container (the clean room's, once :meth:`replace_container` ran).
         removals: removals of the trial's retired containers (the manager awaits them when the trial ends).
-        disk_exceeded: why the trial passed its disk budget, set by the engine's disk watcher
-            before it kills the container; None while within it.
+        disk_exceeded: why the trial passed its disk budget (read-only: the engine's disk watcher
+            records it once through :meth:`exceed_disk` before it kills the container); None while
+            within it.
     """
 
     def __init__(
@@ -76,7 +77,21 @@ class Sandbox:
         self._commands = Commands(call, client, container_id, keeper, config.docker_timeout_s)
         self._renew, self._retire = renew, retire
         self.removals: list[asyncio.Task[float]] = []
-        self.disk_exceeded: str | None = None
+        self._disk_exceeded: str | None = None
+
+    @property
+    def disk_exceeded(self) -> str | None:
+        """Why the trial passed its disk budget; None while within it."""
+        return self._disk_exceeded
+
+    def exceed_disk(self, why: str) -> bool:
+        """Record that the trial passed its disk budget (``why``: what was used, against which
+        limit); only the first reason is kept. Returns True when this call recorded it (the caller
+        then kills the container), False when one was recorded already."""
+        if self._disk_exceeded is not None:
+            return False
+        self._disk_exceeded = why
+        return True
 
     async def exec(
         self,

@@ -75,7 +75,9 @@ class Verified(Protocol):
     task: Task
     config: SandboxConfig
     placement: Placement
-    disk_exceeded: str | None
+
+    @property
+    def disk_exceeded(self) -> str | None: ...
 
     async def exec(self, command: str, timeout_s: float = ...) -> ExecResult: ...
     async def run(self, command: Command) -> ExecResult: ...
