@@ -244,3 +244,39 @@ def test_in_process_exploits_score_zero_on_a_generated_class_task(harness_verifi
 def test_a_generated_class_task_scores_its_oracle_one_and_its_stub_zero(harness_verifier, class_task: Path):
     assert harness_verifier(class_task, (class_task / "solution" / "solution.py").read_text()) == 1.0
     assert harness_verifier(class_task, (class_task / "environment" / "solution.py").read_text()) == 0.0
+
+
+def test_a_worker_sees_neither_the_hidden_tests_nor_pytest_output_growing(humaneval_task: Path, tmp_path: Path):
+    """Red-team finding: Landlock does not stop ``stat``, and a worker forged reward 1 on isolated
+    tasks from the size of the hidden test file (the lengths of the expected literals) and of
+    ``test-stdout.txt`` growing as ``pytest -v`` wrote each parametrized id. Now the collected test
+    files are gone before the first call and pytest's output reaches the runner's stdout only
+    after the tests. The solution below answers right only when it sees neither; before, it saw both."""
+    import re
+    import subprocess
+    import sys
+
+    work = tmp_path / "work"
+    tests, app = work / "tests", work / "app"
+    shutil.copytree(humaneval_task / "tests", tests)
+    app.mkdir()
+    test_file, stdout_file = tests / "test_solution.py", work / "test-stdout.txt"
+    oracle = (humaneval_task / "solution" / "solution.py").read_text()
+    (app / "solution.py").write_text(oracle.replace("def has_close_elements(", "def _real(", 1) + (
+        "import os\n"
+        "def has_close_elements(*args):\n"
+        f"    if os.path.exists({str(test_file)!r}) or os.stat({str(stdout_file)!r}).st_size:\n"
+        "        return 'leak seen'\n"
+        "    return _real(*args)\n"))
+    test_file.write_text(test_file.read_text().replace('"/app"', repr(str(app))))
+    expected = re.search(r"--expect (\d+)", (tests / "test.sh").read_text()).group(1)
+    reward = work / "reward.txt"
+    reward.write_text("0\n")
+    with stdout_file.open("w") as out:
+        subprocess.run([sys.executable, "-I", "-S", str(tests / "swerl_run_tests.py"), "--expect", expected,
+                        "--reward", str(reward), str(test_file)], cwd=work, stdout=out, stderr=subprocess.STDOUT,
+                       timeout=120)
+    log = stdout_file.read_text()
+    assert reward.read_text() == "1\n", log[-3000:]
+    assert f"{expected} passed" in log and log.strip().splitlines()[-1].startswith("swerl_run_tests: ")
+    assert not test_file.exists()  # deleted after collection (the trial's container is thrown away)

@@ -14,9 +14,15 @@ default the first test's folder, holds ``pytest.ini`` and is pytest's root):
 2. Reads pytest's JUnit XML report through a pipe opened now (``--junitxml=/dev/fd/N``),
    so no file the solution could write ahead of time, or race to rewrite, is trusted.
 3. After pytest exits, kills every process it left (this process is their subreaper).
+   pytest's own output goes through a pipe into this process's memory and is printed only
+   then, so nothing the tests print (``-v`` writes each test's id, and a parametrized id holds
+   its expected value) can be watched growing in ``/logs/verifier/test-stdout.txt`` while a
+   solution's worker runs.
 0. An isolated task's solution needs Landlock to be confined (``swerl_solution_proxy.py``);
    where it is missing, ``FILE`` is left empty (no reward: the infrastructure cannot judge) and
-   the runner exits 3.
+   the runner exits 3. Landlock does not stop ``stat``, so on such a task the collected test
+   files are deleted once pytest has read them (before any test calls the solution and its
+   worker starts): their sizes would tell the worker the length of the expected values.
 4. Writes ``1`` to ``FILE`` only when pytest exited 0 and the report holds exactly ``N``
    test cases, all passed (none failed, errored, skipped or xfailed); else ``0``. Prints
    one summary line.
@@ -40,6 +46,7 @@ import sys
 import time
 
 MAX_REPORT_BYTES = 16 * 1024 * 1024
+MAX_OUTPUT_BYTES = 4 * 1024 * 1024  # pytest's output kept for the log (the rest is counted)
 _PR_SET_DUMPABLE, _PR_SET_CHILD_SUBREAPER = 4, 36
 _CLEAN_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -149,10 +156,13 @@ def _scratch_dir(kind: str = "swerl-pytest") -> str:
             continue
 
 
-def run_pytest(tests: list[str], tests_dir: str, report_fd: int, parent_fd: int) -> int:
+def run_pytest(tests: list[str], tests_dir: str, report_fd: int, parent_fd: int, output: tuple[int, int] | None = None,
+               hide_tests: bool = False) -> int:
     """Fork the pinned pytest child running ``tests`` with ``tests_dir``'s ``pytest.ini`` and writing
     its JUnit report to ``report_fd`` (``parent_fd``, the pipe's read end, is closed in the child);
-    returns its pid.
+    returns its pid. ``output``: a pipe ``(read end, write end)`` that takes the child's stdout and
+    stderr (the read end closed in the child). ``hide_tests``: delete the collected test files under
+    ``tests_dir`` once collection is over (an isolated task, see the module's docstring).
 
     The child is this interpreter forked (same ``-I -S`` flags), so it pays no second start-up;
     it holds nothing the solution could use (the expected count and the reward path are on
@@ -172,6 +182,11 @@ def run_pytest(tests: list[str], tests_dir: str, report_fd: int, parent_fd: int)
     code = 1
     try:
         os.close(parent_fd)
+        if output is not None:
+            os.close(output[0])
+            os.dup2(output[1], 1)
+            os.dup2(output[1], 2)
+            os.close(output[1])
         os.environ.clear()
         os.environ.update({"PATH": _CLEAN_PATH, "HOME": scratch, "TMPDIR": scratch, "LANG": "C.UTF-8",
                            "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"})
@@ -179,7 +194,7 @@ def run_pytest(tests: list[str], tests_dir: str, report_fd: int, parent_fd: int)
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         os.close(null)
-        code = _pytest_child(site_dirs, args)
+        code = _pytest_child(site_dirs, args, tests_dir if hide_tests else None)
     except BaseException:  # noqa: BLE001 - the child never returns into the parent's code
         import traceback
 
@@ -190,14 +205,58 @@ def run_pytest(tests: list[str], tests_dir: str, report_fd: int, parent_fd: int)
         os._exit(code)
 
 
-def _pytest_child(site_dirs: list[str], args: list[str]) -> int:
-    """In the child: add site-packages by hand (no ``.pth`` runs), then run pytest."""
+class HideCollected:
+    """A pytest plugin: once collection is over, delete the collected test files under ``tests_dir``
+    (pytest holds their compiled tests; nothing on disk tells a worker started later how long the
+    expected values are)."""
+
+    def __init__(self, tests_dir: str) -> None:
+        self.tests_dir = os.path.join(os.path.realpath(tests_dir), "")
+
+    def pytest_collection_finish(self, session) -> None:  # noqa: ANN001 - pytest.Session
+        for path in sorted({os.path.realpath(str(getattr(item, "path", None) or item.fspath)) for item in session.items}):
+            if path.startswith(self.tests_dir):
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
+
+
+def _pytest_child(site_dirs: list[str], args: list[str], hide_under: str | None = None) -> int:
+    """In the child: add site-packages by hand (no ``.pth`` runs), then run pytest (with
+    :class:`HideCollected` for ``hide_under``)."""
     _prctl(_PR_SET_DUMPABLE, 0)
     sys.dont_write_bytecode = True
     sys.path += [p for p in site_dirs if p not in sys.path]
     import pytest
 
-    return int(pytest.main(args))
+    return int(pytest.main(args, plugins=[HideCollected(hide_under)] if hide_under else []))
+
+
+class _Drain:
+    """Reads a pipe to its end on a thread, keeping at most ``cap`` bytes (the rest counted)."""
+
+    def __init__(self, fd: int, cap: int) -> None:
+        import threading
+
+        self.fd, self.cap, self.kept, self.size = fd, cap, [], 0
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        with os.fdopen(self.fd, "rb") as pipe:
+            for chunk in iter(lambda: pipe.read(65536), b""):
+                if self.size < self.cap:
+                    self.kept.append(chunk[: self.cap - self.size])
+                self.size += len(chunk)
+
+    def text(self, wait_s: float) -> str:
+        """What was read once the pipe ended (or ``wait_s`` passed), with a line naming what was left out."""
+        self.thread.join(wait_s)
+        out = b"".join(self.kept).decode("utf-8", "replace")
+        if self.size > self.cap:
+            out += f"\n[swerl_run_tests: {self.size - self.cap} more bytes of pytest output left out]\n"
+        return out
 
 
 USAGE = "usage: python3 -I -S swerl_run_tests.py --expect N --reward FILE [--tests-dir DIR] TEST ..."
@@ -252,8 +311,12 @@ def main(argv: list[str] | None = None) -> int:
     _prctl(_PR_SET_DUMPABLE, 0)
     _prctl(_PR_SET_CHILD_SUBREAPER, 1)
     read_fd, write_fd = os.pipe()
-    child = run_pytest(tests, tests_dir, write_fd, read_fd)
+    out_r, out_w = os.pipe()
+    isolated = os.path.isfile(os.path.join(tests_dir, "swerl_solution_proxy.py"))
+    child = run_pytest(tests, tests_dir, write_fd, read_fd, (out_r, out_w), hide_tests=isolated)
     os.close(write_fd)
+    os.close(out_w)
+    output = _Drain(out_r, MAX_OUTPUT_BYTES)  # started after the fork: the child has no thread
     chunks, size = [], 0
     with os.fdopen(read_fd, "rb") as pipe:
         for chunk in iter(lambda: pipe.read(65536), b""):  # drain to EOF; keep at most the cap
@@ -263,6 +326,7 @@ def main(argv: list[str] | None = None) -> int:
     status = os.waitpid(child, 0)[1]
     exit_code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else -os.WTERMSIG(status)
     kill_descendants()
+    sys.stdout.write(output.text(wait_s=10.0))  # every writer is gone: the pipe has ended
     reward, summary = judge_report(b"".join(chunks) if size <= MAX_REPORT_BYTES else b"", exit_code, expected)
     with open(reward_file, "w") as fh:
         fh.write(f"{reward:g}\n")
