@@ -185,7 +185,7 @@ def export_interval(run_dir: Path, override: int | None = None) -> tuple[int, st
         except yaml.YAMLError as err:
             raise ConfigError(f"{config}: not valid YAML ({str(err).splitlines()[0]}): pass --interval") from err
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value, f"{config} (hf_save_interval)"
+            return value, f"hf_save_interval of {config}"
     return DEFAULT_INTERVAL, "default"
 
 

@@ -93,14 +93,15 @@ def _signal_line(run: Run) -> str | None:
 
 def next_commands(run_dir: Path, program: str = "swerl", held_out: Path | None = None) -> list[str]:
     """What to run next on ``run_dir``: the report, the episode viewer, the held-out eval of the
-    selected export and of step 0, and their paired comparison; ``program`` is how swerl is
+    selected export and of step 0 (4 samples per task: one leaves a paired comparison little
+    power), and their paired comparison; ``program`` is how swerl is
     called (``.venv/bin/swerl`` where the venv is not activated); ``held_out``: the held-out task
     folder (``TASKS`` when None)."""
     tasks = held_out if held_out is not None else "TASKS"
     return [f"{program} report {run_dir} --out {run_dir / 'report.html'}",
             f"{program} view {run_dir} --out {run_dir / 'view.html'}",
-            f"{program} eval {tasks} --from-run {run_dir} --out {run_dir / 'eval-selected'}   # the selected export",
-            f"{program} eval {tasks} --from-run {run_dir} --step 0 --out {run_dir / 'eval-step0'}   # the model it started from",
+            f"{program} eval {tasks} --from-run {run_dir} -k 4 --out {run_dir / 'eval-selected'}   # the selected export",
+            f"{program} eval {tasks} --from-run {run_dir} --step 0 -k 4 --out {run_dir / 'eval-step0'}   # the model it started from",
             f"{program} compare {run_dir / 'eval-step0'} {run_dir / 'eval-selected'}   # did training help? (paired)"]
 
 

@@ -389,8 +389,11 @@ def _prepare(checked: Preflight, on_event: Callable[[TrainEvent], None] | None, 
     quarantine = None if config.data.quarantine is None else Quarantine(
         config.data.quarantine, [t.name for t in tasks], sampler, config.loop.max_staleness_steps)
     emit(TrainEvent("plan", data=plan))
-    log.info("plan: %s x %s x %s, %s", counted(plan.total_steps, "step"), counted(plan.prompts_per_step, "prompt"),
-             counted(config.n_samples, "sample"), counted(plan.total_optimizer_steps, "optimizer step"))
+    ds = config.algorithm.dynamic_sampling
+    extra = (f" (dynamic sampling: up to {counted(ds.max_extra_rounds, 'extra round')} per step for the groups "
+             "without signal)" if ds.enabled else "")
+    log.info("plan: %s x %s x %s%s, %s", counted(plan.total_steps, "step"), counted(plan.prompts_per_step, "prompt"),
+             counted(config.n_samples, "sample"), extra, counted(plan.total_optimizer_steps, "optimizer step"))
     log.info("reproducibility: %s", reproducibility_words(config))
 
     model, tokenizer, model_path = load_policy(config.model, info)

@@ -106,7 +106,7 @@ def test_the_next_eval_names_a_generated_family_s_held_out_split_and_the_baselin
         (family / split).mkdir(parents=True)
     run_dir = make_run(tmp_path / "run", {**CONFIG, "data": {"tasks": str(family / "train")}}, [0.1, 0.2], {})
     commands = run_verdict(load_run(run_dir)).next_commands
-    assert commands[2].startswith(f"swerl eval {family / 'heldout-instance'} --from-run {run_dir} --out ")
-    assert f"--from-run {run_dir} --step 0" in commands[3] and commands[4].startswith("swerl compare ")
+    assert commands[2].startswith(f"swerl eval {family / 'heldout-instance'} --from-run {run_dir} -k 4 --out ")
+    assert f"--from-run {run_dir} --step 0 -k 4" in commands[3] and commands[4].startswith("swerl compare ")
     bare = make_run(tmp_path / "bare", CONFIG, [0.1, 0.2], {})
     assert run_verdict(load_run(bare)).next_commands[2].startswith("swerl eval TASKS --from-run")

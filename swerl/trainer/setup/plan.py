@@ -322,9 +322,13 @@ def reproducibility_words(cfg: TrainConfig) -> str:
                 "loop.exact_staleness: true for a repeatable run")
     words = _path_words(cfg)
     if k > 0:
-        words += (f"; loop.max_staleness_steps={k} on the exact schedule: batch s is sampled by the weights after "
-                  f"max(s - 1 - {k}, start) steps whatever the timing, and a resume trains the {counted(k, 'batch')} "
-                  "its checkpoint saved (tested bit for bit at k = 1 on hf with max_batch_size 1)")
+        tested = ("tested bit for bit at k = 1" if cfg.generator.backend == "hf" else
+                  "tested bit for bit at k = 1 with HF generate; on this generator the tests check which weights "
+                  "sample each batch, not the samples")
+        words += (f"; rollouts {counted(k, 'step')} ahead on the exact schedule: each batch is sampled by the weights "
+                  f"{counted(k, 'step')} older than the trainer's (the first {counted(k + 1, 'batch', 'batches')} by the initial "
+                  f"ones), whatever the timing, and a resume takes back the {counted(k, 'batch', 'batches')} its checkpoint "
+                  f"saved ({tested})")
     return words
 
 

@@ -57,4 +57,8 @@ def test_vllm_on_cpu_seeds_its_training_rollouts_and_the_plan_says_what_repeats(
     assert reproducibility_words(one).startswith("bit for bit")
     ahead = load_train_config(EXAMPLES / "humaneval-smollm2-cpu.yaml",
                               [*hf, "generator.max_batch_size=1", "loop.max_staleness_steps=1"])
-    assert reproducibility_words(ahead).startswith("bit for bit") and "max(s - 1 - 1, start)" in reproducibility_words(ahead)
+    words = reproducibility_words(ahead)
+    assert words.startswith("bit for bit") and "each batch is sampled by the weights 1 step older" in words
+    assert "the first 2 batches by the initial ones" in words and words.endswith("(tested bit for bit at k = 1)")
+    assert "not the samples" in reproducibility_words(load_train_config(
+        EXAMPLES / "humaneval-smollm2-cpu-vllm.yaml", ["seed=3", "generator.vllm_mode=inprocess", "loop.max_staleness_steps=1"]))
