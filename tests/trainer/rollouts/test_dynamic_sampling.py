@@ -136,6 +136,8 @@ def test_without_any_signal_each_step_ends_at_the_bound_and_says_so(tmp_path, ti
     assert done == list(range(1, 13)) and max(ev.total for ev in events) == 12, done
     # the step's log line says what it trained on, of what it drew (new-user finding: only the bar did)
     assert any("| kept 0 of 6 groups with signal (+2 rounds)" in r.getMessage() for r in caplog.records), caplog.text[-2000:]
+    assert any("(dynamic sampling: up to 2 extra rounds per step" in r.getMessage() for r in caplog.records
+               if r.getMessage().startswith("plan: ")), caplog.text[:2000]  # new-user finding: the plan left them out
     assert result.steps_trained == 1
     (rec,) = check_steps(tmp_path / "run", cfg, 2)
     assert (rec["dynamic_sampling/rounds"], rec["dynamic_sampling/batch_filled"]) == (2.0, 0.0)
