@@ -84,12 +84,13 @@ def _trivial(body: list[ast.stmt], on_def_line: bool) -> str:
         return "the body is a constant expression"
     if isinstance(only, ast.Raise):
         return "the body only raises"
-    if isinstance(only, ast.Return) and (only.value is None or _constant(only.value)):
+    if isinstance(only, ast.Return) and (only.value is None or is_literal(only.value)):
         return "the body returns a constant"
     return ""
 
 
-def _constant(node: ast.expr) -> bool:
+def is_literal(node: ast.expr) -> bool:
+    """Whether ``node`` is a literal (``ast.literal_eval`` can evaluate it)."""
     try:
         ast.literal_eval(node)
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):

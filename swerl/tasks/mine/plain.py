@@ -28,6 +28,8 @@ import builtins
 import copy
 from dataclasses import dataclass
 
+from swerl.tasks.mine.functions import is_literal
+
 PYTEST = ("import", "pytest")
 # Module-level functions pytest runs around a file's tests (xunit and nose style).
 XUNIT_HOOKS = frozenset({"setup_module", "teardown_module", "setup_function", "teardown_function", "setUpModule",
@@ -123,7 +125,7 @@ def _module_names(tree: ast.Module) -> tuple[dict[str, Binding], str]:
                     "autouse" in ast.unparse(d) for d in node.decorator_list):
                 return bound, f"{node.name} is a hook or autouse fixture that runs around the tests"
             pairs = [(node.name, ("", ""))]
-        elif isinstance(node, ast.Assign) and _literal(node.value) and all(isinstance(t, ast.Name) for t in node.targets):
+        elif isinstance(node, ast.Assign) and is_literal(node.value) and all(isinstance(t, ast.Name) for t in node.targets):
             pairs = [(t.id, ("", "")) for t in node.targets]  # type: ignore[attr-defined]
             if any(name.startswith("pytest") for name, _ in pairs):  # pytest_plugins, pytestmark
                 return bound, f"the test file sets {pairs[0][0]}"
@@ -136,14 +138,6 @@ def _module_names(tree: ast.Module) -> tuple[dict[str, Binding], str]:
                 return bound, f"the test file binds {name} twice at module level"
             bound[name] = what
     return bound, ""
-
-
-def _literal(node: ast.expr) -> bool:
-    try:
-        ast.literal_eval(node)
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-        return False
-    return True
 
 
 def _rewrite(func: ast.FunctionDef, imports: dict[str, Binding], target: Target) -> PlainTest | str:
@@ -177,7 +171,7 @@ def _parametrized(func: ast.FunctionDef, imports: dict[str, Binding]) -> tuple[s
     names: set[str] = set()
     for dec in func.decorator_list:
         ok = (isinstance(dec, ast.Call) and ast.unparse(dec.func) == "pytest.mark.parametrize" and imports.get("pytest") == PYTEST
-              and len(dec.args) == 2 and not dec.keywords and all(_literal(a) for a in dec.args))
+              and len(dec.args) == 2 and not dec.keywords and all(is_literal(a) for a in dec.args))
         if not ok:
             return names, f"{func.name} has a decorator other than a literal pytest.mark.parametrize"
         spec = ast.literal_eval(dec.args[0])
@@ -199,7 +193,7 @@ class _Body:
     def statement(self, stmt: ast.stmt) -> ast.stmt | str:
         """``stmt`` rewritten, or why it is not one of the plain forms."""
         if isinstance(stmt, ast.Assert):
-            if stmt.msg is not None and not _literal(stmt.msg):
+            if stmt.msg is not None and not is_literal(stmt.msg):
                 return "an assert message that is not a literal"
             test = self.check(stmt.test)
             return test if isinstance(test, str) else ast.Assert(test=test, msg=stmt.msg)
@@ -267,7 +261,7 @@ class _Body:
         return ast.Call(func=ast.Name(self.binding, ast.Load()), args=node.args, keywords=node.keywords)
 
     def value(self, node: ast.expr) -> bool:
-        return (isinstance(node, ast.Name) and node.id in self.params) or _literal(node)
+        return (isinstance(node, ast.Name) and node.id in self.params) or is_literal(node)
 
     def _is_target_call(self, node: ast.expr) -> bool:
         if not isinstance(node, ast.Call):
