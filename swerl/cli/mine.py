@@ -54,6 +54,7 @@ def tasks_mine(
     stable tests call, its body stubbed in /app, those tests hidden; prints the counts kept and dropped."""
     from swerl.sandbox import SandboxConfig
     from swerl.sandbox.signals import run_async
+    from swerl.sandbox.tamper.scan import static_in_process_reasons
     from swerl.tasks.mine.pipeline import prepare, settle, write_tasks
 
     config = SandboxConfig(engines=engine_configs(engine), **({"concurrency": concurrency} if concurrency else {}))
@@ -62,7 +63,7 @@ def tasks_mine(
         prepared = prepare(project, Path(work))
         err_console.print(f"running the suite of {prepared.name} twice in a sandbox with the call tracer", highlight=False)
         runs = run_async(trace_suite(prepared, Path(work), config))
-        run, entries = write_tasks(prepared, runs, out_dir, force=force, limit=limit)
+        run, entries = write_tasks(prepared, runs, out_dir, force=force, limit=limit, screen=static_in_process_reasons)
     written = [e.task for e in entries if e.status == "kept" and e.task]
     broken: dict[str, str] = {}
     if prove and written:

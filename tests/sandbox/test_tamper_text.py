@@ -183,6 +183,17 @@ IN_PROCESS_ATTACKS = {
     "methodcaller": 'import operator\nsubs = operator.methodcaller("__sub" + "classes__")(object)\n',
     "star-os": "from os import *\nexecv('/bin/true', ['true'])\n",
     "os-alias": "import os as o\no.kill(o.getpid(), 9)\n",
+    # a third round: os held by another module (no `import os` for the os rules to read), os bound
+    # to another name, an interpreter internal named by a computed string on a local
+    "os-through-shutil": 'import shutil\ndef f():\n    shutil.os.system("kill -9 $PPID")\n',
+    "os-through-threading": "import threading\nthreading._os.kill(1, 9)\n",
+    "from-shutil-os": 'from shutil import os as o\no.system("true")\n',
+    "os-as-value": 'import os\ny = os\ny.system("true")\n',
+    "computed-dunder": 'def h():\n    pass\ndef add(a, b):\n    g = getattr(h, "__glob" + "als__")\n'
+                       '    g["__buil" + "tins__"]["ex" + "ec"]("x = 1")\n    return a + b\n',
+    "computed-name": "def f(o, n):\n    return getattr(o, n)\n",
+    "inspect-frame-by-name": "from inspect import isgenerator, currentframe\n",
+    "compile-not-re": 'class B:\n    pass\ndef f(b):\n    return b.compile("1", "f", "exec")\n',
 }
 IN_PROCESS_HONEST = (
     "import os\nimport re\nimport json\nimport logging\nfrom collections import OrderedDict\n"
@@ -192,6 +203,11 @@ IN_PROCESS_HONEST = (
     "class Q:\n    def __eq__(self, other):\n        return isinstance(other, Q) and self.x == other.x\n",
     "import sys\nfrom typing import Any\nfrom minilib.vendored import clamp_copy\ndef f(x: Any) -> int:\n    return len(sys.argv) + x\n",
     "import os\nimport json\nimport pathlib\nfrom os import path\nD = json.decoder.JSONDecoder\nP = os.path.join('a', pathlib.Path('b').name)\n",
+    # namesakes of builtins and loaders, pure predicates of inspect, computed names that cannot be internals
+    "import re\nimport re as regex\nfrom re import compile as rc\nP = re.compile('a')\nQ = regex.compile('b')\nR = rc('c')\n"
+    "import platform\nS = platform.system()\nfrom inspect import isgenerator\nimport stat\nD = stat.S_ISDIR(0)\n",
+    "import os\nFORKS = hasattr(os, 'fork')\nclass V:\n    def go(self, kind):\n        return getattr(self, 'visit_' + kind)()\n"
+    "    def get(self, name):\n        return getattr(self, name)\n    def fmt(self, k):\n        return getattr(self, f'on_{k}', None)\n",
 )
 
 
@@ -212,6 +228,20 @@ def test_in_process_rules_pass_plain_module_code_and_name_its_own_imports(source
     assert module_reasons(source, "/app/m.py") == []
     reasons, others = in_process_reasons(source, "/app/m.py", image_text=source)  # the project's own equality
     assert reasons == [] and set(others) <= {"minilib"}
+
+
+def test_the_import_closure_follows_a_module_that_uses_a_namesake_of_a_loader():
+    """Fails before: ``re.compile`` counted as the builtin ``compile``, a dynamic loader, so every
+    file of a project that compiles a regular expression counted as run by the tests."""
+    from swerl.sandbox.tamper.reach import import_closure
+
+    sources = {"/app/lib.py": "import re\nfrom helper import f\nP = re.compile('a')\n", "/app/helper.py": "def f():\n    pass\n",
+               "/app/setup.py": "import subprocess\n"}
+    assert import_closure(sources, ["/app"], ["lib"]) == {"/app/lib.py", "/app/helper.py"}
+    loader = {**sources, "/app/lib.py": "import importlib\nm = importlib.import_module('helper')\n"}
+    assert import_closure(loader, ["/app"], ["lib"]) is None
+    shadowed = {**sources, "/app/lib.py": "def g(x):\n    return x.compile('1', 'f', 'exec')\n"}  # not re's: any file may run
+    assert import_closure(shadowed, ["/app"], ["lib"]) is None
 
 
 def test_a_module_is_judged_as_python_reads_it_or_is_a_reason():

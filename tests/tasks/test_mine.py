@@ -210,3 +210,32 @@ def test_an_oracle_the_tamper_signal_flags_drops_its_task():
     assert proof_reason(passed, failed, []) == ""
     reason = "test-framework: /app/lib.py reaches the objects of other modules by reflection (sys.modules)"
     assert proof_reason(passed, failed, [reason]) == f"oracle flagged by the tamper signal: {reason}"
+
+
+def test_the_screen_drops_a_flagged_in_process_oracle_before_writing_it_and_outside_the_limit(tmp_path: Path):
+    """Fails before: every candidate was written and proven in sandboxes, a flagged oracle (its module
+    names an attribute by a computed string) was found only by the proof, and it took a place of
+    ``--limit``. With the sandbox's own rules as the screen it is dropped unwritten, and the next
+    candidate is written in its place."""
+    from swerl.sandbox.tamper.scan import static_in_process_reasons
+
+    root = tmp_path / "p"
+    (root / "tests").mkdir(parents=True)
+    (root / "dyn.py").write_text("def pick(obj, name):\n    value = getattr(obj, name)\n    return value\n")
+    (root / "lib.py").write_text("import re\n\nWORD = re.compile(r'\\w+')\n\n\ndef words(text):\n"
+                                 "    found = WORD.findall(text)\n    return len(found)\n")
+    # a local variable: not plain-value, so the in-process harness (the screen's case)
+    (root / "tests" / "test_dyn.py").write_text("from dyn import pick\ndef test_pick():\n    v = pick(1, 'real')\n"
+                                                "    assert v == 1\n")
+    (root / "tests" / "test_lib.py").write_text("from lib import words\ndef test_words():\n    n = words('a b')\n"
+                                                "    assert n == 2\n")
+    prepared = prepare(root, tmp_path / "work")
+    trace = Trace({"tests/test_dyn.py::test_pick": "passed", "tests/test_lib.py::test_words": "passed"},
+                  {"tests/test_dyn.py::test_pick": {("dyn.py", 1)}, "tests/test_lib.py::test_words": {("lib.py", 6)}})
+    _, entries = write_tasks(prepared, [trace, trace], tmp_path / "out", limit=1, screen=static_in_process_reasons)
+    by_name = {e.function: e for e in entries}
+    assert by_name["pick"].status == "dropped" and by_name["pick"].task is None
+    assert by_name["pick"].reason.startswith("oracle flagged by the tamper signal: test-framework: /app/dyn.py uses "
+                                             "getattr() of a computed name") and "(read before the proof)" in by_name["pick"].reason
+    assert by_name["words"].status == "kept"  # re.compile is the pattern's, not the builtin's: no reason
+    assert sorted(p.name for p in (tmp_path / "out").iterdir() if p.is_dir()) == [by_name["words"].task]

@@ -7,8 +7,11 @@ an allow-list by construction, not a list of spellings: a blocklist is always on
 from __future__ import annotations
 
 import ast
+import builtins
+import importlib
 import re
 import sys
+import types
 
 from swerl.sandbox.tamper.text import TEST_FRAMEWORK_MODULES
 
@@ -26,11 +29,20 @@ IN_PROCESS_STDLIB = frozenset({
     "datetime", "decimal", "difflib", "email", "enum", "errno", "fnmatch", "fractions", "functools", "getpass",
     "glob", "graphlib", "gzip", "hashlib", "heapq", "hmac", "html", "http", "io", "ipaddress", "itertools", "json",
     "keyword", "locale", "logging", "lzma", "math", "mimetypes", "numbers", "operator", "os", "pathlib", "platform",
-    "pprint", "queue", "random", "re", "reprlib", "secrets", "selectors", "shlex", "shutil", "socket", "sqlite3",
+    "pprint", "queue", "random", "re", "reprlib", "secrets", "selectors", "shlex", "shutil", "socket", "sqlite3", "stat",
     "statistics", "string", "stringprep", "struct", "sys", "tempfile", "textwrap", "threading", "time", "tomllib",
     "types", "typing", "unicodedata", "urllib", "uuid", "warnings", "weakref", "xml", "zipfile", "zlib", "zoneinfo",
 })
 _IN_PROCESS_DENIED_SUBMODULES = frozenset({"logging.config"})
+# What ``from M import name`` may take of a module outside the list: functions that read only
+# their argument's type or text (no frame, no globals, no evaluation), an allow-list too.
+_IN_PROCESS_DENIED_MODULE_NAMES = {
+    "inspect": frozenset({
+        "isabstract", "isasyncgen", "isasyncgenfunction", "isawaitable", "isbuiltin", "isclass", "iscode",
+        "iscoroutine", "iscoroutinefunction", "isdatadescriptor", "isfunction", "isgenerator", "isgeneratorfunction",
+        "isgetsetdescriptor", "ismemberdescriptor", "ismethod", "ismethoddescriptor", "ismodule", "isroutine",
+        "istraceback", "isframe", "cleandoc"}),
+}
 # Builtins that run code from text or reach any module by a string; attributes that make or
 # replace code objects; os's ways to leave or fork the process that runs the tests.
 _CODE_BUILTINS = frozenset({"exec", "eval", "compile", "__import__", "breakpoint"})
@@ -71,6 +83,7 @@ def in_process_reasons(source: str, origin: str, image_text: str | None = None) 
         return [], []
     denied: dict[str, None] = {}
     others: dict[str, None] = {}
+    bound = stdlib_bindings(tree)
     os_names = frozenset({"os"} | {alias.asname or alias.name for node in ast.walk(tree) if isinstance(node, ast.Import)
                                    for alias in node.names if alias.name == "os"}
                          | {alias.asname or alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
@@ -81,14 +94,21 @@ def in_process_reasons(source: str, origin: str, image_text: str | None = None) 
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             names = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+        if _takes_allowed_names(node):
+            names = []
         for name in names:
             top = name.split(".")[0]
             if top not in sys.stdlib_module_names:
                 others.setdefault(top, None)
             elif top not in IN_PROCESS_STDLIB or name in _IN_PROCESS_DENIED_SUBMODULES:
                 denied.setdefault(f"imports {name}", None)
-        for what in _node_reasons(node, os_names):
+        for what in _node_reasons(node, os_names, bound):
             denied.setdefault(what, None)
+    computed = _computed_attribute(tree)
+    if computed:
+        denied.setdefault(computed, None)
+    if _module_as_value(tree, os_names):
+        denied.setdefault("uses the os module itself as a value (bound to another name or passed on)", None)
     for what in _new_equality(tree, image_text):
         denied.setdefault(what, None)
     for what in _module_routes(tree):
@@ -98,71 +118,179 @@ def in_process_reasons(source: str, origin: str, image_text: str | None = None) 
     return reasons, [name for name in others if name not in TEST_FRAMEWORK_MODULES]
 
 
-def _module_routes(tree: ast.AST) -> list[str]:
-    """Modules outside :data:`IN_PROCESS_STDLIB` reached through an allowed one's attributes
-    (``dataclasses.inspect``, ``logging.traceback``, ``from dataclasses import inspect``): each
-    chain of attributes from a name bound to an allowed standard-library module is walked on this
-    host's standard library (imported here, never the agent's code), and a module met on the way
-    must be allowed too. An allow-list of imports alone is only as wide as the modules' attributes."""
-    import importlib
-    import types
+def _resolve(dotted: str) -> object | None:
+    """The object ``dotted`` names in this host's standard library (``re.compile``, ``os.path``),
+    imported here, never the agent's code; None when its top module is not allowed or it does not
+    resolve."""
+    top, *rest = dotted.split(".")
+    if top not in IN_PROCESS_STDLIB:
+        return None
+    try:
+        obj: object = importlib.import_module(top)
+        for part in rest:
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError):
+        return None
+    return obj
 
-    def allowed(module: types.ModuleType) -> bool:
-        name = module.__name__
-        if name == "sys":  # reached through another module: none of the rules on sys's attributes applies
-            return False
-        return (name.split(".")[0] in IN_PROCESS_STDLIB or name in _IMPLEMENTATION_MODULES) and (
-            name not in _IN_PROCESS_DENIED_SUBMODULES)
 
-    def resolve(dotted: str) -> object | None:
-        top, *rest = dotted.split(".")
-        if top not in IN_PROCESS_STDLIB:
-            return None
-        try:
-            obj: object = importlib.import_module(top)
-            for part in rest:
-                obj = getattr(obj, part)
-        except (ImportError, AttributeError):
-            return None
-        return obj
-
+def stdlib_bindings(tree: ast.AST) -> dict[str, str]:
+    """Names the module binds by ``import``/``from ... import`` (absolute) to the dotted path they
+    import: ``{"re": "re", "P": "os.path", "ET": "xml.etree.ElementTree"}``."""
     bound: dict[str, str] = {}
-    found: list[str] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             bound.update({alias.asname or alias.name.split(".")[0]: alias.name if alias.asname else alias.name.split(".")[0]
                           for alias in node.names})
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            for alias in node.names:
-                obj = resolve(f"{node.module}.{alias.name}")
-                if isinstance(obj, types.ModuleType) and not allowed(obj):
-                    found.append(f"imports {obj.__name__} through {node.module}")
-                bound[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+            bound.update({alias.asname or alias.name: f"{node.module}.{alias.name}" for alias in node.names})
+    return bound
+
+
+def _chain(node: ast.AST) -> tuple[str | None, list[str]]:
+    """``a.b.c`` as ``("a", ["b", "c"])``; ``(None, [...])`` when the chain does not start at a name."""
+    chain: list[str] = []
+    while isinstance(node, ast.Attribute):
+        chain.insert(0, node.attr)
+        node = node.value
+    return (node.id if isinstance(node, ast.Name) else None), chain
+
+
+def _allowed_module(module: types.ModuleType, holder: types.ModuleType | None) -> bool:
+    """Whether code may reach ``module`` through an attribute of ``holder`` (None: imported by
+    name). Through another module only its own submodules (``xml.sax.saxutils``,
+    ``collections.abc``) and the modules it is implemented with (``os.path`` is ``posixpath``)
+    are reached: ``shutil.os``, ``threading._os`` or ``tempfile._os`` hold ``os`` without the
+    import the ``os`` rules read, so they are a way around them, and honest code imports ``os``."""
+    name = module.__name__
+    if holder is not None and name == "sys":  # reached through another module: no rule on sys's attributes applies
+        return False
+    if not ((name.split(".")[0] in IN_PROCESS_STDLIB or name in _IMPLEMENTATION_MODULES)
+            and name not in _IN_PROCESS_DENIED_SUBMODULES):
+        return False
+    return holder is None or name.startswith(holder.__name__ + ".") or name in _IMPLEMENTATION_MODULES
+
+
+def _module_routes(tree: ast.AST) -> list[str]:
+    """Modules reached through another module's attributes that code may not reach that way
+    (:func:`_allowed_module`: ``dataclasses.inspect``, ``logging.traceback``, ``shutil.os``,
+    ``from dataclasses import inspect``): each chain of attributes from a name bound to an allowed
+    standard-library module is walked on this host's standard library (:func:`_resolve`), and a
+    module met on the way must be allowed from the module that holds it. An allow-list of imports
+    alone is only as wide as the modules' attributes."""
+    found: list[str] = []
     for node in ast.walk(tree):
-        chain: list[str] = []
-        while isinstance(node, ast.Attribute):
-            chain.insert(0, node.attr)
-            node = node.value
-        if not chain or not isinstance(node, ast.Name) or node.id not in bound:
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            holder = _resolve(node.module)
+            for alias in node.names:
+                obj = _resolve(f"{node.module}.{alias.name}")
+                if isinstance(obj, types.ModuleType) and isinstance(holder, types.ModuleType) and (
+                        not _allowed_module(obj, holder)):
+                    found.append(f"imports {obj.__name__} through {node.module}")
+    bound = stdlib_bindings(tree)
+    for node in ast.walk(tree):
+        name, chain = _chain(node)
+        if not chain or name not in bound:
             continue
-        obj = resolve(bound[node.id])
+        obj = _resolve(bound[name])
         for attr in chain:
+            holder = obj if isinstance(obj, types.ModuleType) else None
             obj = getattr(obj, attr, None) if obj is not None else None
-            if isinstance(obj, types.ModuleType) and not allowed(obj):
-                found.append(f"reaches {obj.__name__} through {bound[node.id]}")
+            if isinstance(obj, types.ModuleType) and not _allowed_module(obj, holder):
+                found.append(f"reaches {obj.__name__} through {bound[name]}")
                 break
     return found
 
 
-def _node_reasons(node: ast.AST, os_names: frozenset[str]) -> list[str]:
+_ATTRIBUTE_CALLS = frozenset({"getattr", "setattr", "delattr", "hasattr"})
+
+
+def _computed_attribute(tree: ast.AST) -> str:
+    """An attribute named by a computed string that may be an interpreter internal: ``getattr(h,
+    "__glob" + "als__")`` reaches a function's globals, from them the builtins and ``exec``. A
+    computed name passes when it cannot begin with ``_`` (it starts with a constant that does not:
+    ``"visit_" + kind``, ``f"get_{name}"``, ``"on_{}".format(x)``), or when it is read of ``self``
+    or ``cls`` (one hop: what it returns is a local, and the next computed hop on it is judged
+    again). "" when none."""
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and _named_call(node) in _ATTRIBUTE_CALLS and len(node.args) >= 2):
+            continue
+        target, name = node.args[0], node.args[1]
+        if isinstance(name, ast.Constant) or _safe_prefix(name) or (
+                isinstance(target, ast.Name) and target.id in ("self", "cls")):
+            continue
+        return f"uses {_named_call(node)}() of a computed name that may be an interpreter internal"
+    return ""
+
+
+def _safe_prefix(expr: ast.AST) -> bool:
+    """Whether the string ``expr`` builds starts with a constant that is not ``_`` (so the name it
+    makes is neither private nor a dunder)."""
+    if isinstance(expr, ast.Constant):
+        return isinstance(expr.value, str) and expr.value[:1] not in ("", "_")
+    if isinstance(expr, ast.JoinedStr):
+        return bool(expr.values) and _safe_prefix(expr.values[0])
+    if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Add):
+        return _safe_prefix(expr.left)
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr == "format":
+        fmt = expr.func.value
+        return isinstance(fmt, ast.Constant) and isinstance(fmt.value, str) and fmt.value[:1] not in ("", "_", "{")
+    return False
+
+
+def _module_as_value(tree: ast.AST, names: frozenset[str]) -> bool:
+    """Whether a name in ``names`` (bound to ``os``) is read other than as ``os.<attr>`` or in
+    ``hasattr(os, "<constant>")``: ``y = os; y.system(...)`` would leave the process through a
+    name the ``os`` rules do not read."""
+    plain: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute):
+            plain.add(id(node.value))
+        elif isinstance(node, ast.Call) and _named_call(node) == "hasattr" and len(node.args) == 2 and (
+                isinstance(node.args[1], ast.Constant)):
+            plain.add(id(node.args[0]))
+    return any(isinstance(node, ast.Name) and node.id in names and isinstance(node.ctx, ast.Load) and id(node) not in plain
+               for node in ast.walk(tree))
+
+
+# Objects of allowed modules that share their name with a code loader, a builtin that runs code
+# or a process call and are none of these (``re.compile`` makes a pattern, ``platform.system``
+# names the OS): an allow-list of objects, compared by identity on this host's standard library.
+NAMESAKES = ("re.compile", "platform.system")
+
+
+def is_namesake(node: ast.AST, bound: dict[str, str]) -> bool:
+    """Whether the name or attribute chain ``node`` (``re.compile``, ``P.compile`` after ``import re
+    as P``, ``compile`` after ``from re import compile``) is one of :data:`NAMESAKES`: it starts at
+    a name bound by an import (``bound``: :func:`stdlib_bindings`) and resolves (:func:`_resolve`)
+    to that very object. Anything that does not resolve is not one."""
+    name, chain = _chain(node)
+    if name not in bound:
+        return False
+    obj = _resolve(".".join([bound[name], *chain]))
+    return obj is not None and any(obj is _resolve(n) for n in NAMESAKES)
+
+
+def _takes_allowed_names(node: ast.AST) -> bool:
+    """``from M import a, b`` of a module outside the list whose every name is one it may give
+    (:data:`_IN_PROCESS_DENIED_MODULE_NAMES`: ``from inspect import isgenerator``)."""
+    if not (isinstance(node, ast.ImportFrom) and node.level == 0 and node.module):
+        return False
+    allowed = _IN_PROCESS_DENIED_MODULE_NAMES.get(node.module, frozenset())
+    return all(alias.name in allowed for alias in node.names)
+
+
+def _node_reasons(node: ast.AST, os_names: frozenset[str], bound: dict[str, str]) -> list[str]:
     """What of the in-process rules one node breaks (imports are judged by the caller); ``os_names``:
-    the names bound to the ``os`` module. ``_exit``, ``exec*``, ``spawn*`` and ``fork`` are process
+    the names bound to the ``os`` module; ``bound``: :func:`stdlib_bindings` (``re.compile`` is
+    the regular expression's, not the builtin: :func:`is_namesake`). ``_exit``, ``exec*``, ``spawn*`` and ``fork`` are process
     calls on any object (a module reached some other way); ``kill``, ``system``, ``popen``,
     ``abort`` only on ``os``."""
     found: list[str] = []
-    if isinstance(node, ast.Name) and node.id in _CODE_BUILTINS:
+    if isinstance(node, ast.Name) and node.id in _CODE_BUILTINS and not is_namesake(node, bound):
         found.append(f"uses {node.id}")
-    elif isinstance(node, ast.Attribute) and (node.attr in _CODE_ATTRS or node.attr in _CODE_BUILTINS):
+    elif isinstance(node, ast.Attribute) and (node.attr in _CODE_ATTRS or (
+            node.attr in _CODE_BUILTINS and not is_namesake(node, bound))):
         found.append(f"uses .{node.attr}")
     elif isinstance(node, ast.Attribute) and _OS_PROCESS.match(node.attr) and (_ANY_PROCESS.match(node.attr) or (
             isinstance(node.value, ast.Name) and node.value.id in os_names)):

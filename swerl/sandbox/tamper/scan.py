@@ -14,13 +14,13 @@ any text for the rest. Files are read through
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from importlib.machinery import EXTENSION_SUFFIXES
 
 from swerl.errors import SandboxError, SandboxTimeout
 from swerl.fileio import TooManyEntries
 from swerl.sandbox.runtime.layer import MAX_CHANGES, Change, LayerReader
-from swerl.sandbox.tamper.reach import VerifierReach, import_closure
+from swerl.sandbox.tamper.reach import VerifierReach, import_closure, imported_modules
 from swerl.sandbox.tamper.territory import LIB_DIRS, Territory, change_reasons, python_library
 from swerl.sandbox.tamper.inprocess import in_process_reasons
 from swerl.sandbox.tamper.text import module_reasons, text_reasons
@@ -200,3 +200,34 @@ def _top_module(path: str, roots: Sequence[str]) -> str | None:
 
 def _in_library(path: str) -> bool:
     return python_library(path) is not None or any(path == d or path.startswith(d + "/") for d in LIB_DIRS)
+
+
+def static_in_process_reasons(files: Mapping[str, str], roots: Sequence[str], test_sources: Iterable[str]) -> list[str]:
+    """The module rules the container scan applies to an in-process task's work product
+    (:func:`module_reasons`, :func:`~swerl.sandbox.tamper.inprocess.in_process_reasons`, imports
+    that are neither the standard library's nor the work product's), read from files on the host
+    before any sandbox runs: what ``swerl tasks mine`` checks of an oracle before proving it.
+
+    Args:
+        files: ``{"/app/x.py": text}``, the work product as the oracle leaves it.
+        roots: the folders the tests import from (``/app``, ``/app/src``).
+        test_sources: the texts of the test files that judge it (their imports are the entry modules).
+
+    Returns: the reasons (empty when the oracle passes), each judged module taken as the image's own
+    (its equality definitions are the project's).
+    """
+    entry = imported_modules(test_sources)
+    closure = import_closure(files, roots, entry) if entry else None
+    judged = sorted(files) if closure is None else sorted(closure)
+    reasons: list[str] = []
+    for path in judged:
+        text = files[path]
+        reasons += module_reasons(text, path)
+        found, others = in_process_reasons(text, path, image_text=text)
+        reasons += found
+        for name in others[:8]:
+            if not any(f"{root.rstrip('/')}/{name}{suffix}" in files for root in roots for suffix in (".py", "/__init__.py")):
+                reasons.append(f"test-framework: {path} imports {name}, which is neither the work product's nor a "
+                               "standard-library module code imported into the tests' interpreter may use")
+                break
+    return reasons

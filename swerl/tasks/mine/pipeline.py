@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,12 +75,20 @@ def task_name(project: str, path: str, qualname: str, taken: set[str]) -> str:
     return name
 
 
+# Reasons the tamper signal would give an in-process task's oracle, read without a sandbox:
+# ``(files {"/app/x.py": text}, import roots, test texts) -> reasons`` (the caller passes the
+# sandbox's rules, ``swerl.sandbox.tamper.scan.static_in_process_reasons``).
+Screen = Callable[[dict[str, str], list[str], list[str]], list[str]]
+
+
 def write_tasks(prepared: Prepared, runs: list[Trace], out_dir: Path, force: bool = False,
-                limit: int | None = None) -> tuple[ProjectRun, list[Entry]]:
+                limit: int | None = None, screen: Screen | None = None) -> tuple[ProjectRun, list[Entry]]:
     """Write a task folder under ``out_dir`` for every candidate that survives the checks that need no
     sandbox (a stable covering test, a body that is not trivial, no copy of it left in code), at most
     ``limit`` of them (in file order; the rest are dropped as ``limit``); returns the project's run
-    summary and one manifest entry per function (kept ones are yet to be proven).
+    summary and one manifest entry per function (kept ones are yet to be proven). ``screen``: an
+    in-process task whose oracle it flags is dropped before it is written (``oracle flagged by the
+    tamper signal``, as the proof would), and does not count towards ``limit``.
 
     Raises:
         TaskError: (exit 2) the suite collected no test, or a task folder exists and not ``force``.
@@ -102,7 +111,7 @@ def write_tasks(prepared: Prepared, runs: list[Trace], out_dir: Path, force: boo
         if not cand.dropped and limit is not None and sum(e.status == "kept" for e in entries) >= limit:
             entry = entry.model_copy(update={"reason": f"limit: past the first {limit} tasks (--limit)"})
         elif not cand.dropped:
-            entry = _write_one(prepared, cand, text, (tests, library, collected), out_dir, taken, force, entry)
+            entry = _write_one(prepared, cand, text, (tests, library, collected), out_dir, taken, force, entry, screen)
         entries.append(entry)
     run = ProjectRun(project=prepared.name, source=str(prepared.source), tests_collected=len(collected),
                      tests_passed=len(passed), flaky=flaky, cleaned=prepared.cleaned)
@@ -110,9 +119,10 @@ def write_tasks(prepared: Prepared, runs: list[Trace], out_dir: Path, force: boo
 
 
 def _write_one(prepared: Prepared, cand, text: ProjectText, suite: tuple[list[str], list[str], set[str]],  # noqa: ANN001
-               out_dir: Path, taken: set[str], force: bool, entry: Entry) -> Entry:
+               out_dir: Path, taken: set[str], force: bool, entry: Entry, screen: Screen | None = None) -> Entry:
     """Write ``cand``'s task folder (``suite``: the test files, the library files and every collected
-    node id), with the isolated harness where its covering tests allow it; returns its entry."""
+    node id), with the isolated harness where its covering tests allow it; returns its entry (dropped
+    when ``screen`` flags the oracle of an in-process task)."""
     tests, library, collected = suite
     name = task_name(prepared.name, cand.site.path, cand.site.qualname, taken)
     task_dir = out_dir / name
@@ -126,11 +136,30 @@ def _write_one(prepared: Prepared, cand, text: ProjectText, suite: tuple[list[st
         if repo.dropped:
             return entry.model_copy(update={"reason": repo.dropped})
         plan = harness_plan(prepared.root, cand, collected, prepared.roots)
+        if isinstance(plan, str) and screen is not None:
+            flagged = screen(*_oracle_view(prepared, cand, repo.path))
+            if flagged:
+                return entry.model_copy(update={"reason": f"oracle flagged by the tamper signal: {flagged[0]} "
+                                                          "(read before the proof)"})
         task = MinedTask(name, prepared.name, cand, prepared.roots, repo.removed,
                          plan=None if isinstance(plan, str) else plan, in_process_because=plan if isinstance(plan, str) else "")
         write_mined_task(task, repo.path, prepared.root, tests, library, Path(tmp) / name)
         (Path(tmp) / name).rename(task_dir)
     return entry.model_copy(update={"status": "kept", "task": name, "metadata": task.metadata()})
+
+
+def _oracle_view(prepared: Prepared, cand, app: Path) -> tuple[dict[str, str], list[str], list[str]]:  # noqa: ANN001
+    """What a :data:`Screen` reads of ``cand``'s task: the ``.py`` files of the stubbed repository
+    ``app`` as ``/app/...`` with the original body back in place (the oracle), the import roots
+    under ``/app``, and the texts of the files of its covering tests."""
+    files = {f"/app/{p.relative_to(app).as_posix()}": p.read_text(encoding="utf-8", errors="replace")
+             for p in sorted(app.rglob("*.py")) if p.is_file()}
+    files[f"/app/{cand.site.path}"] = (prepared.root / cand.site.path).read_text(encoding="utf-8", errors="replace")
+    roots = ["/app" if r == "." else f"/app/{r}" for r in prepared.roots]
+    test_paths = sorted({node.split("::")[0] for node in cand.tests})
+    sources = [(prepared.root / t).read_text(encoding="utf-8", errors="replace") for t in test_paths
+               if (prepared.root / t).is_file()]
+    return files, roots, sources
 
 
 def settle(out_dir: Path, run: ProjectRun, entries: list[Entry], broken: dict[str, str]) -> Manifest:
