@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from swerl.trainer.loop import train
-from swerl.trainer.rollouts.slots import SlotBudget
 
 from ..test_loop import records, tiny_config
 from .test_pipeline import dumped
@@ -25,6 +24,8 @@ HOLD_S = 40.0  # the slow episode's extra time, cut short once a later batch's e
 
 
 def test_the_budget_counts_idle_slot_seconds_over_a_batch_span():
+    from swerl.trainer.rollouts.slots import SlotBudget
+
     async def schedule() -> tuple[float, float, bool, bool]:
         budget = SlotBudget(2)
         first, second = budget.batch(2), budget.batch(1)
