@@ -18,6 +18,12 @@ Batch s is always the sampler's s-th batch of prompts (the plan's order), every 
   them at once when idle, else at its next generate call; vLLM engines (each turn one request,
   continuous batching) reload them once the requests in flight have finished, new ones held back
   meanwhile, and are probed. In-flight episodes continue with the new version, recorded per turn.
+  Continuous admission (``slots.py``): the producer's episodes share one budget of
+  ``concurrency`` slots across batches; once every episode of batch s holds a slot, batch s + 1
+  (when admitted) starts its episodes in the slots s's finished ones free, so the slots do not
+  idle in s's long tail. Batches are still delivered whole and in order, each one's staleness
+  measured on its own turns. With dynamic sampling one batch at a time (s + 1's prompts come
+  after s's extra rounds).
 
 Dynamic sampling (``algorithm.dynamic_sampling``, ``dynamic.py``): batch s is then round 0 (the
 sampler's s-th batch, or the prompts after the previous step's extra rounds) plus the extra rounds
@@ -265,7 +271,8 @@ class InlineRollouts:
 
 
 class PipelinedRollouts:
-    """``k >= 1``: a producer thread collects batches ahead of the trainer within the staleness bound.
+    """``k >= 1``: a producer thread collects batches ahead of the trainer within the staleness
+    bound, several at once (continuous admission, :meth:`_produce_continuously`).
 
     The producer generates with its own weights: an HF copy of the policy (the trainer's module
     changes under it), or the run's vLLM engines; both behind a metered, gated front (``busy.py``).

@@ -2,8 +2,8 @@
 share of the step's prompts (groups stay whole on one rank), runs their episodes with its own
 generator, and the trajectories are all-gathered so every rank trains on the same batch. One event
 loop and one ``SandboxManager`` (warm pools survive across steps) for the whole run; in front of the
-rank's generation backend an async front per collection (vLLM: each turn submitted as it comes;
-HF: batched).
+rank's generation backend an async front per :meth:`RolloutRunner.run` (one collection, or the
+timing-driven producer's several batches at once; vLLM: each turn submitted as it comes; HF: batched).
 
 Episodes run concurrently (bounded by ``concurrency``): while one episode's verifier runs in its
 container, other episodes keep generating. Sandboxes are ready before they are needed: each
