@@ -45,6 +45,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -401,9 +402,13 @@ class PipelinedRollouts:
         Raises: the first error of a batch (after cancelling the others)."""
         budget = SlotBudget(collector.concurrency)
         running: list[asyncio.Task[None]] = []
+        # Its own thread for the admission wait (until the trainer publishes): the loop's default
+        # executor runs the sandboxes' Docker calls.
+        admission = ThreadPoolExecutor(1, thread_name_prefix="swerl-admission")
+        loop = asyncio.get_running_loop()
         try:
             for step in range(self.next_step, self.last_step + 1):
-                if not await asyncio.to_thread(self._admitted, step):
+                if not await loop.run_in_executor(admission, self._admitted, step):
                     break
                 slots, batch = self._start_batch(collector, budget, step)
                 running.append(batch)
@@ -416,6 +421,7 @@ class PipelinedRollouts:
         finally:
             for batch in running:
                 batch.cancel()
+            admission.shutdown(wait=False, cancel_futures=True)
 
     def _start_batch(self, collector: Collector, budget: SlotBudget, step: int
                      ) -> tuple[BatchSlots, asyncio.Task[None]]:

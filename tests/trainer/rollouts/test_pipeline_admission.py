@@ -26,27 +26,39 @@ HOLD_S = 40.0  # the slow episode's extra time, cut short once a later batch's e
 def test_the_budget_counts_idle_slot_seconds_over_a_batch_span():
     from swerl.trainer.rollouts.slots import SlotBudget
 
-    async def schedule() -> tuple[float, float, bool, bool]:
+    async def schedule() -> dict:
         budget = SlotBudget(2)
         first, second = budget.batch(2), budget.batch(1)
-        async with first:  # batch 1: one short episode, one long one (0.4 s)
-            async def long() -> None:
-                async with first:
-                    await asyncio.sleep(0.4)
+        at = {}
 
+        async def long() -> None:
+            async with first:
+                at["long_in"] = time.monotonic()
+                await asyncio.sleep(0.4)
+            at["long_out"] = time.monotonic()
+
+        async with first:  # batch 1: this short episode and the long one
+            at["short_in"] = time.monotonic()
             running = asyncio.create_task(long())
             await asyncio.sleep(0.1)
-        await asyncio.sleep(0.1)  # one slot idle for 0.1 s of batch 1's 0.4 s
-        started_before = first.all_started.is_set() and not second.all_started.is_set()
+        at["short_out"] = time.monotonic()
+        await asyncio.sleep(0.1)  # one slot idle meanwhile
+        at["all_first_started"], at["second_started"] = first.all_started.is_set(), second.all_started.is_set()
         async with second:  # batch 2 fills the freed slot until batch 1 ends
+            at["second_in"] = time.monotonic()
             await running
-        return first.idle_share(), second.idle_share(), started_before, second.all_started.is_set()
+        at["second_out"] = time.monotonic()
+        at["idle"] = (first.idle_share(), second.idle_share())
+        return at
 
-    first_idle, second_idle, started_before, second_started = asyncio.run(schedule())
-    # batch 1: 2 slots x ~0.4 s; held: 0.4 (long) + 0.1 (short) + ~0.2 (batch 2) -> ~1/8 idle
-    assert first_idle == pytest.approx(0.125, abs=0.06)
-    assert second_idle == pytest.approx(0.0, abs=0.06)  # its span: both slots held throughout
-    assert started_before and second_started
+    at = asyncio.run(schedule())
+    assert at["all_first_started"] and not at["second_started"]
+    span = at["long_out"] - at["short_in"]  # batch 1: first start to last finish, 2 slots
+    idle = (at["long_in"] - at["short_in"]) + (at["second_in"] - at["short_out"])
+    assert at["idle"][0] == pytest.approx(idle / (2 * span), abs=0.01)
+    assert 0.05 < at["idle"][0] < 0.3  # about 0.1 s of 2 x 0.4 s
+    second_span = at["second_out"] - at["second_in"]  # both slots held throughout, bar the switch
+    assert at["idle"][1] == pytest.approx((at["second_out"] - at["long_out"]) / (2 * second_span), abs=0.01)
 
 
 def step_of(base_seed: int, task_name: str, seed: int) -> tuple[int, str, int]:
