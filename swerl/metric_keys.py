@@ -65,6 +65,9 @@ REWARD_AVG_RAW_REWARD = "reward/avg_raw_reward"
 REWARD_MEAN = "reward/mean"
 REWARD_NUM_TRAJECTORIES = "reward/num_trajectories"
 
+# rollout/: trainer/rollouts/pipeline.py and rollouts/slots.py: the producer's episode slots
+ROLLOUT_SLOT_IDLE_SHARE = "rollout/slot_idle_share"
+
 # sandbox/: trainer/tracking/metrics.py: how the step's containers were ready
 SANDBOX_CONTAINER_WAIT_S = "sandbox/container_wait_s"
 SANDBOX_POOL_HIT_RATE = "sandbox/pool_hit_rate"

@@ -13,6 +13,7 @@ import asyncio
 import hashlib
 import logging
 from collections.abc import Callable, Collection
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
@@ -72,6 +73,7 @@ async def collect_rollouts(
     first_index: int = 0,
     skip: Collection[tuple[str, int]] = (),
     task_seed: int | None = None,
+    slots: AbstractAsyncContextManager[object] | None = None,
 ) -> list[Trajectory]:
     """Sample ``n_samples`` episodes of every task.
 
@@ -82,24 +84,24 @@ async def collect_rollouts(
         sandbox_manager: entered ``SandboxManager``; ``sandbox(task)`` is an async context
             manager yielding a started sandbox, raising ``SandboxError`` on infra failure.
         agent_cfg: protocol, limits, sampling (``agent_cfg.seed`` makes seeds per episode).
-        concurrency: most episodes alive at once (>= 1).
+        concurrency: most episodes alive at once (>= 1), unless ``slots`` is given.
         on_event: called (in the event loop) when an episode starts and finishes.
         group_prefix: prepended to every ``group_id`` (e.g. ``step12/``) for global uniqueness.
         first_index: index of ``tasks[0]`` in the whole batch (a rank's share starts there), so
             group ids, and the episode seeds made from them, do not depend on the number of ranks.
         skip: ``(group_id, sample_index)`` of episodes not to run (a resumed eval); the others keep ids and seeds.
         task_seed: evaluation seeding (:func:`eval_episode_seed`); None: training seeding (group id based).
+        slots: entered by each episode for its whole life in place of the call's own semaphore: a
+            budget collections share (the pipeline's continuous admission, ``trainer/rollouts/slots.py``).
 
-    Returns:
-        N = B * G trajectories (minus the skipped), groups contiguous, in task order then sample order.
+    Returns: N = B * G trajectories (minus the skipped), groups contiguous, in task order then sample order.
     """
     if n_samples < 1 or concurrency < 1:
         raise ValueError(f"n_samples ({n_samples}) and concurrency ({concurrency}) must be >= 1")
-    semaphore = asyncio.Semaphore(concurrency)
+    semaphore = asyncio.Semaphore(concurrency) if slots is None else slots
     todo = [(ti, task, si) for ti, task in enumerate(tasks, start=first_index) for si in range(n_samples)
             if (group_id_for(ti, task.name, group_prefix), si) not in skip]
-    total = len(todo)
-    done = 0
+    total, done = len(todo), 0
 
     def emit(kind: EventKind, task: Task, index: int, traj: Trajectory | None = None) -> None:
         if on_event is not None:
@@ -117,8 +119,7 @@ async def collect_rollouts(
         emit("finished", task, sample_index, traj)
         return traj
 
-    jobs = [one(ti, task, si) for ti, task, si in todo]
-    return list(await asyncio.gather(*jobs))
+    return list(await asyncio.gather(*(one(ti, task, si) for ti, task, si in todo)))
 
 
 async def _guarded_episode(task: Task, manager: SandboxManager, policy: Policy, cfg: AgentConfig, group_id: str,

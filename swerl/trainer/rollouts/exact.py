@@ -32,6 +32,7 @@ from swerl.inference.weight_sync.base import Staged
 from swerl.inference.weight_sync.module_share import ModuleShare
 from swerl.trainer.rollouts.busy import MeteredBackend, MeteredStream, metered
 from swerl.trainer.rollouts.pipeline import Context, PipelinedRollouts, RolloutBatch
+from swerl.trainer.rollouts.runner import RolloutRunner
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +89,10 @@ class ExactRollouts(PipelinedRollouts):
 
     # ---- producer thread ------------------------------------------------------------------
 
+    def _produce_batches(self, runner: RolloutRunner) -> None:
+        """One batch at a time: weights are applied between two batches, never under one."""
+        self._produce_one_at_a_time(runner)
+
     def _admitted(self, step: int) -> bool:
         """Wait until version ``v(step)`` is published, then make the generator hold it (apply the
         staged slot, no request in flight: between two batches). False when stopping."""
@@ -96,7 +101,7 @@ class ExactRollouts(PipelinedRollouts):
             self._cond.wait_for(lambda: self._stop.is_set() or self._published >= need)
             if self._stop.is_set():
                 return False
-            self._producing = step
+            self._producing.add(step)
             staged = self._staged
         if self.metered.inner.weight_version != need:
             assert staged is not None and staged.version == need, (step, need, staged)

@@ -18,6 +18,12 @@ Batch s is always the sampler's s-th batch of prompts (the plan's order), every 
   them at once when idle, else at its next generate call; vLLM engines (each turn one request,
   continuous batching) reload them once the requests in flight have finished, new ones held back
   meanwhile, and are probed. In-flight episodes continue with the new version, recorded per turn.
+  Continuous admission (``slots.py``): the producer's episodes share one budget of
+  ``concurrency`` slots across batches; once every episode of batch s holds a slot, batch s + 1
+  (when admitted) starts its episodes in the slots s's finished ones free, so the slots do not
+  idle in s's long tail. Batches are still delivered whole and in order, each one's staleness
+  measured on its own turns. With dynamic sampling one batch at a time (s + 1's prompts come
+  after s's extra rounds).
 
 Dynamic sampling (``algorithm.dynamic_sampling``, ``dynamic.py``): batch s is then round 0 (the
 sampler's s-th batch, or the prompts after the previous step's extra rounds) plus the extra rounds
@@ -33,11 +39,13 @@ after a resume (the exact schedule saves them beside the checkpoint instead).
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import logging
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -54,7 +62,8 @@ from swerl.trainer.config import TrainConfig
 from swerl.trainer.distributed import DistInfo
 from swerl.trainer.rollouts.concurrency import rank_sandbox, split_count
 from swerl.trainer.rollouts.generator import Generator, apply_weights, probe_parity, publish_weights
-from swerl.trainer.rollouts.runner import RolloutRunner, gather_trajectories, rank_share
+from swerl.trainer.rollouts.runner import Collector, RolloutRunner, gather_trajectories, rank_share
+from swerl.trainer.rollouts.slots import BatchSlots, SlotBudget
 from swerl.trainer.rollouts.sampler import PromptSampler
 
 if TYPE_CHECKING:
@@ -155,16 +164,22 @@ class Context:
         per_step = split_count(cfg.loop.train_batch_size, self.info.rank, self.info.world_size) * cfg.n_samples
         runner.prewarm(self.tasks, min(runner.concurrency, per_step))
 
-    def collect_local(self, runner: RolloutRunner, step: int, indices: list[int],
-                      on_event: Callable[[RolloutEvent], None] | None, round_index: int = 0) -> list[Trajectory]:
-        """This rank's share of batch ``step`` (prompts ``indices``; round ``round_index`` of
-        dynamic sampling, group ids ``step{N}/r{round}/`` after round 0), timed as ``rollout``."""
+    def share(self, step: int, indices: list[int], round_index: int = 0) -> tuple[list[Task], str, int]:
+        """This rank's share of batch ``step`` (prompts ``indices``; round ``round_index`` of dynamic
+        sampling): its tasks, their group-id prefix (``step{N}/``, ``step{N}/r{round}/`` after
+        round 0) and the batch index of its first task."""
         batch_tasks = [self.tasks[i] for i in indices]
         share, prefix = rank_share(len(batch_tasks), step, self.info.rank, self.info.world_size)
         prefix = f"{prefix}r{round_index}/" if round_index else prefix
+        return [batch_tasks[i] for i in share], prefix, share.start
+
+    def collect_local(self, runner: RolloutRunner, step: int, indices: list[int],
+                      on_event: Callable[[RolloutEvent], None] | None, round_index: int = 0) -> list[Trajectory]:
+        """This rank's share of batch ``step`` (:meth:`share`), timed as ``rollout``."""
+        tasks, prefix, first = self.share(step, indices, round_index)
         with self.clock.busy("rollout"):
-            return runner.collect([batch_tasks[i] for i in share], self.config.n_samples, step,
-                                  on_event=on_event, group_prefix=prefix, first_index=share.start)
+            return runner.collect(tasks, self.config.n_samples, step, on_event=on_event, group_prefix=prefix,
+                                  first_index=first)
 
 
 def collect_batch(ctx: Context, runner: RolloutRunner, step: int,
@@ -257,7 +272,8 @@ class InlineRollouts:
 
 
 class PipelinedRollouts:
-    """``k >= 1``: a producer thread collects batches ahead of the trainer within the staleness bound.
+    """``k >= 1``: a producer thread collects batches ahead of the trainer within the staleness
+    bound, several at once (continuous admission, :meth:`_produce_continuously`).
 
     The producer generates with its own weights: an HF copy of the policy (the trainer's module
     changes under it), or the run's vLLM engines; both behind a metered, gated front (``busy.py``).
@@ -280,7 +296,7 @@ class PipelinedRollouts:
         self.runner = ctx.runner(self._eval_backend())  # held-out eval, in the trainer's thread
         self._published = start_step  # the newest version handed to the generator
         self._ready: dict[int, RolloutBatch] = {}
-        self._producing: int | None = None
+        self._producing: set[int] = set()  # batches started, not finished
         self._error: BaseException | None = None
         self._stop = threading.Event()
         self._cond = threading.Condition()
@@ -311,12 +327,13 @@ class PipelinedRollouts:
 
     def _admitted(self, step: int) -> bool:
         """Wait until batch ``step`` may start: the generator holds version >= step - 1 - k.
-        False when stopping."""
+        False when stopping or when a batch in flight failed."""
         with self._cond:
-            self._cond.wait_for(lambda: self._stop.is_set() or self._published >= step - 1 - self.k)
-            if self._stop.is_set():
+            self._cond.wait_for(lambda: self._stop.is_set() or self._error is not None
+                                or self._published >= step - 1 - self.k)
+            if self._stop.is_set() or self._error is not None:
                 return False
-            self._producing = step
+            self._producing.add(step)
         self.metered.apply_staged()  # a version staged while a generate call ran
         assert self.metered.inner.weight_version >= step - 1 - self.k
         return True
@@ -327,22 +344,42 @@ class PipelinedRollouts:
             with ctx.runner(self.metered) as runner:
                 self._producer_runner = runner
                 ctx.prewarm(runner)
-                for step in range(self.next_step, self.last_step + 1):
-                    if not self._admitted(step):
-                        return
-                    batch = self._collect(runner, step)
-                    with self._cond:
-                        self._ready[step] = batch
-                        self._producing = None
-                        self._cond.notify_all()
+                self._produce_batches(runner)
         except BaseException as err:  # handed to the trainer, which raises it in its own thread
             if not self._stop.is_set():
                 log.exception("rollout producer failed")
-                with self._cond:
-                    self._error = err
-                    self._cond.notify_all()
+                self._fail(err)
         finally:
             self._producer_runner = None
+
+    def _fail(self, err: BaseException) -> None:
+        """Hand ``err`` to the trainer (its next :meth:`take` raises it) and stop admitting."""
+        with self._cond:
+            if self._error is None:
+                self._error = err
+            self._cond.notify_all()
+
+    def _deliver(self, batch: RolloutBatch) -> None:
+        with self._cond:
+            self._ready[batch.step] = batch
+            self._producing.discard(batch.step)
+            self._cond.notify_all()
+
+    def _produce_batches(self, runner: RolloutRunner) -> None:
+        """Collect batch after batch until the plan ends or the run stops: with continuous
+        admission; with dynamic sampling one at a time (batch s + 1's prompts come after every
+        extra round of batch s)."""
+        if self.ctx.config.algorithm.dynamic_sampling.enabled:
+            self._produce_one_at_a_time(runner)
+        else:
+            runner.run(self._produce_continuously)
+
+    def _produce_one_at_a_time(self, runner: RolloutRunner) -> None:
+        """Each batch, all its rounds, finished before the next starts."""
+        for step in range(self.next_step, self.last_step + 1):
+            if not self._admitted(step):
+                return
+            self._deliver(self._collect(runner, step))
 
     def _collect(self, runner: RolloutRunner, step: int) -> RolloutBatch:
         """Batch ``step``: this rank's share, gathered by the trainer's :meth:`take`; with dynamic
@@ -355,6 +392,61 @@ class PipelinedRollouts:
         local = ctx.collect_local(runner, step, indices, None)
         return RolloutBatch(step, epoch, local, ctx.sampler.state_dict(),
                             {metric_keys.TIMING_ROLLOUT_S: time.monotonic() - t0})
+
+    async def _produce_continuously(self, collector: Collector) -> None:
+        """Continuous admission: batch after batch, each started as soon as every episode of the
+        one before holds a slot and admission control allows it; all batches share one budget of
+        ``concurrency`` slots (``slots.py``), so batch s + 1's episodes take the slots batch s's
+        finished ones free while its slowest still run. Each batch is delivered when it is whole.
+
+        Raises: the first error of a batch (after cancelling the others)."""
+        budget = SlotBudget(collector.concurrency)
+        running: list[asyncio.Task[None]] = []
+        # Its own thread for the admission wait (until the trainer publishes): the loop's default
+        # executor runs the sandboxes' Docker calls.
+        admission = ThreadPoolExecutor(1, thread_name_prefix="swerl-admission")
+        loop = asyncio.get_running_loop()
+        try:
+            for step in range(self.next_step, self.last_step + 1):
+                if not await loop.run_in_executor(admission, self._admitted, step):
+                    break
+                slots, batch = self._start_batch(collector, budget, step)
+                running.append(batch)
+                started = asyncio.ensure_future(slots.all_started.wait())
+                await asyncio.wait([started, batch], return_when=asyncio.FIRST_COMPLETED)
+                started.cancel()
+                if self._error is not None:  # a batch failed: gather raises its error
+                    break
+            await asyncio.gather(*running)
+        finally:
+            for batch in running:
+                batch.cancel()
+            admission.shutdown(wait=False, cancel_futures=True)
+
+    def _start_batch(self, collector: Collector, budget: SlotBudget, step: int
+                     ) -> tuple[BatchSlots, asyncio.Task[None]]:
+        """Draw batch ``step``'s prompts (the sampler's next batch) and start its episodes on
+        ``budget``: this rank's share, delivered with ``timing/rollout_s`` and
+        ``rollout/slot_idle_share`` when its last episode ends (gathered by :meth:`take`)."""
+        ctx = self.ctx
+        epoch, indices = ctx.sampler.next_batch()
+        sampler_state = ctx.sampler.state_dict()  # taken now: the next batch draws before this one ends
+        tasks, prefix, first = ctx.share(step, indices)
+        slots = budget.batch(len(tasks) * ctx.config.n_samples)
+
+        async def collect() -> None:
+            t0 = time.monotonic()
+            try:
+                with ctx.clock.busy("rollout"):
+                    local = await collector.collect(tasks, ctx.config.n_samples, prefix, first, slots=slots)
+            except Exception as err:
+                self._fail(err)
+                raise
+            self._deliver(RolloutBatch(step, epoch, local, sampler_state,
+                                       {metric_keys.TIMING_ROLLOUT_S: time.monotonic() - t0,
+                                        metric_keys.ROLLOUT_SLOT_IDLE_SHARE: slots.idle_share()}))
+
+        return slots, asyncio.create_task(collect(), name=f"swerl-batch-{step}")
 
     # ---- trainer thread -------------------------------------------------------------------
 
@@ -442,4 +534,5 @@ class PipelinedRollouts:
         every batch after the checkpoint's step)."""
         with self._cond:
             return {"max_staleness_steps": self.k, "buffered_steps": sorted(self._ready),
-                    "producing_step": self._producing}
+                    "producing_step": min(self._producing, default=None),
+                    "producing_steps": sorted(self._producing)}

@@ -2,8 +2,8 @@
 share of the step's prompts (groups stay whole on one rank), runs their episodes with its own
 generator, and the trajectories are all-gathered so every rank trains on the same batch. One event
 loop and one ``SandboxManager`` (warm pools survive across steps) for the whole run; in front of the
-rank's generation backend an async front per collection (vLLM: each turn submitted as it comes;
-HF: batched).
+rank's generation backend an async front per :meth:`RolloutRunner.run` (one collection, or the
+timing-driven producer's several batches at once; vLLM: each turn submitted as it comes; HF: batched).
 
 Episodes run concurrently (bounded by ``concurrency``): while one episode's verifier runs in its
 container, other episodes keep generating. Sandboxes are ready before they are needed: each
@@ -19,8 +19,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
+from typing import TYPE_CHECKING, TypeVar
 
 from swerl.agent.config import AgentConfig
 from swerl.agent.policy import BackendPolicy
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
     from swerl.tasks.task_folder import Task
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 def rank_share(num_tasks: int, step: int, rank: int, world_size: int) -> tuple[range, str]:
@@ -182,29 +184,55 @@ class RolloutRunner:
         prefix = f"step{step}/" if group_prefix is None else group_prefix
         if not tasks:
             return []
-        assert self._idle is not None
+        return self.run(lambda collector: collector.collect(tasks, n_samples, prefix, first_index, on_event,
+                                                            task_seed=task_seed))
+
+    def run(self, main: Callable[[Collector], Awaitable[T]]) -> T:
+        """Run ``main(collector)`` on the runner's event loop in this thread until it returns: every
+        collection it starts (several at once, if it likes) shares one front to the backend. The
+        timing-driven pipeline's producer runs its whole life in one call (continuous admission).
+
+        Raises: whatever ``main`` raises."""
+        assert self._loop is not None and self._idle is not None, "RolloutRunner used outside its context"
         self._idle.stop()
         self._collecting = True
         try:
-            return self._loop.run_until_complete(
-                self._collect(tasks, n_samples, prefix, first_index, on_event, task_seed))
+            return self._loop.run_until_complete(self._with_front(main))
         finally:
             self._collecting = False
             self._idle.start()
 
-    async def _collect(
-        self, tasks: list[Task], n_samples: int, prefix: str, first_index: int,
-        on_event: Callable[[RolloutEvent], None] | None, task_seed: int | None,
-    ) -> list[Trajectory]:
-        # Sized now, so the refills after each take keep this many ready for the next collection.
-        self._plan_soon(tasks, min(self.concurrency, len(tasks) * n_samples))
+    async def _with_front(self, main: Callable[[Collector], Awaitable[T]]) -> T:
         async with make_front(self.backend, self.max_batch_size, self.batch_wait_s) as batcher:
-            policy = BackendPolicy(batcher, self.tokenizer)
-            return await collect_rollouts(
-                tasks, n_samples, policy, self._manager, self.agent_cfg,
-                concurrency=self.concurrency, on_event=on_event, group_prefix=prefix,
-                first_index=first_index, task_seed=task_seed,
-            )
+            return await main(Collector(self, BackendPolicy(batcher, self.tokenizer)))
+
+
+class Collector:
+    """What a coroutine run by :meth:`RolloutRunner.run` collects with: the runner's sandbox
+    manager, warm pools, agent settings and one policy on the front it opened."""
+
+    def __init__(self, runner: RolloutRunner, policy: BackendPolicy) -> None:
+        self.runner = runner
+        self.policy = policy
+        self.concurrency = runner.concurrency
+
+    async def collect(
+        self, tasks: list[Task], n_samples: int, prefix: str, first_index: int = 0,
+        on_event: Callable[[RolloutEvent], None] | None = None, *, task_seed: int | None = None,
+        slots: AbstractAsyncContextManager[object] | None = None,
+    ) -> list[Trajectory]:
+        """``len(tasks) * n_samples`` trajectories, groups contiguous in task order (the arguments
+        are :meth:`RolloutRunner.collect`'s; ``prefix`` is the group-id prefix). ``slots``: the
+        budget the episodes share with other collections (``collect_rollouts``); None: at most
+        ``concurrency`` episodes of this call at once."""
+        runner = self.runner
+        # Sized now, so the refills after each take keep this many ready for the next collection.
+        runner._plan_soon(tasks, min(runner.concurrency, len(tasks) * n_samples))
+        return await collect_rollouts(
+            tasks, n_samples, self.policy, runner._manager, runner.agent_cfg,
+            concurrency=runner.concurrency, on_event=on_event, group_prefix=prefix,
+            first_index=first_index, task_seed=task_seed, slots=slots,
+        )
 
 
 class _Idle:

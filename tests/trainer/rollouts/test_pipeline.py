@@ -35,8 +35,8 @@ def dumped(run_dir: Path) -> dict[int, list[dict]]:
 
 
 def untimed(run_dir: Path) -> list[dict]:
-    """Records without the timing-dependent keys (wall times, busy fractions, buffer depth)."""
-    return [{k: v for k, v in r.items() if not k.startswith(("timing/", "async/busy", "rollout/buffer", "sandbox/"))}
+    """Records without the timing-dependent keys (wall times, busy fractions, buffer depth, idle slots)."""
+    return [{k: v for k, v in r.items() if not k.startswith(("timing/", "async/busy", "rollout/buffer", "rollout/slot", "sandbox/"))}
             for r in records(run_dir)]
 
 
