@@ -90,12 +90,16 @@ def test_pytest_config_is_a_reason_only_where_the_verifier_reads_it(path, pinned
 
 
 def test_the_tests_imports_are_the_entry_modules():
-    assert imported_modules(["import sys\nsys.path.append('/app')\nfrom solution import f\n"]) == {"sys", "solution"}
+    assert imported_modules(["import sys\nsys.path.append('/app')\nfrom solution import f\n"]) == {"sys", "solution",
+                                                                                                 "solution.f"}
     assert imported_modules(['from swerl_solution_proxy import solution_function\nf = solution_function("f", "/app")\n']) \
-        == {"swerl_solution_proxy", "solution"}
+        == {"swerl_solution_proxy", "swerl_solution_proxy.solution_function", "solution"}
     # A class task's proxy runs its module too (red-team finding: its solution.py got no "runs" rules).
     assert imported_modules(['from swerl_solution_proxy import solution_class\nBox = solution_class("Box", "/app")\n']) \
-        == {"swerl_solution_proxy", "solution"}
+        == {"swerl_solution_proxy", "swerl_solution_proxy.solution_class", "solution"}
+    # a package's submodule by its dotted name (its __init__ need not import it)
+    assert imported_modules(["import boltons.strutils\nfrom boltons import cacheutils\n"]) == {
+        "boltons.strutils", "boltons", "boltons.cacheutils"}
     assert imported_modules(["def broken(:\n"]) is None
 
 
@@ -112,6 +116,10 @@ def test_the_import_closure_follows_static_imports_and_gives_up_on_dynamic_ones(
     reached = import_closure(sources, ["/app"], {"solution"})
     assert reached == {"/app/solution.py", "/app/helpers/__init__.py", "/app/helpers/util.py",
                        "/app/pkg/__init__.py", "/app/pkg/sub.py"}
+    # a submodule the tests import by name, which its package's __init__ does not import
+    sources["/app/pkg/lonely.py"] = "import os\n"
+    assert "/app/pkg/lonely.py" not in reached
+    assert "/app/pkg/lonely.py" in import_closure(sources, ["/app"], imported_modules(["from pkg import lonely\n"]))
     for dynamic in ("import importlib\nimportlib.import_module('x')\n", "exec(open('t.py').read())\n",
                     "import subprocess\nsubprocess.run(['python3', 'tests/test_mine.py'])\n",
                     "getattr(__builtins__, 'ex' + 'ec')('1')\n"):
@@ -153,7 +161,7 @@ def test_the_reach_reads_tests_in_subfolders_and_the_pinned_pythonpath(tmp_path)
         environment_dir = tmp_path / "environment"
 
     reach = VerifierReach.of(Task())
-    assert reach.pinned_pytest and reach.entry_modules == {"lib"} and reach.import_roots == ("/app/src", "/app")
+    assert reach.pinned_pytest and reach.entry_modules == {"lib.core", "lib.core.f"} and reach.import_roots == ("/app/src", "/app")
     # no proxy beside the tests: in process; the image's files are read from the build context
     assert reach.in_process and reach.image_text("/app/lib.py") == "X = 1\n" and reach.image_text("/app/none.py") is None
     (tests / "repo" / "tests" / "test_lib.py").write_text("def test_nothing():\n    pass\n")
@@ -190,3 +198,17 @@ def test_judging_many_changes_returns_to_the_event_loop_between_them():
 
     reasons, during = asyncio.run(body())
     assert reasons == {} and during >= 3, during
+
+
+def test_a_changed_module_of_an_imported_package_runs_though_its_unchanged_init_is_unread():
+    """Fails before: the container scan reads only the changed files, so a package's ``__init__`` the
+    agent left alone was not there to follow, and the module the agent changed (``pkg/core.py``,
+    which the tests reach through ``import pkg``) was judged as code the tests never run: the
+    in-process rules, ``import pytest`` among them, did not apply to it."""
+    from swerl.sandbox.tamper.scan import runs_of
+
+    changed = {"/app/pkg/core.py": "import pytest\n", "/app/other/x.py": "X = 1\n"}
+    runs = runs_of(changed, ["/app"], {"pkg"}, list(changed))
+    assert runs == {"/app/pkg/core.py"}  # other/ is imported by nothing the tests import
+    assert runs_of({**changed, "/app/pkg/core.py": "import importlib\nimportlib.import_module('x')\n"},
+                   ["/app"], {"pkg"}, list(changed)) is None

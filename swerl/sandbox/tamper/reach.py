@@ -52,7 +52,7 @@ class VerifierReach:
     Attributes:
         pinned_pytest: swerl's runner (``python3 -I -S``, ``--noconftest``, the ini and rootdir
             pinned to ``/tests``): pytest configuration outside ``/tests`` is never read.
-        entry_modules: top-level modules the hidden tests import (``solution``); None when
+        entry_modules: dotted modules the hidden tests import (``solution``, ``pkg.sub``); None when
             unknown (any verifier but swerl's, or tests whose imports cannot be read), then every
             file of the work product counts as run.
         import_roots: the folders the tests import from: ``pythonpath`` of the pinned
@@ -119,9 +119,11 @@ def ini_pythonpath(ini: Path) -> tuple[str, ...] | None:
 
 
 def imported_modules(sources: Iterable[str]) -> frozenset[str] | None:
-    """Top-level module names the test ``sources`` import (``solution_function(name, dir, module)`` and
-    ``solution_class(...)`` calls of swerl's proxy count for their module, ``solution`` by default);
-    None when one does not parse."""
+    """Dotted module names the test ``sources`` import (``pkg.sub`` for ``import pkg.sub`` and
+    ``from pkg import sub``: a name that is not a module is simply never found), so that
+    :func:`import_closure` reaches a submodule a package's ``__init__`` does not import;
+    ``solution_function(name, dir, module)`` and ``solution_class(...)`` calls of swerl's proxy
+    count for their module, ``solution`` by default. None when one does not parse."""
     names: set[str] = set()
     for source in sources:
         try:
@@ -130,9 +132,9 @@ def imported_modules(sources: Iterable[str]) -> frozenset[str] | None:
             return None
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
-                names |= {alias.name.split(".")[0] for alias in node.names}
+                names |= {alias.name for alias in node.names}
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                names.add(node.module.split(".")[0])
+                names |= {node.module, *(f"{node.module}.{alias.name}" for alias in node.names if alias.name != "*")}
             elif isinstance(node, ast.Call) and ast.unparse(node.func).endswith(PROXY_CALLS):
                 module = node.args[2] if len(node.args) > 2 else next(
                     (k.value for k in node.keywords if k.arg == "module"), None)

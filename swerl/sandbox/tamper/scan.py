@@ -91,9 +91,9 @@ async def _text_reasons(changes: Sequence[Change], territory: Territory, reader:
     written = [c.path for c in changes if c.kind != "deleted" and not _in_library(c.path)]
     in_work = [p for p in written if _in_work(p, territory)]
     roots = _import_roots(territory)
-    entry = territory.reach.entry_modules or frozenset()
+    tops = _tops(territory.reach.entry_modules or frozenset())
     modules = [p for p in in_work if p.endswith(".py")]
-    leading = [p for p in modules if _top_module(p, roots) in entry]
+    leading = [p for p in modules if _top_module(p, roots) in tops]
     reasons: list[str] = []
     if len(modules) > limit:
         reasons.append(f"scan: the work product has {len(modules)} changed Python modules; the scan reads {limit}")
@@ -175,8 +175,38 @@ def _runs(texts: dict[str, str], territory: Territory) -> set[str] | None:
     entry = territory.reach.entry_modules
     if entry is None:
         return None
-    sources = {p: t for p, t in texts.items() if p.endswith(".py") and _in_work(p, territory)}
-    return import_closure(sources, _import_roots(territory), entry)
+    return runs_of(texts, _import_roots(territory), entry, [p for p in texts if _in_work(p, territory)])
+
+
+def runs_of(texts: Mapping[str, str], roots: Sequence[str], entry: Iterable[str], changed: Iterable[str]) -> set[str] | None:
+    """Which of the ``changed`` modules importing the ``entry`` modules runs (None: any file may).
+
+    ``texts`` may hold only the changed files (the container scan reads no others): a package's
+    ``__init__`` the agent left as it was is then unread, so the modules it imports cannot be
+    followed. A changed module of a package the tests import counts as run whether or not the
+    closure reaches it, and the closure follows its imports too (a dynamic loader in it: None)."""
+    tops = _tops(entry)
+    changed = [p for p in changed if p.endswith(".py")]
+    inside = [p for p in changed if _top_module(p, roots) in tops]
+    names = {name for name in (_module_name(p, roots) for p in inside) if name}
+    closure = import_closure({p: texts[p] for p in texts if p.endswith(".py")}, roots, {*entry, *names})
+    if closure is None:
+        return None
+    return {p for p in changed if p in closure or p in inside}
+
+
+def _module_name(path: str, roots: Sequence[str]) -> str | None:
+    """``/app/pkg/core.py`` -> ``pkg.core`` (``pkg/__init__.py`` -> ``pkg``) under the longest root."""
+    for root in sorted(roots, key=len, reverse=True):
+        if path.startswith(root.rstrip("/") + "/") and path.endswith(".py"):
+            parts = path[len(root.rstrip("/")) + 1 : -3].split("/")
+            parts = parts[:-1] if parts[-1] == "__init__" else parts
+            return ".".join(parts) if parts and all(p.isidentifier() for p in parts) else None
+    return None
+
+
+def _tops(entry: Iterable[str]) -> set[str]:
+    return {name.split(".")[0] for name in entry}
 
 
 def _import_roots(territory: Territory) -> list[str]:
@@ -202,8 +232,9 @@ def _in_library(path: str) -> bool:
     return python_library(path) is not None or any(path == d or path.startswith(d + "/") for d in LIB_DIRS)
 
 
-def static_in_process_reasons(files: Mapping[str, str], roots: Sequence[str], test_sources: Iterable[str]) -> list[str]:
-    """The module rules the container scan applies to an in-process task's work product
+def static_in_process_reasons(files: Mapping[str, str], roots: Sequence[str], test_sources: Iterable[str],
+                              changed: Iterable[str]) -> list[str]:
+    """The module rules the container scan applies to an in-process task's changed modules
     (:func:`module_reasons`, :func:`~swerl.sandbox.tamper.inprocess.in_process_reasons`, imports
     that are neither the standard library's nor the work product's), read from files on the host
     before any sandbox runs: what ``swerl tasks mine`` checks of an oracle before proving it.
@@ -212,13 +243,14 @@ def static_in_process_reasons(files: Mapping[str, str], roots: Sequence[str], te
         files: ``{"/app/x.py": text}``, the work product as the oracle leaves it.
         roots: the folders the tests import from (``/app``, ``/app/src``).
         test_sources: the texts of the test files that judge it (their imports are the entry modules).
+        changed: the files the oracle writes (the scan judges those, as it judges an agent's).
 
     Returns: the reasons (empty when the oracle passes), each judged module taken as the image's own
     (its equality definitions are the project's).
     """
     entry = imported_modules(test_sources)
-    closure = import_closure(files, roots, entry) if entry else None
-    judged = sorted(files) if closure is None else sorted(closure)
+    runs = runs_of(files, roots, entry, changed) if entry else None
+    judged = sorted(p for p in changed if p in files and (runs is None or p in runs))
     reasons: list[str] = []
     for path in judged:
         text = files[path]

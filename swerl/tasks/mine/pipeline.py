@@ -76,9 +76,9 @@ def task_name(project: str, path: str, qualname: str, taken: set[str]) -> str:
 
 
 # Reasons the tamper signal would give an in-process task's oracle, read without a sandbox:
-# ``(files {"/app/x.py": text}, import roots, test texts) -> reasons`` (the caller passes the
-# sandbox's rules, ``swerl.sandbox.tamper.scan.static_in_process_reasons``).
-Screen = Callable[[dict[str, str], list[str], list[str]], list[str]]
+# ``(files {"/app/x.py": text}, import roots, test texts, files the oracle writes) -> reasons``
+# (the caller passes the sandbox's rules, ``swerl.sandbox.tamper.scan.static_in_process_reasons``).
+Screen = Callable[[dict[str, str], list[str], list[str], list[str]], list[str]]
 
 
 def write_tasks(prepared: Prepared, runs: list[Trace], out_dir: Path, force: bool = False,
@@ -148,10 +148,10 @@ def _write_one(prepared: Prepared, cand, text: ProjectText, suite: tuple[list[st
     return entry.model_copy(update={"status": "kept", "task": name, "metadata": task.metadata()})
 
 
-def _oracle_view(prepared: Prepared, cand, app: Path) -> tuple[dict[str, str], list[str], list[str]]:  # noqa: ANN001
+def _oracle_view(prepared: Prepared, cand, app: Path) -> tuple[dict[str, str], list[str], list[str], list[str]]:  # noqa: ANN001
     """What a :data:`Screen` reads of ``cand``'s task: the ``.py`` files of the stubbed repository
     ``app`` as ``/app/...`` with the original body back in place (the oracle), the import roots
-    under ``/app``, and the texts of the files of its covering tests."""
+    under ``/app``, the texts of the files of its covering tests, and the file the oracle writes."""
     files = {f"/app/{p.relative_to(app).as_posix()}": p.read_text(encoding="utf-8", errors="replace")
              for p in sorted(app.rglob("*.py")) if p.is_file()}
     files[f"/app/{cand.site.path}"] = (prepared.root / cand.site.path).read_text(encoding="utf-8", errors="replace")
@@ -159,7 +159,7 @@ def _oracle_view(prepared: Prepared, cand, app: Path) -> tuple[dict[str, str], l
     test_paths = sorted({node.split("::")[0] for node in cand.tests})
     sources = [(prepared.root / t).read_text(encoding="utf-8", errors="replace") for t in test_paths
                if (prepared.root / t).is_file()]
-    return files, roots, sources
+    return files, roots, sources, [f"/app/{cand.site.path}"]
 
 
 def settle(out_dir: Path, run: ProjectRun, entries: list[Entry], broken: dict[str, str]) -> Manifest:
