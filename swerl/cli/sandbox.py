@@ -251,13 +251,15 @@ def _print_sandbox_test_tables(report, tasks: str, kinds: dict[str, str], consol
 
 
 def _trial_rows(report) -> list[dict]:  # noqa: ANN001 - SandboxTestReport
-    """One JSON record per trial; red-team records get ``"forged": reward > 0`` and ``"escaped": masked``."""
-    from swerl.sandbox.redteam import PREFIX, is_escaped, is_forged
+    """One JSON record per trial; red-team records get ``"forged"`` (reward > 0; on a task trained
+    under ``agent.on_tamper: zero``, with no tamper reason) and ``"escaped"`` (masked)."""
+    from swerl.sandbox.redteam import PREFIX, is_escaped
 
+    forged = {(f.task, PREFIX + name) for f in report.forgeable for name in f.attempts}
     rows = []
     for record in report.records:
         row = record.model_dump(mode="json")
         if record.attempt.startswith(PREFIX):
-            row["forged"], row["escaped"] = is_forged(record), is_escaped(record)
+            row["forged"], row["escaped"] = (record.task, record.attempt) in forged, is_escaped(record)
         rows.append(row)
     return rows

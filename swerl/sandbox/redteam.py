@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import shlex
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from pydantic import BaseModel, Field
@@ -250,9 +251,43 @@ def attempt_names() -> list[str]:
     return [a.name for a in CATALOGUE]
 
 
-def is_forged(record: TrialRecord) -> bool:
-    """True when a red-team trial earned any reward (the verifier can be forged)."""
-    return record.attempt.startswith(PREFIX) and record.reward > 0.0
+def is_forged(record: TrialRecord, zeroed: bool = False) -> bool:
+    """True when a red-team trial earned any reward (the verifier can be forged). ``zeroed``: the
+    task is trained under ``agent.on_tamper: zero`` (an in-process task, :func:`trains_zeroed`), so
+    a trial with a tamper reason earns nothing whatever its verifier read."""
+    return record.attempt.startswith(PREFIX) and record.reward > 0.0 and not (zeroed and record.tamper)
+
+
+def trains_zeroed(task: Task) -> bool:
+    """Whether ``task``'s tests import the work product into pytest's own interpreter (no solution
+    proxy beside them: mined repository tasks), which swerl trains only under ``agent.on_tamper: zero``
+    (docs/tasks.md): there a flagged attempt's reward is 0."""
+    from swerl.sandbox.tamper.reach import VerifierReach
+
+    return VerifierReach.of(task).in_process
+
+
+def work_module(task: Task) -> str | None:
+    """The module an in-process task's tests import its work from, ``/app/<[metadata] file>`` (mined
+    tasks name it, as their instruction does); None for other tasks (``/app/solution.py``)."""
+    path = task.config.metadata.get("file")
+    if task.config.metadata.get("harness") != "in-process" or not isinstance(path, str):
+        return None
+    if not path.endswith(".py") or path.startswith("/") or ".." in Path(path).parts:
+        return None
+    return f"/app/{path}"
+
+
+def for_task(attempt: Attempt, task: Task) -> Attempt:
+    """``attempt`` as it plays on ``task``: a ``solution`` attempt on a task whose work lives in a
+    named module (:func:`work_module`) appends its payload to that module, where the tests import
+    it (a ``/app/solution.py`` there would be imported by nothing and measure nothing)."""
+    module = work_module(task)
+    if module is None or attempt.kind != "solution" or SOLUTION not in attempt.files:
+        return attempt
+    files = {(f"{STAGE}/payload-module.py" if path == SOLUTION else path): text for path, text in attempt.files.items()}
+    append = f"printf '\\n' >> {shlex.quote(module)} && cat {STAGE}/payload-module.py >> {shlex.quote(module)}"
+    return attempt.model_copy(update={"files": files, "commands": [append, *attempt.commands]})
 
 
 def is_escaped(record: TrialRecord) -> bool:
@@ -304,6 +339,7 @@ async def run_attempt(mgr: SandboxManager, task: Task, attempt: Attempt) -> Tria
     stands. Sandbox failures of the verification become the record's outcome, like any trial
     (the control run is the caller's: :func:`swerl.sandbox.control.with_control`).
     """
+    attempt = for_task(attempt, task)
     timings, placed = TrialTimings(), []
     name = PREFIX + attempt.name
     notes: list[str] = []

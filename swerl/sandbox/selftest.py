@@ -25,7 +25,7 @@ from pydantic import BaseModel, Field
 from swerl.errors import EnvironmentProblem, SwerlError
 from swerl.sandbox.control import with_control
 from swerl.sandbox.manager import SandboxManager
-from swerl.sandbox.redteam import PREFIX, RedTeamAttempt, is_escaped, is_forged
+from swerl.sandbox.redteam import PREFIX, RedTeamAttempt, is_escaped, is_forged, trains_zeroed
 from swerl.sandbox.network import check_network
 from swerl.sandbox.types import Outcome, SandboxConfig, TrialRecord
 
@@ -123,9 +123,10 @@ def judge(task: str, oracle: TrialRecord | None, null: TrialRecord | None) -> Br
     return BrokenTask(task=task, reason="; ".join(reasons)) if reasons else None
 
 
-def forgeable(task: str, records: Sequence[TrialRecord]) -> ForgeableTask | None:
-    """The red-team attempts among ``records`` that earned reward > 0, or None."""
-    names = [r.attempt.removeprefix(PREFIX) for r in records if is_forged(r)]
+def forgeable(task: str, records: Sequence[TrialRecord], zeroed: bool = False) -> ForgeableTask | None:
+    """The red-team attempts among ``records`` that earned reward > 0 (``zeroed``: with no tamper
+    reason, :func:`~swerl.sandbox.redteam.is_forged`), or None."""
+    names = [r.attempt.removeprefix(PREFIX) for r in records if is_forged(r, zeroed)]
     return ForgeableTask(task=task, attempts=names) if names else None
 
 
@@ -221,7 +222,8 @@ async def run_sandbox_test(
         b for t in tasks
         if (b := judge(t.name, results.get((t.name, "oracle")), results.get((t.name, "null")))) is not None
     ]
-    forged = [f for t in tasks if (f := forgeable(t.name, [r for r in records if r.task == t.name])) is not None]
+    forged = [f for t in tasks if (f := forgeable(t.name, [r for r in records if r.task == t.name],
+                                                   zeroed=trains_zeroed(t))) is not None]
     escaped = [e for t in tasks if (e := escapable(t.name, [r for r in records if r.task == t.name])) is not None]
     return SandboxTestReport(run_id=run_id, records=records, broken=broken, forgeable=forged, escapable=escaped,
                              attempts=[a.name for a in redteam])

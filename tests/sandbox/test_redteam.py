@@ -96,3 +96,4 @@ def test_red_team_trials_leave_no_container(redteam_run, docker_client):
     line = next(x for x in out.stdout.splitlines() if x.startswith("sandbox-test ") and "(run " in x)
     run_id = line.rsplit("(run ", 1)[1].removesuffix(")")
     assert containers_of(docker_client, run_id) == []
+

@@ -176,3 +176,22 @@ def test_isolated_tasks_are_proven_and_a_solution_that_patches_pytest_scores_zer
     on_isolated, on_control = asyncio.run(trials())
     assert on_control.reward == 1.0, on_control  # in-process, the patch forges the reward
     assert on_isolated.reward == 0.0, on_isolated
+
+
+def test_the_red_teams_solution_family_plays_in_the_mined_module_and_forges_nothing(mined):
+    """Fails before: the red team planted its solution payloads in /app/solution.py, which a mined
+    task's tests never import, so on mined tasks it measured nothing. Now they are appended to the
+    module the task names; patch-pytest then reaches pytest (reward 1 as read) but is flagged, and a
+    mined task trains under ``agent.on_tamper: zero``, so no attempt forges it."""
+    from swerl.sandbox.redteam import CATALOGUE, PREFIX
+    from swerl.sandbox.selftest import run_sandbox_test
+
+    out, _ = mined
+    entry = next(e for e in read_manifest(out).entries if e.function == "Stack.push")
+    task = load_task(out / entry.task)
+    family = [a for a in CATALOGUE if a.kind == "solution" and a.name in ("patch-pytest", "exit0-at-import", "always-equal")]
+
+    report = asyncio.run(run_sandbox_test([task], SandboxConfig(concurrency=2), redteam=family))
+    patched = next(r for r in report.records if r.attempt == PREFIX + "patch-pytest")
+    assert patched.reward == 1.0 and any(t.startswith("test-framework") for t in patched.tamper), patched
+    assert report.forgeable == [] and report.escapable == [] and report.broken == []
