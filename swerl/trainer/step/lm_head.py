@@ -1,0 +1,120 @@
+"""The trainer forward with a sequence-chunked LM head (``model.lm_head_chunk_tokens``): the model's
+own forward runs with its LM head swapped for :class:`_ChunkedHeadCall`, which turns the final hidden
+states into log-probs ``chunk_tokens`` positions at a time (``rl.lm_head.chunked_head_logprobs``), so
+no (n, L-s0, V) logits tensor nor its gradient is ever alive.
+
+The swap keeps every hook of the model in place: under FSDP2 the root's parameters (embeddings,
+final norm, LM head) are all-gathered by the root's forward hooks, and the head weight is read
+inside that forward, where it is the unsharded tensor; its gradient reaches FSDP's reduce-scatter
+as the plain head's would. A LoRA model's head is its base's (``hf_module``). A model whose forward
+changes the head's output (soft-capping, a logit scale) is refused: its ``.logits`` would not be
+the swapped head's output.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import torch
+
+from swerl.rl.lm_head import chunked_head_logprobs
+from swerl.rl.logprobs import chunk_tokens_for
+from swerl.trainer.policy.lora import hf_module
+from swerl.trainer.step.batch import MicroBatch
+
+AUTO_ELEMENTS = 2**29
+"""``lm_head_chunk_tokens=None`` (auto) chunks a forward whose logits would hold at least this many
+elements (rows x positions x V: 1 GiB in bf16, e.g. 3,500 positions of a 152k vocabulary); smaller
+forwards keep the model's own head."""
+
+
+def resolve_chunk_tokens(setting: int | None, rows: int, positions: int, vocab_size: int) -> int:
+    """Positions per LM-head chunk for one forward of ``rows`` x ``positions`` (0 = the model's own head).
+
+    Args: setting: ``model.lm_head_chunk_tokens`` (None = auto: ``rl.logprobs.chunk_tokens_for(V)``
+        positions once rows x positions x V >= :data:`AUTO_ELEMENTS`, else 0; 0 = off; k > 0 = k).
+    """
+    if setting is not None:
+        return setting
+    return chunk_tokens_for(vocab_size) if rows * positions * vocab_size >= AUTO_ELEMENTS else 0
+
+
+def forward_chunk_tokens(model: torch.nn.Module, setting: int | None, rows: int, positions: int) -> int:
+    """:func:`resolve_chunk_tokens` for ``model``: auto (None) keeps the model's own head (0) where that
+    head cannot be chunked (:func:`output_head` refuses it); an explicit k > 0 is kept (and refused later)."""
+    if setting is not None:
+        return setting
+    try:
+        head = output_head(model)
+    except TypeError:
+        return 0
+    return resolve_chunk_tokens(None, rows, positions, head.out_features)
+
+
+def output_head(model: torch.nn.Module) -> torch.nn.Linear:
+    """The LM head of ``model`` (a LoRA model: its base's), a plain ``nn.Linear``.
+
+    Raises: TypeError when the head is something else (e.g. LoRA on the head, a non-HF model):
+        set ``model.lm_head_chunk_tokens: 0``.
+    """
+    get = getattr(hf_module(model), "get_output_embeddings", None)
+    head = get() if get is not None else None
+    if type(head) is not torch.nn.Linear:
+        raise TypeError(f"model.lm_head_chunk_tokens needs a plain nn.Linear LM head, this model has "
+                        f"{type(head).__name__}: set model.lm_head_chunk_tokens: 0")
+    return head
+
+
+class _ChunkedHeadCall(torch.nn.Module):
+    """Stands in for the LM head during one forward: (n, P, H) hidden -> (n, P-1) float32 log-probs
+    (returned, as the model's ``.logits``) and ``result`` = (log-probs, entropies or None, log S_t or None)."""
+
+    def __init__(self, head: torch.nn.Linear, input_ids: torch.Tensor, support: torch.Tensor | None,
+                 temperature: float, chunk_tokens: int, with_entropy: bool, replay: bool) -> None:
+        super().__init__()
+        self._head = (head,)  # a tuple: not registered, the model's parameters do not change
+        self._args = (input_ids, support, temperature, chunk_tokens, with_entropy, replay)
+        self.result: tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None] | None = None
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        (head,), (input_ids, support, temperature, chunk_tokens, with_entropy, replay) = self._head, self._args
+        device = hidden.device.type
+        dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else head.weight.dtype
+        self.result = chunked_head_logprobs(hidden, head.weight, head.bias, input_ids, temperature,
+                                            chunk_tokens=chunk_tokens, compute_dtype=dtype, with_entropy=with_entropy,
+                                            support=support, replay=replay)
+        return self.result[0]
+
+
+@contextlib.contextmanager
+def _head_swapped(model: torch.nn.Module, call: _ChunkedHeadCall) -> Iterator[None]:
+    hf = hf_module(model)
+    head = output_head(model)
+    hf.set_output_embeddings(call)
+    try:
+        yield
+    finally:
+        hf.set_output_embeddings(head)
+
+
+def chunked_forward(model: torch.nn.Module, mb: MicroBatch, start: int, temperature: float, with_entropy: bool,
+                    chunk_tokens: int) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """The model's forward from column ``start`` on, through the chunked head (call it under the
+    forward's autocast, as the model's own forward).
+
+    Returns: (n, L-1-start) float32 log-probs, entropies or None, log S_t or None (``mb.support`` None).
+    Raises: TypeError for an unsupported head (:func:`output_head`) or a model that post-processes
+        its head's output.
+    """
+    ids = mb.input_ids[:, start:]
+    support = None if mb.support is None else mb.support[:, start:]
+    call = _ChunkedHeadCall(output_head(model), ids, support, temperature, chunk_tokens, with_entropy,
+                            mb.replay_support)
+    with _head_swapped(model, call):
+        out = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask, use_cache=False,
+                    logits_to_keep=mb.input_ids.shape[1] - start)
+    if call.result is None or out.logits is not call.result[0]:
+        raise TypeError(f"{type(hf_module(model)).__name__} changes its LM head's output (e.g. soft-capping), so the "
+                        "head cannot be chunked: set model.lm_head_chunk_tokens: 0")
+    return call.result
