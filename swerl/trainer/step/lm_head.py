@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from typing import Literal
 
 import torch
 
+from swerl.errors import ConfigError
 from swerl.rl.lm_head import chunked_head_logprobs
 from swerl.rl.logprobs import chunk_tokens_for
 from swerl.trainer.policy.lora import hf_module
@@ -27,6 +29,11 @@ AUTO_ELEMENTS = 2**29
 """``lm_head_chunk_tokens=None`` (auto) chunks a forward whose logits would hold at least this many
 elements (rows x positions x V: 1 GiB in bf16, e.g. 3,500 positions of a 152k vocabulary); smaller
 forwards keep the model's own head."""
+
+
+def configured_chunk_tokens(setting: Literal["auto"] | int) -> int | None:
+    """``model.lm_head_chunk_tokens`` as the update takes it: None for ``auto``, else the number."""
+    return None if setting == "auto" else setting
 
 
 def resolve_chunk_tokens(setting: int | None, rows: int, positions: int, vocab_size: int) -> int:
@@ -42,26 +49,42 @@ def resolve_chunk_tokens(setting: int | None, rows: int, positions: int, vocab_s
 
 def forward_chunk_tokens(model: torch.nn.Module, setting: int | None, rows: int, positions: int) -> int:
     """:func:`resolve_chunk_tokens` for ``model``: auto (None) keeps the model's own head (0) where that
-    head cannot be chunked (:func:`output_head` refuses it); an explicit k > 0 is kept (and refused later)."""
+    head cannot be chunked (:func:`output_head` refuses it, or its config soft-caps or scales the
+    logits); an explicit k > 0 is kept (and refused by :func:`chunked_forward` on such a model)."""
     if setting is not None:
         return setting
     try:
         head = output_head(model)
-    except TypeError:
+    except ConfigError:
+        return 0
+    if _rescales_logits(model):
         return 0
     return resolve_chunk_tokens(None, rows, positions, head.out_features)
+
+
+def _rescales_logits(model: torch.nn.Module) -> bool:
+    """True for an HF model whose forward changes the head's output (Gemma-2's soft-capping, Cohere's scale)."""
+    config = getattr(hf_module(model), "config", None)
+    return any(getattr(config, key, None) not in (None, 1.0) for key in ("final_logit_softcapping", "logit_scale"))
+
+
+def require_chunkable_head(model: torch.nn.Module, setting: int | None) -> None:
+    """Refuse, before the first step, an explicit ``model.lm_head_chunk_tokens`` > 0 on a model whose
+    head cannot be chunked (:func:`output_head`); auto and 0 always pass."""
+    if setting:
+        output_head(model)
 
 
 def output_head(model: torch.nn.Module) -> torch.nn.Linear:
     """The LM head of ``model`` (a LoRA model: its base's), a plain ``nn.Linear``.
 
-    Raises: TypeError when the head is something else (e.g. LoRA on the head, a non-HF model):
+    Raises: ConfigError when the head is something else (e.g. LoRA on the head, a non-HF model):
         set ``model.lm_head_chunk_tokens: 0``.
     """
     get = getattr(hf_module(model), "get_output_embeddings", None)
     head = get() if get is not None else None
     if type(head) is not torch.nn.Linear:
-        raise TypeError(f"model.lm_head_chunk_tokens needs a plain nn.Linear LM head, this model has "
+        raise ConfigError(f"model.lm_head_chunk_tokens needs a plain nn.Linear LM head, this model has "
                         f"{type(head).__name__}: set model.lm_head_chunk_tokens: 0")
     return head
 
@@ -104,7 +127,7 @@ def chunked_forward(model: torch.nn.Module, mb: MicroBatch, start: int, temperat
     forward's autocast, as the model's own forward).
 
     Returns: (n, L-1-start) float32 log-probs, entropies or None, log S_t or None (``mb.support`` None).
-    Raises: TypeError for an unsupported head (:func:`output_head`) or a model that post-processes
+    Raises: ConfigError for an unsupported head (:func:`output_head`) or a model that post-processes
         its head's output.
     """
     ids = mb.input_ids[:, start:]
@@ -115,6 +138,6 @@ def chunked_forward(model: torch.nn.Module, mb: MicroBatch, start: int, temperat
         out = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask, use_cache=False,
                     logits_to_keep=mb.input_ids.shape[1] - start)
     if call.result is None or out.logits is not call.result[0]:
-        raise TypeError(f"{type(hf_module(model)).__name__} changes its LM head's output (e.g. soft-capping), so the "
+        raise ConfigError(f"model.lm_head_chunk_tokens: {type(hf_module(model)).__name__} changes its LM head's output (e.g. soft-capping), so the "
                         "head cannot be chunked: set model.lm_head_chunk_tokens: 0")
     return call.result

@@ -11,13 +11,15 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from swerl.errors import ConfigError
 from swerl.rl.config import AlgorithmConfig
 from swerl.rl.support import NO_TOKEN
 from swerl.trainer.config import LoraConfig, ModelConfig
 from swerl.trainer.distributed import DistInfo
 from swerl.trainer.policy.model import prepare_policy
 from swerl.trainer.step.batch import MicroBatch
-from swerl.trainer.step.lm_head import AUTO_ELEMENTS, forward_chunk_tokens, resolve_chunk_tokens
+from swerl.trainer.step.lm_head import (AUTO_ELEMENTS, forward_chunk_tokens, require_chunkable_head,
+                                         resolve_chunk_tokens)
 from swerl.trainer.step.update import UpdateSettings, forward_with_mass, train_on_batch
 
 from .._support import build_tiny_model, make_trajectories
@@ -165,8 +167,21 @@ class _ScaledHeadLlama(torch.nn.Module):
 
 
 def test_a_model_that_changes_its_heads_output_is_refused_with_the_fix():
-    with pytest.raises(TypeError, match="lm_head_chunk_tokens: 0"):
+    with pytest.raises(ConfigError, match=r"^model\.lm_head_chunk_tokens: .*set model\.lm_head_chunk_tokens: 0$"):
         forward_with_mass(_ScaledHeadLlama(), _micro_batch(False), 0.7, lm_head_chunk_tokens=CHUNK)
+    forward_with_mass(_ScaledHeadLlama(), _micro_batch(False), 0.7)  # auto: its own head
+
+
+def test_a_head_that_is_not_a_plain_linear_is_refused_before_the_first_step_unless_auto():
+    model = build_tiny_model(VOCAB)
+    model.lm_head = torch.nn.Sequential(model.lm_head)
+    with pytest.raises(ConfigError, match=r"^model\.lm_head_chunk_tokens needs a plain nn\.Linear .*: 0$"):
+        require_chunkable_head(model, CHUNK)
+    require_chunkable_head(model, None)
+    assert forward_chunk_tokens(model, None, 1, AUTO_ELEMENTS) == 0
+    capped = build_tiny_model(VOCAB)
+    capped.config.final_logit_softcapping = 30.0  # as Gemma-2's config: auto keeps its own head
+    assert forward_chunk_tokens(capped, None, 1, AUTO_ELEMENTS) == 0
 
 
 def test_an_update_with_the_chunked_head_equals_one_without():
