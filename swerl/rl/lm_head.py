@@ -24,9 +24,25 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from swerl.rl.logprobs import chunk_math, chunk_spans
+from swerl.rl.logprobs import chunk_math, chunk_spans, chunk_tokens_for
 
-__all__ = ["chunked_head_logprobs"]
+__all__ = ["AUTO_ELEMENTS", "chunked_head_logprobs", "resolve_chunk_tokens"]
+
+AUTO_ELEMENTS = 2**29
+"""``lm_head_chunk_tokens=None`` (auto) chunks a forward whose logits would hold at least this many
+elements (rows x positions x V: 1 GiB in bf16, e.g. 3,500 positions of a 152k vocabulary); smaller
+forwards keep the model's own head."""
+
+
+def resolve_chunk_tokens(setting: int | None, rows: int, positions: int, vocab_size: int) -> int:
+    """Positions per LM-head chunk for one forward of ``rows`` x ``positions`` (0 = the model's own head).
+
+    Args: setting: ``model.lm_head_chunk_tokens`` (None = auto: ``rl.logprobs.chunk_tokens_for(V)``
+        positions once rows x positions x V >= :data:`AUTO_ELEMENTS`, else 0; 0 = off; k > 0 = k).
+    """
+    if setting is not None:
+        return setting
+    return chunk_tokens_for(vocab_size) if rows * positions * vocab_size >= AUTO_ELEMENTS else 0
 
 
 def _cast(t: Tensor | None, dtype: torch.dtype) -> Tensor | None:

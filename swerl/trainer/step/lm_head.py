@@ -20,31 +20,14 @@ from typing import Literal
 import torch
 
 from swerl.errors import ConfigError
-from swerl.rl.lm_head import chunked_head_logprobs
-from swerl.rl.logprobs import chunk_tokens_for
+from swerl.rl.lm_head import chunked_head_logprobs, resolve_chunk_tokens
 from swerl.trainer.policy.lora import hf_module
 from swerl.trainer.step.batch import MicroBatch
-
-AUTO_ELEMENTS = 2**29
-"""``lm_head_chunk_tokens=None`` (auto) chunks a forward whose logits would hold at least this many
-elements (rows x positions x V: 1 GiB in bf16, e.g. 3,500 positions of a 152k vocabulary); smaller
-forwards keep the model's own head."""
 
 
 def configured_chunk_tokens(setting: Literal["auto"] | int) -> int | None:
     """``model.lm_head_chunk_tokens`` as the update takes it: None for ``auto``, else the number."""
     return None if setting == "auto" else setting
-
-
-def resolve_chunk_tokens(setting: int | None, rows: int, positions: int, vocab_size: int) -> int:
-    """Positions per LM-head chunk for one forward of ``rows`` x ``positions`` (0 = the model's own head).
-
-    Args: setting: ``model.lm_head_chunk_tokens`` (None = auto: ``rl.logprobs.chunk_tokens_for(V)``
-        positions once rows x positions x V >= :data:`AUTO_ELEMENTS`, else 0; 0 = off; k > 0 = k).
-    """
-    if setting is not None:
-        return setting
-    return chunk_tokens_for(vocab_size) if rows * positions * vocab_size >= AUTO_ELEMENTS else 0
 
 
 def forward_chunk_tokens(model: torch.nn.Module, setting: int | None, rows: int, positions: int) -> int:

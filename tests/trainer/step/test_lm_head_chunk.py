@@ -13,13 +13,13 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from swerl.errors import ConfigError
 from swerl.rl.config import AlgorithmConfig
+from swerl.rl.lm_head import AUTO_ELEMENTS, resolve_chunk_tokens
 from swerl.rl.support import NO_TOKEN
 from swerl.trainer.config import LoraConfig, ModelConfig
 from swerl.trainer.distributed import DistInfo
 from swerl.trainer.policy.model import prepare_policy
 from swerl.trainer.step.batch import MicroBatch
-from swerl.trainer.step.lm_head import (AUTO_ELEMENTS, forward_chunk_tokens, require_chunkable_head,
-                                         resolve_chunk_tokens)
+from swerl.trainer.step.lm_head import forward_chunk_tokens, require_chunkable_head
 from swerl.trainer.step.update import UpdateSettings, forward_with_mass, train_on_batch
 
 from .._support import build_tiny_model, make_trajectories
