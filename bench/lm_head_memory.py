@@ -11,7 +11,7 @@ after a warm-up step on 8 tokens (large tensors are mmap'd and returned on free,
 them). CUDA: ``torch.cuda.max_memory_allocated`` around the step.
 
 Usage: .venv/bin/python bench/lm_head_memory.py [--lengths 1024,4096] [--dtype float32|bfloat16]
-       [--device cpu|cuda] [--chunk 0]  (--chunk 0: auto's chunk, 220 positions at V = 151,936)
+       [--device cpu|cuda] [--chunk 0]  (--chunk 0: auto's chunk, 880 positions at V = 151,936)
 Run it alone (a 2-core machine: about a minute at the defaults).
 """
 
@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # tin
 from _machine import machine_words  # noqa: E402
 from tiny_llama import build_tiny_llama  # noqa: E402
 
-from swerl.rl.logprobs import chunk_tokens_for  # noqa: E402
+from swerl.rl.lm_head import AUTO_ELEMENTS, resolve_chunk_tokens  # noqa: E402
 from swerl.trainer.step.batch import MicroBatch  # noqa: E402
 from swerl.trainer.step.update import forward_with_mass  # noqa: E402
 
@@ -65,7 +65,7 @@ def measure_one(head: str, length: int, dtype_name: str, device: str, chunk: int
     """Peak bytes above the model, and seconds, of one forward + backward in THIS process."""
     dtype = None if dtype_name == "float32" else torch.bfloat16
     model = build_tiny_llama(VOCAB, 0, hidden_size=64, intermediate_size=128, max_position_embeddings=length).to(device)
-    chunk = (chunk or chunk_tokens_for(VOCAB)) if head == "chunked" else 0
+    chunk = (chunk or resolve_chunk_tokens(None, 1, AUTO_ELEMENTS, VOCAB)) if head == "chunked" else 0
     _step(model, _micro_batch(8, device), chunk, dtype)  # warm-up: kernels and pools are not counted
     model.zero_grad(set_to_none=False)
     mb = _micro_batch(length, device)
@@ -97,7 +97,7 @@ def measure(head: str, length: int, dtype: str, device: str, chunk: int) -> dict
 
 
 def line(r: dict, machine: str) -> str:
-    """``lm_head_memory: chunked(220) L=4096 V=151936 float32: +0.41 GB, 3.2 s (whole logits 2.49 GB) | machine``."""
+    """``lm_head_memory: chunked(880) L=4096 V=151936 float32: +0.41 GB, 3.2 s (whole logits 2.49 GB) | machine``."""
     name = f"chunked({r['chunk']})" if r["head"] == "chunked" else "own head"
     return (f"lm_head_memory: {name} L={r['length']} V={VOCAB} {r['dtype']}: +{r['peak_bytes'] / 1e9:.2f} GB, "
             f"{r['seconds']:.1f} s (whole logits {r['logits_bytes'] / 1e9:.2f} GB) | {machine}")

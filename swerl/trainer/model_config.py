@@ -73,7 +73,7 @@ class ModelConfig(StrictModel):
         "auto", description="Positions per chunk of the trainer's LM head: the final hidden states go through the "
         "head and the float32 log-softmax that many positions at a time, so the (rows x positions x vocab) logits "
         "and their gradient are never held whole (same log-probs and gradients). 0 = the model's own head (full "
-        "logits); auto = chunks of 128 MiB of float32 logits (220 positions of a 152k vocabulary) in a forward whose "
+        "logits); auto = chunks of 880 positions at a 152k vocabulary (4 x the 128 MiB float32 chunks of the log-probs) in a forward whose "
         "logits would hold >= 2^29 values (1 GiB in bf16), the model's own head below that. Needs a plain linear "
         "head (no soft-capping, no LoRA on the head): auto keeps such a model's own head, a number is refused."
     )

@@ -13,7 +13,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from swerl.errors import ConfigError
 from swerl.rl.config import AlgorithmConfig
-from swerl.rl.lm_head import AUTO_ELEMENTS, resolve_chunk_tokens
+from swerl.rl.lm_head import AUTO_ELEMENTS, chunked_head_logprobs, resolve_chunk_tokens
+from swerl.rl.logprobs import next_token_logprobs_on_support
 from swerl.rl.support import NO_TOKEN
 from swerl.trainer.config import LoraConfig, ModelConfig
 from swerl.trainer.distributed import DistInfo
@@ -140,7 +141,7 @@ def test_no_full_logits_tensor_is_made_in_forward_or_backward(chunk):
 
 def test_auto_chunks_only_large_forwards():
     assert resolve_chunk_tokens(None, 1, 100, 151_936) == 0
-    assert resolve_chunk_tokens(None, 1, AUTO_ELEMENTS // 151_936 + 1, 151_936) == 220  # 128 MiB float32 chunks
+    assert resolve_chunk_tokens(None, 1, AUTO_ELEMENTS // 151_936 + 1, 151_936) == 880  # 4 x 128 MiB float32 chunks
     assert resolve_chunk_tokens(0, 8, 32_768, 151_936) == 0 and resolve_chunk_tokens(7, 1, 2, 3) == 7
     model = build_tiny_model(VOCAB)
     assert forward_chunk_tokens(model, None, 1, 100) == 0
@@ -203,3 +204,31 @@ def test_an_update_with_the_chunked_head_equals_one_without():
     assert m1["loss/policy"] == pytest.approx(m0["loss/policy"], rel=1e-10, abs=1e-12)
     for (name, p0), p1 in zip(plain.named_parameters(), chunked.parameters()):
         torch.testing.assert_close(p1, p0, rtol=1e-10, atol=1e-12, msg=name)
+
+
+@pytest.mark.parametrize("chunk,math", [(7, 3), (5, None), (40, 6)])
+def test_chunked_head_logprobs_with_a_bias_and_float32_sub_chunks_equal_the_whole_logits(chunk, math):
+    """The pure function, a chunk of 7 positions in float32 sub-chunks of 3 (and the defaults), with a
+    head bias: values and the gradients of hidden states, weight and bias equal the whole-logits path."""
+    g = torch.Generator().manual_seed(4)
+    hidden = torch.randn(2, 19, 8, generator=g, dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(VOCAB, 8, generator=g, dtype=torch.float64, requires_grad=True)
+    bias = torch.randn(VOCAB, generator=g, dtype=torch.float64, requires_grad=True)
+    ids = torch.randint(0, VOCAB, (2, 19), generator=g)
+    support = torch.randint(0, VOCAB, (2, 18, 5), generator=g)
+    support[..., 0] = ids[:, 1:]
+    support[:, 1::3] = NO_TOKEN
+    outputs = []
+    for path in ("whole", "chunked"):
+        if path == "whole":
+            logits = torch.nn.functional.linear(hidden, weight, bias)
+            lp, ent, mass = next_token_logprobs_on_support(logits, ids, support, 0.7, replay=True, with_entropy=True)
+        else:
+            lp, ent, mass = chunked_head_logprobs(hidden, weight, bias, ids, 0.7, chunk_tokens=chunk,
+                                                  compute_dtype=torch.float64, with_entropy=True, support=support,
+                                                  replay=True, math_tokens=math)
+        grads = torch.autograd.grad((lp * lp.detach()).sum() + ent.sum(), [hidden, weight, bias])
+        outputs.append((lp, ent, mass, *grads))
+    for whole, chunked in zip(*outputs):
+        assert whole.abs().max() > 0
+        torch.testing.assert_close(chunked, whole, rtol=1e-12, atol=1e-12)
