@@ -17,7 +17,9 @@ buffer (float64 for a float64 weight; the plain graph makes one (V, H) GEMM over
 db += dlogits summed. Values equal the plain graph's up to the GEMM's summation order; gradients
 too, dW rounded to c once per chunk instead of once.
 
-Sources: Liger's fused linear cross-entropy and prime-rl's fused LM head chunk the head the same way.
+Sources: Liger's fused linear cross-entropy and prime-rl's fused LM head chunk the head over
+positions too. Liger computes the gradient in the forward, where its loss is known; the losses
+here need every log-prob first (sequence and step reductions), hence the recompute in the backward.
 """
 
 from __future__ import annotations
