@@ -28,7 +28,7 @@ from torch.autograd.function import once_differentiable
 from swerl.rl.policy_loss import entropy_from_logits
 from swerl.rl.support import has_support, kept_logsumexp
 
-__all__ = ["CHUNK_BYTES", "chunk_tokens_for", "next_token_logprobs", "next_token_logprobs_on_support",
+__all__ = ["CHUNK_BYTES", "chunk_math", "chunk_spans", "chunk_tokens_for", "next_token_logprobs", "next_token_logprobs_on_support",
            "next_token_logprobs_unchunked"]
 
 CHUNK_BYTES = 128 * 2**20
@@ -42,7 +42,7 @@ def chunk_tokens_for(vocab_size: int, chunk_bytes: int | None = None) -> int:
     return max(1, (chunk_bytes or CHUNK_BYTES) // (4 * vocab_size))
 
 
-def _chunk_math(logits: Tensor, targets: Tensor, temperature: float, with_entropy: bool,
+def chunk_math(logits: Tensor, targets: Tensor, temperature: float, with_entropy: bool,
                 support: Tensor | None = None, replay: bool = False) -> tuple[Tensor, Tensor, Tensor]:
     """The float32 lines of the module docstring on one chunk: (C, V) logits, (C,) targets ->
     (C,) log-probs, (C,) entropies (empty when not asked) and (C,) log S_t (empty without
@@ -61,7 +61,7 @@ def _chunk_math(logits: Tensor, targets: Tensor, temperature: float, with_entrop
     return picked - norm, entropy, log_mass
 
 
-def _chunks(n: int, length: int, size: int) -> list[tuple[int, int, int]]:
+def chunk_spans(n: int, length: int, size: int) -> list[tuple[int, int, int]]:
     """(row, start, stop) over positions 0..length-1 of each of n rows, ``size`` positions at most."""
     return [(i, a, min(a + size, length)) for i in range(n) for a in range(0, length, size)]
 
@@ -81,9 +81,9 @@ class _NextTokenLogprobs(torch.autograd.Function):
         logprobs = torch.empty(n, length, dtype=torch.float32, device=logits.device)
         entropy = torch.empty(n, length, dtype=torch.float32, device=logits.device) if with_entropy else None
         log_mass = torch.empty(n, length, dtype=torch.float32, device=logits.device) if support is not None else None
-        for i, a, b in _chunks(n, length, chunk_tokens):
+        for i, a, b in chunk_spans(n, length, chunk_tokens):
             chunk_support = None if support is None else support[i, a:b]
-            lp, ent, mass = _chunk_math(logits[i, a:b], targets[i, a:b], temperature, with_entropy, chunk_support,
+            lp, ent, mass = chunk_math(logits[i, a:b], targets[i, a:b], temperature, with_entropy, chunk_support,
                                         replay)
             logprobs[i, a:b] = lp
             if entropy is not None:
@@ -105,11 +105,11 @@ class _NextTokenLogprobs(torch.autograd.Function):
         n, length = input_ids.shape[0], input_ids.shape[1] - 1
         targets = input_ids[:, 1:]
         grad = torch.zeros_like(logits)
-        for i, a, b in _chunks(n, length, chunk_tokens):
+        for i, a, b in chunk_spans(n, length, chunk_tokens):
             with torch.enable_grad():
                 chunk = logits[i, a:b].detach().requires_grad_(True)
                 chunk_support = None if support is None else support[i, a:b]
-                lp, ent, _ = _chunk_math(chunk, targets[i, a:b], temperature, with_entropy, chunk_support, replay)
+                lp, ent, _ = chunk_math(chunk, targets[i, a:b], temperature, with_entropy, chunk_support, replay)
                 outputs, grads = [lp], [grad_logprobs[i, a:b]]
                 if with_entropy and grad_entropy is not None and grad_entropy.numel():
                     outputs.append(ent)

@@ -58,6 +58,7 @@ from swerl.trainer.persistence import checkpoint as ckpt
 from swerl.trainer.persistence import commit
 from swerl.trainer import distributed as dist
 from swerl.trainer.step.batch import rows_from_trajectory
+from swerl.trainer.step.lm_head import configured_chunk_tokens, require_chunkable_head
 from swerl.trainer.config import TrainConfig
 from swerl.trainer.rollouts.evaluation import is_due, run_eval
 from swerl.trainer.rollouts import pipeline
@@ -399,6 +400,7 @@ def _prepare(checked: Preflight, on_event: Callable[[TrainEvent], None] | None, 
     model, tokenizer, model_path = load_policy(config.model, info)
     optimizer, scheduler = build_optimizer(model, config.optimizer, max(plan.total_optimizer_steps, 1))
     settings = _update_settings(config, tokenizer)
+    require_chunkable_head(model, settings.lm_head_chunk_tokens)
     reference = make_reference(config.model, model, model_path, info, settings.temperature, settings.compute_dtype) \
         if config.algorithm.use_kl_loss else None
     return _Run(config, run_dir, info, emit, tasks, checked.held_out, sampler, plan, model, tokenizer, model_path,
@@ -419,6 +421,7 @@ def _update_settings(config: TrainConfig, tokenizer: PreTrainedTokenizerBase) ->
         sync_grads_every_micro_batch=config.model.grad_sync == "every_micro_batch",
         pad_id=pad_id,
         replay_support=config.algorithm.sampling_support == "replay",
+        lm_head_chunk_tokens=configured_chunk_tokens(config.model.lm_head_chunk_tokens),
     )
 
 

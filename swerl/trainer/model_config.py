@@ -3,7 +3,7 @@ adapters (``swerl.trainer.config.TrainConfig.model``; importable from ``swerl.tr
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -68,6 +68,14 @@ class ModelConfig(StrictModel):
         "gradients of the whole model, 4 B/parameter, between micro-batches: the dry-run refuses it where that "
         "does not fit the GPU). A replicated model (fsdp=false) all-reduces once per optimizer step whatever it says "
         "(runs saved before every_micro_batch became the default name last_micro_batch there).",
+    )
+    lm_head_chunk_tokens: Literal["auto"] | Annotated[int, Field(ge=0)] = Field(
+        "auto", description="Positions per chunk of the trainer's LM head: the final hidden states go through the "
+        "head and the float32 log-softmax that many positions at a time, so the (rows x positions x vocab) logits "
+        "and their gradient are never held whole (same log-probs and gradients). 0 = the model's own head (full "
+        "logits); auto = chunks of 880 positions at a 152k vocabulary (4 x the 128 MiB float32 chunks of the log-probs) in a forward whose "
+        "logits would hold >= 2^29 values (1 GiB in bf16), the model's own head below that. Needs a plain linear "
+        "head (no soft-capping, no LoRA on the head): auto keeps such a model's own head, a number is refused."
     )
     gpu_memory_gib: float | None = Field(
         None, gt=0, description="Memory of one trainer GPU in GiB, for the dry-run's fit check (e.g. 79.6 for an "

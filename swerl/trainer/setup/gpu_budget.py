@@ -13,7 +13,10 @@ Parts, in bytes, for one rank of W at the peak of a micro-batch's backward (``mo
   the one prefetched);
 - the logits of one micro-batch at the full context window and their gradient (rows x window x
   V in the compute dtype, twice), plus the float32 chunks of the log-probs
-  (``rl.logprobs.CHUNK_BYTES``, about 4 alive);
+  (``rl.logprobs.CHUNK_BYTES``, about 4 alive); with the LM head chunked
+  (``model.lm_head_chunk_tokens``, :func:`planned_chunk_tokens`) one chunk's logits and their
+  gradient (chunk x V, twice) instead of the whole, plus the float32 (V, d) gradient of the head
+  weight it sums the chunks in;
 - with gradient checkpointing, every layer's input (rows x window x d) and one layer's recompute;
   without it, every layer's saved activations;
   a layer's activations per token: 8 d + kv_dim + 4 I values (``memory.update_bytes`` without the
@@ -26,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from swerl.errors import ConfigError
-from swerl.trainer.config import TrainConfig
+from swerl.trainer.config import ModelConfig, TrainConfig
 from swerl.trainer.setup.model_size import model_size
 from swerl.trainer.setup.state_size import state_bytes, trained_params
 
@@ -43,6 +46,7 @@ class RankMemory:
     gathered_weights: float
     logits: float
     activations: float
+    logits_chunk: int = 0
 
     @property
     def total(self) -> float:
@@ -55,7 +59,8 @@ class RankMemory:
             parts.append(f"unsharded fp32 gradients {self.unsharded_grads / 1e9:.1f} (model.grad_sync=last_micro_batch)")
         if self.gathered_weights:
             parts.append(f"gathered weights {self.gathered_weights / 1e9:.1f}")
-        parts += [f"logits + gradient {self.logits / 1e9:.1f}", f"activations {self.activations / 1e9:.1f}"]
+        chunked = f" (LM head in chunks of {self.logits_chunk:,} positions)" if self.logits_chunk else ""
+        parts += [f"logits + gradient {self.logits / 1e9:.1f}{chunked}", f"activations {self.activations / 1e9:.1f}"]
         return f"{self.total / 1e9:.1f} GB at {self.ranks} rank{'s' if self.ranks > 1 else ''}: {' + '.join(parts)}"
 
 
@@ -75,12 +80,28 @@ def rank_memory(cfg: TrainConfig, shape: dict, n: int, ranks: int) -> RankMemory
     if m.fsdp:
         root = vocab * d * (1 if shape.get("tie_word_embeddings") else 2)
         gathered = item * (root + 2 * (n - root) / layers)
-    logits = 2.0 * item * rows * window * vocab + 4 * CHUNK_BYTES
+    chunk = planned_chunk_tokens(m, shape, rows, window)
+    if chunk:
+        logits = 2.0 * item * chunk * vocab + 4 * CHUNK_BYTES + 4.0 * vocab * d
+    else:
+        logits = 2.0 * item * rows * window * vocab + 4 * CHUNK_BYTES
     if m.gradient_checkpointing:
         activations = item * rows * window * (layers * d + per_layer)
     else:
         activations = item * rows * window * layers * per_layer
-    return RankMemory(ranks, state_bytes(cfg, shape, n, ranks), grads, gathered, logits, activations)
+    return RankMemory(ranks, state_bytes(cfg, shape, n, ranks), grads, gathered, logits, activations, chunk)
+
+
+def planned_chunk_tokens(m: ModelConfig, shape: dict, rows: int, positions: int) -> int:
+    """Positions per LM-head chunk of a forward of ``rows`` x ``positions`` (0 = the whole logits),
+    as the update will choose them (``rl.lm_head.resolve_chunk_tokens``; auto keeps a head whose
+    config soft-caps or scales the logits whole)."""
+    from swerl.rl.lm_head import resolve_chunk_tokens
+
+    setting = None if m.lm_head_chunk_tokens == "auto" else m.lm_head_chunk_tokens
+    if setting is None and any(shape.get(k) not in (None, 1.0) for k in ("final_logit_softcapping", "logit_scale")):
+        return 0
+    return resolve_chunk_tokens(setting, rows, positions, shape["vocab_size"])
 
 
 def gpu_total_bytes(cfg: TrainConfig) -> float | None:

@@ -13,7 +13,8 @@ The trainer process holds, at the peak of the update:
   SwiGLU MLP's gate, up, activation and product (4 I). It is the layer count of
   Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer Models",
   sec. 4.1: 34 h + 5 a s bytes in fp16 with dropout) for this layer, without dropout masks;
-- the logits, their log-softmax and its gradient (3 x rows x S x vocab floats);
+- the logits, their log-softmax and its gradient (3 x rows x S x vocab floats; with the LM head
+  chunked, ``model.lm_head_chunk_tokens``, 3 x chunk x vocab floats and the head's float32 weight gradient);
 - with the HF generator in the process, the KV cache of the episodes in flight (a pipelined run
   adds an HF copy of the weights, and on the exact schedule the staged snapshot of the trainable ones).
 On a GPU (``model.device: cuda``, or ``auto`` where a GPU is visible) the state, activations and
@@ -40,6 +41,7 @@ import yaml
 from swerl import metric_keys
 from swerl.run_layout import CONFIG_FILE, METRICS_FILE
 from swerl.trainer.config import TrainConfig
+from swerl.trainer.setup.gpu_budget import planned_chunk_tokens
 from swerl.trainer.setup.model_size import kv_bytes_per_token
 from swerl.trainer.setup.plan import format_bytes
 from swerl.trainer.setup.state_size import TRAIN_BYTES_PER_PARAM
@@ -80,14 +82,17 @@ def longest_row_tokens(cfg: TrainConfig, instructions: list[str]) -> int:
     return min(cap, prompt + limits.max_new_tokens_per_turn)
 
 
-def update_bytes(shape: dict, rows: int, seq: int, item: int, checkpointing: bool) -> int:
-    """Saved activations plus logits of one micro-batch of ``rows`` x ``seq`` tokens (bytes)."""
+def update_bytes(shape: dict, rows: int, seq: int, item: int, checkpointing: bool, chunk: int = 0) -> int:
+    """Saved activations plus logits of one micro-batch of ``rows`` x ``seq`` tokens (bytes); with
+    the LM head in ``chunk``-position chunks (``model.lm_head_chunk_tokens``) one chunk's logits
+    plus the float32 (V, d) head-weight gradient instead of the whole logits."""
     d, layers, vocab = shape["hidden_size"], shape["num_hidden_layers"], shape["vocab_size"]
     heads = shape["num_attention_heads"]
     kv_dim = shape.get("num_key_value_heads", heads) * (shape.get("head_dim") or d // heads)
     per_layer = 8 * d + kv_dim + 4 * shape["intermediate_size"] + 2 * heads * seq
     saved = layers * d + per_layer if checkpointing else layers * per_layer  # checkpointing: one layer at a time
-    return item * rows * seq * saved + 4 * 3 * rows * seq * vocab
+    logits = 4 * 3 * chunk * vocab + 4 * vocab * d if chunk else 4 * 3 * rows * seq * vocab
+    return item * rows * seq * saved + logits
 
 
 def estimate_memory(cfg: TrainConfig, shape: dict, num_params: int, instructions: list[str],
@@ -103,7 +108,8 @@ def estimate_memory(cfg: TrainConfig, shape: dict, num_params: int, instructions
         host += num_params * item if m.reference_cpu_offload else 0
         return MemoryEstimate(host, 0, in_flight * sandbox_memory_mb * 2**20, seq, on_gpu=True)
     trainer = RUNTIME_BYTES + num_params * TRAIN_BYTES_PER_PARAM
-    trainer += update_bytes(shape, cfg.loop.micro_batch_size, seq, item, m.gradient_checkpointing)
+    chunk = planned_chunk_tokens(m, shape, cfg.loop.micro_batch_size, seq)
+    trainer += update_bytes(shape, cfg.loop.micro_batch_size, seq, item, m.gradient_checkpointing, chunk)
     generator = 0
     if gen.backend == "hf":
         trainer += in_flight * seq * kv_bytes_per_token(shape, item)

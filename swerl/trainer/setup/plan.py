@@ -146,16 +146,26 @@ def _trainer_lines(cfg: TrainConfig, ranks: tuple[int, ...]) -> list[tuple[str, 
 
 def _activation_words(cfg: TrainConfig, shape: dict) -> str:
     """The update's largest tensors for one micro-batch at the full context window: the logits and
-    their gradient, one chunk's float32 graph of the log-probs (4 chunks of ``rl.logprobs.CHUNK_BYTES``:
+    their gradient (one chunk's with the LM head chunked: ``gpu_budget.planned_chunk_tokens``), one
+    chunk's float32 graph of the log-probs (4 chunks of ``rl.logprobs.CHUNK_BYTES``:
     bench/logprob_memory.py measures 1.00x the logits + 0.53 GB), and the checkpointed hidden state
     of every layer."""
     from swerl.rl.logprobs import CHUNK_BYTES
+    from swerl.trainer.setup.gpu_budget import planned_chunk_tokens
 
     m, rows, window = cfg.model, cfg.loop.micro_batch_size, cfg.agent.limits.context_window_tokens
     item = 2 if m.dtype == "bfloat16" else 4
-    logits = rows * window * shape["vocab_size"] * item
-    words = (f"logits + their gradient {format_bytes(2 * logits)} ({rows} x {window:,} x {shape['vocab_size']:,} "
-             f"{m.dtype}; log-probs in float32 chunks, +{format_bytes(4 * CHUNK_BYTES)})")
+    chunk = planned_chunk_tokens(m, shape, rows, window)
+    logits = (chunk or rows * window) * shape["vocab_size"] * item
+    if chunk:
+        words = (f"LM head in chunks of {chunk:,} positions (model.lm_head_chunk_tokens): one chunk's logits + their "
+                 f"gradient {format_bytes(2 * logits)} ({chunk:,} x {shape['vocab_size']:,} {m.dtype}) instead of "
+                 f"{format_bytes(2 * logits * rows * window / chunk)}, + the head's float32 weight gradient "
+                 f"{format_bytes(4 * shape['vocab_size'] * shape['hidden_size'])}; log-probs in float32 chunks, "
+                 f"+{format_bytes(4 * CHUNK_BYTES)}")
+    else:
+        words = (f"logits + their gradient {format_bytes(2 * logits)} ({rows} x {window:,} x {shape['vocab_size']:,} "
+                 f"{m.dtype}; log-probs in float32 chunks, +{format_bytes(4 * CHUNK_BYTES)})")
     if not m.gradient_checkpointing:
         return words + ", and every layer's activations (model.gradient_checkpointing=false)"
     hidden = shape["num_hidden_layers"] * rows * window * shape["hidden_size"] * item

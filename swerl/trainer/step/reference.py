@@ -24,6 +24,7 @@ from swerl.trainer.step.batch import MicroBatch
 from swerl.trainer.config import ModelConfig
 from swerl.trainer.distributed import DistInfo
 from swerl.trainer.policy.model import load_causal_lm
+from swerl.trainer.step.lm_head import configured_chunk_tokens
 from swerl.trainer.step.update import forward_logprobs
 
 log = logging.getLogger(__name__)
@@ -37,12 +38,15 @@ class ReferencePolicy:
         module: a causal LM placed on the trainer's device (replicated or FSDP2-sharded).
         temperature: the sampling temperature (logits are divided by it, as for pi and pi_old).
         compute_dtype: autocast dtype of a replicated module (None = fp32; FSDP casts itself).
+        lm_head_chunk_tokens: positions per chunk of its LM head, as the update's (None = auto).
     """
 
-    def __init__(self, module: torch.nn.Module, temperature: float, compute_dtype: torch.dtype | None = None) -> None:
+    def __init__(self, module: torch.nn.Module, temperature: float, compute_dtype: torch.dtype | None = None, *,
+                 lm_head_chunk_tokens: int | None = None) -> None:
         self.module = module
         self.temperature = temperature
         self.compute_dtype = compute_dtype
+        self.lm_head_chunk_tokens = lm_head_chunk_tokens
 
     @torch.no_grad()
     def logprobs(self, mb: MicroBatch) -> torch.Tensor:
@@ -52,7 +56,8 @@ class ReferencePolicy:
         Returns: (n, L-1) float32, on the grid of ``mb`` (``MicroBatch.response_values`` cuts it).
         """
         with self.forward_context():
-            lp, _ = forward_logprobs(self.module, mb, self.temperature, compute_dtype=self.compute_dtype)
+            lp, _ = forward_logprobs(self.module, mb, self.temperature, compute_dtype=self.compute_dtype,
+                                     lm_head_chunk_tokens=self.lm_head_chunk_tokens)
         return lp
 
     def forward_context(self) -> contextlib.AbstractContextManager:
@@ -80,7 +85,8 @@ def make_reference(cfg: ModelConfig, policy: torch.nn.Module, path: Path, dist_i
     (:class:`AdaptersOffReference`), else a frozen copy loaded from ``path`` (:func:`load_reference`)."""
     if cfg.lora is not None:
         log.info("reference policy: the LoRA policy with its adapters off (no second copy)")
-        return AdaptersOffReference(policy, temperature, compute_dtype)
+        return AdaptersOffReference(policy, temperature, compute_dtype,
+                                    lm_head_chunk_tokens=configured_chunk_tokens(cfg.lm_head_chunk_tokens))
     return load_reference(cfg, path, dist_info, temperature, compute_dtype)
 
 
@@ -95,8 +101,10 @@ class FrozenReference(ReferencePolicy):
     """
 
     def __init__(self, module: torch.nn.Module, temperature: float, compute_dtype: torch.dtype | None = None,
-                 offload_to: torch.device | None = None, device: torch.device | None = None) -> None:
-        super().__init__(module.eval().requires_grad_(False), temperature, compute_dtype)
+                 offload_to: torch.device | None = None, device: torch.device | None = None, *,
+                 lm_head_chunk_tokens: int | None = None) -> None:
+        super().__init__(module.eval().requires_grad_(False), temperature, compute_dtype,
+                         lm_head_chunk_tokens=lm_head_chunk_tokens)
         self.offload_to = offload_to
         self.device = device
 
@@ -127,17 +135,17 @@ def load_reference(cfg: ModelConfig, path: Path, dist_info: DistInfo, temperatur
         temperature / compute_dtype: as the update's forwards.
     Returns: a FrozenReference.
     """
-    offload = cfg.reference_cpu_offload
+    offload, chunk = cfg.reference_cpu_offload, configured_chunk_tokens(cfg.lm_head_chunk_tokens)
     placed = cfg.model_copy(update={"gradient_checkpointing": False, "cpu_offload": offload, "lora": None})
     with torch.random.fork_rng(devices=[dist_info.device] if dist_info.device.type == "cuda" else []):
         module = load_causal_lm(path, placed, dist_info)
     if cfg.fsdp:
         placement = "FSDP-sharded" + (", offloaded to host memory" if offload else "")
-        reference = FrozenReference(module, temperature, None, device=dist_info.device)
+        reference = FrozenReference(module, temperature, None, device=dist_info.device, lm_head_chunk_tokens=chunk)
     else:
         module.to("cpu" if offload else dist_info.device)
         placement = "in host memory between steps" if offload else f"on {dist_info.device}"
-        reference = FrozenReference(module, temperature, compute_dtype,
-                                    offload_to=torch.device("cpu") if offload else None, device=dist_info.device)
+        reference = FrozenReference(module, temperature, compute_dtype, offload_to=torch.device("cpu") if offload else None,
+                                    device=dist_info.device, lm_head_chunk_tokens=chunk)
     log.info("reference policy %s: frozen copy of the initial policy, %s", path, placement)
     return reference

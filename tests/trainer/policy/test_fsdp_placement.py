@@ -46,7 +46,13 @@ def test_placement_sizes_the_seed_run(tmp_path):
     assert "unsharded" not in lines["trainer state / rank"]  # model.grad_sync: every_micro_batch, the default
     last = make_plan(load_train_config(SEED_YAML, [f"model.path={tmp_path}", "model.grad_sync=last_micro_batch"]), 5000)
     assert "+ 32.8 GB unsharded fp32 gradients between micro-batches" in dict(last.placement)["trainer state / rank"]
-    assert lines["update activations / rank"] == (  # 2 x 32768 x 151936 x 2 B; 36 x 32768 x 4096 x 2 B
+    # 2 x 880 x 151936 x 2 B (auto: 4 x 220 positions); 151936 x 4096 x 4 B; 36 x 32768 x 4096 x 2 B
+    assert lines["update activations / rank"] == (
+        "LM head in chunks of 880 positions (model.lm_head_chunk_tokens): one chunk's logits + their gradient 535 MB "
+        "(880 x 151,936 bfloat16) instead of 19.9 GB, + the head's float32 weight gradient 2.5 GB; log-probs in "
+        "float32 chunks, +537 MB, 9.7 GB checkpointed hidden states (36 layers)")
+    whole = make_plan(load_train_config(SEED_YAML, [f"model.path={tmp_path}", "model.lm_head_chunk_tokens=0"]), 5000)
+    assert dict(whole.placement)["update activations / rank"] == (  # 2 x 32768 x 151936 x 2 B
         "logits + their gradient 19.9 GB (1 x 32,768 x 151,936 bfloat16; log-probs in float32 chunks, +537 MB), "
         "9.7 GB checkpointed hidden states (36 layers)")
     assert lines["episodes in flight"] == (
