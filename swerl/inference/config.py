@@ -113,17 +113,19 @@ class VLLMGenerator(_LocalGenerator):
             "needs it with vllm. The hf backend always returns the set."
         ),
     )
-    weight_sync: Literal["disk", "nccl"] = Field(
+    weight_sync: Literal["disk", "nccl", "auto"] = Field(
         "disk",
         description="How trained weights reach the engines after each optimizer step: 'disk' = safetensors in "
-        "a shared folder, reloaded by every engine (CPU and GPU); 'nccl' = vLLM's NCCL weight transfer (GPU servers).",
+        "a shared folder, reloaded by every engine (CPU and GPU); 'nccl' = vLLM's NCCL weight transfer (GPU servers); "
+        "'auto' (swerl train) = nccl where every server runs on the trainer's node and CUDA, NCCL and vLLM's transfer "
+        "are there, else disk (trainer/setup/sync_auto.py; the dry-run and the run log say which and why).",
     )
     weight_sync_dir: str | None = Field(
         None, description="disk sync: the folder every engine reads the new weights from (one run's own: folders "
         "of older versions in it are removed); None = RUN_DIR/weight_sync."
     )
     weight_sync_address: str | None = Field(
-        None, description="nccl sync: the address at which the servers' workers reach this node's trainer ranks "
+        None, description="nccl sync (or auto, read when it chooses nccl): the address at which the servers' workers reach this node's trainer ranks "
         "(their rendezvous; set per node, e.g. --set generator.weight_sync_address=$(hostname -i)); None = 127.0.0.1 "
         "for servers swerl starts on the node, this host's name for server_urls."
     )
@@ -138,8 +140,8 @@ class VLLMGenerator(_LocalGenerator):
         stray = set_fields(self, servers) if self.vllm_mode == "inprocess" else []
         if stray:
             raise ValueError(f"{stray[0]} is only read with vllm_mode=servers: remove it or set vllm_mode=servers")
-        if self.weight_sync_address and self.weight_sync != "nccl":
-            raise ValueError("weight_sync_address is only read with weight_sync=nccl: remove it")
+        if self.weight_sync_address and self.weight_sync == "disk":
+            raise ValueError("weight_sync_address is only read with weight_sync=nccl (or auto): remove it")
         return self
 
     @property

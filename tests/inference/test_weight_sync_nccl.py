@@ -60,3 +60,37 @@ def test_owner_sends_others_gather_and_every_server_carries_the_version(monkeypa
     assert [s.walked for s in made] == [[["weight", "bias"]], [["weight", "bias"]]]  # one walk per server
     assert [s.resets for s in servers] == [0, 1] and [s.weight_version for s in servers] == [3, 3]
     assert sync.probe_engines() == [servers[1]]
+
+
+def _servers_config(weight_sync: str):
+    from swerl.trainer.config import TrainConfig
+
+    return TrainConfig(data={"tasks": "unused"}, agent={"limits": {"context_window_tokens": 256,
+                                                                   "max_new_tokens_per_turn": 64}},
+                       loop={"max_staleness_steps": 1, "exact_staleness": False},
+                       generator={"backend": "vllm", "vllm_mode": "servers", "max_model_len": 256,
+                                  "server_urls": ["http://127.0.0.1:8000"], "weight_sync": weight_sync})
+
+
+def test_auto_resolved_on_a_gpu_node_builds_the_nccl_broadcast(monkeypatch, tmp_path) -> None:
+    """``weight_sync: auto`` resolved with a GPU node's (forced) probe: the factory builds
+    ``NcclBroadcast`` for the servers; left unresolved it refuses (no process group either way)."""
+    from vllm.distributed.weight_transfer.factory import WeightTransferTrainerFactory
+
+    from swerl.inference.engines.engine_pool import EnginePool
+    from swerl.trainer.distributed import DistInfo
+    from swerl.trainer.rollouts.generator import attach_sync
+    from swerl.trainer.setup.auto import resolve_auto
+    from swerl.trainer.setup.sync_auto import forced_sync_probe
+
+    made: list[Sender] = []
+    monkeypatch.setattr(WeightTransferTrainerFactory, "trainer_init",
+                        staticmethod(lambda info, client, source: made.append(Sender(info, source)) or made[-1]))
+    config = resolve_auto(_servers_config("auto"), sync_probe=forced_sync_probe()).config
+    assert config.generator.weight_sync == "nccl"
+    server, model = Server("http://127.0.0.1:8000", workers=1), torch.nn.Linear(3, 2)
+    generator = attach_sync(EnginePool([server]), config, model, tmp_path, DistInfo(), owns_backend=False)
+    assert isinstance(generator.sync, NcclBroadcast) and made[0].info.rank == 0  # this rank sends to its server
+    assert set(server.checked) == {(TRANSFER_ROUTES, "generator.weight_sync=nccl")}  # its routes, before any send
+    with pytest.raises(ValueError, match="generator.weight_sync=auto reached the generator unresolved"):
+        attach_sync(EnginePool([server]), _servers_config("auto"), model, tmp_path, DistInfo(), owns_backend=False)

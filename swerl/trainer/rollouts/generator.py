@@ -135,12 +135,14 @@ def attach_sync(backend: HFBackend | VLLMBackend | EnginePool, config: TrainConf
     """``backend`` with the weight sync its type calls for (checked against the engines' APIs).
 
     ``HFBackend`` -> ``ModuleShare``; ``VLLMBackend`` or ``EnginePool`` -> ``AdapterSync`` for a LoRA
-    policy (a ``peft.PeftModel``), else ``DiskReload`` (or ``NcclBroadcast`` with ``weight_sync=nccl``).
+    policy (a ``peft.PeftModel``), else ``DiskReload`` (or ``NcclBroadcast`` with ``weight_sync=nccl``;
+    ``auto`` is resolved to one of them by the preflight, ``trainer/setup/sync_auto.py``).
     Servers named in ``server_urls`` are shared by every rank: server i is reloaded and probed by
     rank ``i % W`` only.
 
     Raises:
         TypeError: a backend no sync is written for. EnvironmentProblem: an engine lacks an API.
+        ValueError: ``weight_sync`` still ``auto`` (the config skipped the preflight: a bug).
     """
     from swerl.inference.engines.vllm_backend import VLLMBackend
 
@@ -151,6 +153,8 @@ def attach_sync(backend: HFBackend | VLLMBackend | EnginePool, config: TrainConf
         return Generator(backend, ModuleShare(backend), owns_backend=owns_backend)
     if not isinstance(backend, (VLLMBackend, EnginePool)):
         raise TypeError(f"no weight sync for a generator backend of type {type(backend).__name__}")
+    if gen.weight_sync == "auto":  # the preflight resolves it (trainer/setup/sync_auto.py) before servers start
+        raise ValueError("generator.weight_sync=auto reached the generator unresolved: resolve_auto(config) first")
     engines = backend.engines if isinstance(backend, EnginePool) else [backend]
     shared = bool(gen.server_urls) and info.world_size > 1
     owned = owned_indices(len(engines), info.rank, info.world_size, shared)

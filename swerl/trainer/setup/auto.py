@@ -1,5 +1,6 @@
-"""``auto`` in a TrainConfig (``model.dtype``, ``generator.backend``) resolved for this machine from
-what it measures (``inference/machine.py``), and what a resume on another machine changed.
+"""``auto`` in a TrainConfig (``model.dtype``, ``generator.backend``, ``generator.weight_sync``) resolved
+for this machine from what it measures (``inference/machine.py``, ``sync_auto.py``), and what a resume
+on another machine changed.
 
 Rules (an explicit value always wins; ``choose`` is the whole logic, a pure function):
 
@@ -12,6 +13,9 @@ Rules (an explicit value always wins; ``choose`` is the whole logic, a pure func
   sharded module cannot generate); else ``hf`` on the live policy. vLLM's dtype, when
   ``generator.dtype`` is unset: bf16 where bf16 is fast, else fp32. On an AVX2-only CPU (no bf16
   kernel) HF generate in fp32 outran the vLLM CPU build, which is today's CPU default.
+- ``generator.weight_sync: auto`` (a vLLM generator, or ``auto``'s vllm candidate once chosen) ->
+  ``nccl`` where every server runs on this node and CUDA and NCCL are here, else ``disk``
+  (``sync_auto.py``: its rules, and a probe of its own; no matmul probe when only it is ``auto``).
 - ``generator.backend: auto`` holds one section per candidate (``generator.hf``, ``generator.vllm``,
   each validated as that backend's config at load); the resolved config's generator is the chosen
   section, nothing else of the other.
@@ -28,9 +32,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from swerl.errors import ConfigError
-from swerl.inference.config import AutoGenerator
+from swerl.inference.config import AutoGenerator, VLLMGenerator
 from swerl.inference.machine import MachineProbe
 from swerl.trainer.config import TrainConfig
+from swerl.trainer.setup.sync_auto import SyncChoice, SyncProbe, choose_weight_sync, probe_sync
 
 BF16_MIN_SPEEDUP = 1.5
 """bf16 / fp32 matmul rate from which ``auto`` trains in bf16 (and samples with vLLM on CPU)."""
@@ -117,9 +122,16 @@ def _choose_backend(probe: MachineProbe, fast: bool, fsdp: bool, vllm_installed:
     return "hf", f"{measured}: HF generate on the live policy, faster than the vLLM CPU build without bf16 kernels"
 
 
-def uses_auto(config: TrainConfig) -> bool:
-    """True when ``model.dtype`` or ``generator.backend`` is ``auto``."""
+def uses_machine_auto(config: TrainConfig) -> bool:
+    """True when ``model.dtype`` or ``generator.backend`` is ``auto`` (the matmul probe decides them)."""
     return config.model.dtype == "auto" or isinstance(config.generator, AutoGenerator)
+
+
+def uses_auto(config: TrainConfig) -> bool:
+    """True when ``model.dtype``, ``generator.backend`` or the vLLM generator's ``weight_sync`` is ``auto``."""
+    gen = config.generator
+    vllm = gen.vllm if isinstance(gen, AutoGenerator) else gen
+    return uses_machine_auto(config) or (isinstance(vllm, VLLMGenerator) and vllm.weight_sync == "auto")
 
 
 def probe_device(config: TrainConfig) -> str:
@@ -137,39 +149,50 @@ class Resolution:
 
     Attributes:
         config: the resolved config (no ``auto`` left); the input itself when it had none.
-        probe: the machine probe it rests on (None when nothing was ``auto``).
-        choice: what was chosen and why (None when nothing was ``auto``).
+        probe: the machine probe it rests on (None when neither ``model.dtype`` nor
+            ``generator.backend`` was ``auto``).
+        choice: what was chosen for those two and why (None when neither was ``auto``).
+        sync: what ``generator.weight_sync: auto`` became and why (None when it was not ``auto``).
     """
 
     config: TrainConfig
     probe: MachineProbe | None = None
     choice: AutoChoice | None = None
+    sync: SyncChoice | None = None
 
     def rows(self) -> list[tuple[str, str]]:
         """(item, value) rows of the dry-run's plan: the machine and its probe, each choice and why;
         none when nothing was ``auto``."""
-        if self.choice is None or self.probe is None:
-            return []
-        return [("auto: machine", self.probe.describe()),
-                *((f"auto: {field}", f"{value} ({why})") for field, value, why in self.choice.reasons)]
+        rows = []
+        if self.choice is not None and self.probe is not None:
+            rows += [("auto: machine", self.probe.describe()),
+                     *((f"auto: {field}", f"{value} ({why})") for field, value, why in self.choice.reasons)]
+        if self.sync is not None:
+            rows.append(("auto: generator.weight_sync", f"{self.sync.weight_sync} ({self.sync.why})"))
+        return rows
 
     def lines(self) -> list[str]:
         """:meth:`rows` as log lines (``train.log``)."""
         return [f"{item} -> {value}" if item != "auto: machine" else f"{item}: {value}" for item, value in self.rows()]
 
     def as_dict(self) -> dict[str, Any]:
-        """The resolution as JSON-ready data (``--json``)."""
-        if self.choice is None or self.probe is None:
-            return {}
-        return {"machine": self.probe.describe(), "bf16_speedup": self.probe.bf16_speedup,
-                "fp32_gflops": self.probe.fp32_gflops, "bf16_gflops": self.probe.bf16_gflops,
-                "model.dtype": self.config.model.dtype, "generator.backend": self.config.generator.backend,
-                "generator.dtype": self.config.generator.dtype,
-                "reasons": {field: why for field, _, why in self.choice.reasons}}
+        """The resolution as JSON-ready data (``--json``); {} when nothing was ``auto``."""
+        out: dict[str, Any] = {}
+        if self.choice is not None and self.probe is not None:
+            out = {"machine": self.probe.describe(), "bf16_speedup": self.probe.bf16_speedup,
+                   "fp32_gflops": self.probe.fp32_gflops, "bf16_gflops": self.probe.bf16_gflops,
+                   "model.dtype": self.config.model.dtype, "generator.backend": self.config.generator.backend,
+                   "generator.dtype": self.config.generator.dtype,
+                   "reasons": {field: why for field, _, why in self.choice.reasons}}
+        if self.sync is not None:
+            out["generator.weight_sync"] = self.sync.weight_sync
+            out.setdefault("reasons", {})["generator.weight_sync"] = self.sync.why
+        return out
 
 
-def resolve_auto(config: TrainConfig, probe: MachineProbe | None = None) -> Resolution:
-    """``config`` with its ``auto`` values resolved for this machine (``probe`` given or measured, cached).
+def resolve_auto(config: TrainConfig, probe: MachineProbe | None = None, sync_probe: SyncProbe | None = None) -> Resolution:
+    """``config`` with its ``auto`` values resolved for this machine (``probe`` given or measured,
+    cached; ``sync_probe`` given or probed, for ``generator.weight_sync``).
 
     Raises:
         ConfigError: the resolved config is invalid (e.g. ``generator.max_model_len`` below the
@@ -177,29 +200,68 @@ def resolve_auto(config: TrainConfig, probe: MachineProbe | None = None) -> Reso
     """
     if not uses_auto(config):
         return Resolution(config=config)
-    from swerl.inference.machine import probe_machine, vllm_installed
+    data = config.model_dump(mode="json", exclude_unset=True)
+    choice = None
+    if uses_machine_auto(config):
+        probe = probe or _probe_machine(config)
+        choice = _choose_machine(config, probe, data)
+    sync = _choose_sync(config, choice, sync_probe, data)
+    try:
+        resolved = TrainConfig.model_validate(data)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = "".join(f"{part}." for part in first["loc"]).removesuffix(".") + ": " if first["loc"] else ""
+        chose = ([f"model.dtype={choice.dtype}", f"generator.backend={choice.backend}"] if choice else []) + (
+            [f"generator.weight_sync={sync.weight_sync}"] if sync else [])
+        raise ConfigError(f"auto chose {', '.join(chose)} on this machine, and "
+                          f"then {where}{first['msg'].removeprefix('Value error, ')}") from err
+    return Resolution(config=resolved, probe=probe if choice else None, choice=choice, sync=sync)
 
-    probe = probe or probe_machine(probe_device(config))
+
+def _probe_machine(config: TrainConfig) -> MachineProbe:
+    """The matmul probe of the trainer's device (measured once per machine, cached)."""
+    from swerl.inference.machine import probe_machine
+
+    return probe_machine(probe_device(config))
+
+
+def _choose_machine(config: TrainConfig, probe: MachineProbe, data: dict[str, Any]) -> AutoChoice:
+    """:func:`choose` for ``config``, written into ``data`` (its dump): ``model.dtype``, and the
+    chosen candidate as the generator under ``generator.backend: auto``."""
+    from swerl.inference.machine import vllm_installed
+
     generator = config.generator
     auto = isinstance(generator, AutoGenerator)
     choice = choose(probe, dtype=config.model.dtype, backend=generator.backend,
                     generator_dtype=generator.vllm.dtype if auto else None, fsdp=config.model.fsdp,
                     vllm_installed=vllm_installed())
-    data = config.model_dump(mode="json", exclude_unset=True)
     data.setdefault("model", {})["dtype"] = choice.dtype
     if auto:  # the chosen candidate is the generator: the other candidate's section goes with it
         chosen = generator.candidate(choice.backend).model_dump(mode="json", exclude_unset=True)
         data["generator"] = {**chosen, "backend": choice.backend}
         if choice.generator_dtype is not None:
             data["generator"]["dtype"] = choice.generator_dtype
-    try:
-        resolved = TrainConfig.model_validate(data)
-    except ValidationError as err:
-        first = err.errors()[0]
-        where = "".join(f"{part}." for part in first["loc"]).removesuffix(".") + ": " if first["loc"] else ""
-        raise ConfigError(f"auto chose model.dtype={choice.dtype}, generator.backend={choice.backend} on this machine, and "
-                          f"then {where}{first['msg'].removeprefix('Value error, ')}") from err
-    return Resolution(config=resolved, probe=probe, choice=choice)
+    return choice
+
+
+def _choose_sync(config: TrainConfig, choice: AutoChoice | None, sync_probe: SyncProbe | None,
+                 data: dict[str, Any]) -> SyncChoice | None:
+    """:func:`choose_weight_sync` for the generator the run uses (``auto``'s candidate once
+    ``choice`` picked it), written into ``data``; a ``weight_sync_address`` goes when disk is chosen
+    (it is read by nccl only). None when that generator's ``weight_sync`` is not ``auto``."""
+    gen = config.generator
+    if isinstance(gen, AutoGenerator):
+        gen = gen.candidate(choice.backend if choice else "hf")
+    if not (isinstance(gen, VLLMGenerator) and gen.weight_sync == "auto"):
+        return None  # the probe looks up server hosts: only when it decides something
+    sync = choose_weight_sync(sync_probe or probe_sync(gen, probe_device(config)), gen,
+                              lora=config.model.lora is not None,
+                              exact_schedule=config.loop.max_staleness_steps > 0 and config.loop.exact_staleness)
+    if sync is not None:
+        data["generator"]["weight_sync"] = sync.weight_sync
+        if sync.weight_sync == "disk":
+            data["generator"].pop("weight_sync_address", None)
+    return sync
 
 
 def _flatten(data: object, prefix: str = "") -> dict[str, Any]:
@@ -247,13 +309,15 @@ def check_ranks_agree(config: TrainConfig) -> None:
         return
     import torch
 
-    mine = (config.model.dtype, config.generator.backend, config.generator.resolved_dtype())
+    gen = config.generator
+    mine = (config.model.dtype, gen.backend, gen.resolved_dtype(),
+            *((f"weight_sync {gen.weight_sync}",) if isinstance(gen, VLLMGenerator) else ()))
     every: list[Any] = [None] * torch.distributed.get_world_size()
     torch.distributed.all_gather_object(every, mine)
     if len(set(every)) > 1:
         seen = ", ".join(f"rank {rank}: {'/'.join(choice)}" for rank, choice in enumerate(every))
-        raise ConfigError(f"auto resolved differently across ranks ({seen}): set model.dtype and generator.backend "
-                          "explicitly")
+        raise ConfigError(f"auto resolved differently across ranks ({seen}): set model.dtype, generator.backend and "
+                          "generator.weight_sync explicitly")
 
 
 def machine_choice(device: str = "cpu") -> tuple[MachineProbe, AutoChoice]:

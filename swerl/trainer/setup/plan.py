@@ -201,18 +201,42 @@ def _vllm_where(cfg: TrainConfig, ranks: int) -> str:
     return f"{counted(gen.num_servers, 'vLLM server')} {each} started by swerl, on {hardware}"
 
 
-def _sync_lines(cfg: TrainConfig) -> list[tuple[str, str]]:
-    """What one weight sync ships to each engine: every weight in the engine dtype, or the adapter."""
+def _engine_count(gen: VLLMGenerator, ranks: int) -> int:
+    """vLLM engines of the whole run: the shared ``server_urls``, else ``num_engines`` per rank."""
+    return len(gen.server_urls) if gen.server_urls else gen.num_engines * ranks
+
+
+def disk_sync_words(full_bytes: int, engines: int, ranks: int) -> str:
+    """What ``weight_sync: disk`` costs per step: the version written once (one shard per rank),
+    then read back whole by every engine."""
+    shards = f", one shard per rank of {format_bytes(full_bytes // ranks)}" if ranks > 1 else ""
+    on = f" on {ranks} ranks" if ranks > 1 else ""
+    return (f"{format_bytes(full_bytes)} written to weight_sync_dir{shards}; {format_bytes(full_bytes)} read back by "
+            f"each engine, {format_bytes(full_bytes * engines)} in all over {counted(engines, 'engine')}{on}")
+
+
+def _sync_lines(cfg: TrainConfig, ranks: int) -> list[tuple[str, str]]:
+    """What one weight sync ships to each engine (every weight in the engine dtype, or the adapter)
+    and how: through disk (its bytes written and read per step), or NCCL from GPU memory."""
     shape, n, _ = model_size(cfg.model.path)
-    if shape is None or n is None:
+    gen = cfg.generator
+    if shape is None or n is None or not isinstance(gen, VLLMGenerator):
         return []
-    engine_bytes = 2 if cfg.generator.resolved_dtype() == "bfloat16" else 4
+    engine_bytes = 2 if gen.resolved_dtype() == "bfloat16" else 4
     full = n * engine_bytes
-    if cfg.model.lora is None:
-        return [("weight sync / step", f"{format_bytes(full)} {cfg.generator.resolved_dtype()} weights per engine")]
-    adapter = trained_params(cfg, shape, n) * engine_bytes
-    return [("weight sync / step", f"{format_bytes(adapter)} LoRA adapter per engine "
-             f"({full / adapter:.0f}x less than the {format_bytes(full)} of every weight)")]
+    if cfg.model.lora is not None:
+        adapter = trained_params(cfg, shape, n) * engine_bytes
+        return [("weight sync / step", f"{format_bytes(adapter)} LoRA adapter per engine "
+                 f"({full / adapter:.0f}x less than the {format_bytes(full)} of every weight)")]
+    disk = disk_sync_words(full, _engine_count(gen, ranks), ranks)
+    if gen.weight_sync == "nccl":
+        how = f"NCCL broadcast from each server's owner rank's GPU, nothing on disk (through disk: {disk})"
+    elif gen.weight_sync == "auto":  # the preflight resolves it first: the plan of a run never says auto
+        how = ("weight_sync auto, chosen when the run starts: NCCL broadcast where every server runs on the "
+               f"trainer's node with CUDA and NCCL, else through disk: {disk}")
+    else:
+        how = f"through disk: {disk}"
+    return [("weight sync / step", f"{format_bytes(full)} {gen.resolved_dtype()} weights per engine; {how}")]
 
 
 def _generator_lines(cfg: TrainConfig, ranks: int, in_flight: int) -> list[tuple[str, str]]:
@@ -224,7 +248,7 @@ def _generator_lines(cfg: TrainConfig, ranks: int, in_flight: int) -> list[tuple
         dtype = gen.resolved_dtype()
         lines = [("generator", f"{_vllm_where(cfg, ranks)} ({dtype}, max_model_len {gen.max_model_len:,}, "
                   f"max_num_seqs {gen.max_num_seqs}); {'LoRA adapter' if m.lora else 'weights'} synced every step"),
-                 *_sync_lines(cfg)]
+                 *_sync_lines(cfg, ranks)]
         holds = (f"in the {gen.kv_cache_space_gib} GiB per engine vLLM reserves (generator.kv_cache_space_gib)"
                  if m.device == "cpu" else "over the generator GPUs")
     else:
