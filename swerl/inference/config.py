@@ -125,8 +125,8 @@ class VLLMGenerator(_LocalGenerator):
         "of older versions in it are removed); None = RUN_DIR/weight_sync."
     )
     weight_sync_address: str | None = Field(
-        None, description="nccl sync (or auto, read when it chooses nccl): the address at which the servers' workers reach this node's trainer ranks "
-        "(their rendezvous; set per node, e.g. --set generator.weight_sync_address=$(hostname -i)); None = 127.0.0.1 "
+        None, description="nccl sync (auto: read when it chooses nccl): the address at which the servers' workers "
+        "reach this node's trainer ranks (their rendezvous; set per node, e.g. --set generator.weight_sync_address=$(hostname -i)); None = 127.0.0.1 "
         "for servers swerl starts on the node, this host's name for server_urls."
     )
     request_timeout_s: float = Field(600.0, gt=0, description="servers: per-request timeout, seconds.")

@@ -190,7 +190,8 @@ class Resolution:
         return out
 
 
-def resolve_auto(config: TrainConfig, probe: MachineProbe | None = None, sync_probe: SyncProbe | None = None) -> Resolution:
+def resolve_auto(config: TrainConfig, probe: MachineProbe | None = None,
+                 sync_probe: SyncProbe | None = None) -> Resolution:
     """``config`` with its ``auto`` values resolved for this machine (``probe`` given or measured,
     cached; ``sync_probe`` given or probed, for ``generator.weight_sync``).
 
