@@ -8,8 +8,6 @@ rank's probe fails; the NCCL sync's weight source walks an FSDP2-sharded model i
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +16,7 @@ from safetensors.torch import load_file
 
 from swerl.inference.weight_sync.base import owned_indices
 from swerl.inference.weight_sync.disk import VERSION_NAME, untied_state_dict
+from torchrun import run_two_ranks
 
 from .conftest import build_tiny_model, build_tiny_tokenizer
 
@@ -27,10 +26,7 @@ HERE = Path(__file__).parent
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("sync")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           str(HERE / "sync_worker.py"), str(out)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_two_ranks(HERE / "sync_worker.py", str(out))
     return out
 
 
