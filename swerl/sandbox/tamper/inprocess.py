@@ -46,7 +46,11 @@ _IN_PROCESS_DENIED_MODULE_NAMES = {
 # Builtins that run code from text or reach any module by a string; attributes that make or
 # replace code objects; os's ways to leave or fork the process that runs the tests.
 _CODE_BUILTINS = frozenset({"exec", "eval", "compile", "__import__", "breakpoint"})
-_CODE_ATTRS = frozenset({"__code__", "FunctionType", "CodeType", "LambdaType", "MethodType"})
+_CODE_ATTRS = frozenset({"__code__", "FunctionType", "CodeType", "LambdaType", "MethodType", "enable_load_extension",
+                         "load_extension"})
+# A namespace as a dictionary: ``globals()["__builtins__"]``, ``vars()[...]``, ``locals()[...] =`` in a class body.
+_NAMESPACE_BUILTINS = frozenset({"globals", "locals", "vars"})
+_FUNCTION_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 # Modules the allowed ones hold as attributes and implement themselves with (``os.path`` is
 # ``posixpath``): as harmless as their holders.
 _IMPLEMENTATION_MODULES = frozenset({"posixpath", "ntpath", "genericpath", "stat", "_compression", "_hashlib",
@@ -59,7 +63,11 @@ _SUBPROCESS_ATTRS = frozenset({"create_subprocess_exec", "create_subprocess_shel
 _FD_PATHS = re.compile(r"/proc/(?:self|\d+|thread-self)/fd|/dev/fd|/proc/self\b")
 _ANY_PROCESS = re.compile(r"^(?:_exit|fork|forkpty|posix_spawnp?|exec[lv]p?e?|spawn[lv]p?e?)$")
 _OS_PROCESS = re.compile(r"^(?:_exit|abort|fork|forkpty|register_at_fork|system|popen|posix_spawnp?|kill|killpg|"
-                         r"exec[lv]p?e?|spawn[lv]p?e?)$")
+                         r"exec[lv]p?e?|spawn[lv]p?e?|"
+                         # raw file descriptors: the runner's report pipe is one of the process's (dup2 of
+                         # /dev/null over it after a forged write leaves the forgery as the report)
+                         r"write|writev|pwrite|pwritev|dup|dup2|fdopen|open|openpty|close|closerange|pipe|pipe2|"
+                         r"sendfile|splice|ftruncate|lseek|set_inheritable)$")
 
 
 def in_process_reasons(source: str, origin: str, image_text: str | None = None) -> tuple[list[str], list[str]]:
@@ -84,6 +92,7 @@ def in_process_reasons(source: str, origin: str, image_text: str | None = None) 
     denied: dict[str, None] = {}
     others: dict[str, None] = {}
     bound = stdlib_bindings(tree)
+    rebound = rebound_names(tree)
     os_names = frozenset({"os"} | {alias.asname or alias.name for node in ast.walk(tree) if isinstance(node, ast.Import)
                                    for alias in node.names if alias.name == "os"}
                          | {alias.asname or alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
@@ -102,13 +111,17 @@ def in_process_reasons(source: str, origin: str, image_text: str | None = None) 
                 others.setdefault(top, None)
             elif top not in IN_PROCESS_STDLIB or name in _IN_PROCESS_DENIED_SUBMODULES:
                 denied.setdefault(f"imports {name}", None)
-        for what in _node_reasons(node, os_names, bound):
+        for what in _node_reasons(node, os_names, bound, rebound):
             denied.setdefault(what, None)
+    namespace = _namespace_as_dict(tree)
+    if namespace:
+        denied.setdefault(namespace, None)
     computed = _computed_attribute(tree)
     if computed:
         denied.setdefault(computed, None)
-    if _module_as_value(tree, os_names):
-        denied.setdefault("uses the os module itself as a value (bound to another name or passed on)", None)
+    as_value = _module_as_value(tree, os_names | _module_names(tree))
+    if as_value:
+        denied.setdefault(as_value, None)
     for what in _new_equality(tree, image_text):
         denied.setdefault(what, None)
     for what in _module_routes(tree):
@@ -206,51 +219,77 @@ _ATTRIBUTE_CALLS = frozenset({"getattr", "setattr", "delattr", "hasattr"})
 
 
 def _computed_attribute(tree: ast.AST) -> str:
-    """An attribute named by a computed string that may be an interpreter internal: ``getattr(h,
-    "__glob" + "als__")`` reaches a function's globals, from them the builtins and ``exec``. A
-    computed name passes when it cannot begin with ``_`` (it starts with a constant that does not:
-    ``"visit_" + kind``, ``f"get_{name}"``, ``"on_{}".format(x)``), or when it is read of ``self``
-    or ``cls`` (one hop: what it returns is a local, and the next computed hop on it is judged
-    again). "" when none."""
+    """An attribute read, set or tested by a name computed at run time (``getattr(h, "__glob" +
+    "als__")``, ``getattr(tb, "tb_" + "frame")``, ``getattr(self, name)``), or a class made with
+    ``type(name, bases, namespace)``: any object's attributes lead to its module's globals, frames
+    or builtins, and no reading of a prefix or of the object's name says which (an attack round
+    passed a safe-prefix rule with ``"f_" + "back"`` and one for ``self`` with ``self = a_function``).
+    "" when none."""
     for node in ast.walk(tree):
-        if not (isinstance(node, ast.Call) and _named_call(node) in _ATTRIBUTE_CALLS and len(node.args) >= 2):
+        if not isinstance(node, ast.Call):
             continue
-        target, name = node.args[0], node.args[1]
-        if isinstance(name, ast.Constant) or _safe_prefix(name) or (
-                isinstance(target, ast.Name) and target.id in ("self", "cls")):
-            continue
-        return f"uses {_named_call(node)}() of a computed name that may be an interpreter internal"
+        name = _named_call(node)
+        if name in _ATTRIBUTE_CALLS and len(node.args) >= 2 and not isinstance(node.args[1], ast.Constant):
+            return f"uses {name}() of a computed name that may be an interpreter internal"
+        if name == "type" and isinstance(node.func, ast.Name) and len(node.args) == 3:
+            return "makes a class with type(name, bases, namespace), whose keys are computed"
     return ""
 
 
-def _safe_prefix(expr: ast.AST) -> bool:
-    """Whether the string ``expr`` builds starts with a constant that is not ``_`` (so the name it
-    makes is neither private nor a dunder)."""
-    if isinstance(expr, ast.Constant):
-        return isinstance(expr.value, str) and expr.value[:1] not in ("", "_")
-    if isinstance(expr, ast.JoinedStr):
-        return bool(expr.values) and _safe_prefix(expr.values[0])
-    if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Add):
-        return _safe_prefix(expr.left)
-    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr == "format":
-        fmt = expr.func.value
-        return isinstance(fmt, ast.Constant) and isinstance(fmt.value, str) and fmt.value[:1] not in ("", "_", "{")
-    return False
+def _namespace_as_dict(tree: ast.AST) -> str:
+    """A namespace read as a dictionary where it holds more than a function's own variables:
+    ``globals`` anywhere (the module's, ``__builtins__`` included), ``locals``/``vars`` at module or
+    class level (``locals()["__e" + "q__"] = ...`` binds in the class), either one named but not
+    called with no argument (passed as a value). ``return locals()`` inside a function is a
+    snapshot of that function's variables. "" when none."""
+    def walk(node: ast.AST, in_function: bool) -> str:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.Call) and isinstance(child.func, ast.Name) and child.func.id in _NAMESPACE_BUILTINS:
+                name, no_argument = child.func.id, not child.args and not child.keywords
+                if name == "globals" or (no_argument and not in_function):
+                    return f"uses {name}() (a namespace as a dictionary: its builtins, any name by a string)"
+                found = "".join(walk(arg, in_function) for arg in child.args)  # vars(x): the reflection rules'
+                if found:
+                    return found
+                continue
+            if isinstance(child, ast.Name) and child.id in _NAMESPACE_BUILTINS and not _called(child, node):
+                return f"uses {child.id} as a value (a namespace as a dictionary)"
+            found = walk(child, in_function or isinstance(child, _FUNCTION_SCOPES)) if not isinstance(child, ast.ClassDef) \
+                else walk(child, False)
+            if found:
+                return found
+        return ""
+
+    return walk(tree, False)
 
 
-def _module_as_value(tree: ast.AST, names: frozenset[str]) -> bool:
-    """Whether a name in ``names`` (bound to ``os``) is read other than as ``os.<attr>`` or in
-    ``hasattr(os, "<constant>")``: ``y = os; y.system(...)`` would leave the process through a
-    name the ``os`` rules do not read."""
-    plain: set[int] = set()
+def _called(name: ast.Name, parent: ast.AST) -> bool:
+    return isinstance(parent, ast.Call) and parent.func is name
+
+
+def _module_as_value(tree: ast.AST, names: frozenset[str]) -> str:
+    """A module bound by an import read other than as ``module.<attr>`` (``t = shutil``,
+    ``[shutil][0]``, ``f(tempfile)``, ``y = os``): the rules read a module's uses through the
+    name its import binds, so a module held in a variable, a list or a parameter is a way around
+    every one of them. ``names``: the names imports bind to modules. "" when none."""
+    plain = {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
     for node in ast.walk(tree):
-        if isinstance(node, ast.Attribute):
-            plain.add(id(node.value))
-        elif isinstance(node, ast.Call) and _named_call(node) == "hasattr" and len(node.args) == 2 and (
-                isinstance(node.args[1], ast.Constant)):
-            plain.add(id(node.args[0]))
-    return any(isinstance(node, ast.Name) and node.id in names and isinstance(node.ctx, ast.Load) and id(node) not in plain
-               for node in ast.walk(tree))
+        if isinstance(node, ast.Name) and node.id in names and isinstance(node.ctx, ast.Load) and id(node) not in plain:
+            return f"uses the module {node.id} itself as a value (bound to another name, passed or stored)"
+    return ""
+
+
+def _module_names(tree: ast.AST) -> frozenset[str]:
+    """Names imports bind to modules: every ``import m`` / ``import m as n``, and ``from p import x``
+    where ``p.x`` is a module of the standard library (:func:`_resolve`)."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(a.asname or a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.update(a.asname or a.name for a in node.names
+                         if isinstance(_resolve(f"{node.module}.{a.name}"), types.ModuleType))
+    return frozenset(names)
 
 
 # Objects of allowed modules that share their name with a code loader, a builtin that runs code
@@ -259,16 +298,39 @@ def _module_as_value(tree: ast.AST, names: frozenset[str]) -> bool:
 NAMESAKES = ("re.compile", "platform.system")
 
 
-def is_namesake(node: ast.AST, bound: dict[str, str]) -> bool:
-    """Whether the name or attribute chain ``node`` (``re.compile``, ``P.compile`` after ``import re
-    as P``, ``compile`` after ``from re import compile``) is one of :data:`NAMESAKES`: it starts at
-    a name bound by an import (``bound``: :func:`stdlib_bindings`) and resolves (:func:`_resolve`)
-    to that very object. Anything that does not resolve is not one."""
+def is_namesake(node: ast.AST, bound: dict[str, str], rebound: frozenset[str] = frozenset()) -> bool:
+    """Whether the attribute chain ``node`` (``re.compile``, ``P.compile`` after ``import re as P``)
+    is one of :data:`NAMESAKES`: it starts at a name bound by a top-level import and by nothing
+    else (``bound``: :func:`stdlib_bindings`; ``rebound``: :func:`rebound_names`) and resolves
+    (:func:`_resolve`) to that very object. A bare name (``from re import compile as exec``) never
+    is one: what a name holds at run time is not what one import says. Anything that does not
+    resolve is not one."""
     name, chain = _chain(node)
-    if name not in bound:
+    if name not in bound or not chain or name in rebound:
         return False
     obj = _resolve(".".join([bound[name], *chain]))
     return obj is not None and any(obj is _resolve(n) for n in NAMESAKES)
+
+
+def rebound_names(tree: ast.AST) -> frozenset[str]:
+    """Names the module binds other than by an ``import`` at its top level: assigned, deleted,
+    declared global, a parameter, a loop or ``with`` target, a function or class name, or imported
+    inside a function (``def _(): import re as P`` then ``P = ...``: one import is not what the
+    name holds at run time)."""
+    top = {id(n) for n in getattr(tree, "body", []) if isinstance(n, (ast.Import, ast.ImportFrom))}
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            names.add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            names.update(node.names)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)) and id(node) not in top:
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return frozenset(names)
 
 
 def _takes_allowed_names(node: ast.AST) -> bool:
@@ -280,17 +342,18 @@ def _takes_allowed_names(node: ast.AST) -> bool:
     return all(alias.name in allowed for alias in node.names)
 
 
-def _node_reasons(node: ast.AST, os_names: frozenset[str], bound: dict[str, str]) -> list[str]:
+def _node_reasons(node: ast.AST, os_names: frozenset[str], bound: dict[str, str],
+                  rebound: frozenset[str] = frozenset()) -> list[str]:
     """What of the in-process rules one node breaks (imports are judged by the caller); ``os_names``:
     the names bound to the ``os`` module; ``bound``: :func:`stdlib_bindings` (``re.compile`` is
     the regular expression's, not the builtin: :func:`is_namesake`). ``_exit``, ``exec*``, ``spawn*`` and ``fork`` are process
     calls on any object (a module reached some other way); ``kill``, ``system``, ``popen``,
     ``abort`` only on ``os``."""
     found: list[str] = []
-    if isinstance(node, ast.Name) and node.id in _CODE_BUILTINS and not is_namesake(node, bound):
+    if isinstance(node, ast.Name) and node.id in _CODE_BUILTINS:
         found.append(f"uses {node.id}")
     elif isinstance(node, ast.Attribute) and (node.attr in _CODE_ATTRS or (
-            node.attr in _CODE_BUILTINS and not is_namesake(node, bound))):
+            node.attr in _CODE_BUILTINS and not is_namesake(node, bound, rebound))):
         found.append(f"uses .{node.attr}")
     elif isinstance(node, ast.Attribute) and _OS_PROCESS.match(node.attr) and (_ANY_PROCESS.match(node.attr) or (
             isinstance(node.value, ast.Name) and node.value.id in os_names)):
@@ -364,8 +427,9 @@ def _new_equality(tree: ast.AST, image_text: str | None) -> list[str]:
                 if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name in _EQUALITY and (
                         ast.unparse(item) not in known):
                     found.append(f"defines {item.name} in class {node.name}, which the task's image does not have")
-                elif isinstance(item, ast.Assign) and any(isinstance(t, ast.Name) and t.id in _EQUALITY for t in item.targets):
-                    found.append(f"binds an equality in class {node.name}")
+                elif not isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and any(
+                        isinstance(n, ast.Name) and n.id in _EQUALITY and isinstance(n.ctx, ast.Store) for n in ast.walk(item)):
+                    found.append(f"binds an equality in class {node.name}")  # = , : ann =, for, with ... as, :=, a, b =
         elif isinstance(node, ast.Attribute) and node.attr in _EQUALITY and isinstance(node.ctx, ast.Store):
             found.append(f"binds .{node.attr} after its class")
         elif isinstance(node, ast.Constant) and node.value in _EQUALITY:

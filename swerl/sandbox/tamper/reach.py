@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from swerl.sandbox.tamper.inprocess import is_namesake, stdlib_bindings
+from swerl.sandbox.tamper.inprocess import is_namesake, rebound_names, stdlib_bindings
 
 if TYPE_CHECKING:
     from swerl.tasks.task_folder import Task
@@ -189,14 +189,14 @@ def _imports(source: str, module: str, is_package: bool) -> list[str] | None:
     except (SyntaxError, ValueError):
         return None  # read otherwise than Python reads it (a coding line, a cut): anything may run
     package = module if is_package else module.rpartition(".")[0]
-    bound = stdlib_bindings(tree)
+    bound, rebound = stdlib_bindings(tree), rebound_names(tree)
     found: list[str] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and node.attr == "path" and isinstance(node.value, ast.Name) and node.value.id == "sys":
             return None  # sys.path read or edited: an import may then resolve to any folder of the work product
-        if isinstance(node, ast.Name) and node.id in DYNAMIC_LOADERS and not is_namesake(node, bound):
+        if isinstance(node, ast.Name) and node.id in DYNAMIC_LOADERS:
             return None
-        if isinstance(node, ast.Attribute) and node.attr in DYNAMIC_LOADERS and not is_namesake(node, bound):
+        if isinstance(node, ast.Attribute) and node.attr in DYNAMIC_LOADERS and not is_namesake(node, bound, rebound):
             return None  # ``re.compile`` is no loader (:func:`~swerl.sandbox.tamper.inprocess.is_namesake`)
         if isinstance(node, ast.Import):
             found += [alias.name for alias in node.names]

@@ -173,7 +173,9 @@ def _runs(texts: dict[str, str], territory: Territory) -> set[str] | None:
     """The work product's files the verifier runs, None for all of them (any verifier but swerl's,
     or a module that loads code dynamically)."""
     entry = territory.reach.entry_modules
-    if entry is None:
+    if entry is None or territory.reach.in_process:
+        # In process, unchanged project code imports what it likes, by a string too (xml.sax's
+        # parser list, pytest.importorskip): every changed module counts as run.
         return None
     return runs_of(texts, _import_roots(territory), entry, [p for p in texts if _in_work(p, territory)])
 
