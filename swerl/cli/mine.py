@@ -58,9 +58,9 @@ def tasks_mine(
     from swerl.tasks.mine.pipeline import prepare, settle, write_tasks
 
     config = SandboxConfig(engines=engine_configs(engine), **({"concurrency": concurrency} if concurrency else {}))
-    out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="swerl-mine-") as work:
-        prepared = prepare(project, Path(work))
+        prepared = prepare(project, Path(work))  # a bad PROJECT stops here, before OUT_DIR exists
+        out_dir.mkdir(parents=True, exist_ok=True)
         err_console.print(f"running the suite of {prepared.name} twice in a sandbox with the call tracer", highlight=False)
         runs = run_async(trace_suite(prepared, Path(work), config))
         run, entries = write_tasks(prepared, runs, out_dir, force=force, limit=limit, screen=static_in_process_reasons)
@@ -81,6 +81,8 @@ def tasks_mine(
                   f"{harnesses['in-process']} in-process (the tests import the project in pytest's process)"
                   + (f": train on these tasks with `{ON_TAMPER_LINE}` (--set agent.on_tamper=zero)"
                      if harnesses["in-process"] else ""), highlight=False, soft_wrap=True)
+    console.print(f"manifest: {out_dir / 'manifest.json'} (every function kept or dropped, with why); next: "
+                  f"swerl sandbox-test {out_dir} --redteam", highlight=False, soft_wrap=True)
     write_json(json_out, {"project": prepared.name, "out_dir": str(out_dir), "kept": counts["kept"],
                           "dropped": {k: v for k, v in counts.items() if k != "kept"}, "flaky": run.flaky,
                           "harness": dict(harnesses), "on_tamper": "zero" if harnesses["in-process"] else None,

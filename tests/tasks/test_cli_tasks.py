@@ -122,3 +122,17 @@ def test_tasks_new_writes_a_task_that_validate_and_sandbox_test_accept(tmp_path:
     assert tested.returncode == 0, tested.stderr[-2000:]
     rewards = {row["attempt"]: row["reward"] for row in json.loads(tested.stdout)}
     assert rewards == {"oracle": 1.0, "null": 0.0}
+
+
+@pytest.mark.parametrize("make", ["missing", "no-tests"])
+def test_mine_a_bad_project_exits_2_with_one_line_and_writes_no_out_dir(tmp_path: Path, make: str):
+    """Fails before: the error was right, but OUT_DIR was created before the project was read."""
+    project = tmp_path / "project"
+    if make == "no-tests":
+        project.mkdir()
+        (project / "lib.py").write_text("def f():\n    return 1\n")
+    out = tmp_path / "out"
+    proc = subprocess.run([str(SWERL), "tasks", "mine", str(project), str(out)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.startswith("error: ") and "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert not out.exists()
