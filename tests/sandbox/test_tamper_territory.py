@@ -212,3 +212,12 @@ def test_a_changed_module_of_an_imported_package_runs_though_its_unchanged_init_
     assert runs == {"/app/pkg/core.py"}  # other/ is imported by nothing the tests import
     assert runs_of({**changed, "/app/pkg/core.py": "import importlib\nimportlib.import_module('x')\n"},
                    ["/app"], {"pkg"}, list(changed)) is None
+
+
+def test_an_agents_own_test_file_in_the_package_is_not_run_unless_imported():
+    """Honest work: an agent's own ``test_*.py`` beside the code imports pytest; it is judged as run
+    only when the tests' imports reach it."""
+    from swerl.sandbox.tamper.scan import runs_of
+
+    changed = {"/app/pkg/core.py": "X = 1\n", "/app/pkg/test_core.py": "import pytest\nfrom pkg.core import X\n"}
+    assert runs_of(changed, ["/app"], {"pkg"}, list(changed)) == {"/app/pkg/core.py"}

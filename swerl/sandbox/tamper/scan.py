@@ -173,9 +173,7 @@ def _runs(texts: dict[str, str], territory: Territory) -> set[str] | None:
     """The work product's files the verifier runs, None for all of them (any verifier but swerl's,
     or a module that loads code dynamically)."""
     entry = territory.reach.entry_modules
-    if entry is None or territory.reach.in_process:
-        # In process, unchanged project code imports what it likes, by a string too (xml.sax's
-        # parser list, pytest.importorskip): every changed module counts as run.
+    if entry is None:
         return None
     return runs_of(texts, _import_roots(territory), entry, [p for p in texts if _in_work(p, territory)])
 
@@ -189,7 +187,7 @@ def runs_of(texts: Mapping[str, str], roots: Sequence[str], entry: Iterable[str]
     closure reaches it, and the closure follows its imports too (a dynamic loader in it: None)."""
     tops = _tops(entry)
     changed = [p for p in changed if p.endswith(".py")]
-    inside = [p for p in changed if _top_module(p, roots) in tops]
+    inside = [p for p in changed if _top_module(p, roots) in tops and not _is_test_file(p)]
     names = {name for name in (_module_name(p, roots) for p in inside) if name}
     closure = import_closure({p: texts[p] for p in texts if p.endswith(".py")}, roots, {*entry, *names})
     if closure is None:
@@ -205,6 +203,13 @@ def _module_name(path: str, roots: Sequence[str]) -> str | None:
             parts = parts[:-1] if parts[-1] == "__init__" else parts
             return ".".join(parts) if parts and all(p.isidentifier() for p in parts) else None
     return None
+
+
+def _is_test_file(path: str) -> bool:
+    """A file pytest would collect or read as configuration (``test_*.py``, ``*_test.py``,
+    ``conftest.py``): an agent's own tests import pytest; they count as run only when an import reaches them."""
+    name = path.rsplit("/", 1)[-1]
+    return name == "conftest.py" or (name.endswith(".py") and (name.startswith("test_") or name.endswith("_test.py")))
 
 
 def _tops(entry: Iterable[str]) -> set[str]:
