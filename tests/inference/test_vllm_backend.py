@@ -21,6 +21,7 @@ from swerl.inference.config import VLLMGenerator
 from swerl.inference.engines.vllm_backend import (
     VLLMBackend,
     check_alloc_conf,
+    vllm_pool_toggles_expandable,
     cpu_engine_env,
     engine_kwargs,
     generation_from_output,
@@ -113,6 +114,21 @@ def test_expandable_segments_allowed_without_sleep_or_when_false() -> None:
     check_alloc_conf("expandable_segments:True", sleep_mode=False)
     check_alloc_conf("expandable_segments:False", sleep_mode=True)
     check_alloc_conf(None, sleep_mode=True)
+
+
+def test_expandable_segments_allowed_where_vllm_turns_them_off_around_its_pool() -> None:
+    check_alloc_conf("expandable_segments:True", sleep_mode=True, pool_toggles=True)
+
+
+@pytest.mark.vllm
+def test_installed_vllm_turns_expandable_segments_off_around_its_pool() -> None:
+    """The probe reads the installed vLLM: its CuMemAllocator pool does the toggling itself."""
+    import inspect
+
+    from vllm.device_allocator import cumem
+
+    assert vllm_pool_toggles_expandable()
+    assert "EXPANDABLE_SEGMENTS" in inspect.getsource(cumem.CuMemAllocator.use_memory_pool)
 
 
 def test_rendezvous_defaults_fill_only_missing_keys() -> None:

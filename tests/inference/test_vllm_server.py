@@ -15,7 +15,7 @@ import torch
 from swerl.errors import ConfigError, EnvironmentProblem, InferenceError
 from swerl.inference.backends.base import ContinuousBackend, Generation, SamplingParams
 from swerl.inference.config import VLLMGenerator
-from swerl.inference.engines.engine_pool import EnginePool, split_evenly
+from swerl.inference.engines.engine_pool import EnginePool, PrefixRoutes, split_evenly
 from swerl.inference.factory import engine_cores, parse_cores
 from swerl.inference.engines.vllm_server import VLLMServerBackend, completion_request, generation_from_choice
 from swerl.inference.weight_sync.disk import untied_state_dict, write_weights
@@ -191,6 +191,43 @@ def test_pool_sends_each_request_to_the_engine_with_fewest_in_flight() -> None:
     pool.submit([2], SamplingParams())  # to engine 0 (0 in flight < 1)
     pool.submit([3], SamplingParams())  # a tie (1 and 1): engine 1, whose turn it is
     assert [len(e.futures) for e in engines] == [3, 2]
+
+
+def test_prefix_routes_find_the_engine_of_the_turn_a_prompt_continues() -> None:
+    routes = PrefixRoutes()
+    prompt, reply = list(range(100, 140)), list(range(500, 560))  # 40 prompt tokens, 60 reply tokens
+    routes.remember(prompt, reply, engine=1)
+    assert routes.lookup(prompt + reply + [7, 8]) == 1  # the next turn: the whole served sequence
+    rerendered = prompt + reply[:20] + [9] * 30  # the template rendered the reply again, differently
+    assert routes.lookup(rerendered) == 1  # matched at the 16-token mark
+    assert routes.lookup(prompt) is None  # a group sibling's identical first prompt: no proper prefix
+    assert routes.lookup([100, 101] + reply) is None
+    routes.remember(prompt + reply + [7, 8], [600, 601], engine=0)  # the next turn, served elsewhere
+    assert routes.lookup(prompt + reply + [7, 8, 600, 601, 3]) == 0  # the longest prefix wins
+    small = PrefixRoutes(capacity=2)
+    small.remember([1, 2], [3], engine=0)  # two keys: [1, 2] and [1, 2, 3]
+    small.remember([4, 5], [6], engine=1)  # evicts both of the first
+    assert small.lookup([1, 2, 3, 9]) is None and small.lookup([4, 5, 6, 9]) == 1
+
+
+def test_pool_sends_a_continued_turn_back_to_its_engine_within_the_load_bound() -> None:
+    engines = [_Held(0), _Held(1)]
+    pool = EnginePool(engines)
+    turn1 = [pool.submit([1, 2, 3], SamplingParams()) for _ in range(2)]  # siblings: spread by load
+    assert [len(e.futures) for e in engines] == [1, 1]
+    engines[1].finish()
+    assert turn1[1].result().token_ids == [1]
+    for k in range(3):  # new episodes, by load: engines 1, 0, 1
+        pool.submit([40 + k, 41], SamplingParams())
+    assert [len(e.futures) for e in engines] == [2, 3]
+    pool.submit([1, 2, 3, 1, 9], SamplingParams())  # continues engine 1's turn: 2 in flight there vs 2
+    assert [len(e.futures) for e in engines] == [2, 4]
+    assert pool.routed == {"affinity": 1, "least_loaded": 5, "overloaded": 0}
+    engines[0].finish()  # engine 0 idle: engine 1 may hold at most 2 x 0 + 4 in flight for affinity
+    for k in range(3):  # more turns continuing engine 1's episode: 3 and 4 in flight there, then 5
+        pool.submit([1, 2, 3, 1, 9, k], SamplingParams())
+    assert [len(e.futures) for e in engines] == [3, 6]
+    assert pool.routed == {"affinity": 3, "least_loaded": 5, "overloaded": 1}
 
 
 class _Recorder(_Answers):

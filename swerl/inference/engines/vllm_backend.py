@@ -16,6 +16,7 @@ vLLM; requests are stepped by :class:`swerl.inference.engines.engine_pump.Reques
 from __future__ import annotations
 
 import gc
+import importlib.util
 import itertools
 import logging
 import math
@@ -123,19 +124,37 @@ def cpu_engine_env(config: InferenceConfig, cores: str | None) -> dict[str, str]
     }
 
 
-def check_alloc_conf(alloc_conf: str | None, sleep_mode: bool) -> None:
-    """Refuse ``expandable_segments:True`` with sleep mode (vLLM's CuMemAllocator asserts on it).
+def vllm_pool_toggles_expandable() -> bool:
+    """Whether the installed vLLM turns expandable segments off around its sleep-mode pool itself.
+
+    vLLM 0.32's ``CuMemAllocator.use_memory_pool`` reads the allocator config, disables
+    ``expandable_segments`` for the pool's allocations and restores the whole config after
+    (``vllm/device_allocator/cumem.py``, with the helpers of ``vllm/device_allocator/alloc_conf.py``);
+    older releases asserted instead. Probed by that helper module, not by a version number.
+    """
+    return importlib.util.find_spec("vllm.device_allocator.alloc_conf") is not None
+
+
+def check_alloc_conf(alloc_conf: str | None, sleep_mode: bool, pool_toggles: bool = False) -> None:
+    """Refuse ``expandable_segments:True`` with sleep mode where vLLM's CuMemAllocator asserts on it.
+
+    Args:
+        alloc_conf: ``PYTORCH_CUDA_ALLOC_CONF``'s value. sleep_mode: the engine sleeps between
+            rollouts. pool_toggles: vLLM turns the setting off around its own pool
+            (:func:`vllm_pool_toggles_expandable`): nothing to refuse, and the trainer's update
+            keeps expandable segments (less fragmentation from the long rows' logits).
 
     Raises:
-        ConfigError: ``PYTORCH_CUDA_ALLOC_CONF`` enables expandable segments while sleep mode is on.
+        ConfigError: ``PYTORCH_CUDA_ALLOC_CONF`` enables expandable segments while sleep mode is on
+            and the installed vLLM does not handle it.
     """
-    if not sleep_mode or not alloc_conf:
+    if not sleep_mode or not alloc_conf or pool_toggles:
         return
     options = {part.split(":", 1)[0].strip(): part.split(":", 1)[-1].strip() for part in alloc_conf.split(",")}
     if options.get("expandable_segments", "").lower() == "true":
         raise ConfigError(
-            "PYTORCH_CUDA_ALLOC_CONF has expandable_segments:True, which vLLM sleep mode forbids; "
-            "fix: unset it or set inference.enable_sleep_mode=false"
+            "PYTORCH_CUDA_ALLOC_CONF has expandable_segments:True, which this vLLM's sleep mode forbids; "
+            "fix: unset it, set inference.enable_sleep_mode=false, or install vLLM >= 0.32"
         )
 
 
@@ -259,7 +278,7 @@ class VLLMBackend(ContinuousBackend):
         max_lora_rank: build the engine for LoRA adapters up to this rank (:meth:`load_adapter`).
 
     Raises (construction):
-        EnvironmentProblem: vLLM missing. ConfigError: ``expandable_segments:True`` with sleep mode.
+        EnvironmentProblem: vLLM missing. ConfigError: ``expandable_segments:True`` with sleep mode on a vLLM that forbids it.
     """
 
     def __init__(self, config: InferenceConfig, model_path: str, max_lora_rank: int | None = None) -> None:
@@ -267,7 +286,8 @@ class VLLMBackend(ContinuousBackend):
 
         vllm = import_vllm()
         self.on_cpu = not torch.cuda.is_available()
-        check_alloc_conf(os.environ.get("PYTORCH_CUDA_ALLOC_CONF"), config.enable_sleep_mode and not self.on_cpu)
+        check_alloc_conf(os.environ.get("PYTORCH_CUDA_ALLOC_CONF"), config.enable_sleep_mode and not self.on_cpu,
+                         vllm_pool_toggles_expandable())
         if self.on_cpu:
             cores = config.cpu_cores[0] if config.cpu_cores else None
             os.environ.update({**cpu_engine_env(config, cores), "VLLM_ENABLE_V1_MULTIPROCESSING": "0"})
