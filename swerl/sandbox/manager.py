@@ -189,17 +189,18 @@ class SandboxManager:
             network=granted(task, phase, self.config.allow_network), workdir=env.workdir,
         )
 
-    async def plan(self, tasks: list[Task], episodes: int) -> int:
+    async def plan(self, tasks: list[Task], episodes: int, trials: int | None = None) -> int:
         """Size the warm pools for a step that runs ``episodes`` episodes at once over ``tasks`` and
         start filling them in the background (:func:`~swerl.sandbox.deployment.plan.plan_pools`);
-        nothing with ``warm_pool`` off.
+        nothing with ``warm_pool`` off. ``trials``: the collection's trials in all (tasks times
+        samples): no pool starts more containers than they take; None: pools refill for good.
 
         Returns:
             the idle containers the planned pools keep, all engines together.
         """
         if self.fleet is None or not self.config.warm_pool:
             return 0
-        return await plan_pools(self.fleet.healthy, tasks, episodes, self.container_specs)
+        return await plan_pools(self.fleet.healthy, tasks, episodes, self.container_specs, trials)
 
     async def container_specs(self, task: Task, engine: Engine) -> list[tuple[ContainerSpec, int]]:
         """The containers a trial of ``task`` takes on ``engine``, as (spec, how many of that spec):

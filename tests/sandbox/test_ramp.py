@@ -124,6 +124,43 @@ def test_the_plan_sizes_each_pool_from_the_step_and_both_containers_of_a_clean_r
 
 
 @pytest.mark.docker
+def test_a_plan_that_names_its_trials_starts_no_container_they_do_not_take(docker_client):
+    """A task with an image of its own (a generated task): a collection planned ahead and again
+    when it starts, 3 trials, gets 3 warm containers in all, and none is started after the last
+    take to be removed unused when the next step brings other images; the same plan without its
+    trials (a dataset-wide plan) refills to its size after the takes."""
+    from swerl.sandbox.types import TrialTimings
+
+    task = fixture_task("add")
+
+    async def step(mgr: SandboxManager, trials: int | None) -> tuple[list[TrialTimings], int, int]:
+        sizes = [await mgr.plan([task], 3, trials), await mgr.plan([task], 3, trials)]  # ahead, then at the start
+        pool = next(iter(mgr.engines[0].pools.values()))
+        await _filled(pool)
+        timings = [TrialTimings() for _ in range(3)]
+
+        async def trial(t: TrialTimings) -> None:
+            async with mgr.sandbox(task, t) as sb:
+                await sb.exec("true", timeout_s=30)
+
+        await asyncio.gather(*(trial(t) for t in timings))
+        await asyncio.sleep(1.0)  # a refill would have started by now
+        return timings, sizes[-1], pool.idle + len(pool._filling)
+
+    async def body(trials: int | None):
+        async with SandboxManager(SandboxConfig(concurrency=3)) as mgr:
+            return (*await step(mgr, trials), mgr.run_id)
+
+    timings, kept, after, run_id = run(body(3))
+    assert kept == 3 and [(t.warm_containers, t.cold_containers) for t in timings] == [(1, 0)] * 3
+    assert after == 0  # nothing started for trials nobody runs
+    assert containers_of(docker_client, run_id) == []
+    _, kept, after, standing_run = run(body(None))
+    assert (kept, after) == (3, 3)
+    assert containers_of(docker_client, standing_run) == []
+
+
+@pytest.mark.docker
 def test_a_fixed_warm_size_or_no_warm_pool_overrides_the_plan(docker_client):
     task = fixture_task("add")
 

@@ -207,12 +207,13 @@ class Engine:
             self._close_pool(self.pools.pop(next(iter(self.pools))))
         return pool
 
-    def plan(self, spec: ContainerSpec, episodes: int, per_trial: int = 1) -> WarmPool:
+    def plan(self, spec: ContainerSpec, episodes: int, per_trial: int = 1, expected: int | None = None) -> WarmPool:
         """Size the pool of ``spec`` for ``episodes`` episodes that start here at once
         (:meth:`warm_size`; the largest plan so far holds) and start filling it in the background
-        (within :attr:`pace`)."""
+        (within :attr:`pace`); ``expected``: the containers the planned collection takes of it
+        (:meth:`WarmPool.plan`; None: refill for good)."""
         pool = self.pool(spec, per_trial)
-        pool.plan(self.warm_size(per_trial, episodes))
+        pool.plan(self.warm_size(per_trial, episodes), expected)
         return pool
 
     def _close_pool(self, pool: WarmPool) -> None:

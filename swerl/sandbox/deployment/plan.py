@@ -33,9 +33,16 @@ log = logging.getLogger(__name__)
 MAX_PLAN_TASKS = 16
 
 
-async def plan_pools(engines: list[Engine], tasks: list[Task], episodes: int, specs_of: SpecsOf) -> int:
+async def plan_pools(engines: list[Engine], tasks: list[Task], episodes: int, specs_of: SpecsOf,
+                     trials: int | None = None) -> int:
     """Size the warm pools of ``engines`` (the healthy ones) for ``episodes`` episodes at once over
     ``tasks`` (each task as often) and start filling them.
+
+    ``trials``: the trials the planned collection runs over ``tasks`` in all (its tasks times
+    samples); each pool then starts no more containers than its share of them takes
+    (``WarmPool.plan``'s ``expected``: the engine's share of the trials by slots, the spec's by the
+    tasks that use it, times the containers per trial). None (a dataset-wide plan): pools refill
+    for good.
 
     ``specs_of(task, engine)``: the containers a trial of the task takes there, as (spec, how many
     of that spec) (``SandboxManager.container_specs``: it builds or finds the images). A spec that
@@ -54,6 +61,7 @@ async def plan_pools(engines: list[Engine], tasks: list[Task], episodes: int, sp
     all_slots, kept = sum(e.slots for e in engines), 0
     for engine in engines:
         share = min(engine.slots, math.ceil(episodes * engine.slots / all_slots))
+        engine_trials = None if trials is None else math.ceil(trials * engine.slots / all_slots)
         uses: Counter[tuple[ContainerSpec, int]] = Counter()
         for task in sample:
             try:
@@ -62,6 +70,7 @@ async def plan_pools(engines: list[Engine], tasks: list[Task], episodes: int, sp
                 log.debug("the warm pool plan leaves out %s: %s", task.name, err)
         for (spec, per_trial), count in reversed(uses.most_common(MAX_WARM_POOLS)):
             planned = min(share, math.ceil(share * count / len(sample)))
+            expected = None if engine_trials is None else math.ceil(engine_trials * count / len(sample)) * per_trial
             if planned >= 2:
-                kept += engine.plan(spec, planned, per_trial).size
+                kept += engine.plan(spec, planned, per_trial, expected).target
     return kept

@@ -178,6 +178,13 @@ class WarmPool:
     rest wait for the engine's create turns). A warm container is as pristine as a fresh one: it
     was started from the image and never given a command.
 
+    A plan may name the containers its collection will take (``expected``): the pool then never
+    holds more idle or starting containers than the planned takes not yet made (:attr:`owed`), so
+    a task with an image of its own (a generated or mined task: one image per task) gets exactly
+    the containers its trials take, none started only to be removed unused when the next step's
+    tasks bring other images. A pool planned without it (a dataset-wide plan: an image many tasks
+    share), or never planned, refills to ``size`` after every take for as long as it lives.
+
     Args:
         size: idle containers to keep ready; 0 disables pre-starting (create on demand).
         labels: owner labels (run, pid) put on every container.
@@ -207,6 +214,7 @@ class WarmPool:
         self._starts = asyncio.Semaphore(parallel_starts)
         self._closed = False
         self.planned = False
+        self.owed: int | None = None  # planned takes not yet made; None: refill to size for good
         self.takes = 0
         self.last_error: SandboxError | None = None
 
@@ -215,11 +223,28 @@ class WarmPool:
         """Started containers ready to take now."""
         return len(self._ready)
 
-    def plan(self, size: int) -> None:
+    @property
+    def target(self) -> int:
+        """Idle and starting containers the pool fills to: ``size``, or fewer when a plan's takes
+        still owed (:attr:`owed`) are fewer."""
+        return self.size if self.owed is None else min(self.size, self.owed)
+
+    def plan(self, size: int, expected: int | None = None) -> None:
         """Keep at least ``size`` idle containers from now on (a collection's plan) and start
         filling to it in the background. A smaller plan keeps the larger size: a small extra round
-        of dynamic sampling must not leave the next step's first round with a short pool."""
+        of dynamic sampling must not leave the next step's first round with a short pool.
+
+        Args:
+            expected: containers the planned collection takes of this spec; the pool then starts
+                no more than the takes still owed (the largest plan not yet taken: a collection
+                planned ahead and again when it starts owes them once). None (a dataset-wide plan)
+                makes the pool refill to ``size`` for good.
+        """
         self.size = max(self.size, size) if self.planned else size
+        if expected is None or (self.planned and self.owed is None):
+            self.owed = None
+        else:
+            self.owed = max(self.owed or 0, expected)
         self.planned = True
         self._refill()
 
@@ -235,6 +260,8 @@ class WarmPool:
         if self._closed:
             raise SandboxError("the sandbox manager is closed", outcome=Outcome.start_error)
         self.takes += 1
+        if self.owed is not None:
+            self.owed = max(0, self.owed - 1)
         ready = self._ready.pop(0) if self._ready else None
         self._refill()
         if timings is not None:
@@ -248,7 +275,7 @@ class WarmPool:
         # Pre-start only for a planned spec or one seen twice: a one-off image would waste them.
         if self.takes < 2 and not self.planned:
             return
-        while not self._closed and len(self._ready) + len(self._filling) < self.size:
+        while not self._closed and len(self._ready) + len(self._filling) < self.target:
             task = asyncio.create_task(self._fill_one(), name="swerl-warm-pool")
             self._filling.add(task)
             task.add_done_callback(self._filling.discard)

@@ -164,6 +164,16 @@ class Context:
         per_step = split_count(cfg.loop.train_batch_size, self.info.rank, self.info.world_size) * cfg.n_samples
         runner.prewarm(self.tasks, min(runner.concurrency, per_step))
 
+    def prewarm_next(self, runner: RolloutRunner, step: int) -> None:
+        """Plan the warm pools for batch ``step`` (its first round: the prompts the sampler draws
+        next) once the batch before it is collected, so the containers of tasks with images of
+        their own start while the trainer updates rather than when the episodes ask; the plan
+        names the batch's trials, so no pool starts more containers than they take."""
+        tasks, _, _ = self.share(step, self.sampler.peek_batch())
+        trials = len(tasks) * self.config.n_samples
+        if trials:
+            runner.prewarm(tasks, min(runner.concurrency, trials), trials)
+
     def share(self, step: int, indices: list[int], round_index: int = 0) -> tuple[list[Task], str, int]:
         """This rank's share of batch ``step`` (prompts ``indices``; round ``round_index`` of dynamic
         sampling): its tasks, their group-id prefix (``step{N}/``, ``step{N}/r{round}/`` after
@@ -231,8 +241,9 @@ class InlineRollouts:
     ``runner`` is also the runner of held-out evaluation.
     """
 
-    def __init__(self, ctx: Context, start_step: int) -> None:
+    def __init__(self, ctx: Context, start_step: int, last_step: int | None = None) -> None:
         self.ctx = ctx
+        self.last_step = last_step  # None: no plan ahead (the warm pools of the batch after the last)
         self.metered = metered(ctx.generator.backend, ctx.clock)
         self.runner = ctx.runner(self.metered)
 
@@ -250,6 +261,8 @@ class InlineRollouts:
         t0 = time.monotonic()
         ctx.model.eval()
         batch = collect_batch(ctx, self.runner, step, lambda ev: ctx.emit_rollout(step, ev))
+        if self.last_step is not None and step < self.last_step:
+            ctx.prewarm_next(self.runner, step + 1)
         ctx.generator.sleep_for_update()  # a colocated engine frees the GPU for the update; the sync wakes it
         waited = time.monotonic() - t0
         batch.metrics.update({metric_keys.TIMING_ROLLOUT_S: waited, metric_keys.TIMING_WAIT_FOR_ROLLOUTS_S: waited,
@@ -379,7 +392,10 @@ class PipelinedRollouts:
         for step in range(self.next_step, self.last_step + 1):
             if not self._admitted(step):
                 return
-            self._deliver(self._collect(runner, step))
+            batch = self._collect(runner, step)
+            if step < self.last_step:
+                self.ctx.prewarm_next(runner, step + 1)  # filled while this producer waits for admission
+            self._deliver(batch)
 
     def _collect(self, runner: RolloutRunner, step: int) -> RolloutBatch:
         """Batch ``step``: this rank's share, gathered by the trainer's :meth:`take`; with dynamic

@@ -125,16 +125,19 @@ class RolloutRunner:
             self._loop.close()
             self._loop = None
 
-    def prewarm(self, tasks: list[Task], episodes: int) -> None:
-        """Before the first step: plan the warm pools for ``episodes`` episodes at once over
-        ``tasks`` (the images are looked up or built now) and fill them while the caller goes on:
-        between collections the loop runs in a background thread."""
+    def prewarm(self, tasks: list[Task], episodes: int, trials: int | None = None) -> None:
+        """Plan the warm pools for ``episodes`` episodes at once over ``tasks`` (the images are
+        looked up or built now) and fill them while the caller goes on: between collections the
+        loop runs in a background thread. Before the first step over the whole task set
+        (``trials`` None: pools of images many tasks share refill for good); after each batch over
+        the next batch's tasks, ``trials`` its tasks times samples (``SandboxManager.plan``), so
+        its containers start while the trainer updates."""
         assert self._idle is not None, "RolloutRunner used outside its context"
         self._idle.stop()
-        self._plan_soon(tasks, episodes)
+        self._plan_soon(tasks, episodes, trials)
         self._idle.start()
 
-    def _plan_soon(self, tasks: list[Task], episodes: int) -> None:
+    def _plan_soon(self, tasks: list[Task], episodes: int, trials: int | None = None) -> None:
         """Start ``SandboxManager.plan`` as a task of the loop (never raises: a plan only saves
         time; the trials report real errors), so episodes need not wait for its image look-ups."""
         assert self._loop is not None and self._manager is not None and self._idle is not None
@@ -142,7 +145,7 @@ class RolloutRunner:
 
         async def plan() -> None:
             try:
-                await manager.plan(tasks, episodes)
+                await manager.plan(tasks, episodes, trials)
             except Exception as err:  # noqa: BLE001 - see above
                 log.warning("warm pools not planned: %s", err)
 
@@ -227,7 +230,7 @@ class Collector:
         ``concurrency`` episodes of this call at once."""
         runner = self.runner
         # Sized now, so the refills after each take keep this many ready for the next collection.
-        runner._plan_soon(tasks, min(runner.concurrency, len(tasks) * n_samples))
+        runner._plan_soon(tasks, min(runner.concurrency, len(tasks) * n_samples), len(tasks) * n_samples)
         return await collect_rollouts(
             tasks, n_samples, self.policy, runner._manager, runner.agent_cfg,
             concurrency=runner.concurrency, on_event=on_event, group_prefix=prefix,

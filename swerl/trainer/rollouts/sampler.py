@@ -103,6 +103,19 @@ class PromptSampler:
             self.steps_drawn += 1
             return epoch, indices
 
+    def peek_batch(self) -> list[int]:
+        """The task indices :meth:`next_batch` would return now, without advancing (a quarantine
+        marked in between may still change them: a plan for warm pools, never a draw).
+
+        Raises:
+            ConfigError: the task set holds fewer tasks than one batch.
+        """
+        with self._lock:
+            state = self.state_dict()
+        twin = PromptSampler(self.num_tasks, self.batch_size, self.seed, self.shuffle)
+        twin.load_state_dict(state)
+        return twin.next_batch()[1]
+
     def next_prompts(self, count: int) -> list[int]:
         """The next ``count`` task indices of the order for the step drawn last (dynamic
         sampling's extra prompts; no new step). An epoch that starts here is the current step's.

@@ -24,7 +24,7 @@ def open_rollouts(ctx: Context, start_step: int, last_step: int,
                           f"this run has {ctx.info.world_size}: set loop.max_staleness_steps: 0 or "
                           "algorithm.dynamic_sampling.enabled: false")
     if k == 0 and not pipeline.THREADED_AT_ZERO:
-        return InlineRollouts(ctx, start_step)
+        return InlineRollouts(ctx, start_step, last_step)
     if k > 0 and ctx.config.loop.exact_staleness:
         if ctx.generator.sync.drain_all_ranks:
             raise ConfigError("loop.exact_staleness with generator.server_urls shared by several ranks: their reload is "

@@ -88,3 +88,31 @@ def test_a_checkpoint_without_the_prompt_position_resumes_at_its_batch():
     restored = PromptSampler(7, 2, seed=3)
     restored.load_state_dict(state)
     assert take(restored, 3) == take(s, 3)
+
+
+def test_peek_shows_the_next_batch_without_drawing_it_across_an_epoch_end():
+    sampler = PromptSampler(num_tasks=5, batch_size=2, seed=3)
+    for _ in range(4):  # 2 batches an epoch: the third peek crosses into epoch 1
+        peeked = sampler.peek_batch()
+        assert sampler.peek_batch() == peeked
+        assert sampler.next_batch()[1] == peeked
+    assert sampler.steps_drawn == 4 and sampler.epoch == 1
+
+
+def test_the_next_batch_is_planned_with_its_own_tasks_and_trials_once_a_batch_is_collected():
+    """``Context.prewarm_next`` plans the warm pools of the batch the sampler draws next (this
+    rank's share of it, n_samples trials per task) and draws nothing."""
+    from types import SimpleNamespace
+
+    from swerl.trainer.rollouts.pipeline import Context
+
+    calls = []
+    runner = SimpleNamespace(concurrency=6, prewarm=lambda tasks, episodes, trials: calls.append((tasks, episodes, trials)))
+    sampler = PromptSampler(num_tasks=8, batch_size=2, seed=0)
+    tasks = [f"task-{i}" for i in range(8)]
+    for rank in (0, 1):
+        ctx = Context(config=SimpleNamespace(n_samples=4), tasks=tasks, sampler=sampler, generator=None, model=None,
+                      run_dir=None, info=SimpleNamespace(rank=rank, world_size=2), clock=None, emit_rollout=None)
+        ctx.prewarm_next(runner, step=1)
+    upcoming = [tasks[i] for i in sampler.next_batch()[1]]
+    assert calls == [([upcoming[0]], 4, 4), ([upcoming[1]], 4, 4)]
