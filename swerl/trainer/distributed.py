@@ -29,6 +29,7 @@ GATHER_TIMEOUT_S = 24 * 3600.0
 """Timeout of the gloo group that gathers rollouts: a whole step's episodes on the slowest rank."""
 
 _objects_group: dist.ProcessGroup | None = None  # the gloo group of objects and barriers, made by init_distributed
+_checkpoint_group: dist.ProcessGroup | None = None  # the gloo group of background checkpoint writes (checkpoint_group)
 
 
 @dataclass(frozen=True)
@@ -156,6 +157,21 @@ def barrier() -> None:
         dist.barrier(group=_objects_group)
 
 
+def checkpoint_group() -> dist.ProcessGroup | None:
+    """The gloo group that background checkpoint writes (``dcp.async_save``) talk on, made at the
+    first call (every rank must make that call, in the same order); None on one rank.
+
+    A group of their own: a write's collectives run in its thread while the main thread uses the
+    other groups, and two threads on one group could pair up different collectives across ranks.
+    Its timeout is :data:`GATHER_TIMEOUT_S` (a write may span a whole step)."""
+    global _checkpoint_group
+    if not is_distributed():
+        return None
+    if _checkpoint_group is None:
+        _checkpoint_group = dist.new_group(backend="gloo", timeout=dt.timedelta(seconds=GATHER_TIMEOUT_S))
+    return _checkpoint_group
+
+
 def rank_slice(num_rows: int, rank: int, world_size: int) -> tuple[range, int]:
     """The contiguous rows of ``rank`` and the padded per-rank row count.
 
@@ -172,7 +188,7 @@ def rank_slice(num_rows: int, rank: int, world_size: int) -> tuple[range, int]:
 
 def destroy() -> None:
     """Tear the process groups down if this process set them up."""
-    global _objects_group
+    global _objects_group, _checkpoint_group
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
-    _objects_group = None
+    _objects_group = _checkpoint_group = None

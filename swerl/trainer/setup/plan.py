@@ -54,7 +54,7 @@ class RunPlan(BaseModel):
 CHECKPOINT_BYTES_PER_PARAM = 12  # DCP: fp32 weights + AdamW exp_avg and exp_avg_sq
 REFERENCE_BYTES_PER_PARAM = 4  # the KL term's frozen reference: fp32 weights, no gradient or optimizer state
 def export_bytes_per_param(cfg: TrainConfig) -> int:
-    """HF exports are written in the training compute dtype (``checkpoint.export_hf``): 2 B bf16, 4 B fp32."""
+    """HF exports are written in the training compute dtype (``hf_export.export_hf``): 2 B bf16, 4 B fp32."""
     return 2 if cfg.model.dtype == "bfloat16" else 4
 RANK_COUNTS = (8, 16, 32, 64)  # sized for a GPU config with FSDP that is not launched yet
 

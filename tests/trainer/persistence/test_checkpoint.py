@@ -18,6 +18,7 @@ from swerl.rl.advantages import group_index
 from swerl.rl.config import AlgorithmConfig
 from swerl.rl.loss import compute_advantages
 from swerl.trainer.persistence import checkpoint as ckpt
+from swerl.trainer.persistence import hf_export
 from swerl.trainer.step.batch import row_from_trajectory
 from swerl.trainer.config import OptimizerConfig
 from swerl.trainer.distributed import DistInfo
@@ -149,7 +150,7 @@ def test_hf_export_loads_with_transformers(tmp_path, tied):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     model, tok = build_tiny_model(16, 3, tie_word_embeddings=tied), build_tiny_tokenizer()
-    path = ckpt.export_hf(tmp_path, 5, model, tok, DistInfo())
+    path = hf_export.export_hf(tmp_path, 5, model, tok, DistInfo())
     assert path == tmp_path / "exports" / "global_step_5" and (path / "model.safetensors").is_file()
     loaded = AutoModelForCausalLM.from_pretrained(path)
     for (name, a), b in zip(model.state_dict().items(), loaded.state_dict().values()):
