@@ -63,6 +63,7 @@ STATE_DIR = "state"  # the DCP folder of model + optimizer shards
 
 
 _NO_DIST_WARNING = "torch.distributed is disabled"
+DCP_MODULES = r"torch\.distributed\.checkpoint\."  # the modules a background write's warning comes from
 
 
 @contextmanager
@@ -76,9 +77,10 @@ def _quiet_no_dist() -> Iterator[None]:
 
 
 def _quiet_no_dist_in_threads() -> None:
-    """The same silence for a background write, whose thread warns after any block has ended: the
-    filter of that one message is installed for the process (``catch_warnings`` is not thread-safe)."""
-    warnings.filterwarnings("ignore", message=_NO_DIST_WARNING, category=UserWarning)
+    """The same silence for a background write, whose thread warns after any block has ended: a
+    filter of that one message, raised from DCP's own modules only, is installed for the process
+    (``catch_warnings`` is not thread-safe). The same words raised from any other module still show."""
+    warnings.filterwarnings("ignore", message=_NO_DIST_WARNING, category=UserWarning, module=DCP_MODULES)
 
 
 def list_checkpoints(root: Path) -> list[tuple[int, Path]]:
@@ -222,9 +224,10 @@ def start_checkpoint(
     barrier()
     state, where, no_dist = {"model": model_sd, "optimizer": optim_sd}, tmp / STATE_DIR, not is_distributed()
     write = None
+    if background:
+        _quiet_no_dist_in_threads()  # outside the block below: catch_warnings would undo it at its end
     with _quiet_no_dist():
         if background:
-            _quiet_no_dist_in_threads()
             write = dcp.async_save(state, checkpoint_id=where, process_group=checkpoint_group(), no_dist=no_dist)
             write = write.upload_completion if isinstance(write, AsyncSaveResponse) else write
         else:

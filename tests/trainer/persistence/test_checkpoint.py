@@ -142,7 +142,9 @@ def test_single_process_dcp_is_quiet_without_a_process_wide_filter(tmp_path):
         warnings.warn("torch.distributed is disabled (raised outside a DCP call)", UserWarning)
     assert [str(w.message) for w in caught if "torch.distributed" in str(w.message)] == [
         "torch.distributed is disabled (raised outside a DCP call)"]
-    assert not [f for f in warnings.filters if f[1] is not None and "torch.distributed" in f[1].pattern]
+    # A background write (test_background.py) may leave a filter, scoped to DCP's own modules only.
+    assert not [f for f in warnings.filters if f[1] is not None and "torch.distributed" in f[1].pattern
+                and (f[3] is None or f[3].pattern != ckpt.DCP_MODULES)]
 
 
 @pytest.mark.parametrize("tied", [False, True], ids=["untied", "tied-embeddings"])
