@@ -4,13 +4,14 @@ Gradients are reduced by an explicit SUM (never an average), so that the gradien
 applies equals the one of a single process over the whole batch (docs/algorithms.md, Loss reductions: no extra
 1/world_size). Without ``torchrun`` everything here degrades to a one-rank no-op.
 
-Two process groups: the default one (NCCL on CUDA, gloo on CPU) carries the tensors of the
+Process groups: the default one (NCCL on CUDA, gloo on CPU) carries the tensors of the
 update, with ``timeout_s`` (on CUDA with offloaded state it is ``cuda:nccl,cpu:gloo``: FSDP2's
 ``CPUOffloadPolicy`` leaves host DTensors whose collectives, the gradient norm's Partial-to-Replicate
 sum among them, need a CPU backend, as torchtitan and torchtune set it); a gloo group with :data:`GATHER_TIMEOUT_S` carries the Python objects
 and waits that may span rollouts (trajectory gathering, parity-probe results, barriers around
 files): a rank still running its episodes must not time the others out, and no NCCL
-communicator is held open while the GPUs generate.
+communicator is held open while the GPUs generate. A third, gloo too, made at the first
+background checkpoint (:func:`checkpoint_group`), carries that write's collectives from its thread.
 """
 
 from __future__ import annotations
