@@ -35,7 +35,7 @@ from swerl.trainer.persistence.hf_folder import untied_state, write_hf_files, wr
 from swerl.trainer.persistence.model_card import finish_export
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedTokenizerBase
+    from transformers import PretrainedConfig, PreTrainedTokenizerBase
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +109,7 @@ class PendingExport:
     final: Path
     run_dir: Path
     is_main: bool
-    model_config: Any = None  # the HF config the model card reads (rank 0)
+    model_config: PretrainedConfig | None = None  # the HF config the model card reads (rank 0)
     metrics: dict[str, Any] | None = None
     writer: threading.Thread | None = None
     error: BaseException | None = None
