@@ -238,8 +238,8 @@ def start_checkpoint(
     if dist_info.is_main:
         torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
         (tmp / CONFIG_FILE).write_text(config_yaml)
-        state = dict(trainer_state, global_step=step, world_size=dist_info.world_size)
-        (tmp / "trainer_state.json").write_text(json.dumps(state, indent=2))
+        loop_state = dict(trainer_state, global_step=step, world_size=dist_info.world_size)
+        (tmp / "trainer_state.json").write_text(json.dumps(loop_state, indent=2))
     barrier()  # every rank's files besides the DCP shards are on disk
     return PendingCheckpoint(step, tmp, root / step_dir_name(step), dist_info.is_main, keep_last, protect, write)
 
