@@ -69,6 +69,14 @@ class HFGenerator(_LocalGenerator):
 
 
 
+GPU_MAX_NUM_BATCHED_TOKENS = 8192
+"""Tokens per scheduler step of a GPU engine by default: a 30k-token context re-prefills in 4 steps
+(8 at 4096); vLLM's own defaults on an H100 are 16384 offline and 8192 for its server, and the
+larger value takes more of a co-located engine's ``gpu_memory_utilization`` share for activations."""
+CPU_MAX_NUM_BATCHED_TOKENS = 4096
+"""Tokens per scheduler step of a CPU engine by default (vLLM's offline CPU default for one worker)."""
+
+
 class VLLMGenerator(_LocalGenerator):
     """vLLM engines: one in this process, or OpenAI-compatible servers (started by swerl or named);
     continuous batching, so no batcher fields (``max_num_seqs`` bounds the requests)."""
@@ -100,7 +108,11 @@ class VLLMGenerator(_LocalGenerator):
     )
     max_model_len: int = Field(8192, ge=16, description="Longest prompt + generation, tokens (sizes the KV cache).")
     max_num_seqs: int = Field(64, ge=1, description="Sequences scheduled at once.")
-    max_num_batched_tokens: int | None = Field(4096, ge=16, description="Tokens per scheduler step.")
+    max_num_batched_tokens: int | None = Field(
+        None, ge=16, description="Tokens per scheduler step: re-prefilling a C-token context after a weight sync (which "
+        "resets the prefix cache) takes C / this steps. None = by the engine's device: 8192 on a GPU (vLLM's OpenAI "
+        "server default on an H100, its offline default on smaller GPUs), 4096 on CPU (vLLM's offline CPU default).",
+    )
     enforce_eager: bool = Field(False, description="No torch.compile / CUDA graphs (starts faster, runs slower).")
     enable_prefix_caching: bool = Field(True, description="Reuse KV of shared prefixes (reset on weight sync).")
     enable_sleep_mode: bool = Field(False, description="On GPU: allow sleep/wake to free GPU memory for training.")
@@ -152,6 +164,13 @@ class VLLMGenerator(_LocalGenerator):
     def resolved_dtype(self) -> str:
         """The dtype actually used: ``dtype``, else bfloat16."""
         return self.dtype or "bfloat16"
+
+    def resolved_max_num_batched_tokens(self, on_cpu: bool) -> int:
+        """Tokens per scheduler step of an engine on CPU (``on_cpu``) or on a GPU: ``max_num_batched_tokens``,
+        else :data:`CPU_MAX_NUM_BATCHED_TOKENS` or :data:`GPU_MAX_NUM_BATCHED_TOKENS`."""
+        if self.max_num_batched_tokens is not None:
+            return self.max_num_batched_tokens
+        return CPU_MAX_NUM_BATCHED_TOKENS if on_cpu else GPU_MAX_NUM_BATCHED_TOKENS
 
 
 

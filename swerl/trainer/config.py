@@ -123,6 +123,14 @@ class CheckpointConfig(StrictModel):
         "each export); the export itself is the peft adapter folder."
     )
     save_final: bool = Field(True, description="Also checkpoint and export the last step.")
+    async_save: bool | Literal["auto"] = Field(
+        "auto", description="Write checkpoints (DCP, torch.distributed.checkpoint.async_save) and full-weight HF exports "
+        "in the background: each rank copies its shards to host memory at the step (rank 0 the whole export), a "
+        "thread writes them while the next step trains, and the folder is renamed into place (committed) once written, "
+        "before the next save, at the end and on a stop. auto = on when training on CUDA (one copy from GPU to host, the "
+        "GPUs go on at once), off on CPU (the copy is a second whole state in the same RAM, and the writing thread "
+        "takes cores from training and the sandboxes)."
+    )
 
 
 class LoggingConfig(StrictModel):

@@ -4,13 +4,14 @@ Gradients are reduced by an explicit SUM (never an average), so that the gradien
 applies equals the one of a single process over the whole batch (docs/algorithms.md, Loss reductions: no extra
 1/world_size). Without ``torchrun`` everything here degrades to a one-rank no-op.
 
-Two process groups: the default one (NCCL on CUDA, gloo on CPU) carries the tensors of the
+Process groups: the default one (NCCL on CUDA, gloo on CPU) carries the tensors of the
 update, with ``timeout_s`` (on CUDA with offloaded state it is ``cuda:nccl,cpu:gloo``: FSDP2's
 ``CPUOffloadPolicy`` leaves host DTensors whose collectives, the gradient norm's Partial-to-Replicate
 sum among them, need a CPU backend, as torchtitan and torchtune set it); a gloo group with :data:`GATHER_TIMEOUT_S` carries the Python objects
 and waits that may span rollouts (trajectory gathering, parity-probe results, barriers around
 files): a rank still running its episodes must not time the others out, and no NCCL
-communicator is held open while the GPUs generate.
+communicator is held open while the GPUs generate. A third, gloo too, made at the first
+background checkpoint (:func:`checkpoint_group`), carries that write's collectives from its thread.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ GATHER_TIMEOUT_S = 24 * 3600.0
 """Timeout of the gloo group that gathers rollouts: a whole step's episodes on the slowest rank."""
 
 _objects_group: dist.ProcessGroup | None = None  # the gloo group of objects and barriers, made by init_distributed
+_checkpoint_group: dist.ProcessGroup | None = None  # the gloo group of background checkpoint writes (checkpoint_group)
 
 
 @dataclass(frozen=True)
@@ -156,6 +158,21 @@ def barrier() -> None:
         dist.barrier(group=_objects_group)
 
 
+def checkpoint_group() -> dist.ProcessGroup | None:
+    """The gloo group that background checkpoint writes (``dcp.async_save``) talk on, made at the
+    first call (every rank must make that call, in the same order); None on one rank.
+
+    A group of their own: a write's collectives run in its thread while the main thread uses the
+    other groups, and two threads on one group could pair up different collectives across ranks.
+    Its timeout is :data:`GATHER_TIMEOUT_S` (a write may span a whole step)."""
+    global _checkpoint_group
+    if not is_distributed():
+        return None
+    if _checkpoint_group is None:
+        _checkpoint_group = dist.new_group(backend="gloo", timeout=dt.timedelta(seconds=GATHER_TIMEOUT_S))
+    return _checkpoint_group
+
+
 def rank_slice(num_rows: int, rank: int, world_size: int) -> tuple[range, int]:
     """The contiguous rows of ``rank`` and the padded per-rank row count.
 
@@ -172,7 +189,7 @@ def rank_slice(num_rows: int, rank: int, world_size: int) -> tuple[range, int]:
 
 def destroy() -> None:
     """Tear the process groups down if this process set them up."""
-    global _objects_group
+    global _objects_group, _checkpoint_group
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
-    _objects_group = None
+    _objects_group = _checkpoint_group = None

@@ -50,12 +50,14 @@ import torch
 from swerl import metric_keys
 from swerl.agent.records import write_sample_records
 from swerl.errors import Interrupted, RunFailed
+from swerl.logs import phase
 from swerl.rl.advantages import group_index
 from swerl.rl.loss import compute_advantages
 from swerl.run_layout import CKPT_DIR, CONFIG_FILE, ROLLOUTS_DIR, STEP_DIR_RE, step_file_name
 from swerl.text import counted
 from swerl.trainer.persistence import checkpoint as ckpt
-from swerl.trainer.persistence import commit
+from swerl.trainer.persistence import commit, hf_export
+from swerl.trainer.persistence.background import BackgroundWrites, resolve_async_save
 from swerl.trainer import distributed as dist
 from swerl.trainer.step.batch import rows_from_trajectory
 from swerl.trainer.step.lm_head import configured_chunk_tokens, require_chunkable_head
@@ -269,6 +271,8 @@ class _Run:
     clock: BusyClock = field(default_factory=BusyClock)
     result: TrainResult | None = None
     pending: list | None = None  # batches after start_step the resumed checkpoint saved (exact schedule)
+    background: bool = False  # checkpointing.async_save resolved for this run's device
+    writes: BackgroundWrites = field(default_factory=BackgroundWrites)  # started, not yet committed
 
 
 def train(config: TrainConfig, run_dir: Path, resume: str | None = None, *,
@@ -309,6 +313,7 @@ def _train(checked: Preflight, resume: str | None, where: _Where, stops: StopSig
     _say_what_a_stop_redoes(run)
     nonfinite = NonFiniteStreak(run.config.optimizer.max_consecutive_nonfinite_steps)
     with contextlib.ExitStack() as stack:
+        stack.callback(run.writes.finish_on_exit)  # last: a signal or an error still commits what is written
         rollouts = _start_rollouts(run, stack)
         for step in range(run.start_step + 1, run.plan.total_steps + 1):
             t_step = time.monotonic()
@@ -344,6 +349,9 @@ def _train(checked: Preflight, resume: str | None, where: _Where, stops: StopSig
             with stops.deferred():  # a signal now stops the run once the step is committed
                 _commit(run, step, batch, rollouts.position(), metrics, advantages, t_step, pending)
             nonfinite.observe(step, update_metrics)  # K skipped optimizer steps in a row: RunFailed
+        # The background writes of the last steps: on disk and committed before the run returns.
+        with stops.deferred():
+            run.writes.finish()
     # A run that was asked to train and trained nothing is a failure, not a success.
     if run.result.steps_trained == 0:
         raise RunFailed(
@@ -403,8 +411,14 @@ def _prepare(checked: Preflight, on_event: Callable[[TrainEvent], None] | None, 
     require_chunkable_head(model, settings.lm_head_chunk_tokens)
     reference = make_reference(config.model, model, model_path, info, settings.temperature, settings.compute_dtype) \
         if config.algorithm.use_kl_loss else None
+    background = resolve_async_save(config.checkpointing.async_save, info.device.type)
+    log.info("checkpoints%s: written %s (checkpointing.async_save=%s)",
+             "" if config.model.lora else " and HF exports",
+             "in the background while the next step trains" if background else "before the next step starts",
+             str(config.checkpointing.async_save).lower())
     return _Run(config, run_dir, info, emit, tasks, checked.held_out, sampler, plan, model, tokenizer, model_path,
-                optimizer, scheduler, settings, checked.ckpt_path, reference, quarantine=quarantine)
+                optimizer, scheduler, settings, checked.ckpt_path, reference, quarantine=quarantine,
+                background=background)
 
 
 def _update_settings(config: TrainConfig, tokenizer: PreTrainedTokenizerBase) -> UpdateSettings:
@@ -564,7 +578,7 @@ def _commit(run: _Run, step: int, batch: pipeline.RolloutBatch, position: dict[s
     """Commit the step: HF export, then the checkpoint holding the step's record (and the
     ``pending`` batches past it, when there are any), then metrics.jsonl (rank 0 writes;
     ``persistence/commit.py``); then one log line."""
-    config, info, run_dir, model = run.config, run.info, run.run_dir, run.model
+    config, info, run_dir = run.config, run.info, run.run_dir
     if info.is_main:  # every episode's sample record (the task health ledger reads them), always
         write_sample_records(run_dir / ROLLOUTS_DIR / step_file_name(step), batch.generated, global_step=step,
                              epoch=batch.epoch)
@@ -580,13 +594,8 @@ def _commit(run: _Run, step: int, batch: pipeline.RolloutBatch, position: dict[s
         trainer_state["quarantine"] = run.quarantine.state_dict()
     record = commit.commit_step(
         step, metrics, t_step,
-        export=(lambda: ckpt.export_hf(run_dir, step, model, run.tokenizer, info, metrics=metrics,
-                                       dtype=getattr(torch, config.model.dtype),
-                                       merged=config.checkpointing.export_merged))
-        if step in run.plan.export_steps else None,
-        checkpoint=(lambda recs: ckpt.save_checkpoint(
-            run_dir, step, model, run.optimizer, run.scheduler, {**trainer_state, commit.RECORDS_KEY: recs},
-            config.to_yaml(), info, config.checkpointing.keep_last, run.protect, pending=pending or None))
+        export=(lambda: _export(run, step, metrics)) if step in run.plan.export_steps else None,
+        checkpoint=(lambda recs: _checkpoint(run, step, {**trainer_state, commit.RECORDS_KEY: recs}, pending))
         if step in run.plan.checkpoint_steps else None,
         append=run.sink.append if run.sink is not None else None,
     )
@@ -605,3 +614,33 @@ def _commit(run: _Run, step: int, batch: pipeline.RolloutBatch, position: dict[s
         )
     run.result.steps_trained += 1
     run.result.last_step = step
+
+
+def _export(run: _Run, step: int, metrics: dict[str, float]) -> None:
+    """The HF export of ``step`` (every rank): written now, or, with ``checkpointing.async_save``,
+    started in the background once the previous export is committed (``persistence/background.py``)."""
+    config = run.config
+    args = (run.run_dir, step, run.model, run.tokenizer, run.info)
+    kwargs = dict(metrics=metrics, dtype=getattr(torch, config.model.dtype), merged=config.checkpointing.export_merged)
+    if not run.background:
+        hf_export.export_hf(*args, **kwargs)
+        return
+    run.writes.finish("export")
+    with phase("export"):
+        run.writes.add(hf_export.start_export(*args, **kwargs, background=True))
+
+
+def _checkpoint(run: _Run, step: int, trainer_state: dict[str, Any], pending: list[pipeline.RolloutBatch]) -> None:
+    """The checkpoint of ``step`` (every rank): written and committed now, or, with
+    ``checkpointing.async_save``, started in the background once the previous checkpoint (and
+    every write before it) is committed; its rename then waits for the next one, the run's end or
+    its stop."""
+    config = run.config
+    args = (run.run_dir, step, run.model, run.optimizer, run.scheduler, trainer_state, config.to_yaml(), run.info,
+            config.checkpointing.keep_last, run.protect)
+    if not run.background:
+        ckpt.save_checkpoint(*args, pending=pending or None)
+        return
+    run.writes.finish("checkpoint")
+    with phase("checkpoint save"):
+        run.writes.add(ckpt.start_checkpoint(*args, pending=pending or None, background=True))

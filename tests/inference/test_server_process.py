@@ -9,7 +9,7 @@ from swerl.inference.engines.server_process import server_command, server_env
 
 def test_server_command_and_env_loopback_dev_mode_own_cores() -> None:
     config = VLLMGenerator(vllm_mode="servers", enforce_eager=True, kv_cache_space_gib=2)
-    argv = server_command(config, "/m", 8123)
+    argv = server_command(config, "/m", 8123, on_cpu=True)
     assert argv[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
     flags = dict(zip(argv[3::], argv[4::]))
     assert flags["--host"] == "127.0.0.1" and flags["--port"] == "8123"
@@ -20,7 +20,7 @@ def test_server_command_and_env_loopback_dev_mode_own_cores() -> None:
     assert env["VLLM_CPU_OMP_THREADS_BIND"] == "1" and env["VLLM_CPU_KVCACHE_SPACE"] == "2"
     assert server_env(config, None, "GPU-5e1f", {})["CUDA_VISIBLE_DEVICES"] == "GPU-5e1f"  # as the parent names it
     assert "--enable-lora" not in argv and "VLLM_ALLOW_RUNTIME_LORA_UPDATING" not in env
-    lora = server_command(config, "/m", 8123, max_lora_rank=32)
+    lora = server_command(config, "/m", 8123, max_lora_rank=32, on_cpu=True)
     assert lora[lora.index("--enable-lora") + 1:][:4] == ["--max-lora-rank", "32", "--max-loras", "1"]
     assert server_env(config, "1", None, {}, lora=True)["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True"
 
@@ -37,3 +37,14 @@ def test_a_server_started_from_a_torchrun_rank_does_not_inherit_its_launcher_var
         assert env["PATH"] == "/bin" and env["HF_HOME"] == "/hf"
         left = {k for k in rank if k in env and env[k] == rank[k]} - {"PATH", "HF_HOME"}
         assert left == set(), left
+
+
+def test_a_server_takes_its_device_default_of_tokens_per_scheduler_step_unless_one_is_set() -> None:
+    def batched(argv: list[str]) -> int:
+        return int(argv[argv.index("--max-num-batched-tokens") + 1])
+
+    config = VLLMGenerator(vllm_mode="servers")
+    assert batched(server_command(config, "/m", 8123, on_cpu=True)) == 4096
+    assert batched(server_command(config, "/m", 8123, on_cpu=False)) == 8192
+    pinned = VLLMGenerator(vllm_mode="servers", max_num_batched_tokens=2048)
+    assert batched(server_command(pinned, "/m", 8123, on_cpu=False)) == 2048

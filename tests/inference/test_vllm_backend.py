@@ -88,6 +88,13 @@ def test_engine_kwargs_cpu_in_process_has_no_gpu_knobs() -> None:
     assert cpu_engine_env(VLLMGenerator(), "1")["VLLM_CPU_OMP_THREADS_BIND"] == "1"
 
 
+def test_engine_kwargs_tokens_per_scheduler_step_follow_the_device_unless_set() -> None:
+    assert engine_kwargs(VLLMGenerator(), "/m", on_cpu=True)["max_num_batched_tokens"] == 4096
+    assert engine_kwargs(VLLMGenerator(), "/m", on_cpu=False)["max_num_batched_tokens"] == 8192
+    pinned = VLLMGenerator(max_num_batched_tokens=16384)
+    assert [engine_kwargs(pinned, "/m", on_cpu=cpu)["max_num_batched_tokens"] for cpu in (True, False)] == [16384] * 2
+
+
 def test_engine_kwargs_with_lora_take_one_adapter_slot_of_an_accepted_rank() -> None:
     from swerl.inference.engines.vllm_backend import lora_slot_rank
 

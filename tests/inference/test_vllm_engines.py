@@ -294,7 +294,7 @@ def test_lora_adapter_sync_in_process_each_version_a_new_adapter_the_probe_holds
     """In process: every version is a new LoRARequest, the probe holds after each; a colocated engine
     with an adapter sleeps at level 1 only and the adapter sync wakes it; an export (fp32 peft folder)
     loads as an adapter too."""
-    from swerl.trainer.persistence import checkpoint as ckpt
+    from swerl.trainer.persistence import hf_export
     from swerl.trainer.distributed import DistInfo
     from swerl.trainer.rollouts.generator import Generator
 
@@ -313,7 +313,7 @@ def test_lora_adapter_sync_in_process_each_version_a_new_adapter_the_probe_holds
         generator.sync.apply(generator.sync.stage(policy, 3))  # loads the adapter and wakes the engine
         assert engine.state.name == "awake"
         assert logprob_gap([engine], policy, prompt, PROBE, LIMIT)["inference/logprob_diff_mean"] < LIMIT
-        export = ckpt.export_hf(tmp_path / "run", 3, policy, None, DistInfo())
+        export = hf_export.export_hf(tmp_path / "run", 3, policy, None, DistInfo())
         engine.load_adapter("swerl-export", str(export), 3)
         assert logprob_gap([engine], policy, prompt, PROBE, LIMIT)["inference/logprob_diff_mean"] < LIMIT
     finally:

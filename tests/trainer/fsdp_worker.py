@@ -24,6 +24,7 @@ from dp_worker import KL_CASE, algorithm  # noqa: E402
 from swerl.rl.advantages import group_index  # noqa: E402
 from swerl.rl.loss import compute_advantages  # noqa: E402
 from swerl.trainer.persistence import checkpoint as ckpt  # noqa: E402
+from swerl.trainer.persistence import hf_export  # noqa: E402
 from swerl.trainer import distributed  # noqa: E402
 from swerl.trainer.step.batch import row_from_trajectory  # noqa: E402
 from swerl.trainer.config import LoraConfig, ModelConfig, OptimizerConfig  # noqa: E402
@@ -167,7 +168,7 @@ def lora_checkpoint_case(out: Path, info: distributed.DistInfo) -> None:
     ckpt.load_checkpoint(ckpt.resolve_resume(out / "run_lora", "latest"), model2, opt2, sched2, info)
     got = adam_steps(model2, opt2, sched2, [2, 3], info, True)
     got_state = adapter_state(model2)
-    ckpt.export_hf(out / "run_lora", 3, model2, None, info, merged=True, max_shard_bytes=20_000)  # gathered shards
+    hf_export.export_hf(out / "run_lora", 3, model2, None, info, merged=True, max_shard_bytes=20_000)  # gathered shards
     if info.is_main:
         torch.save({"expected": (expected, expected_state), "2to2": (got, got_state)}, out / "ckpt_lora.pt")
 
@@ -191,10 +192,10 @@ def checkpoint_cases(out: Path, info: distributed.DistInfo) -> None:
     ckpt.load_checkpoint(ckpt.resolve_resume(out / "run1", "latest"), model3, opt3, sched3, info)
     from_one = adam_steps(model3, opt3, sched3, [2, 3], info, True)
     from_one_state = ckpt.full_model_state_dict(model3)
-    ckpt.export_hf(out / "run2", 3, model2, None, info, max_shard_bytes=20_000)  # several streamed shards
-    ckpt.export_hf(out / "run2", 4, model2, None, info, max_shard_bytes=20_000, dtype=torch.bfloat16)
+    hf_export.export_hf(out / "run2", 3, model2, None, info, max_shard_bytes=20_000)  # several streamed shards
+    hf_export.export_hf(out / "run2", 4, model2, None, info, max_shard_bytes=20_000, dtype=torch.bfloat16)
     streamed = [(name, None if t is None else t.dtype) for name, t in
-                ckpt.iter_full_state(model2, torch.bfloat16, keep=info.is_main)]
+                hf_export.iter_full_state(model2, torch.bfloat16, keep=info.is_main)]
     every_stream = [None] * info.world_size
     torch.distributed.all_gather_object(every_stream, streamed)
     if info.is_main:

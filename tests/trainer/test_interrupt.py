@@ -97,14 +97,17 @@ def containers_of(pid: int) -> list:
 
 @pytest.mark.docker
 @pytest.mark.slow
-@pytest.mark.parametrize(("sig", "phase"), [(signal.SIGINT, "rollouts"), (signal.SIGINT, "update")],
-                         ids=["sigint-rollouts", "sigint-update"])
-def test_a_signal_ends_with_one_line_and_the_resume_continues_where_it_said(sig, phase, tmp_path, tiny_model_dir):
+@pytest.mark.parametrize(("sig", "phase", "sets"), [
+    (signal.SIGINT, "rollouts", []), (signal.SIGINT, "update", []),
+    # step 1's checkpoint is still uncommitted when the signal comes (written in the background): the stop commits it
+    (signal.SIGINT, "rollouts", ["--set", "checkpointing.async_save=true"])],
+    ids=["sigint-rollouts", "sigint-update", "sigint-rollouts-background-checkpoint"])
+def test_a_signal_ends_with_one_line_and_the_resume_continues_where_it_said(sig, phase, sets, tmp_path, tiny_model_dir):
     cfg_path, run = tmp_path / "cfg.yaml", tmp_path / "run"
     cfg_path.write_text(tiny_config(tiny_model_dir, max_steps=STOP_STEP).to_yaml())
     marker, log = tmp_path / "marker", tmp_path / "child.log"
     argv = [sys.executable, "-c", CHILD, phase, str(STOP_STEP), str(marker), "train", str(cfg_path),
-            "--run-dir", str(run), "--set", "sandbox.concurrency=4"]
+            "--run-dir", str(run), "--set", "sandbox.concurrency=4", *sets]
     code, pid = run_child(argv, log, marker, sig)
     text = log.read_text()
 

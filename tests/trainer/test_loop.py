@@ -145,3 +145,25 @@ def test_resume_reproduces_the_uninterrupted_run(tmp_path, tiny_model_dir, lora)
     assert out.exit_code == 0, out.output
     assert "already finished at global step 3" in out.output
     assert len(records(crashed)) == 3
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_background_checkpoints_and_exports_commit_what_the_foreground_run_writes(tmp_path, tiny_model_dir):
+    """checkpointing.async_save=true on CPU (auto would say false): every checkpoint and export is
+    committed by the end, with the same bytes and records as the foreground run's."""
+    fg, bg = tmp_path / "fg", tmp_path / "bg"
+    train(tiny_config(tiny_model_dir, max_steps=2), fg)
+    cfg = tiny_config(tiny_model_dir, max_steps=2)
+    cfg = cfg.model_copy(update={"checkpointing": cfg.checkpointing.model_copy(update={"async_save": True})})
+    result = train(cfg, bg)
+    assert result.steps_trained == 2
+    assert [without_timing(r) for r in records(bg)] == [without_timing(r) for r in records(fg)]
+    assert (bg / "checkpoints" / "latest_ckpt_global_step.txt").read_text() == "2\n"
+    assert sorted(p.name for p in (bg / "checkpoints").iterdir()) == sorted(p.name for p in (fg / "checkpoints").iterdir())
+    for step in (1, 2):
+        a = ckpt.read_model_state(fg / "checkpoints" / f"global_step_{step}")
+        b = ckpt.read_model_state(bg / "checkpoints" / f"global_step_{step}")
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+        export = f"exports/global_step_{step}/model.safetensors"
+        assert (bg / export).read_bytes() == (fg / export).read_bytes()

@@ -34,10 +34,12 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def server_command(config: InferenceConfig, model_path: str, port: int, max_lora_rank: int | None = None) -> list[str]:
+def server_command(config: InferenceConfig, model_path: str, port: int, max_lora_rank: int | None = None, *,
+                   on_cpu: bool) -> list[str]:
     """argv of one vLLM OpenAI server on ``127.0.0.1:port`` serving ``model_path`` as ``swerl-policy``
     (with ``max_lora_rank``: LoRA on, one adapter slot of at least that rank; ``server_env`` then
-    turns on the runtime adapter routes).
+    turns on the runtime adapter routes); ``on_cpu``: the server runs on CPU cores, not a GPU
+    (its default tokens per scheduler step).
 
     The ``vllm`` console script of the CPU build fails (``PackageNotFoundError``), so the module runs.
     """
@@ -48,13 +50,12 @@ def server_command(config: InferenceConfig, model_path: str, port: int, max_lora
         "--dtype", config.resolved_dtype(),
         "--max-model-len", str(config.max_model_len),
         "--max-num-seqs", str(config.max_num_seqs),
+        "--max-num-batched-tokens", str(config.resolved_max_num_batched_tokens(on_cpu)),
         "--seed", str(config.seed),
         "--logprobs-mode", "processed_logprobs",
         "--worker-extension-cls", EXTENSION_QUALNAME,
         "--disable-uvicorn-access-log",
     ]
-    if config.max_num_batched_tokens is not None:
-        argv += ["--max-num-batched-tokens", str(config.max_num_batched_tokens)]
     if config.weight_sync == "nccl":
         argv += ["--weight-transfer-config", '{"backend": "nccl"}']
     if config.enforce_eager:
@@ -178,7 +179,7 @@ def start_servers(
     try:
         for index, (core_set, gpu) in enumerate(zip(cores, gpus, strict=True)):
             port = free_port()
-            argv = server_command(config, model_path, port, max_lora_rank)
+            argv = server_command(config, model_path, port, max_lora_rank, on_cpu=gpu is None)
             if gpu is not None:
                 argv += ["--gpu-memory-utilization", str(config.gpu_memory_utilization)]
             env = server_env(config, core_set, gpu, dict(os.environ), lora=max_lora_rank is not None)

@@ -74,6 +74,7 @@ def engine_kwargs(config: InferenceConfig, model_path: str, on_cpu: bool,
         "worker_extension_cls": EXTENSION_QUALNAME,
         "max_model_len": config.max_model_len,
         "max_num_seqs": config.max_num_seqs,
+        "max_num_batched_tokens": config.resolved_max_num_batched_tokens(on_cpu),
         "enable_prefix_caching": config.enable_prefix_caching,
         "enforce_eager": config.enforce_eager,
         "seed": config.seed,
@@ -83,8 +84,6 @@ def engine_kwargs(config: InferenceConfig, model_path: str, on_cpu: bool,
         kwargs["distributed_executor_backend"] = "external_launcher"
         kwargs["gpu_memory_utilization"] = config.gpu_memory_utilization
         kwargs["enable_sleep_mode"] = config.enable_sleep_mode
-    if config.max_num_batched_tokens is not None:
-        kwargs["max_num_batched_tokens"] = config.max_num_batched_tokens
     if config.fp32_lm_head:
         kwargs["hf_overrides"] = {"head_dtype": "float32"}
     if config.return_sampling_mask:  # CompletionOutput.sampling_mask: each token's kept set (top_k > 0)

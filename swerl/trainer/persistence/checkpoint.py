@@ -1,11 +1,10 @@
-"""Checkpoints of a run: sharded training state for exact resume, HF exports for eval and selection.
+"""Checkpoints of a run: the sharded training state for an exact resume (HF exports for eval and
+selection: ``hf_export.py``).
 
 Layout of a run directory (SkyRL's names):
 
     RUN_DIR/checkpoints/global_step_N/{state/, scheduler.pt, trainer_state.json, config.yaml, rng_rank{r}.pt}
     RUN_DIR/checkpoints/latest_ckpt_global_step.txt
-    RUN_DIR/exports/global_step_N/{model.safetensors (or model-0000i-of-0000n.safetensors + index),
-                                  config.json, tokenizer files, chat template}
 
 ``state/`` is a ``torch.distributed.checkpoint`` (DCP) folder holding the model and AdamW state:
 every rank writes its own shards (``__r_0.distcp``) and rank 0 the ``.metadata``; replicated
@@ -17,10 +16,9 @@ Every folder is written under a ``.tmp-*`` name and renamed by rank 0 after a ba
 every rank's files are complete, so a ``kill -9`` mid-save leaves the previous checkpoint as
 the newest loadable one; stale temp folders are ignored when loading and removed by the next save.
 
-HF exports never hold a second full copy of the weights on any rank: the tensors are cast to the
-export dtype (the training compute dtype: bf16 for the seed run), gathered one at a time
-(``DTensor.full_tensor``) and only rank 0 copies them to the host, writing safetensors shards of
-at most ``max_shard_bytes`` as it goes.
+In the background (``checkpointing.async_save``; :func:`start_checkpoint`), ``dcp.async_save``
+copies each rank's shards to host memory before it returns and a thread writes them while the
+next step trains; the rename waits for :meth:`PendingCheckpoint.finish` (``background.py``).
 """
 
 from __future__ import annotations
@@ -30,13 +28,16 @@ import logging
 import shutil
 import warnings
 from collections.abc import Iterator
+from concurrent.futures import Future
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Literal
 
 import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.checkpoint.state_dict_saver import AsyncSaveResponse
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
     get_model_state_dict,
@@ -46,17 +47,11 @@ from torch.distributed.checkpoint.state_dict import (
 
 from swerl.fileio import atomic_write_text, replace_dir
 from swerl.errors import ConfigError
-from swerl.inference.gather import full_tensor
 from swerl.inference.rng import restore_rng_state, save_rng_state
 from swerl.logs import phase
-from swerl.run_layout import CKPT_DIR, CONFIG_FILE, EXPORT_DIR, LATEST_FILE, TMP_PREFIX, step_dir_name
+from swerl.run_layout import CKPT_DIR, CONFIG_FILE, LATEST_FILE, TMP_PREFIX, step_dir_name
 from swerl.run_layout import STEP_DIR_RE as _STEP_RE
-from swerl.trainer.distributed import DistInfo, barrier, is_distributed
-from swerl.trainer.persistence.hf_folder import untied_state, write_hf_folder
-from swerl.trainer.persistence.model_card import finish_export
-
-if TYPE_CHECKING:
-    from transformers import PreTrainedTokenizerBase
+from swerl.trainer.distributed import DistInfo, barrier, checkpoint_group, is_distributed
 
 log = logging.getLogger(__name__)
 
@@ -67,14 +62,25 @@ a frozen base comes from ``model.path`` again at resume) and the buffers."""
 STATE_DIR = "state"  # the DCP folder of model + optimizer shards
 
 
+_NO_DIST_WARNING = "torch.distributed is disabled"
+DCP_MODULES = r"torch\.distributed\.checkpoint\."  # the modules a background write's warning comes from
+
+
 @contextmanager
 def _quiet_no_dist() -> Iterator[None]:
     """Around one DCP save/load: DCP's "torch.distributed is disabled" UserWarning (it warns on
     every ``no_dist=True`` call, which is what swerl asks for in one process) is silenced for this
     block only. Every other warning is untouched."""
     with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="torch.distributed is disabled", category=UserWarning)
+        warnings.filterwarnings("ignore", message=_NO_DIST_WARNING, category=UserWarning)
         yield
+
+
+def _quiet_no_dist_in_threads() -> None:
+    """The same silence for a background write, whose thread warns after any block has ended: a
+    filter of that one message, raised from DCP's own modules only, is installed for the process
+    (``catch_warnings`` is not thread-safe). The same words raised from any other module still show."""
+    warnings.filterwarnings("ignore", message=_NO_DIST_WARNING, category=UserWarning, module=DCP_MODULES)
 
 
 def list_checkpoints(root: Path) -> list[tuple[int, Path]]:
@@ -89,7 +95,8 @@ def list_checkpoints(root: Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
-def _remove_stale_temps(root: Path) -> None:
+def remove_temp_entries(root: Path) -> None:
+    """Remove the ``.tmp-*`` folders and files a killed save left in ``root``."""
     for p in root.glob(f"{TMP_PREFIX}*"):
         shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
 
@@ -102,37 +109,6 @@ def full_model_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     unsharded CPU model returns its own tensors (no copy).
     """
     return get_model_state_dict(model, options=_FULL)
-
-
-def iter_full_state(model: torch.nn.Module, dtype: torch.dtype | None = None,
-                    keep: bool = True) -> Iterator[tuple[str, torch.Tensor | None]]:
-    """Stream ``(name, full tensor)`` over the model's state dict, one tensor gathered at a time.
-
-    Collective under FSDP: every rank must exhaust the iterator in the same order (each
-    sharded tensor is one all-gather, of at most one unsharded tensor per rank at a time). A
-    weight tied to an earlier one (same parameter, e.g. SmolLM2's ``lm_head.weight``) is skipped,
-    like ``save_pretrained`` does.
-
-    Args:
-        dtype: cast floating tensors to it BEFORE the gather (a bf16 export gathers half the bytes).
-        keep: False on ranks that only take part in the gathers: the gathered tensor is dropped
-            there (yielded as None), never copied to the host.
-    """
-    for name, value in untied_state(model):
-        if dtype is not None and value.is_floating_point():
-            value = value.to(dtype)  # a DTensor casts its local shard: no communication
-        value = full_tensor(value)
-        yield name, (value.detach().cpu() if keep else None)
-
-
-def _state_nbytes(model: torch.nn.Module, dtype: torch.dtype | None = None) -> list[tuple[str, int]]:
-    """(name, bytes of the full tensor, cast to ``dtype`` if floating) in ``iter_full_state`` order,
-    from global shapes (no collective)."""
-    def itemsize(value: torch.Tensor) -> int:
-        cast = dtype is not None and value.is_floating_point()
-        return torch.empty(0, dtype=dtype if cast else value.dtype).element_size()
-
-    return [(name, value.numel() * itemsize(value)) for name, value in untied_state(model)]
 
 
 @phase("checkpoint save")
@@ -163,33 +139,109 @@ def save_checkpoint(
             (this rank's share), written as ``pending_rollouts_rank{r}.pt``; None writes nothing.
     Returns: the final folder ``RUN_DIR/checkpoints/global_step_N``.
     """
+    final = start_checkpoint(run_dir, step, model, optimizer, scheduler, trainer_state, config_yaml, dist_info,
+                             keep_last, protect, pending, background=False).finish()
+    barrier()
+    return final
+
+
+@dataclass
+class PendingCheckpoint:
+    """A checkpoint whose files are written under ``tmp``; :meth:`finish` commits it.
+
+    Attributes:
+        write: DCP's future of this rank's shard write (``dcp.async_save``), None once done or
+            when written in the foreground.
+        committed: rank 0 renamed ``tmp`` to ``final`` (or, off rank 0, the write is done).
+    """
+
+    step: int
+    tmp: Path
+    final: Path
+    is_main: bool
+    keep_last: int | None
+    protect: frozenset[int]
+    write: Future | None = None
+    committed: bool = False
+    kind: Literal["checkpoint"] = "checkpoint"
+
+    def finish(self) -> Path:
+        """Wait for this rank's DCP write, then (rank 0) rename ``tmp`` to ``final``, point
+        ``latest_ckpt_global_step.txt`` at it and prune. No collective: DCP's own write ends
+        with a gather of every rank's write results before rank 0 writes ``.metadata``, so
+        this rank's future is done only when every rank's shards are on disk, and the other
+        files were on disk (a barrier) before :func:`start_checkpoint` returned.
+
+        Returns: ``final``. Raises: ``CheckpointException`` (a BaseException) when a rank's write
+            failed; the checkpoint stays uncommitted (its ``.tmp-*`` folder is removed later).
+        """
+        if self.write is not None:
+            with _quiet_no_dist():
+                self.write.result()
+            self.write = None
+        if self.is_main and not self.committed:
+            root = self.final.parent
+            replace_dir(self.tmp, self.final)  # re-saving a step (after a resume) swaps the old folder out
+            atomic_write_text(root / LATEST_FILE, f"{self.step}\n")
+            prune_checkpoints(root, self.keep_last, self.protect)
+            log.info("saved checkpoint %s", self.final)
+        self.committed = True
+        return self.final
+
+
+def start_checkpoint(
+    run_dir: Path,
+    step: int,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    trainer_state: dict[str, Any],
+    config_yaml: str,
+    dist_info: DistInfo,
+    keep_last: int | None = None,
+    protect: frozenset[int] = frozenset(),
+    pending: list[Any] | None = None,
+    *,
+    background: bool,
+) -> PendingCheckpoint:
+    """Write the training state of ``step`` under ``checkpoints/.tmp-global_step_N``; every rank
+    calls it, then :meth:`PendingCheckpoint.finish` commits it (arguments: :func:`save_checkpoint`).
+
+    With ``background``, ``dcp.async_save`` first copies this rank's model and optimizer shards
+    to host memory (its staging: a new copy, so an optimizer step right after the return does
+    not change what is written), then a thread writes them while this returns; the RNG state,
+    pending batches, scheduler, config and trainer state are written before the return. A
+    previous background checkpoint must be finished first (one write on the checkpoint group at
+    a time).
+    """
     root = run_dir / CKPT_DIR
-    final = root / step_dir_name(step)
     tmp = root / f"{TMP_PREFIX}{step_dir_name(step)}"
     model_sd, optim_sd = get_state_dict(model, optimizer, options=_TRAINED)  # this rank's shards (DTensors under FSDP)
     if dist_info.is_main:
         root.mkdir(parents=True, exist_ok=True)
-        _remove_stale_temps(root)
+        remove_temp_entries(root)
         tmp.mkdir()
     barrier()
+    state, where, no_dist = {"model": model_sd, "optimizer": optim_sd}, tmp / STATE_DIR, not is_distributed()
+    write = None
+    if background:
+        _quiet_no_dist_in_threads()  # outside the block below: catch_warnings would undo it at its end
     with _quiet_no_dist():
-        dcp.save({"model": model_sd, "optimizer": optim_sd}, checkpoint_id=tmp / STATE_DIR, no_dist=not is_distributed())
+        if background:
+            write = dcp.async_save(state, checkpoint_id=where, process_group=checkpoint_group(), no_dist=no_dist)
+            write = write.upload_completion if isinstance(write, AsyncSaveResponse) else write
+        else:
+            dcp.save(state, checkpoint_id=where, no_dist=no_dist)
     torch.save(save_rng_state(), tmp / f"rng_rank{dist_info.rank}.pt")
     if pending is not None:
         torch.save(pending, tmp / pending_file(dist_info.rank))
     if dist_info.is_main:
         torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
         (tmp / CONFIG_FILE).write_text(config_yaml)
-        state = dict(trainer_state, global_step=step, world_size=dist_info.world_size)
-        (tmp / "trainer_state.json").write_text(json.dumps(state, indent=2))
-    barrier()  # every rank's shards are on disk before the folder becomes visible
-    if dist_info.is_main:
-        replace_dir(tmp, final)  # re-saving a step (after a resume) swaps the old folder out
-        atomic_write_text(root / LATEST_FILE, f"{step}\n")
-        prune_checkpoints(root, keep_last, protect)
-        log.info("saved checkpoint %s", final)
-    barrier()
-    return final
+        loop_state = dict(trainer_state, global_step=step, world_size=dist_info.world_size)
+        (tmp / "trainer_state.json").write_text(json.dumps(loop_state, indent=2))
+    barrier()  # every rank's files besides the DCP shards are on disk
+    return PendingCheckpoint(step, tmp, root / step_dir_name(step), dist_info.is_main, keep_last, protect, write)
 
 
 def pending_file(rank: int) -> str:
@@ -311,44 +363,3 @@ def read_model_state(path: Path) -> dict[str, torch.Tensor]:
     with _quiet_no_dist():
         dcp.load(empty, checkpoint_id=path / STATE_DIR, no_dist=True)
     return {key.removeprefix("model."): value for key, value in empty.items()}
-
-
-@phase("export")
-def export_hf(
-    run_dir: Path, step: int, model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, dist_info: DistInfo,
-    *, max_shard_bytes: int = 5 * 2**30, metrics: dict[str, Any] | None = None, dtype: torch.dtype = torch.float32,
-    merged: bool = False,
-) -> Path:
-    """Write an HF folder (safetensors, config, tokenizer, chat template, model card ``README.md``
-    with ``metrics`` and ``RUN_DIR/config.yaml``) to ``exports/global_step_N``, files 0644, folders 0755.
-
-    Every rank calls it (sharded tensors are cast to ``dtype``, then gathered collectively, one
-    at a time); only rank 0 copies them to the host and writes shards of at most
-    ``max_shard_bytes`` as they fill, so no rank holds more than one shard of full tensors.
-    ``config.json`` names ``dtype``. A LoRA policy exports its peft adapter folder instead, and
-    with ``merged`` also the merged weights in ``merged/`` (``lora_export.write_lora_export``).
-    Returns: the export folder.
-    """
-    from swerl.trainer.policy.lora import hf_module, is_lora
-
-    root = run_dir / EXPORT_DIR
-    final = root / step_dir_name(step)
-    tmp = root / f"{TMP_PREFIX}{step_dir_name(step)}"
-    if dist_info.is_main:
-        root.mkdir(parents=True, exist_ok=True)
-        _remove_stale_temps(root)
-        tmp.mkdir()
-    if is_lora(model):
-        from swerl.trainer.persistence.lora_export import write_lora_export
-
-        write_lora_export(tmp, model, tokenizer, dist_info.is_main, max_shard_bytes, merged)
-    else:
-        write_hf_folder(tmp, _state_nbytes(model, dtype), iter_full_state(model, dtype, keep=dist_info.is_main),
-                        model, tokenizer, dist_info.is_main, max_shard_bytes, dtype)
-    if dist_info.is_main:
-        unwrapped = hf_module(getattr(model, "module", model))
-        finish_export(tmp, run_dir, step, unwrapped.config, metrics)
-        replace_dir(tmp, final)  # re-saving a step (after a resume) swaps the old folder out
-        log.info("exported %s", final)
-    barrier()
-    return final

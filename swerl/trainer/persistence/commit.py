@@ -10,6 +10,9 @@ Order within step N (rank 0 writes; every rank joins the collective saves):
     4. The record is appended to ``metrics.jsonl`` (one write + fsync).
 
 A step without a checkpoint is committed by the next checkpoint; until then a kill redoes it.
+With ``checkpointing.async_save``, 1. and 3. only start the writes (``background.py``): their renames
+come later, in this order, once written, so step 4 may run before the commit point; a kill in
+between leaves ``.tmp-*`` folders and a record past the last checkpoint, both undone at the resume.
 At a resume from the checkpoint of step C (:func:`reconcile_run`), everything past C is
 uncommitted and is redone: stale ``.tmp-*`` folders (exports, checkpoints) are removed, ``metrics.jsonl`` loses the
 records after C (and a torn last line), exports after C are removed; a committed record that

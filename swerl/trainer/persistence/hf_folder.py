@@ -64,19 +64,25 @@ def write_hf_folder(folder: Path, sizes: list[tuple[str, int]], stream: Iterator
                     model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, is_main: bool, max_shard_bytes: int,
                     dtype: torch.dtype | None = None) -> None:
     """An HF model folder: the weights of ``stream`` (:func:`write_safetensors_streaming`), then on
-    rank 0 ``model``'s config (naming ``dtype``, the weights' dtype, when given) and generation
-    config and the tokenizer."""
+    rank 0 :func:`write_hf_files`."""
     write_safetensors_streaming(folder, sizes, stream, is_main, max_shard_bytes)
     if is_main:
-        unwrapped = getattr(model, "module", model)
-        config = copy.deepcopy(unwrapped.config)
-        if dtype is not None:
-            config.dtype = dtype
-        config.save_pretrained(folder)
-        if getattr(unwrapped, "generation_config", None) is not None:
-            unwrapped.generation_config.save_pretrained(folder)
-        if tokenizer is not None:
-            tokenizer.save_pretrained(folder)
+        write_hf_files(folder, model, tokenizer, dtype)
+
+
+def write_hf_files(folder: Path, model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase | None,
+                   dtype: torch.dtype | None = None) -> None:
+    """The files of an HF folder besides the weights: ``model``'s config (naming ``dtype``, the
+    weights' dtype, when given), its generation config and the tokenizer."""
+    unwrapped = getattr(model, "module", model)
+    config = copy.deepcopy(unwrapped.config)
+    if dtype is not None:
+        config.dtype = dtype
+    config.save_pretrained(folder)
+    if getattr(unwrapped, "generation_config", None) is not None:
+        unwrapped.generation_config.save_pretrained(folder)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(folder)
 
 
 def untied_state(model: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:

@@ -13,6 +13,7 @@ from swerl.inference.config import AutoGenerator, VLLMGenerator
 from swerl.text import counted
 from swerl.trainer.rollouts.concurrency import rank_sandbox, split_count
 from swerl.trainer.config import TrainConfig
+from swerl.trainer.persistence.background import resolve_async_save
 from swerl.trainer.setup.model_size import kv_bytes_per_token, model_size
 from swerl.trainer.setup.state_size import TRAIN_BYTES_PER_PARAM, state_bytes, trained_params
 
@@ -54,7 +55,7 @@ class RunPlan(BaseModel):
 CHECKPOINT_BYTES_PER_PARAM = 12  # DCP: fp32 weights + AdamW exp_avg and exp_avg_sq
 REFERENCE_BYTES_PER_PARAM = 4  # the KL term's frozen reference: fp32 weights, no gradient or optimizer state
 def export_bytes_per_param(cfg: TrainConfig) -> int:
-    """HF exports are written in the training compute dtype (``checkpoint.export_hf``): 2 B bf16, 4 B fp32."""
+    """HF exports are written in the training compute dtype (``hf_export.export_hf``): 2 B bf16, 4 B fp32."""
     return 2 if cfg.model.dtype == "bfloat16" else 4
 RANK_COUNTS = (8, 16, 32, 64)  # sized for a GPU config with FSDP that is not launched yet
 
@@ -132,7 +133,7 @@ def _trainer_lines(cfg: TrainConfig, ranks: tuple[int, ...]) -> list[tuple[str, 
                 *_reference_lines(cfg, n, ranks),
                 ("update activations / rank", _activation_words(cfg, shape)),
                 ("checkpoint / export", f"{format_bytes(checkpoint)} DCP (fp32 weights + AdamW state){shards} / "
-                 f"{format_bytes(export)} {'fp32' if m.dtype == 'float32' else m.dtype} safetensors")]
+                 f"{format_bytes(export)} {'fp32' if m.dtype == 'float32' else m.dtype} safetensors; {_save_words(cfg)}")]
     adapters = trained_params(cfg, shape, n)
     base = 2 if m.dtype == "bfloat16" else 4
     merged = f" + fp32 merged weights {format_bytes(n * 4)}" if cfg.checkpointing.export_merged else ""
@@ -141,7 +142,16 @@ def _trainer_lines(cfg: TrainConfig, ranks: tuple[int, ...]) -> list[tuple[str, 
             *_reference_lines(cfg, n, ranks),
             ("update activations / rank", _activation_words(cfg, shape)),
             ("checkpoint / export", f"{format_bytes(checkpoint)} DCP (adapters + AdamW state){shards} / "
-             f"{format_bytes(adapters * 4)} fp32 peft adapter{merged}")]
+             f"{format_bytes(adapters * 4)} fp32 peft adapter{merged}; {_save_words(cfg)}")]
+
+
+def _save_words(cfg: TrainConfig) -> str:
+    """When checkpoints (and full exports) are written: ``checkpointing.async_save`` for ``model.device``."""
+    setting, device = cfg.checkpointing.async_save, cfg.model.device
+    background = "written in the background while the next step trains (checkpointing.async_save)"
+    if setting == "auto" and device == "auto":
+        return f"{background} on a GPU, before the next step on CPU"
+    return background if resolve_async_save(setting, device) else "written before the next step"
 
 
 def _activation_words(cfg: TrainConfig, shape: dict) -> str:
@@ -201,6 +211,14 @@ def _vllm_where(cfg: TrainConfig, ranks: int) -> str:
     return f"{counted(gen.num_servers, 'vLLM server')} {each} started by swerl, on {hardware}"
 
 
+def _batched_tokens_words(gen: VLLMGenerator, device: str) -> str:
+    """The engines' tokens per scheduler step for ``model.device`` (``auto``: both device defaults)."""
+    if device == "auto" and gen.max_num_batched_tokens is None:
+        return (f"{gen.resolved_max_num_batched_tokens(on_cpu=False):,} on a GPU, "
+                f"{gen.resolved_max_num_batched_tokens(on_cpu=True):,} on CPU")
+    return f"{gen.resolved_max_num_batched_tokens(on_cpu=device == 'cpu'):,}"
+
+
 def _engine_count(gen: VLLMGenerator, ranks: int) -> int:
     """vLLM engines of the whole run: the shared ``server_urls``, else ``num_engines`` per rank."""
     return len(gen.server_urls) if gen.server_urls else gen.num_engines * ranks
@@ -247,7 +265,8 @@ def _generator_lines(cfg: TrainConfig, ranks: int, in_flight: int) -> list[tuple
     if gen.backend == "vllm":
         dtype = gen.resolved_dtype()
         lines = [("generator", f"{_vllm_where(cfg, ranks)} ({dtype}, max_model_len {gen.max_model_len:,}, "
-                  f"max_num_seqs {gen.max_num_seqs}); {'LoRA adapter' if m.lora else 'weights'} synced every step"),
+                  f"max_num_seqs {gen.max_num_seqs}, max_num_batched_tokens {_batched_tokens_words(gen, m.device)}); "
+                  f"{'LoRA adapter' if m.lora else 'weights'} synced every step"),
                  *_sync_lines(cfg, ranks)]
         holds = (f"in the {gen.kv_cache_space_gib} GiB per engine vLLM reserves (generator.kv_cache_space_gib)"
                  if m.device == "cpu" else "over the generator GPUs")

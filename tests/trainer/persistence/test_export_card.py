@@ -8,7 +8,7 @@ import stat
 import torch
 import yaml
 
-from swerl.trainer.persistence import checkpoint as ckpt
+from swerl.trainer.persistence import hf_export
 from swerl.trainer.config import load_train_config
 from swerl.trainer.distributed import DistInfo
 
@@ -25,7 +25,7 @@ def _export(tmp_path, umask: int = 0o077):
     model, tok = build_tiny_model(16, 3), build_tiny_tokenizer()
     old = os.umask(umask)  # a private umask must not leak into the export
     try:
-        return ckpt.export_hf(tmp_path, 7, model, tok, DistInfo(),
+        return hf_export.export_hf(tmp_path, 7, model, tok, DistInfo(),
                               metrics={"reward/avg_raw_reward": 0.375, "loss/policy": -0.0123, "timing/step_s": 4.5})
     finally:
         os.umask(old)
@@ -75,7 +75,7 @@ def test_a_lora_export_is_a_peft_adapter_folder_with_merged_weights_and_says_so(
         for name, param in model.named_parameters():
             if "lora_B" in name:
                 param.normal_(0, 0.1)  # a trained adapter (B starts at 0)
-    path = ckpt.export_hf(tmp_path, 5, model, build_tiny_tokenizer(), DistInfo(), metrics={}, merged=True)
+    path = hf_export.export_hf(tmp_path, 5, model, build_tiny_tokenizer(), DistInfo(), metrics={}, merged=True)
 
     assert {"adapter_config.json", "adapter_model.safetensors", "README.md"} <= {p.name for p in path.iterdir()}
     assert not (path / "config.json").exists()  # not a full model: from_pretrained(path) must not half-load it

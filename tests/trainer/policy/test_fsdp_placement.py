@@ -60,7 +60,10 @@ def test_placement_sizes_the_seed_run(tmp_path):
         "8 per rank on 8, 4 per rank on 16, 2 per rank on 32, 1 per rank on 64")
     assert "309.2 GB bfloat16" in lines["KV cache, all episodes at full context"]  # 64 x 32768 x 144 KiB
     assert "98.3 GB DCP" in lines["checkpoint / export"] and "16.4 GB bfloat16" in lines["checkpoint / export"]
+    assert lines["checkpoint / export"].endswith("written in the background while the next step trains "
+                                                 "(checkpointing.async_save)")  # auto, on CUDA
     assert "vLLM" in lines["generator"] and "64 cores" in lines["sandbox cores / memory"]
+    assert "max_num_batched_tokens 8,192)" in lines["generator"]  # the GPU default
     assert "reference policy / rank" not in lines  # the seed has no KL term
     kl = make_plan(load_train_config(SEED_YAML, [f"model.path={tmp_path}", "algorithm.use_kl_loss=true",
                                                  "algorithm.kl_loss_coef=0.001", "model.reference_cpu_offload=true"]),
@@ -114,7 +117,8 @@ def test_a_one_process_cpu_plan_says_what_this_run_does(tmp_path):
     lines = dict(make_plan(load_train_config(DEMO_YAML, [f"model.path={tmp_path}", *FIXED]), num_tasks=12).placement)
     assert lines["trainer"] == "1 process on CPU, float32 compute"
     assert lines["trainer state / rank"] == ("134.5 M params x 16 B = 2.2 GB (fp32 weights, gradients, AdamW m and v)")
-    assert lines["checkpoint / export"] == "1.6 GB DCP (fp32 weights + AdamW state) / 538 MB fp32 safetensors"
+    assert lines["checkpoint / export"] == ("1.6 GB DCP (fp32 weights + AdamW state) / 538 MB fp32 safetensors; "
+                                            "written before the next step")  # async_save auto, on CPU
     assert lines["generator"].startswith("HF generate in this process, with the live policy (CPU, 1 torch thread)")
     assert lines["KV cache, all episodes at full context"] == "755 MB float32 (16 x 1,024 tokens x 45 KiB) in host RAM"
     text = " ".join(lines.values())
@@ -135,3 +139,15 @@ def test_a_torchrun_launch_sizes_its_own_ranks(tmp_path):
 def test_byte_figures_keep_small_sizes_readable():
     assert [format_bytes(b) for b in (12_345, 538e6, 999e6, 1.55e9, 309.24e9)] == [
         "12 kB", "538 MB", "999 MB", "1.6 GB", "309.2 GB"]
+
+
+def test_a_vllm_plan_names_the_engines_tokens_per_scheduler_step_for_its_device(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps(SMOLLM2_135M))
+    vllm_yaml = ROOT / "examples" / "humaneval-smollm2-cpu-vllm.yaml"
+
+    def generator(*sets: str) -> str:
+        return dict(make_plan(load_train_config(vllm_yaml, [f"model.path={tmp_path}", *sets]), 12).placement)["generator"]
+
+    assert "max_num_batched_tokens 4,096)" in generator()  # model.device: cpu
+    assert "max_num_batched_tokens 8,192 on a GPU, 4,096 on CPU)" in generator("model.device=auto")
+    assert "max_num_batched_tokens 2,048)" in generator("model.device=auto", "generator.max_num_batched_tokens=2048")
