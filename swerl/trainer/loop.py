@@ -40,7 +40,7 @@ import threading
 import time
 import types
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -61,6 +61,7 @@ from swerl.trainer.persistence.background import BackgroundWrites, resolve_async
 from swerl.trainer import distributed as dist
 from swerl.trainer.step.batch import rows_from_trajectory
 from swerl.trainer.step.lm_head import configured_chunk_tokens, require_chunkable_head
+from swerl.trainer.step.packing import pack_choice
 from swerl.trainer.config import TrainConfig
 from swerl.trainer.rollouts.evaluation import is_due, run_eval
 from swerl.trainer.rollouts import pipeline
@@ -409,8 +410,11 @@ def _prepare(checked: Preflight, on_event: Callable[[TrainEvent], None] | None, 
     optimizer, scheduler = build_optimizer(model, config.optimizer, max(plan.total_optimizer_steps, 1))
     settings = _update_settings(config, tokenizer)
     require_chunkable_head(model, settings.lm_head_chunk_tokens)
-    reference = make_reference(config.model, model, model_path, info, settings.temperature, settings.compute_dtype) \
-        if config.algorithm.use_kl_loss else None
+    pack_rows, pack_words = pack_choice(model, config.model.pack_rows, config.loop.micro_batch_size)
+    settings = replace(settings, pack_rows=pack_rows)
+    log.info("row packing: %s", pack_words)
+    reference = make_reference(config.model, model, model_path, info, settings.temperature, settings.compute_dtype,
+                               pack_rows) if config.algorithm.use_kl_loss else None
     background = resolve_async_save(config.checkpointing.async_save, info.device.type)
     log.info("checkpoints%s: written %s (checkpointing.async_save=%s)",
              "" if config.model.lora else " and HF exports",

@@ -77,6 +77,13 @@ class ModelConfig(StrictModel):
         "logits would hold >= 2^29 values (1 GiB in bf16), the model's own head below that. Needs a plain linear "
         "head (no soft-capping, no LoRA on the head): auto keeps such a model's own head, a number is refused."
     )
+    pack_rows: Literal["auto"] | bool = Field(
+        "auto", description="Forward a micro-batch's rows packed, with no padding between them (position ids "
+        "restarting at 0 per row, a block-causal mask), for the policy, pi_old and reference log-probs: the same "
+        "log-probs, loss and gradients as padded rows. auto: on where the model's attention keeps packed rows apart "
+        "(a transformers decoder with sdpa, eager, flash or flex attention) and loop.micro_batch_size > 1; the run's "
+        "log says the choice. true: on, refused on a model that cannot; false: padded rows."
+    )
     gpu_memory_gib: float | None = Field(
         None, gt=0, description="Memory of one trainer GPU in GiB, for the dry-run's fit check (e.g. 79.6 for an "
         "H100 80GB); None = the visible GPU's, and no check where none is visible."

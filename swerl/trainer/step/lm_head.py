@@ -1,5 +1,5 @@
 """The trainer forward with a sequence-chunked LM head (``model.lm_head_chunk_tokens``): the model's
-own forward runs with its LM head swapped for :class:`_ChunkedHeadCall`, which turns the final hidden
+own forward runs with its LM head swapped for :class:`ChunkedHeadCall`, which turns the final hidden
 states into log-probs ``chunk_tokens`` positions at a time (``rl.lm_head.chunked_head_logprobs``), so
 no (n, L-s0, V) logits tensor nor its gradient is ever alive.
 
@@ -72,7 +72,7 @@ def output_head(model: torch.nn.Module) -> torch.nn.Linear:
     return head
 
 
-class _ChunkedHeadCall(torch.nn.Module):
+class ChunkedHeadCall(torch.nn.Module):
     """Stands in for the LM head during one forward: (n, P, H) hidden -> (n, P-1) float32 log-probs
     (returned, as the model's ``.logits``) and ``result`` = (log-probs, entropies or None, log S_t or None)."""
 
@@ -94,9 +94,10 @@ class _ChunkedHeadCall(torch.nn.Module):
 
 
 @contextlib.contextmanager
-def _head_swapped(model: torch.nn.Module, call: _ChunkedHeadCall) -> Iterator[None]:
+def head_swapped(model: torch.nn.Module, call: torch.nn.Module) -> Iterator[None]:
+    """Inside: ``model``'s LM head (a LoRA model: its base's) is ``call``; the head is put back on exit."""
     hf = hf_module(model)
-    head = output_head(model)
+    head = hf.get_output_embeddings()
     hf.set_output_embeddings(call)
     try:
         yield
@@ -115,9 +116,9 @@ def chunked_forward(model: torch.nn.Module, mb: MicroBatch, start: int, temperat
     """
     ids = mb.input_ids[:, start:]
     support = None if mb.support is None else mb.support[:, start:]
-    call = _ChunkedHeadCall(output_head(model), ids, support, temperature, chunk_tokens, with_entropy,
+    call = ChunkedHeadCall(output_head(model), ids, support, temperature, chunk_tokens, with_entropy,
                             mb.replay_support)
-    with _head_swapped(model, call):
+    with head_swapped(model, call):
         out = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask, use_cache=False,
                     logits_to_keep=mb.input_ids.shape[1] - start)
     if call.result is None or out.logits is not call.result[0]:

@@ -25,6 +25,7 @@ from swerl.trainer.config import ModelConfig
 from swerl.trainer.distributed import DistInfo
 from swerl.trainer.policy.model import load_causal_lm
 from swerl.trainer.step.lm_head import configured_chunk_tokens
+from swerl.trainer.step.packing import PackMode
 from swerl.trainer.step.update import forward_logprobs
 
 log = logging.getLogger(__name__)
@@ -39,14 +40,16 @@ class ReferencePolicy:
         temperature: the sampling temperature (logits are divided by it, as for pi and pi_old).
         compute_dtype: autocast dtype of a replicated module (None = fp32; FSDP casts itself).
         lm_head_chunk_tokens: positions per chunk of its LM head, as the update's (None = auto).
+        pack_rows: layout of its forwards' rows, as the update's (``UpdateSettings.pack_rows``).
     """
 
     def __init__(self, module: torch.nn.Module, temperature: float, compute_dtype: torch.dtype | None = None, *,
-                 lm_head_chunk_tokens: int | None = None) -> None:
+                 lm_head_chunk_tokens: int | None = None, pack_rows: PackMode = "off") -> None:
         self.module = module
         self.temperature = temperature
         self.compute_dtype = compute_dtype
         self.lm_head_chunk_tokens = lm_head_chunk_tokens
+        self.pack_rows = pack_rows
 
     @torch.no_grad()
     def logprobs(self, mb: MicroBatch) -> torch.Tensor:
@@ -57,7 +60,7 @@ class ReferencePolicy:
         """
         with self.forward_context():
             lp, _ = forward_logprobs(self.module, mb, self.temperature, compute_dtype=self.compute_dtype,
-                                     lm_head_chunk_tokens=self.lm_head_chunk_tokens)
+                                     lm_head_chunk_tokens=self.lm_head_chunk_tokens, pack_rows=self.pack_rows)
         return lp
 
     def forward_context(self) -> contextlib.AbstractContextManager:
@@ -80,14 +83,15 @@ class AdaptersOffReference(ReferencePolicy):
 
 
 def make_reference(cfg: ModelConfig, policy: torch.nn.Module, path: Path, dist_info: DistInfo, temperature: float,
-                   compute_dtype: torch.dtype | None) -> ReferencePolicy:
+                   compute_dtype: torch.dtype | None, pack_rows: PackMode = "off") -> ReferencePolicy:
     """The KL term's reference for ``cfg``: the LoRA policy with its adapters off
-    (:class:`AdaptersOffReference`), else a frozen copy loaded from ``path`` (:func:`load_reference`)."""
+    (:class:`AdaptersOffReference`), else a frozen copy loaded from ``path`` (:func:`load_reference`);
+    ``pack_rows``: the update's row layout (the reference is the policy's architecture)."""
     if cfg.lora is not None:
         log.info("reference policy: the LoRA policy with its adapters off (no second copy)")
-        return AdaptersOffReference(policy, temperature, compute_dtype,
+        return AdaptersOffReference(policy, temperature, compute_dtype, pack_rows=pack_rows,
                                     lm_head_chunk_tokens=configured_chunk_tokens(cfg.lm_head_chunk_tokens))
-    return load_reference(cfg, path, dist_info, temperature, compute_dtype)
+    return load_reference(cfg, path, dist_info, temperature, compute_dtype, pack_rows)
 
 
 class FrozenReference(ReferencePolicy):
@@ -102,9 +106,9 @@ class FrozenReference(ReferencePolicy):
 
     def __init__(self, module: torch.nn.Module, temperature: float, compute_dtype: torch.dtype | None = None,
                  offload_to: torch.device | None = None, device: torch.device | None = None, *,
-                 lm_head_chunk_tokens: int | None = None) -> None:
+                 lm_head_chunk_tokens: int | None = None, pack_rows: PackMode = "off") -> None:
         super().__init__(module.eval().requires_grad_(False), temperature, compute_dtype,
-                         lm_head_chunk_tokens=lm_head_chunk_tokens)
+                         lm_head_chunk_tokens=lm_head_chunk_tokens, pack_rows=pack_rows)
         self.offload_to = offload_to
         self.device = device
 
@@ -121,7 +125,7 @@ class FrozenReference(ReferencePolicy):
 
 
 def load_reference(cfg: ModelConfig, path: Path, dist_info: DistInfo, temperature: float,
-                   compute_dtype: torch.dtype | None) -> FrozenReference:
+                   compute_dtype: torch.dtype | None, pack_rows: PackMode = "off") -> FrozenReference:
     """Load the initial policy from ``path`` again as a frozen reference, placed like the policy.
 
     The same load path as the policy (``model.load_causal_lm``: rank 0 reads, the other ranks
@@ -132,7 +136,7 @@ def load_reference(cfg: ModelConfig, path: Path, dist_info: DistInfo, temperatur
     not shift the seeds of a run that has none).
 
     Args: cfg: the policy's ModelConfig; path: the resolved HF folder of ``model.path``;
-        temperature / compute_dtype: as the update's forwards.
+        temperature / compute_dtype / pack_rows: as the update's forwards.
     Returns: a FrozenReference.
     """
     offload, chunk = cfg.reference_cpu_offload, configured_chunk_tokens(cfg.lm_head_chunk_tokens)
@@ -141,11 +145,13 @@ def load_reference(cfg: ModelConfig, path: Path, dist_info: DistInfo, temperatur
         module = load_causal_lm(path, placed, dist_info)
     if cfg.fsdp:
         placement = "FSDP-sharded" + (", offloaded to host memory" if offload else "")
-        reference = FrozenReference(module, temperature, None, device=dist_info.device, lm_head_chunk_tokens=chunk)
+        reference = FrozenReference(module, temperature, None, device=dist_info.device, lm_head_chunk_tokens=chunk,
+                                    pack_rows=pack_rows)
     else:
         module.to("cpu" if offload else dist_info.device)
         placement = "in host memory between steps" if offload else f"on {dist_info.device}"
         reference = FrozenReference(module, temperature, compute_dtype, offload_to=torch.device("cpu") if offload else None,
-                                    device=dist_info.device, lm_head_chunk_tokens=chunk)
+                                    device=dist_info.device, lm_head_chunk_tokens=chunk,
+                                    pack_rows=pack_rows)
     log.info("reference policy %s: frozen copy of the initial policy, %s", path, placement)
     return reference

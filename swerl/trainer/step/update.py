@@ -29,6 +29,7 @@ from swerl.rl.reductions import StepDenominators, denominator_parts, dp_loss_sca
 from swerl.rl.rollout_correction import lag_means
 from swerl.trainer.step.batch import MicroBatch, Row, collate, mini_batches, padding_row
 from swerl.trainer.step.lm_head import chunked_forward, forward_chunk_tokens
+from swerl.trainer.step.packing import PackMode, packed_forward, packs_rows
 from swerl.trainer.distributed import DistInfo, all_reduce_grads, all_reduce_max, all_reduce_sum, rank_slice
 from swerl.trainer.step.nonfinite import SKIPPED, skip_counts, step_if_finite
 
@@ -74,6 +75,9 @@ class UpdateSettings:
         lm_head_chunk_tokens: positions per chunk of the LM head (``model.lm_head_chunk_tokens``):
             None = auto (chunked where the logits would be large, ``trainer.step.lm_head``), 0 = the
             model's own head, k > 0 = k positions.
+        pack_rows: how each forward lays out its micro-batch's rows (``model.pack_rows`` resolved by
+            ``trainer.step.packing.pack_choice``): ``off`` = padded to its longest row, else packed
+            without padding between rows; the same micro-batches and the same loss either way.
     """
 
     temperature: float
@@ -89,6 +93,7 @@ class UpdateSettings:
     reuse_pi_old: bool = True
     replay_support: bool = False
     lm_head_chunk_tokens: int | None = None
+    pack_rows: PackMode = "off"
 
 
 def _autocast(device: torch.device, dtype: torch.dtype | None):
@@ -104,7 +109,7 @@ def _autocast_dtype(s: UpdateSettings) -> torch.dtype | None:
 
 def forward_logprobs(
     model: torch.nn.Module, mb: MicroBatch, temperature: float, with_entropy: bool = False,
-    compute_dtype: torch.dtype | None = None, lm_head_chunk_tokens: int | None = None,
+    compute_dtype: torch.dtype | None = None, lm_head_chunk_tokens: int | None = None, pack_rows: PackMode = "off",
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log pi (and optionally the entropy) of every next token at the sampling temperature.
 
@@ -119,24 +124,32 @@ def forward_logprobs(
     and the log-softmax skip the prompt positions before it (``logits_to_keep``; no row has a
     response token there, so those columns are loss-masked in every row).
 
-    ``lm_head_chunk_tokens``: as :func:`forward_with_mass`.
+    ``lm_head_chunk_tokens``, ``pack_rows``: as :func:`forward_with_mass`.
 
     Returns: (n, L-1) float32 log-probs, and (n, L-1) float32 entropies or None; 0 in columns < s0.
     """
-    logprobs, entropy, _ = forward_with_mass(model, mb, temperature, with_entropy, compute_dtype, lm_head_chunk_tokens)
+    logprobs, entropy, _ = forward_with_mass(model, mb, temperature, with_entropy, compute_dtype, lm_head_chunk_tokens,
+                                             pack_rows)
     return logprobs, entropy
 
 
 def forward_with_mass(
     model: torch.nn.Module, mb: MicroBatch, temperature: float, with_entropy: bool = False,
-    compute_dtype: torch.dtype | None = None, lm_head_chunk_tokens: int | None = None,
+    compute_dtype: torch.dtype | None = None, lm_head_chunk_tokens: int | None = None, pack_rows: PackMode = "off",
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """:func:`forward_logprobs` plus (n, L-1) float32 log S_t, the log of the mass each token's
     stored kept set holds under the forwarded weights (0 where none; None when ``mb.support`` is None).
 
     ``lm_head_chunk_tokens`` (``model.lm_head_chunk_tokens``; None = auto, 0 = off): with k > 0 the
     LM head runs k positions at a time on the final hidden states (``trainer.step.lm_head``): same
-    values and gradients, no (n, L - s0, V) logits nor their gradient."""
+    values and gradients, no (n, L - s0, V) logits nor their gradient.
+
+    ``pack_rows`` (``UpdateSettings.pack_rows``): a layout other than ``off`` forwards the rows packed
+    (``trainer.step.packing``) wherever that merges rows: the same values on the same grid, 0 in a
+    row's prompt columns (loss-masked)."""
+    if packs_rows(mb, pack_rows):
+        with _autocast(mb.input_ids.device, compute_dtype):
+            return packed_forward(model, mb, temperature, with_entropy, lm_head_chunk_tokens, pack_rows)
     start = int(mb.response_starts.min()) if mb.response_starts.numel() else 0
     chunk = forward_chunk_tokens(model, lm_head_chunk_tokens, mb.input_ids.shape[0], mb.input_ids.shape[1] - start)
     if chunk:  # the LM head a chunk of positions at a time: no (n, L - s0, V) logits
@@ -248,7 +261,7 @@ def with_old_logprobs(
     for chunk in _micro_batches(forwarded, s.micro_batch_size):
         mb = collate(chunk, s.pad_id, s.replay_support).to(device)
         lp, _, mass = forward_with_mass(model, mb, s.temperature, compute_dtype=_autocast_dtype(s),
-                                        lm_head_chunk_tokens=s.lm_head_chunk_tokens)
+                                        lm_head_chunk_tokens=s.lm_head_chunk_tokens, pack_rows=s.pack_rows)
         masses = mb.response_values(mass) if mass is not None else [None] * len(chunk)
         out.extend(replace(r, old_logprobs=v, old_log_mass=m) for r, v, m in zip(chunk, mb.response_values(lp), masses))
     return out[: len(rows)]
@@ -429,7 +442,7 @@ def train_on_batch(
                 _require_grad_sync(model, s, last=mb_index == len(micro) - 1)
                 mb = mb.to(device)
                 logprobs, entropy, log_mass = forward_with_mass(model, mb, s.temperature, with_entropy, _autocast_dtype(s),
-                                                                s.lm_head_chunk_tokens)
+                                                                s.lm_head_chunk_tokens, s.pack_rows)
                 out = compute_policy_loss(algo, _loss_inputs(mb, logprobs, entropy, log_mass, adv.to(device), reused),
                                           denominators)
                 (out.loss * scale).backward()
