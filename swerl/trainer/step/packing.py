@@ -8,9 +8,11 @@ Two layouts (:data:`PackMode`):
 - ``one_sequence``: every row of the micro-batch in one sequence, no padding at all. For attention
   kernels that skip the blocks between sequences (flash attention, flex attention): their cost is
   each row's own causal square.
-- ``longest_row``: rows first-fit (longest first) into sequences of the micro-batch's longest row,
-  the tail of each padded. For kernels that compute the whole masked square (sdpa, eager): the
-  forward then never holds more tokens nor a larger attention square than the padded one.
+- ``smallest_square``: for kernels that compute the whole masked square of each sequence (sdpa,
+  eager; a padded micro-batch's n x L x L too), the one sequence when its square is no larger than
+  that of the rows first-fit (longest first) into sequences of the micro-batch's longest row (each
+  tail padded), else those. The forward then never holds more tokens nor a larger attention square
+  than the padded one.
 
 Only the forward's layout changes: the log-probs, entropies and kept-set masses come back on the
 micro-batch's (n, L-1) grid (:meth:`PackedRows.unpack`), so the loss, its masks and its
@@ -35,13 +37,13 @@ from swerl.trainer.policy.lora import hf_module
 from swerl.trainer.step.batch import MicroBatch
 from swerl.trainer.step.lm_head import ChunkedHeadCall, forward_chunk_tokens, head_swapped, output_head
 
-PackMode = Literal["off", "longest_row", "one_sequence"]
+PackMode = Literal["off", "one_sequence", "smallest_square"]
 """How a micro-batch's rows are forwarded: padded to its longest row (``off``) or packed (module docstring)."""
 
 VARLEN_ATTENTION = ("flash_attention_2", "flash_attention_3", "flex_attention")
 """Attention implementations that skip the blocks between packed sequences: one sequence per micro-batch."""
 DENSE_ATTENTION = ("sdpa", "eager")
-"""Attention implementations that compute the whole masked square: sequences of the longest row."""
+"""Attention implementations that compute the whole masked square: ``smallest_square``."""
 
 
 def packing_refusal(model: torch.nn.Module) -> str | None:
@@ -81,9 +83,9 @@ def pack_choice(model: torch.nn.Module, setting: Literal["auto"] | bool, micro_b
     if setting == "auto" and micro_batch_size == 1:
         return "off", "off (model.pack_rows: auto): loop.micro_batch_size 1 forwards one row at a time, no padding"
     attention = hf_module(model).config._attn_implementation
-    mode: PackMode = "one_sequence" if attention in VARLEN_ATTENTION else "longest_row"
-    words = ("one sequence per micro-batch" if mode == "one_sequence" else
-             "rows first-fit into sequences of the micro-batch's longest row")
+    mode: PackMode = "one_sequence" if attention in VARLEN_ATTENTION else "smallest_square"
+    words = ("one sequence per micro-batch" if mode == "one_sequence" else "one sequence per micro-batch, or "
+             "sequences of its longest row where their attention square is smaller")
     return mode, f"{words}, no padding between rows ({attention} attention; model.pack_rows: {setting})"
 
 
@@ -148,11 +150,20 @@ def first_fit(lengths: list[int], capacity: int) -> list[list[int]]:
     return bins
 
 
+def sequences_of(lengths: list[int], mode: PackMode) -> list[list[int]]:
+    """Row indices of each packed sequence of rows of ``lengths`` tokens (module docstring)."""
+    total = sum(lengths)
+    if mode == "one_sequence":
+        return [list(range(len(lengths)))]
+    bins = first_fit(lengths, max(lengths))
+    return [list(range(len(lengths)))] if total * total <= len(bins) * max(lengths) ** 2 else bins
+
+
 def pack_micro_batch(mb: MicroBatch, mode: PackMode) -> PackedRows:
-    """Lay ``mb``'s rows out as ``mode`` says (``one_sequence`` or ``longest_row``), on ``mb``'s device."""
+    """Lay ``mb``'s rows out as ``mode`` says (``one_sequence`` or ``smallest_square``), on ``mb``'s device."""
     lengths = [int(x) for x in mb.attention_mask.sum(1).tolist()]
     starts = [int(x) for x in mb.response_starts.tolist()]
-    bins = first_fit(lengths, sum(lengths) if mode == "one_sequence" else max(lengths))
+    bins = sequences_of(lengths, mode)
     width = max(sum(lengths[i] for i in b) for b in bins)
     device = mb.input_ids.device
     ids = torch.zeros((len(bins), width), dtype=torch.int64, device=device)
@@ -179,10 +190,8 @@ def packs_rows(mb: MicroBatch, mode: PackMode) -> bool:
     """True when ``mode`` forwards ``mb`` in fewer sequences than rows (else the padded forward is the same work)."""
     if mode == "off" or mb.input_ids.shape[0] < 2 or bool(mb.attention_mask.all()):
         return False
-    if mode == "one_sequence":
-        return True
     lengths = [int(x) for x in mb.attention_mask.sum(1).tolist()]
-    return len(first_fit(lengths, max(lengths))) < len(lengths)
+    return len(sequences_of(lengths, mode)) < len(lengths)
 
 
 class _KeptPositionsHead(torch.nn.Module):

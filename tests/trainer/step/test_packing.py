@@ -53,7 +53,7 @@ def _response_values_and_grads(model, mb, chunk, mode):
     return values, grads
 
 
-@pytest.mark.parametrize("mode", ["one_sequence", "longest_row"])
+@pytest.mark.parametrize("mode", ["one_sequence", "smallest_square"])
 @pytest.mark.parametrize("chunk", [0, 3], ids=["own_head", "chunked_head"])
 @pytest.mark.parametrize("support,replay", [(False, False), (True, True)])
 def test_packed_rows_give_the_padded_logprobs_entropies_and_gradients_in_float64(mode, chunk, support, replay):
@@ -89,11 +89,16 @@ def test_packing_drops_the_padding_tokens():
     mb = collate(rows)
     assert mb.input_ids.numel() == 5 * 14  # padded: 27 padding tokens
     one = pack_micro_batch(mb, "one_sequence")
-    longest = pack_micro_batch(mb, "longest_row")  # first fit: [14], [11, 3], [10], [5]
+    # first fit into rows of 14: [14], [11, 3], [10], [5]: a square of 4 x 14^2 < 43^2
+    longest = pack_micro_batch(mb, "smallest_square")
     assert (one.num_tokens, int((one.input_ids != 0).sum())) == (43, 43)
     assert longest.input_ids.shape == (4, 14) and longest.num_tokens - 43 == 13
-    # rows that cannot share a sequence of the longest row: the padded forward, unchanged
-    assert not packs_rows(collate(_rows([(5, 9), (5, 8), (6, 6)])), "longest_row")
+    # one long row and short ones: one sequence has the smaller square (28^2 <= 2 x 20^2)
+    skewed = collate(_rows([(5, 15), (2, 1), (2, 1), (1, 1)]))
+    assert pack_micro_batch(skewed, "smallest_square").input_ids.shape == (1, 28)
+    # rows that cannot share a sequence of the longest row, and whose one sequence's square is larger:
+    # the padded forward, unchanged
+    assert not packs_rows(collate(_rows([(5, 9), (5, 8), (6, 6)])), "smallest_square")
     assert packs_rows(collate(_rows([(5, 9), (5, 8), (6, 6)])), "one_sequence")
 
 
@@ -107,7 +112,7 @@ def _run(rows, algo, mode, reference_seed=9):
     return model, train_on_batch(model, opt, sched, rows, algo, s, DistInfo(), reference)
 
 
-@pytest.mark.parametrize("mode", ["one_sequence", "longest_row"])
+@pytest.mark.parametrize("mode", ["one_sequence", "smallest_square"])
 def test_an_update_with_packed_rows_equals_the_padded_update(mode, monkeypatch):
     """Two mini-batches x two epochs of SGD steps with pi_old, a KL reference, an entropy bonus and
     TIS: the same metrics and weights (fp32); every forward of the packed update is packed."""
@@ -135,7 +140,7 @@ def test_auto_packs_a_decoder_whose_attention_keeps_rows_apart():
     model = build_tiny_model(VOCAB)
     assert model.config._attn_implementation == "sdpa" and packing_refusal(model) is None
     mode, words = pack_choice(model, "auto", 4)
-    assert mode == "longest_row" and "sdpa" in words
+    assert mode == "smallest_square" and "sdpa attention" in words
     model.config._attn_implementation = "flash_attention_2"  # a kernel that skips across sequences: one sequence
     assert pack_choice(model, "auto", 4)[0] == "one_sequence"
     assert pack_choice(model, "auto", 1) == ("off", "off (model.pack_rows: auto): loop.micro_batch_size 1 forwards "
