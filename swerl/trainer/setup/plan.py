@@ -365,6 +365,21 @@ def dynamic_sampling_lines(cfg: TrainConfig) -> list[tuple[str, str]]:
              f"({most * n} episodes) per step, so an epoch may end in fewer than steps_per_epoch steps")]
 
 
+def packing_words(cfg: TrainConfig) -> str:
+    """How the update lays out a micro-batch's rows (``model.pack_rows``; auto is resolved when the
+    model loads, from its attention implementation: ``trainer.step.packing.pack_choice``)."""
+    setting, micro = cfg.model.pack_rows, cfg.loop.micro_batch_size
+    if setting is False:
+        return "padded to each micro-batch's longest row (model.pack_rows: false)"
+    if setting == "auto" and micro == 1:
+        return "one row per forward, no padding (loop.micro_batch_size 1; model.pack_rows: auto packs nothing)"
+    how = ("packed without padding between rows: one sequence per micro-batch with flash/flex attention; with sdpa/eager "
+           "one sequence or sequences of the longest row, the smaller attention square")
+    if setting is True:
+        return f"{how} (model.pack_rows: true; a model whose attention cannot is refused when it loads)"
+    return f"{how} (model.pack_rows: auto, chosen when the model loads: padded where its attention cannot; the log says)"
+
+
 def reproducibility_words(cfg: TrainConfig) -> str:
     """What a second run of ``cfg`` with the same seed repeats, and a resume (measured per path with
     ``bench/reproducibility.py``; the table is in docs/inference.md)."""
@@ -449,7 +464,8 @@ def make_plan(cfg: TrainConfig, num_tasks: int | None, world_size: int = 1) -> R
         checkpoint_steps=_every(ck.ckpt_interval, total, ck.save_final),
         export_steps=_every(ck.hf_save_interval, total, ck.save_final),
         placement=placement(cfg, loop.rollout_concurrency or cfg.sandbox.concurrency, world_size) + pipeline_lines(cfg)
-        + dynamic_sampling_lines(cfg) + [("reproducibility", reproducibility_words(cfg))],
+        + dynamic_sampling_lines(cfg) + [("update rows", packing_words(cfg)),
+                                         ("reproducibility", reproducibility_words(cfg))],
         notes=notes,
     )
 

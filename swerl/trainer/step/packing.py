@@ -86,7 +86,7 @@ def pack_choice(model: torch.nn.Module, setting: Literal["auto"] | bool, micro_b
     mode: PackMode = "one_sequence" if attention in VARLEN_ATTENTION else "smallest_square"
     words = ("one sequence per micro-batch" if mode == "one_sequence" else "one sequence per micro-batch, or "
              "sequences of its longest row where their attention square is smaller")
-    return mode, f"{words}, no padding between rows ({attention} attention; model.pack_rows: {setting})"
+    return mode, f"rows packed without padding between them: {words} ({attention} attention; model.pack_rows: {setting})"
 
 
 @dataclass(frozen=True)

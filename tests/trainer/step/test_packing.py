@@ -48,7 +48,7 @@ def _response_values_and_grads(model, mb, chunk, mode):
     lp, ent, mass = forward_with_mass(model, mb, 0.7, True, None, chunk, mode)
     weights = torch.randn((2, *lp.shape), generator=torch.Generator().manual_seed(1), dtype=torch.float64) * mb.loss_mask
     ((lp.double() * weights[0]).sum() + (ent.double() * weights[1]).sum()).backward()
-    grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    grads = {n: None if p.grad is None else p.grad.clone() for n, p in model.named_parameters()}
     values = [torch.cat([v.double() for v in mb.response_values(x)]) for x in (lp, ent) + ((mass,) if mass is not None else ())]
     return values, grads
 
@@ -69,6 +69,28 @@ def test_packed_rows_give_the_padded_logprobs_entropies_and_gradients_in_float64
     for name, grad in padded_grads.items():
         assert grad.abs().max() > 0, name
         torch.testing.assert_close(packed_grads[name], grad, rtol=1e-10, atol=1e-12, msg=name)
+
+
+def test_packed_rows_on_a_lora_model_give_the_adapters_the_same_gradients():
+    from swerl.trainer.config import LoraConfig, ModelConfig
+    from swerl.trainer.policy.model import prepare_policy
+
+    torch.manual_seed(0)
+    model = prepare_policy(build_tiny_model(VOCAB, seed=2), ModelConfig(device="cpu", lora=LoraConfig(rank=4, alpha=8.0)),
+                           DistInfo()).double()
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.1)
+    mb = collate(_rows())
+    padded_values, padded_grads = _response_values_and_grads(model, mb, 3, "off")
+    packed_values, packed_grads = _response_values_and_grads(model, mb, 3, "smallest_square")
+    for want, got in zip(padded_values, packed_values):
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    trained = [name for name, grad in padded_grads.items() if grad is not None]
+    assert trained and all("lora_" in name for name in trained)
+    for name in trained:
+        torch.testing.assert_close(packed_grads[name], padded_grads[name], rtol=1e-10, atol=1e-12, msg=name)
 
 
 def test_rows_packed_without_restarting_positions_would_see_each_other():
@@ -157,3 +179,19 @@ def test_auto_leaves_off_and_true_refuses_a_model_that_cannot_pack():
         pack_choice(model, True, 4)
     mode, words = pack_choice(torch.nn.Linear(2, 2), "auto", 4)
     assert mode == "off" and "Linear is not a transformers model" in words
+
+
+@pytest.mark.parametrize("overrides,words", [
+    ([], "packed without padding between rows"),
+    (["loop.micro_batch_size=1"], "loop.micro_batch_size 1; model.pack_rows: auto packs nothing"),
+    (["model.pack_rows=false"], "padded to each micro-batch's longest row (model.pack_rows: false)"),
+])
+def test_the_dry_run_plan_says_how_the_update_lays_out_its_rows(overrides, words):
+    from pathlib import Path
+
+    from swerl.trainer.config import load_train_config
+    from swerl.trainer.setup.plan import make_plan
+
+    demo = Path(__file__).resolve().parents[3] / "examples" / "humaneval-smollm2-cpu.yaml"  # micro-batches of 4
+    line = dict(make_plan(load_train_config(demo, overrides), num_tasks=12).placement)["update rows"]
+    assert words in line
