@@ -108,9 +108,10 @@ def adapter_state(model: torch.nn.Module) -> dict:
 
 def sgd_update(reduction: str, info: distributed.DistInfo, *, sharded: bool, bf16: bool = False,
                checkpointing: bool = False, offload: bool = False, every_micro_batch: bool = False,
-               lora: bool = False, lm_head_chunk_tokens: int | None = None) -> tuple[dict, dict]:
+               lora: bool = False, lm_head_chunk_tokens: int | None = None, pack_rows: str = "off") -> tuple[dict, dict]:
     """Two optimizer steps (2 update epochs) of SGD lr=1: weight changes are the gradients
-    (``lm_head_chunk_tokens``: the update's LM head chunking; None = auto, off at this size).
+    (``lm_head_chunk_tokens``: the update's LM head chunking; None = auto, off at this size;
+    ``pack_rows``: the forwards' row layout, ``UpdateSettings.pack_rows``).
 
     Returns: (full state dict on rank 0 (LoRA: the adapters only), metrics + ``reduce_scatters``:
         FSDP's gradient reduce-scatters (full fine-tuning)).
@@ -122,7 +123,7 @@ def sgd_update(reduction: str, info: distributed.DistInfo, *, sharded: bool, bf1
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
         s = UpdateSettings(temperature=0.7, rows_per_mini_batch=9, micro_batch_size=2, update_epochs=2,
                            grad_clip=None, compute_dtype=torch.bfloat16 if bf16 else None, sharded=sharded,
-                           lm_head_chunk_tokens=lm_head_chunk_tokens)
+                           lm_head_chunk_tokens=lm_head_chunk_tokens, pack_rows=pack_rows)
         metrics = train_on_batch(model, opt, sched, batch, algo, s, info)
         return adapter_state(model), metrics
     model = model_for(info, sharded=sharded, bf16=bf16, checkpointing=checkpointing, offload=offload)
@@ -130,7 +131,8 @@ def sgd_update(reduction: str, info: distributed.DistInfo, *, sharded: bool, bf1
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
     s = UpdateSettings(temperature=0.7, rows_per_mini_batch=9, micro_batch_size=2, update_epochs=2, grad_clip=None,
                        compute_dtype=torch.bfloat16 if bf16 else None, sharded=sharded,
-                       sync_grads_every_micro_batch=every_micro_batch, lm_head_chunk_tokens=lm_head_chunk_tokens)
+                       sync_grads_every_micro_batch=every_micro_batch, lm_head_chunk_tokens=lm_head_chunk_tokens,
+                       pack_rows=pack_rows)
     reference = None
     if algo.use_kl_loss:  # the reference is placed like the policy: sharded, offloaded with it
         reference = FrozenReference(model_for(info, sharded=sharded, offload=offload, seed=5), 0.7, device=info.device)

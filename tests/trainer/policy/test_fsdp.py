@@ -269,20 +269,23 @@ def test_parity_probe_of_a_sharded_policy_survives_an_empty_or_failed_sample_on_
 @pytest.fixture(scope="module")
 def chunked_run(tmp_path_factory) -> Path:
     """FSDP2 with the sequence-chunked LM head (``lm_head_chunk_tokens=3``) on 2 gloo ranks: fp32, LoRA, bf16;
-    every forward goes through the chunked head (the root's head weight is read unsharded inside its forward)."""
+    every forward goes through the chunked head (the root's head weight is read unsharded inside its forward);
+    fp32 with packed rows through the chunked head and through the model's own."""
     out = tmp_path_factory.mktemp("fsdp_lm_head")
     run_two_ranks(HERE / "fsdp_lm_head_worker.py", str(out))
     return out
 
 
-@pytest.mark.parametrize("case", ["fp32", "lora", "bf16"])
+@pytest.mark.parametrize("case", ["fp32", "lora", "bf16", "packed", "packed_own_head"])
 def test_two_fsdp_ranks_with_the_chunked_head_equal_one_process_with_its_own_head(chunked_run, case):
     lora, bf16 = case == "lora", case == "bf16"
     ref_state, ref_metrics = W.sgd_update("token_mean", ONE, sharded=False, lora=lora, lm_head_chunk_tokens=0)
     state = torch.load(chunked_run / "weights.pt")[case]
     metrics = json.loads((chunked_run / "metrics.json").read_text())[case]
     initial = W.adapter_state(W.lora_model_for(ONE, sharded=False)) if lora else W.build_tiny_model(16, seed=0).state_dict()
-    assert metrics["chunked_forwards"] >= 4  # 2 optimizer steps x >= 2 micro-batches, and pi_old's forwards
+    if case != "packed_own_head":
+        assert metrics["chunked_forwards"] >= 4  # 2 optimizer steps x >= 2 micro-batches, and pi_old's forwards
+    assert (metrics["packed_forwards"] >= 4) is case.startswith("packed")  # padded reference, padded forwards
     deltas = {k: (state[k] - initial[k], ref_state[k] - initial[k]) for k in initial}
     largest = max(float(ref.abs().max()) for _, ref in deltas.values())
     for key, (delta, ref) in deltas.items():
